@@ -1,0 +1,25 @@
+#pragma once
+// JSON <-> FeatureInput for prediction rows and training entries (contract section 2).
+#include "common/features/schema.h"
+#include "common/json/validation.h"
+
+namespace llmd::features {
+
+// Reads the feature fields of `obj` (already checked to be an object). Errors go to `errors`
+// with locations under `loc`. Returns true when the row is valid.
+bool read_feature_input(const json::Json& obj, json::Loc& loc, json::Errors& errors,
+                        FeatureInput& out);
+
+struct TrainingEntry {
+  FeatureInput features;
+  double actual_ttft_ms = 0;  // 0 = not observed
+  double actual_tpot_ms = 0;  // 0 = not observed
+  double predicted_ttft_ms = -1;  // < 0 = not sent
+  double predicted_tpot_ms = -1;
+};
+bool read_training_entry(const json::Json& obj, json::Loc& loc, json::Errors& errors,
+                         TrainingEntry& out);
+
+json::Json feature_input_to_json(const FeatureInput& in);
+
+}  // namespace llmd::features

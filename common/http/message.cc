@@ -1,0 +1,71 @@
+#include "common/http/message.h"
+
+#include <nlohmann/json.hpp>
+
+namespace llmd::http {
+
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    char ca = a[i];
+    char cb = b[i];
+    if (ca >= 'A' && ca <= 'Z') {
+      ca = static_cast<char>(ca - 'A' + 'a');
+    }
+    if (cb >= 'A' && cb <= 'Z') {
+      cb = static_cast<char>(cb - 'A' + 'a');
+    }
+    if (ca != cb) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string_view Request::header(std::string_view name) const {
+  // Names are stored lower-case, but callers may build Requests by hand in tests.
+  for (const auto& h : headers) {
+    if (iequals(h.name, name)) {
+      return h.value;
+    }
+  }
+  return {};
+}
+
+std::string_view Request::param(std::string_view name) const {
+  for (const auto& [key, value] : path_params) {
+    if (key == name) {
+      return value;
+    }
+  }
+  return {};
+}
+
+Response Response::json(int status, const nlohmann::json& body) {
+  Response r;
+  r.status = status;
+  r.content_type = "application/json";
+  // Replace invalid UTF-8 instead of throwing: this runs on the request path.
+  r.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return r;
+}
+
+Response Response::text(int status, std::string body, std::string content_type) {
+  Response r;
+  r.status = status;
+  r.content_type = std::move(content_type);
+  r.body = std::move(body);
+  return r;
+}
+
+Response Response::detail(int status, std::string_view message) {
+  return json(status, nlohmann::json{{"detail", std::string(message)}});
+}
+
+}  // namespace llmd::http

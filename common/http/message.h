@@ -1,0 +1,45 @@
+#pragma once
+// Plain HTTP request/response values. Transport-free: handlers and routers see only these,
+// so they are unit-testable without sockets. Beast types never leave server.cc / client.cc.
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace llmd::http {
+
+struct Header {
+  std::string name;  // lower-case
+  std::string value;
+};
+
+struct Request {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // raw request target, e.g. "/model/ttft/info?x=1"
+  std::string path;    // target without the query string
+  std::string query;   // text after '?', empty if none
+  std::vector<Header> headers;
+  std::string body;
+  // Filled by the Router for `{param}` segments, in pattern order.
+  std::vector<std::pair<std::string, std::string>> path_params;
+
+  // Case-insensitive header lookup; empty view when absent.
+  std::string_view header(std::string_view name) const;
+  std::string_view param(std::string_view name) const;
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<Header> headers;  // extra headers (Content-Type/Length are set by the server)
+
+  static Response json(int status, const nlohmann::json& body);
+  static Response text(int status, std::string body, std::string content_type = "text/plain");
+  // `{"detail": "<message>"}`, the contract's handler-error shape.
+  static Response detail(int status, std::string_view message);
+};
+
+}  // namespace llmd::http

@@ -1,0 +1,55 @@
+#pragma once
+// Asynchronous HTTP/1.1 server on Boost.Beast (Beast/Asio only in server.cc).
+// One io_context runs on `io_threads` threads; each connection lives on its own strand, so a
+// connection's handlers never overlap. The handler is called on an io thread and must not block
+// for long (no training, no network calls). Every read is bounded: body limit -> 413, header
+// read timeout and keep-alive idle timeout close the connection. stop() stops accepting, lets
+// in-flight requests finish (bounded by drain_timeout) and returns from run().
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/http/message.h"
+
+namespace llmd::http {
+
+struct ServerOptions {
+  std::string host = "0.0.0.0";
+  uint16_t port = 0;  // 0 = pick a free port; see HttpServer::port()
+  int io_threads = 2;
+  std::size_t body_limit = 16 * 1024 * 1024;
+  std::chrono::milliseconds header_timeout{10000};
+  std::chrono::milliseconds idle_timeout{60000};
+  std::chrono::milliseconds body_timeout{30000};
+  std::chrono::milliseconds drain_timeout{5000};
+  std::string server_name = "llmd";
+};
+
+class HttpServer {
+ public:
+  using RequestHandler = std::function<Response(Request&)>;
+
+  HttpServer(ServerOptions options, RequestHandler handler);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds and listens; throws std::runtime_error with a clear message on failure.
+  void start();
+  // Port actually bound (valid after start()).
+  uint16_t port() const;
+  // Runs the io threads until stop() or, when handle_signals, SIGINT/SIGTERM. Blocks.
+  void run(bool handle_signals = true);
+  // Thread-safe, idempotent. Can be called from any thread, including a handler.
+  void stop();
+  // Called once on the signal/stop path before the io threads are joined (e.g. final snapshot).
+  void on_shutdown(std::function<void()> hook);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace llmd::http

@@ -1,0 +1,208 @@
+#include "common/json/validation.h"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace llmd::json {
+namespace {
+
+std::string format_bound(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    return fmt::format("{}", static_cast<int64_t>(v));
+  }
+  return fmt::format("{}", v);
+}
+
+bool check_range(double v, std::string_view field, Loc& loc, Errors& errors, NumberRange range,
+                 const Json& input) {
+  if (range.ge && v < *range.ge) {
+    errors.add_at("greater_than_equal", loc, field,
+                  "Input should be greater than or equal to " + format_bound(*range.ge), input);
+    return false;
+  }
+  if (range.le && v > *range.le) {
+    errors.add_at("less_than_equal", loc, field,
+                  "Input should be less than or equal to " + format_bound(*range.le), input);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Json Loc::to_json() const {
+  Json out = Json::array();
+  for (const auto& p : parts_) {
+    if (const auto* s = std::get_if<std::string>(&p)) {
+      out.push_back(*s);
+    } else {
+      out.push_back(std::get<int64_t>(p));
+    }
+  }
+  return out;
+}
+
+void Errors::add(std::string_view type, const Loc& loc, std::string_view msg, const Json& input) {
+  details_.push_back(
+      Json{{"type", type}, {"loc", loc.to_json()}, {"msg", msg}, {"input", input}});
+}
+
+void Errors::add_at(std::string_view type, const Loc& loc, std::string_view field,
+                    std::string_view msg, const Json& input) {
+  Json l = loc.to_json();
+  l.push_back(field);
+  details_.push_back(Json{{"type", type}, {"loc", std::move(l)}, {"msg", msg}, {"input", input}});
+}
+
+Json Errors::body() const { return Json{{"detail", details_}}; }
+
+std::optional<Json> parse_body(std::string_view body, Errors& errors) {
+  try {
+    return Json::parse(body.begin(), body.end());
+  } catch (const nlohmann::json::parse_error& e) {
+    Json loc = Json::array({"body", static_cast<int64_t>(e.byte)});
+    Json detail = {{"type", "json_invalid"},
+                   {"loc", loc},
+                   {"msg", "JSON decode error"},
+                   {"input", Json::object()},
+                   {"ctx", {{"error", e.what()}}}};
+    errors.add_raw(std::move(detail));
+    return std::nullopt;
+  } catch (const nlohmann::json::exception& e) {
+    // e.g. a number literal that overflows a double (1e999): not a finite number.
+    errors.add_raw(Json{{"type", "finite_number"},
+                        {"loc", Json::array({"body"})},
+                        {"msg", "Input should be a finite number"},
+                        {"input", e.what()}});
+    return std::nullopt;
+  }
+}
+
+double read_float(const Json& obj, std::string_view field, Loc& loc, Errors& errors,
+                  bool required, double fallback, NumberRange range) {
+  auto it = obj.find(field);
+  if (it == obj.end() || (!required && it->is_null())) {
+    if (required) {
+      errors.add_at("missing", loc, field, "Field required", obj);
+    }
+    return fallback;
+  }
+  if (!it->is_number()) {
+    errors.add_at("float_type", loc, field, "Input should be a valid number", *it);
+    return fallback;
+  }
+  double v = it->get<double>();
+  if (!std::isfinite(v)) {
+    errors.add_at("finite_number", loc, field, "Input should be a finite number", *it);
+    return fallback;
+  }
+  return check_range(v, field, loc, errors, range, *it) ? v : fallback;
+}
+
+int64_t read_int(const Json& obj, std::string_view field, Loc& loc, Errors& errors, bool required,
+                 int64_t fallback, NumberRange range) {
+  auto it = obj.find(field);
+  if (it == obj.end() || (!required && it->is_null())) {
+    if (required) {
+      errors.add_at("missing", loc, field, "Field required", obj);
+    }
+    return fallback;
+  }
+  int64_t v = 0;
+  if (it->is_number_integer()) {
+    if (it->is_number_unsigned() &&
+        it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      errors.add_at("int_parsing_size", loc, field,
+                    "Unable to parse input string as an integer, exceeded maximum size", *it);
+      return fallback;
+    }
+    v = it->get<int64_t>();
+  } else if (it->is_number_float()) {
+    double d = it->get<double>();
+    if (!std::isfinite(d)) {
+      errors.add_at("finite_number", loc, field, "Input should be a finite number", *it);
+      return fallback;
+    }
+    if (d != std::floor(d)) {
+      errors.add_at("int_from_float", loc, field,
+                    "Input should be a valid integer, got a number with a fractional part", *it);
+      return fallback;
+    }
+    if (std::fabs(d) > 9.0e18) {
+      errors.add_at("int_parsing_size", loc, field,
+                    "Unable to parse input string as an integer, exceeded maximum size", *it);
+      return fallback;
+    }
+    v = static_cast<int64_t>(d);
+  } else {
+    errors.add_at("int_type", loc, field, "Input should be a valid integer", *it);
+    return fallback;
+  }
+  return check_range(static_cast<double>(v), field, loc, errors, range, *it) ? v : fallback;
+}
+
+bool read_bool(const Json& obj, std::string_view field, Loc& loc, Errors& errors, bool fallback) {
+  auto it = obj.find(field);
+  if (it == obj.end()) {
+    return fallback;
+  }
+  if (!it->is_boolean()) {
+    errors.add_at("bool_type", loc, field, "Input should be a valid boolean", *it);
+    return fallback;
+  }
+  return it->get<bool>();
+}
+
+std::optional<std::string> read_optional_string(const Json& obj, std::string_view field, Loc& loc,
+                                                Errors& errors) {
+  auto it = obj.find(field);
+  if (it == obj.end() || it->is_null()) {
+    return std::nullopt;
+  }
+  if (!it->is_string()) {
+    errors.add_at("string_type", loc, field, "Input should be a valid string", *it);
+    return std::nullopt;
+  }
+  return it->get<std::string>();
+}
+
+bool expect_object(const Json& value, Loc& loc, Errors& errors) {
+  if (!value.is_object()) {
+    errors.add("model_attributes_type", loc,
+               "Input should be a valid dictionary or object to extract fields from", value);
+    return false;
+  }
+  return true;
+}
+
+const Json* read_list(const Json& obj, std::string_view field, Loc& loc, Errors& errors,
+                      std::size_t min_items, std::size_t max_items) {
+  auto it = obj.find(field);
+  if (it == obj.end()) {
+    errors.add_at("missing", loc, field, "Field required", obj);
+    return nullptr;
+  }
+  if (!it->is_array()) {
+    errors.add_at("list_type", loc, field, "Input should be a valid list", *it);
+    return nullptr;
+  }
+  if (it->size() < min_items) {
+    errors.add_at("too_short", loc, field,
+                  fmt::format("List should have at least {} item{} after validation, not {}",
+                              min_items, min_items == 1 ? "" : "s", it->size()),
+                  Json::array());
+    return nullptr;
+  }
+  if (it->size() > max_items) {
+    errors.add_at("too_long", loc, field,
+                  fmt::format("List should have at most {} items after validation, not {}",
+                              max_items, it->size()),
+                  Json::array());
+    return nullptr;
+  }
+  return &*it;
+}
+
+}  // namespace llmd::json

@@ -1,0 +1,86 @@
+#pragma once
+// Request validation that yields the contract's 422 body:
+//   {"detail": [{"type", "loc", "msg", "input"}, ...]}
+// with `loc` a path such as ["body","requests",1,"prefix_cache_score"]. Field readers append an
+// error and return a default instead of throwing, so one pass reports every bad field.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace llmd::json {
+
+using Json = nlohmann::json;
+
+// A location path, materialised into JSON only when an error is recorded.
+class Loc {
+ public:
+  Loc() { parts_.emplace_back(std::string("body")); }
+  void push(std::string_view key) { parts_.emplace_back(std::string(key)); }
+  void push(int64_t index) { parts_.emplace_back(index); }
+  void pop() { parts_.pop_back(); }
+  Json to_json() const;
+
+ private:
+  std::vector<std::variant<std::string, int64_t>> parts_;
+};
+
+// RAII push/pop of one path element.
+class LocScope {
+ public:
+  template <typename T>
+  LocScope(Loc& loc, T part) : loc_(loc) { loc_.push(part); }
+  ~LocScope() { loc_.pop(); }
+  LocScope(const LocScope&) = delete;
+  LocScope& operator=(const LocScope&) = delete;
+
+ private:
+  Loc& loc_;
+};
+
+struct NumberRange {
+  std::optional<double> ge;  // inclusive lower bound
+  std::optional<double> le;  // inclusive upper bound
+};
+
+class Errors {
+ public:
+  void add(std::string_view type, const Loc& loc, std::string_view msg, const Json& input);
+  void add_at(std::string_view type, const Loc& loc, std::string_view field, std::string_view msg,
+              const Json& input);
+  void add_raw(Json detail) { details_.push_back(std::move(detail)); }
+  bool empty() const { return details_.empty(); }
+  std::size_t size() const { return details_.size(); }
+  // {"detail": [...]}
+  Json body() const;
+  const Json& details() const { return details_; }
+
+ private:
+  Json details_ = Json::array();
+};
+
+// Parses a request body; on failure records a `json_invalid` error at ["body", offset].
+std::optional<Json> parse_body(std::string_view body, Errors& errors);
+
+// Field readers on a JSON object. `required` missing -> "missing" error. Out-of-range,
+// non-finite, wrong type -> the matching error. The return value is only meaningful when no
+// error was added.
+double read_float(const Json& obj, std::string_view field, Loc& loc, Errors& errors,
+                  bool required, double fallback = 0.0, NumberRange range = {});
+int64_t read_int(const Json& obj, std::string_view field, Loc& loc, Errors& errors, bool required,
+                 int64_t fallback = 0, NumberRange range = {});
+bool read_bool(const Json& obj, std::string_view field, Loc& loc, Errors& errors, bool fallback);
+// String or null (null -> nullopt). Missing -> nullopt.
+std::optional<std::string> read_optional_string(const Json& obj, std::string_view field, Loc& loc,
+                                                Errors& errors);
+// Checks that `value` is an object; records `model_type`-style error otherwise.
+bool expect_object(const Json& value, Loc& loc, Errors& errors);
+// Checks that obj[field] is a list with min..max items; records an error otherwise.
+const Json* read_list(const Json& obj, std::string_view field, Loc& loc, Errors& errors,
+                      std::size_t min_items, std::size_t max_items);
+
+}  // namespace llmd::json

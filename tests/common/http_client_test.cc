@@ -1,0 +1,167 @@
+#include <fcntl.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "common/http/client.h"
+#include "tests/common/http_test_util.h"
+
+namespace llmd::http {
+namespace {
+
+using testing::local_options;
+using testing::RunningServer;
+
+TEST(HttpClientParseUrl, AcceptsHttpForms) {
+  auto u = parse_url("http://localhost:8000");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->host, "localhost");
+  EXPECT_EQ(u->port, 8000);
+  EXPECT_EQ(u->base_path, "");
+
+  u = parse_url("http://training-server");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->host, "training-server");
+  EXPECT_EQ(u->port, 80);
+
+  u = parse_url("http://10.0.0.1:9000/base/path/");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->host, "10.0.0.1");
+  EXPECT_EQ(u->port, 9000);
+  EXPECT_EQ(u->base_path, "/base/path");
+
+  u = parse_url("http://h:1/");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->base_path, "");
+
+  u = parse_url("http://[::1]:8080");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->host, "::1");
+  EXPECT_EQ(u->port, 8080);
+}
+
+TEST(HttpClientParseUrl, RejectsOtherSchemesAndGarbage) {
+  for (const char* bad : {"https://host:443", "ftp://host", "host:8000", "", "http://",
+                          "http://:80", "http://host:", "http://host:0", "http://host:70000",
+                          "http://host:12ab", "http://host:80?x=1", "http://user@host",
+                          "http://ho st", "http://[::1"}) {
+    EXPECT_FALSE(parse_url(bad).has_value()) << bad;
+  }
+}
+
+// Accepts exactly one connection and answers every request on it, so a client that opened a
+// second connection would hang in the backlog and time out.
+class OneConnectionServer {
+ public:
+  OneConnectionServer() {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    ::listen(listen_fd_, 8);
+    socklen_t len = sizeof(addr);
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~OneConnectionServer() {
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  uint16_t port() const { return port_; }
+  int served() const { return served_; }
+  // True when nobody else is waiting in the accept queue.
+  bool backlog_empty() {
+    ::fcntl(listen_fd_, F_SETFL, O_NONBLOCK);
+    const int fd = ::accept(listen_fd_, nullptr, nullptr);
+    if (fd >= 0) {
+      ::close(fd);
+    }
+    return fd < 0;
+  }
+
+ private:
+  void serve() {
+    const int fd = ::accept(listen_fd_, nullptr, nullptr);
+    if (fd < 0) {
+      return;
+    }
+    std::string buffer;
+    char chunk[4096];
+    while (true) {
+      const auto end = buffer.find("\r\n\r\n");
+      if (end != std::string::npos) {
+        buffer.erase(0, end + 4);
+        ++served_;
+        const std::string res = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        ::send(fd, res.data(), res.size(), MSG_NOSIGNAL);
+        continue;
+      }
+      const auto n = ::recv(fd, chunk, sizeof(chunk), 0);
+      if (n <= 0) {
+        break;
+      }
+      buffer.append(chunk, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+  }
+
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<int> served_{0};
+  std::thread thread_;
+};
+
+TEST(HttpClient, ReusesOneConnectionForManyRequests) {
+  OneConnectionServer server;
+  {
+    HttpClient client("127.0.0.1", server.port(), std::chrono::seconds(5));
+    for (int i = 0; i < 20; ++i) {
+      const auto res = client.get("/x");
+      ASSERT_EQ(res.status, 200) << res.error;
+      EXPECT_EQ(res.body, "ok");
+    }
+    EXPECT_TRUE(server.backlog_empty());
+  }
+  EXPECT_EQ(server.served(), 20);
+}
+
+TEST(HttpClient, ConnectionRefusedIsStatusZeroWithError) {
+  uint16_t port = 0;
+  {
+    RunningServer srv(local_options(), [](Request&) { return Response::text(200, "x"); });
+    port = srv.port();
+  }
+  HttpClient client("127.0.0.1", port, std::chrono::seconds(2));
+  const auto res = client.get("/");
+  EXPECT_EQ(res.status, 0);
+  EXPECT_FALSE(res.error.empty());
+}
+
+TEST(HttpClient, TimeoutIsStatusZeroAndClientRecovers) {
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  RunningServer srv(local_options(), [&](Request& r) {
+    if (r.path == "/slow") {
+      released.wait_for(std::chrono::seconds(10));
+    }
+    return Response::text(200, "fine");
+  });
+  HttpClient client("127.0.0.1", srv.port(), std::chrono::milliseconds(200));
+  const auto slow = client.get("/slow");
+  release.set_value();
+  EXPECT_EQ(slow.status, 0);
+  EXPECT_FALSE(slow.error.empty());
+  client.set_timeout(std::chrono::seconds(5));
+  const auto fast = client.get("/fast");
+  EXPECT_EQ(fast.status, 200) << fast.error;
+  EXPECT_EQ(fast.body, "fine");
+}
+
+}  // namespace
+}  // namespace llmd::http

@@ -1,0 +1,295 @@
+#include <atomic>
+#include <future>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/http/client.h"
+#include "common/http/router.h"
+#include "common/http/server.h"
+#include "tests/common/http_test_util.h"
+
+namespace llmd::http {
+namespace {
+
+using nlohmann::json;
+using testing::local_options;
+using testing::RawSocket;
+using testing::RunningServer;
+
+// Routes shared by most tests. `server` is filled in once the server exists (for /stop).
+struct TestApp {
+  Router router;
+  std::atomic<HttpServer*> server{nullptr};
+
+  TestApp() {
+    router.add("GET", "/echo", [](Request& r) {
+      return Response::json(200, {{"method", r.method}, {"path", r.path}, {"query", r.query},
+                                  {"agent", std::string(r.header("User-Agent"))}});
+    });
+    router.add("POST", "/echo", [](Request& r) {
+      const std::string type(r.header("content-type"));
+      return Response::json(200, {{"body", r.body}, {"type", type}});
+    });
+    router.add("GET", "/throw", [](Request&) -> Response { throw std::runtime_error("boom"); });
+    router.add("GET", "/stop", [this](Request&) {
+      server.load()->stop();
+      return Response::detail(200, "stopping");
+    });
+  }
+  HttpServer::RequestHandler handler() {
+    return [this](Request& r) { return router.route(r); };
+  }
+};
+
+json body_json(const ClientResponse& r) { return json::parse(r.body, nullptr, false); }
+
+TEST(HttpServer, GetAndPostRoundTripOnOneKeptAliveClient) {
+  TestApp app;
+  RunningServer srv(local_options(), app.handler());
+  HttpClient client("127.0.0.1", srv.port());
+  for (int i = 0; i < 100; ++i) {
+    const auto get = client.get("/echo?i=" + std::to_string(i));
+    ASSERT_EQ(get.status, 200) << get.error;
+    EXPECT_EQ(body_json(get)["query"], "i=" + std::to_string(i));
+    EXPECT_EQ(body_json(get)["path"], "/echo");
+    EXPECT_EQ(get.header("Content-Type"), "application/json");
+    EXPECT_EQ(get.header("server"), "llmd-test");
+    EXPECT_EQ(get.header("content-length"), std::to_string(get.body.size()));
+
+    const std::string payload = json{{"n", i}}.dump();
+    const auto post = client.post("/echo", payload);
+    ASSERT_EQ(post.status, 200) << post.error;
+    EXPECT_EQ(body_json(post)["body"], payload);
+    EXPECT_EQ(body_json(post)["type"], "application/json");
+  }
+}
+
+TEST(HttpServer, ServerKeepsConnectionAliveAndAnswersPipelinedRequests) {
+  TestApp app;
+  RunningServer srv(local_options(), app.handler());
+  RawSocket sock(srv.port());
+  ASSERT_TRUE(sock.connected());
+  const std::string req = "GET /echo?a HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_TRUE(sock.send_all(req + req));
+  for (int i = 0; i < 2; ++i) {
+    const auto res = sock.read_response();
+    ASSERT_TRUE(res.has_value()) << "response " << i;
+    EXPECT_EQ(res->rfind("HTTP/1.1 200", 0), 0u) << *res;
+  }
+  ASSERT_TRUE(sock.send_all(req));
+  EXPECT_TRUE(sock.read_response().has_value());
+}
+
+TEST(HttpServer, Http10WithoutKeepAliveIsClosedAfterResponse) {
+  TestApp app;
+  RunningServer srv(local_options(), app.handler());
+  RawSocket sock(srv.port());
+  ASSERT_TRUE(sock.send_all("GET /echo HTTP/1.0\r\n\r\n"));
+  const auto res = sock.read_response();
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->rfind("HTTP/1.0 200", 0), 0u) << *res;
+  EXPECT_TRUE(sock.wait_for_close());
+}
+
+TEST(HttpServer, UnknownRouteIs404ThroughTheServer) {
+  TestApp app;
+  RunningServer srv(local_options(), app.handler());
+  HttpClient client("127.0.0.1", srv.port());
+  const auto res = client.get("/missing");
+  EXPECT_EQ(res.status, 404);
+  EXPECT_EQ(body_json(res), (json{{"detail", "Not Found"}}));
+  EXPECT_EQ(client.request("DELETE", "/echo").status, 405);
+}
+
+TEST(HttpServer, BodyOverLimitIs413AndServerKeepsServing) {
+  TestApp app;
+  auto options = local_options();
+  options.body_limit = 1024;
+  RunningServer srv(options, app.handler());
+  HttpClient client("127.0.0.1", srv.port());
+
+  const auto big = client.post("/echo", std::string(4096, 'x'));
+  ASSERT_EQ(big.status, 413) << big.error;
+  EXPECT_EQ(body_json(big), (json{{"detail", "Request body too large (limit 1024 bytes)"}}));
+  EXPECT_EQ(big.header("content-type"), "application/json");
+
+  const auto exact = client.post("/echo", std::string(1024, 'y'));
+  EXPECT_EQ(exact.status, 200) << exact.error;
+  HttpClient other("127.0.0.1", srv.port());
+  EXPECT_EQ(other.get("/echo").status, 200);
+}
+
+TEST(HttpServer, ChunkedBodyOverLimitIs413) {
+  TestApp app;
+  auto options = local_options();
+  options.body_limit = 16;
+  RunningServer srv(options, app.handler());
+  RawSocket sock(srv.port());
+  ASSERT_TRUE(sock.send_all("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                            "20\r\n" + std::string(32, 'z') + "\r\n0\r\n\r\n"));
+  const auto res = sock.read_response();
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->rfind("HTTP/1.1 413", 0), 0u) << *res;
+  const std::string detail = R"x({"detail":"Request body too large (limit 16 bytes)"})x";
+  EXPECT_NE(res->find(detail), std::string::npos);
+  EXPECT_TRUE(sock.wait_for_close());
+}
+
+TEST(HttpServer, ThrowingHandlerIs500AndServerKeepsServing) {
+  TestApp app;
+  RunningServer srv(local_options(), app.handler());
+  HttpClient client("127.0.0.1", srv.port());
+  for (int i = 0; i < 3; ++i) {
+    const auto res = client.get("/throw");
+    EXPECT_EQ(res.status, 500);
+    EXPECT_EQ(body_json(res), (json{{"detail", "Internal server error"}}));
+    EXPECT_EQ(client.get("/echo").status, 200);
+  }
+}
+
+TEST(HttpServer, MalformedRequestIs400AndServerKeepsServing) {
+  TestApp app;
+  RunningServer srv(local_options(), app.handler());
+  for (const std::string garbage :
+       {"GARBAGE\r\n\r\n", "GET / HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+        "GET / HTTP/9.9\r\n\r\n", "\x01\x02\x03 nonsense\r\n\r\n"}) {
+    RawSocket sock(srv.port());
+    ASSERT_TRUE(sock.send_all(garbage));
+    const auto res = sock.read_response();
+    ASSERT_TRUE(res.has_value()) << garbage;
+    EXPECT_EQ(res->rfind("HTTP/1.1 400", 0), 0u) << *res;
+    EXPECT_NE(res->find(R"({"detail":"Malformed HTTP request"})"), std::string::npos);
+    EXPECT_TRUE(sock.wait_for_close());
+  }
+  HttpClient client("127.0.0.1", srv.port());
+  EXPECT_EQ(client.get("/echo").status, 200);
+}
+
+TEST(HttpServer, IdleKeptAliveConnectionIsClosed) {
+  TestApp app;
+  auto options = local_options();
+  options.idle_timeout = std::chrono::milliseconds(100);
+  RunningServer srv(options, app.handler());
+  RawSocket sock(srv.port());
+  ASSERT_TRUE(sock.send_all("GET /echo HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(sock.read_response().has_value());
+  EXPECT_TRUE(sock.wait_for_close());
+
+  // The client notices the closed connection and reconnects transparently.
+  HttpClient client("127.0.0.1", srv.port());
+  ASSERT_EQ(client.get("/echo").status, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(client.get("/echo").status, 200);
+  EXPECT_EQ(client.post("/echo", "{}").status, 200);
+}
+
+TEST(HttpServer, SilentConnectionIsClosedAfterHeaderTimeout) {
+  TestApp app;
+  auto options = local_options();
+  options.header_timeout = std::chrono::milliseconds(100);
+  RunningServer srv(options, app.handler());
+  RawSocket silent(srv.port());
+  EXPECT_TRUE(silent.wait_for_close());
+  RawSocket partial(srv.port());
+  ASSERT_TRUE(partial.send_all("GET /echo HTTP/1.1\r\nHost: "));
+  EXPECT_TRUE(partial.wait_for_close());
+}
+
+TEST(HttpServer, ConcurrentClientsFromSeveralThreads) {
+  TestApp app;
+  RunningServer srv(local_options(), app.handler());
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      HttpClient client("127.0.0.1", srv.port());
+      for (int i = 0; i < 50; ++i) {
+        const std::string payload = std::to_string(t) + ":" + std::to_string(i);
+        const auto res = client.post("/echo", payload);
+        if (res.status == 200 && body_json(res)["body"] == payload) {
+          ++ok;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(ok.load(), 6 * 50);
+}
+
+TEST(HttpServer, StopFromAnotherThreadReturnsRunAndCallsHookOnce) {
+  TestApp app;
+  HttpServer server(local_options(), app.handler());
+  std::atomic<int> hooks{0};
+  server.on_shutdown([&] { ++hooks; });
+  server.start();
+  ASSERT_NE(server.port(), 0);
+  std::promise<void> returned;
+  std::thread runner([&] {
+    server.run(false);
+    returned.set_value();
+  });
+  HttpClient client("127.0.0.1", server.port());
+  ASSERT_EQ(client.get("/echo").status, 200);  // idle keep-alive connection during stop
+  std::thread stopper([&] { server.stop(); });
+  stopper.join();
+  server.stop();
+  const bool done =
+      returned.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  if (!done) {
+    server.stop();
+  }
+  runner.join();
+  EXPECT_TRUE(done);
+  EXPECT_EQ(hooks.load(), 1);
+  EXPECT_EQ(client.get("/echo").status, 0);
+}
+
+TEST(HttpServer, StopInsideHandlerAnswersThenReturnsRun) {
+  TestApp app;
+  auto server = std::make_unique<RunningServer>(local_options(), app.handler());
+  app.server = &server->server();
+  HttpClient client("127.0.0.1", server->port());
+  const auto res = client.get("/stop");
+  EXPECT_EQ(res.status, 200);
+  EXPECT_EQ(res.header("connection"), "close");
+  server->stop_and_join();  // returns only because run() returned
+}
+
+TEST(HttpServer, StopLetsInFlightRequestFinish) {
+  std::promise<void> entered;
+  std::promise<void> release;
+  auto release_future = release.get_future().share();
+  RunningServer srv(local_options(), [&](Request&) {
+    entered.set_value();
+    release_future.wait_for(std::chrono::seconds(10));
+    return Response::detail(200, "done");
+  });
+  auto response = std::async(std::launch::async, [&] {
+    HttpClient client("127.0.0.1", srv.port());
+    return client.get("/slow");
+  });
+  entered.get_future().wait();
+  srv.server().stop();
+  release.set_value();
+  const auto res = response.get();
+  EXPECT_EQ(res.status, 200) << res.error;
+  EXPECT_EQ(body_json(res), (json{{"detail", "done"}}));
+}
+
+TEST(HttpServer, StartFailsClearlyWhenPortIsTaken) {
+  TestApp app;
+  RunningServer first(local_options(), app.handler());
+  auto options = local_options();
+  options.port = first.port();
+  HttpServer second(options, app.handler());
+  EXPECT_THROW(second.start(), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace llmd::http

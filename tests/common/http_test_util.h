@@ -1,0 +1,138 @@
+#pragma once
+// Test helpers: an RAII running HttpServer and a blocking raw POSIX socket for byte-level checks.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "common/http/server.h"
+
+namespace llmd::http::testing {
+
+inline ServerOptions local_options() {
+  ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.io_threads = 2;
+  o.drain_timeout = std::chrono::milliseconds(3000);
+  o.server_name = "llmd-test";
+  return o;
+}
+
+// Runs server.run(false) on a thread; the destructor always stops and joins.
+class RunningServer {
+ public:
+  RunningServer(ServerOptions options, HttpServer::RequestHandler handler)
+      : server_(std::move(options), std::move(handler)) {
+    server_.start();
+    thread_ = std::thread([this] { server_.run(false); });
+  }
+  ~RunningServer() { stop_and_join(); }
+  void stop_and_join() {
+    server_.stop();
+    if (thread_.joinable()) {
+      thread_.join();
+    }
+  }
+  HttpServer& server() { return server_; }
+  uint16_t port() const { return server_.port(); }
+
+ private:
+  HttpServer server_;
+  std::thread thread_;
+};
+
+// Blocking socket whose reads give up after `recv_timeout_s` so a broken server fails the test
+// instead of hanging it.
+class RawSocket {
+ public:
+  explicit RawSocket(uint16_t port, int recv_timeout_s = 10) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    timeval tv{recv_timeout_s, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~RawSocket() { ::close(fd_); }
+  RawSocket(const RawSocket&) = delete;
+  RawSocket& operator=(const RawSocket&) = delete;
+
+  bool connected() const { return connected_; }
+  bool send_all(const std::string& data) {
+    std::size_t sent = 0;
+    while (sent < data.size()) {
+      const auto n = ::send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) {
+        return false;
+      }
+      sent += static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+  // recv() result: >0 bytes appended to buffer_, 0 orderly close, <0 error or timeout.
+  long read_some() {
+    char chunk[4096];
+    const auto n = ::recv(fd_, chunk, sizeof(chunk), 0);
+    if (n > 0) {
+      buffer_.append(chunk, static_cast<std::size_t>(n));
+    }
+    return n;
+  }
+  // Reads one Content-Length framed response; nullopt if the peer closed or timed out first.
+  std::optional<std::string> read_response() {
+    while (true) {
+      const auto head_end = buffer_.find("\r\n\r\n");
+      if (head_end != std::string::npos) {
+        std::size_t length = 0;
+        const auto cl = lower(buffer_.substr(0, head_end)).find("content-length:");
+        if (cl != std::string::npos) {
+          length = std::stoul(buffer_.substr(cl + 15));
+        }
+        const auto total = head_end + 4 + length;
+        if (buffer_.size() >= total) {
+          auto out = buffer_.substr(0, total);
+          buffer_.erase(0, total);
+          return out;
+        }
+      }
+      if (read_some() <= 0) {
+        return std::nullopt;
+      }
+    }
+  }
+  // True when the peer closes (recv returns 0) before the receive timeout; drops any data.
+  bool wait_for_close() {
+    while (true) {
+      const auto n = read_some();
+      if (n == 0) {
+        return true;
+      }
+      if (n < 0) {
+        return false;
+      }
+    }
+  }
+  const std::string& buffered() const { return buffer_; }
+
+ private:
+  static std::string lower(std::string s) {
+    for (auto& c : s) {
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    return s;
+  }
+  int fd_ = -1;
+  bool connected_ = false;
+  std::string buffer_;
+};
+
+}  // namespace llmd::http::testing

@@ -1,0 +1,146 @@
+#include "tests/support/process.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "common/http/client.h"
+
+namespace llmd::testing {
+
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string binary(const std::string& relative) {
+  return std::string(LLMD_BINARY_DIR) + "/" + relative;
+}
+
+TempDir::TempDir() {
+  std::string tmpl = "/tmp/llmd-test-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    throw std::runtime_error("mkdtemp failed");
+  }
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+Process::Process(std::string exe, std::vector<std::string> args, std::vector<std::string> env) {
+  static int counter = 0;
+  log_path_ = "/tmp/llmd-proc-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".log";
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    for (const auto& e : env) {
+      ::putenv(const_cast<char*>(e.c_str()));
+    }
+    std::vector<char*> argv;
+    argv.push_back(exe.data());
+    for (auto& a : args) {
+      argv.push_back(a.data());
+    }
+    argv.push_back(nullptr);
+    ::execv(exe.c_str(), argv.data());
+    std::_Exit(127);
+  }
+}
+
+Process::~Process() {
+  if (pid_ > 0 && running()) {
+    terminate(std::chrono::seconds(10));
+  }
+  std::error_code ec;
+  std::filesystem::remove(log_path_, ec);
+}
+
+bool Process::running() {
+  if (pid_ <= 0) {
+    return false;
+  }
+  int status = 0;
+  pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) {
+    pid_ = -1;
+    return false;
+  }
+  return true;
+}
+
+bool Process::wait_http_ok(uint16_t port, const std::string& path,
+                           std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  http::HttpClient client("127.0.0.1", port, std::chrono::milliseconds(500));
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!running()) {
+      return false;
+    }
+    if (client.get(path).status == 200) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+int Process::terminate(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) {
+    return -1;
+  }
+  ::kill(pid_, SIGTERM);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill_now();
+  return -1;
+}
+
+void Process::kill_now() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+}
+
+std::string Process::log() const {
+  std::ifstream in(log_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace llmd::testing

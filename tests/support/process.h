@@ -1,0 +1,51 @@
+#pragma once
+// Starts a real executable for end-to-end tests and always stops it: the destructor sends
+// SIGTERM, waits (bounded) and then SIGKILLs. Output goes to a log file printed on failure.
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace llmd::testing {
+
+// A port that was free a moment ago on 127.0.0.1.
+uint16_t free_port();
+// Path of a built executable, e.g. binary("trainer/trainer").
+std::string binary(const std::string& relative);
+// A fresh empty directory under /tmp, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+class Process {
+ public:
+  Process(std::string exe, std::vector<std::string> args, std::vector<std::string> env = {});
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  // Polls GET <path> on 127.0.0.1:port until it answers 200 or the timeout passes.
+  bool wait_http_ok(uint16_t port, const std::string& path = "/healthz",
+                    std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  // SIGTERM and wait for exit (bounded); returns the exit status or -1.
+  int terminate(std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  void kill_now();  // SIGKILL, no cleanup (crash simulation)
+  bool running();
+  std::string log() const;
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_path_;
+};
+
+}  // namespace llmd::testing

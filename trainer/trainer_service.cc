@@ -1,0 +1,565 @@
+#include "trainer/trainer_service.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/util/files.h"
+#include "common/util/targz.h"
+#include "trainer/persistence.h"
+
+namespace llmd::trainer {
+namespace {
+
+using features::FeatureSet;
+using Clock = std::chrono::steady_clock;
+
+FeatureSet base_set(Target t) { return t == Target::kTtft ? FeatureSet::kTtft : FeatureSet::kTpot; }
+FeatureSet noqueue_set(Target t) {
+  return t == Target::kTtft ? FeatureSet::kTtftNoQueue : FeatureSet::kTpotNoQueue;
+}
+
+ModelFile make_file(std::string bytes, int64_t version) {
+  return ModelFile{std::make_shared<const std::string>(std::move(bytes)), version,
+                   std::chrono::system_clock::now()};
+}
+
+}  // namespace
+
+struct TrainerService::Metrics {
+  explicit Metrics(prometheus::Registry& r)
+      : ingested(prometheus::BuildCounter()
+                     .Name("llmd_trainer_samples_ingested_total")
+                     .Help("Training samples accepted, per target")
+                     .Register(r)),
+        fits(prometheus::BuildCounter()
+                 .Name("llmd_trainer_fits_total")
+                 .Help("Model fits by target and result")
+                 .Register(r)),
+        fit_seconds(prometheus::BuildHistogram()
+                        .Name("llmd_trainer_fit_duration_seconds")
+                        .Help("Wall time of one target's fit incl. ensemble and evaluation")
+                        .Register(r)),
+        gauges(prometheus::BuildGauge()
+                   .Name("llmd_trainer_holdout_mape_percent")
+                   .Help("MAPE of the latest model on the hold-out set")
+                   .Register(r)),
+        coverage(prometheus::BuildGauge()
+                     .Name("llmd_trainer_holdout_coverage_percent")
+                     .Help("Share of hold-out actuals at or below the prediction")
+                     .Register(r)),
+        live_ape(prometheus::BuildGauge()
+                     .Name("llmd_trainer_live_prediction_ape_percent")
+                     .Help("EWMA of |predicted-actual|/actual for predictions reported by the EPP")
+                     .Register(r)),
+        version(prometheus::BuildGauge()
+                    .Name("llmd_trainer_model_version")
+                    .Help("Version of the latest published model set")
+                    .Register(r)
+                    .Add({})),
+        snapshots(prometheus::BuildCounter()
+                      .Name("llmd_trainer_snapshots_total")
+                      .Help("Sample snapshots written, by result")
+                      .Register(r)),
+        snapshot_ok(snapshots.Add({{"result", "ok"}})),
+        snapshot_error(snapshots.Add({{"result", "error"}})) {
+    for (Target t : kTargets) {
+      const std::string n(target_name(t));
+      int i = static_cast<int>(t);
+      ingested_by[i] = &ingested.Add({{"target", n}});
+      fit_ok[i] = &fits.Add({{"target", n}, {"result", "ok"}});
+      fit_error[i] = &fits.Add({{"target", n}, {"result", "error"}});
+      fit_hist[i] = &fit_seconds.Add({{"target", n}}, prometheus::Histogram::BucketBoundaries{
+                                                          0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
+      mape[i] = &gauges.Add({{"target", n}});
+      cov[i] = &coverage.Add({{"target", n}});
+      live[i] = &live_ape.Add({{"target", n}});
+    }
+  }
+  prometheus::Family<prometheus::Counter>& ingested;
+  prometheus::Family<prometheus::Counter>& fits;
+  prometheus::Family<prometheus::Histogram>& fit_seconds;
+  prometheus::Family<prometheus::Gauge>& gauges;
+  prometheus::Family<prometheus::Gauge>& coverage;
+  prometheus::Family<prometheus::Gauge>& live_ape;
+  prometheus::Gauge& version;
+  prometheus::Family<prometheus::Counter>& snapshots;
+  prometheus::Counter& snapshot_ok;
+  prometheus::Counter& snapshot_error;
+  std::array<prometheus::Counter*, 2> ingested_by{};
+  std::array<prometheus::Counter*, 2> fit_ok{};
+  std::array<prometheus::Counter*, 2> fit_error{};
+  std::array<prometheus::Histogram*, 2> fit_hist{};
+  std::array<prometheus::Gauge*, 2> mape{};
+  std::array<prometheus::Gauge*, 2> cov{};
+  std::array<prometheus::Gauge*, 2> live{};
+  std::array<double, 2> live_ewma{-1, -1};  // guarded by TrainerService::mu_
+};
+
+TrainerService::TrainerService(TrainerConfig config, prometheus::Registry& registry)
+    : config_(std::move(config)),
+      metrics_(std::make_unique<Metrics>(registry)),
+      store_(config_.store) {
+  fit_config_.objective = config_.objective;
+  fit_config_.alpha = config_.quantile_alpha;
+  fit_config_.params = config_.params;
+  load_models_at_start();
+  load_snapshot_at_start();
+}
+
+TrainerService::~TrainerService() { stop_background(); }
+
+std::string TrainerService::model_path(const std::string& name) const {
+  if (name == "ttft") return config_.ttft_model_path;
+  if (name == "tpot") return config_.tpot_model_path;
+  if (name == "ttft_gated") return config_.ttft_gated_model_path;
+  if (name == "tpot_gated") return config_.tpot_gated_model_path;
+  return "";
+}
+
+std::string TrainerService::samples_path() const {
+  if (!config_.samples_path.empty()) {
+    return config_.samples_path;
+  }
+  auto dir = std::filesystem::path(config_.ttft_model_path).parent_path();
+  return (dir / "training_samples.bin").string();
+}
+
+void TrainerService::load_models_at_start() {
+  auto next = std::make_shared<PublishedModels>();
+  std::vector<std::string> written;
+  for (Target t : kTargets) {
+    const std::string name(target_name(t));
+    const std::string path = model_path(name);
+    model::TargetPredictor& pred = t == Target::kTtft ? next->ttft : next->tpot;
+    if (auto bytes = util::read_file(path)) {
+      try {
+        pred.base = model::TargetModel::load(*bytes);
+        int64_t v = pred.base->version();
+        auto mtime = std::filesystem::last_write_time(path);
+        auto sys = std::chrono::file_clock::to_sys(mtime);
+        next->files[name] = ModelFile{std::make_shared<const std::string>(std::move(*bytes)), v,
+                                      std::chrono::time_point_cast<util::SystemTime::duration>(sys)};
+        next->version = std::max(next->version, v);
+        spdlog::info("loaded {} model from {} (version {})", name, path, v);
+      } catch (const std::exception& e) {
+        spdlog::error("ignoring {} model at {}: {}", name, path, e.what());
+        pred.base = nullptr;
+      }
+    }
+    const std::string gname = name + "_gated";
+    const std::string gpath = model_path(gname);
+    if (auto bytes = util::read_file(gpath); bytes && config_.ensemble_mode && pred.base) {
+      try {
+        pred.gated = model::GatedModel::load(*bytes);
+        int64_t v = pred.gated->noqueue->version();
+        next->files[gname] = make_file(std::move(*bytes), v);
+        next->version = std::max(next->version, v);
+      } catch (const std::exception& e) {
+        spdlog::error("ignoring {} model at {}: {}", gname, gpath, e.what());
+      }
+    }
+  }
+  // Cold start: constant default models, published so predictors can sync them too.
+  bool need_default = !next->ttft.base || !next->tpot.base;
+  if (need_default) {
+    ++next->version;
+  }
+  for (Target t : kTargets) {
+    model::TargetPredictor& pred = t == Target::kTtft ? next->ttft : next->tpot;
+    if (pred.base) {
+      next->importance[static_cast<int>(t)] = pred.base->booster().gain_importance(model::column_info(pred.base->feature_set()));
+      next->intercept[static_cast<int>(t)] = pred.base->base_score();
+      continue;
+    }
+    const std::string name(target_name(t));
+    pred.base = model::make_constant_model(base_set(t), config_.default_model_ms, config_.objective);
+    pred.gated = nullptr;
+    next->files[name] = make_file(pred.base->serialize(next->version), next->version);
+    next->intercept[static_cast<int>(t)] = config_.default_model_ms;
+    written.push_back(name);
+    spdlog::info("no usable {} model: using the default model ({} ms)", name,
+                 config_.default_model_ms);
+  }
+  publish(next, written, {});
+}
+
+void TrainerService::load_snapshot_at_start() {
+  const std::string path = samples_path();
+  auto bytes = util::read_file(path);
+  if (!bytes) {
+    return;
+  }
+  std::lock_guard lock(mu_);
+  auto result = decode_snapshot(*bytes, store_);
+  if (!result.ok) {
+    spdlog::error("sample snapshot {} skipped: {}; starting with no samples", path, result.error);
+    std::error_code ec;
+    std::filesystem::rename(path, path + ".corrupt", ec);
+    return;
+  }
+  spdlog::info("restored {} samples from {}", result.samples, path);
+  snapshot_generation_ = change_counter_;
+}
+
+void TrainerService::publish(std::shared_ptr<PublishedModels> next,
+                             const std::vector<std::string>& written,
+                             const std::vector<std::string>& removed) {
+  for (const auto& name : written) {
+    const std::string path = model_path(name);
+    try {
+      util::write_file_atomic(path, *next->files.at(name).bytes);
+    } catch (const std::exception& e) {
+      // Predictors still get the model over HTTP; only the restart copy is missing.
+      spdlog::error("could not write {} model to {}: {}", name, path, e.what());
+    }
+  }
+  for (const auto& name : removed) {
+    std::error_code ec;
+    std::filesystem::remove(model_path(name), ec);
+  }
+  metrics_->version.Set(static_cast<double>(next->version));
+  std::lock_guard lock(published_mu_);
+  published_ = std::move(next);
+}
+
+std::shared_ptr<const PublishedModels> TrainerService::models() const {
+  std::lock_guard lock(published_mu_);
+  return published_;
+}
+
+void TrainerService::add_entries(const std::vector<features::TrainingEntry>& entries) {
+  std::lock_guard lock(mu_);
+  for (const auto& e : entries) {
+    store_.add(e.features, e.actual_ttft_ms, e.actual_tpot_ms);
+    const double actual[2] = {e.actual_ttft_ms, e.actual_tpot_ms};
+    const double predicted[2] = {e.predicted_ttft_ms, e.predicted_tpot_ms};
+    for (int i = 0; i < 2; ++i) {
+      if (actual[i] > 0) {
+        metrics_->ingested_by[i]->Increment();
+        if (predicted[i] >= 0) {
+          double ape = 100.0 * std::fabs(predicted[i] - actual[i]) / actual[i];
+          double& ewma = metrics_->live_ewma[i];
+          ewma = ewma < 0 ? ape : 0.98 * ewma + 0.02 * ape;
+          metrics_->live[i]->Set(ewma);
+        }
+      }
+    }
+  }
+  change_counter_ += entries.empty() ? 0 : 1;
+}
+
+FlushResult TrainerService::flush(bool training, bool test, bool metrics) {
+  std::lock_guard lock(mu_);
+  auto cleared = store_.clear(training, test);
+  FlushResult r;
+  r.training = cleared.training;
+  r.test = cleared.test;
+  if (metrics) {
+    for (auto& q : evals_) {
+      q.clear();
+    }
+    r.metrics_cleared = true;
+  }
+  ++change_counter_;
+  return r;
+}
+
+DataStatus TrainerService::data_status() const {
+  std::lock_guard lock(mu_);
+  DataStatus s;
+  for (Target t : kTargets) {
+    int i = static_cast<int>(t);
+    s.training[i] = store_.training_count(t);
+    s.test[i] = store_.test_count(t);
+    for (int b = 0; b < kBucketCount; ++b) {
+      s.buckets[i][b] = store_.bucket_count(t, b);
+      (BucketKey::from_index(b).queue == 0 ? s.noqueue[i] : s.queued[i]) += s.buckets[i][b];
+    }
+    s.scores_count[i] = evals_[i].size();
+  }
+  return s;
+}
+
+std::array<std::deque<Evaluation>, 2> TrainerService::evaluations() const {
+  std::lock_guard lock(mu_);
+  return evals_;
+}
+
+bool TrainerService::train_once() {
+  std::lock_guard train_lock(train_mu_);
+  auto current = models();
+  auto next = std::make_shared<PublishedModels>(*current);
+  std::vector<std::string> written;
+  std::vector<std::string> removed;
+  bool changed = false;
+  for (Target t : kTargets) {
+    const int ti = static_cast<int>(t);
+    std::vector<Sample> samples;
+    std::vector<Sample> test;
+    uint64_t generation = 0;
+    {
+      std::lock_guard lock(mu_);
+      generation = store_.generation(t);
+      if (generation == trained_generation_[ti] ||
+          store_.training_count(t) < config_.min_samples_for_retrain) {
+        continue;
+      }
+      samples = store_.training_samples(t);
+      test = store_.test_samples(t);
+    }
+    const std::string name(target_name(t));
+    const auto started = Clock::now();
+    try {
+      const uint64_t seed = config_.params.seed + generation;
+      model::TargetPredictor pred;
+      pred.base = fit_target_model(fit_config_, base_set(t), samples, seed);
+      if (config_.ensemble_mode) {
+        std::vector<Sample> noqueue, queued;
+        for (const auto& s : samples) {
+          (features::is_queued(s.features) ? queued : noqueue).push_back(s);
+        }
+        if (noqueue.size() >= config_.min_samples_for_split &&
+            queued.size() >= config_.min_samples_for_split) {
+          auto gated = std::make_shared<model::GatedModel>();
+          gated->noqueue = fit_target_model(fit_config_, noqueue_set(t), noqueue, seed + 1);
+          gated->queued = fit_target_model(fit_config_, base_set(t), queued, seed + 2);
+          pred.gated = gated;
+        }
+      }
+      std::optional<Evaluation> eval;
+      if (!test.empty()) {
+        std::vector<features::FeatureInput> rows;
+        std::vector<double> actual;
+        for (const auto& s : test) {
+          rows.push_back(s.features);
+          actual.push_back(s.actual_ms);
+        }
+        eval = evaluate(pred.predict(rows), actual, config_.quantile_alpha);
+      }
+      if (!changed) {
+        ++next->version;
+        changed = true;
+      }
+      const std::string gname = name + "_gated";
+      next->files[name] = make_file(pred.base->serialize(next->version), next->version);
+      written.push_back(name);
+      if (pred.gated) {
+        next->files[gname] = make_file(pred.gated->serialize(next->version), next->version);
+        written.push_back(gname);
+      } else if (next->files.erase(gname) > 0) {
+        removed.push_back(gname);
+        spdlog::info("{} ensemble inactive: removed gated model", name);
+      }
+      next->importance[ti] = pred.base->booster().gain_importance(model::column_info(pred.base->feature_set()));
+      next->intercept[ti] = pred.base->base_score();
+      (t == Target::kTtft ? next->ttft : next->tpot) = pred;
+      double secs = std::chrono::duration<double>(Clock::now() - started).count();
+      metrics_->fit_hist[ti]->Observe(secs);
+      metrics_->fit_ok[ti]->Increment();
+      {
+        std::lock_guard lock(mu_);
+        trained_generation_[ti] = generation;
+        if (eval) {
+          evals_[ti].push_back(*eval);
+          while (evals_[ti].size() > 5) {
+            evals_[ti].pop_front();
+          }
+        }
+      }
+      if (eval) {
+        metrics_->mape[ti]->Set(eval->mape_percent);
+        metrics_->cov[ti]->Set(eval->coverage_percent);
+        spdlog::info("trained {} on {} samples in {:.2f}s (ensemble {}): hold-out n={} coverage "
+                     "{:.1f}% pinball {:.3f} MAPE {:.1f}%",
+                     name, samples.size(), secs, pred.gated ? "on" : "off", eval->samples,
+                     eval->coverage_percent, eval->pinball_loss, eval->mape_percent);
+      } else {
+        spdlog::info("trained {} on {} samples in {:.2f}s (no hold-out samples yet)", name,
+                     samples.size(), secs);
+      }
+    } catch (const std::exception& e) {
+      metrics_->fit_error[ti]->Increment();
+      spdlog::error("training {} failed, keeping the previous model: {}", name, e.what());
+    }
+  }
+  if (!changed) {
+    return false;
+  }
+  next->last_retrain = std::chrono::system_clock::now();
+  publish(next, written, removed);
+  spdlog::info("published model set version {}", next->version);
+  return true;
+}
+
+bool TrainerService::snapshot(bool force) {
+  std::string bytes;
+  uint64_t counter = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (!force && change_counter_ == snapshot_generation_) {
+      return true;
+    }
+    counter = change_counter_;
+    bytes = encode_snapshot(store_);
+  }
+  try {
+    util::write_file_atomic(samples_path(), bytes);
+  } catch (const std::exception& e) {
+    metrics_->snapshot_error.Increment();
+    spdlog::error("sample snapshot failed: {}", e.what());
+    return false;
+  }
+  metrics_->snapshot_ok.Increment();
+  std::lock_guard lock(mu_);
+  snapshot_generation_ = counter;
+  return true;
+}
+
+void TrainerService::start_background() {
+  training_thread_ = std::thread([this] { training_loop(); });
+  snapshot_thread_ = std::thread([this] { snapshot_loop(); });
+}
+
+void TrainerService::stop_background() {
+  {
+    std::lock_guard lock(stop_mu_);
+    if (stopping_) {
+      return;
+    }
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (training_thread_.joinable()) {
+    training_thread_.join();
+  }
+  if (snapshot_thread_.joinable()) {
+    snapshot_thread_.join();
+  }
+  snapshot();
+}
+
+void TrainerService::training_loop() {
+  const auto interval = std::chrono::duration<double>(config_.retraining_interval_sec);
+  std::unique_lock lock(stop_mu_);
+  while (!stop_cv_.wait_for(lock, interval, [this] { return stopping_; })) {
+    lock.unlock();
+    train_once();
+    lock.lock();
+  }
+}
+
+void TrainerService::snapshot_loop() {
+  const auto interval = std::chrono::duration<double>(config_.snapshot_interval_sec);
+  std::unique_lock lock(stop_mu_);
+  while (!stop_cv_.wait_for(lock, interval, [this] { return stopping_; })) {
+    lock.unlock();
+    snapshot();
+    lock.lock();
+  }
+}
+
+std::string TrainerService::export_bundle() const {
+  auto m = models();
+  DataStatus s = data_status();
+  std::vector<util::TarMember> members;
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  for (const auto& [name, file] : m->files) {
+    auto mtime = std::chrono::duration_cast<std::chrono::seconds>(
+                     file.modified.time_since_epoch())
+                     .count();
+    members.push_back({std::filesystem::path(model_path(name)).filename().string(), *file.bytes,
+                       mtime > 0 ? mtime : now});
+  }
+  nlohmann::json meta = {{"model_type", "xgboost"},
+                         {"objective_type", model::objective_name(config_.objective)},
+                         {"quantile_alpha", config_.quantile_alpha},
+                         {"exported_at", util::now_rfc3339()},
+                         {"version", m->version},
+                         {"ttft_samples", s.training[0]},
+                         {"tpot_samples", s.training[1]}};
+  members.push_back({"metadata.json", meta.dump(2), now});
+  return util::make_tar_gz(members);
+}
+
+std::string TrainerService::reference_metrics_text() const {
+  auto m = models();
+  DataStatus s = data_status();
+  auto evals = evaluations();
+  std::string out;
+  auto line = [&](const std::string& text) { out += text + "\n"; };
+  line(fmt::format("model_type{{type=\"xgboost\"}} 1"));
+  line(fmt::format("objective_type{{type=\"{}\"}} 1", model::objective_name(config_.objective)));
+  line(fmt::format("model_quantile{{}} {}", config_.quantile_alpha));
+  line(fmt::format("ensemble_active{{}} {}", m->ensemble_active() ? 1 : 0));
+  line(fmt::format("ensemble_mode{{}} {}", config_.ensemble_mode ? 1 : 0));
+  for (Target t : kTargets) {
+    int i = static_cast<int>(t);
+    const std::string n(target_name(t));
+    line(fmt::format("{}_intercept{{}} {}", n, m->intercept[i]));
+    for (const auto& [feature, gain] : m->importance[i]) {
+      line(fmt::format("{}_importance{{feature=\"{}\"}} {}", n, feature, gain));
+    }
+  }
+  static const char* kRanges[] = {"0.00-0.25", "0.25-0.50", "0.50-0.75", "0.75-1.00"};
+  for (Target t : kTargets) {
+    int i = static_cast<int>(t);
+    const std::string n(target_name(t));
+    std::array<std::size_t, kQueueBuckets> q{};
+    std::array<std::size_t, kCacheBuckets> c{};
+    std::array<std::size_t, kPrefixBuckets> p{};
+    for (int b = 0; b < kBucketCount; ++b) {
+      std::size_t count = s.buckets[i][b];
+      if (count == 0) {
+        continue;
+      }
+      auto key = BucketKey::from_index(b);
+      q[key.queue] += count;
+      c[key.cache] += count;
+      p[key.prefix] += count;
+      line(fmt::format(
+          "training_samples_count{{model=\"{}\",queue_bucket=\"{}\",cache_bucket=\"{}\","
+          "prefix_bucket=\"{}\"}} {}",
+          n, key.queue, key.cache, key.prefix, count));
+    }
+    for (int k = 0; k < kQueueBuckets; ++k) {
+      line(fmt::format("training_samples_queue_total{{model=\"{}\",queue_bucket=\"{}\"}} {}", n, k, q[k]));
+    }
+    for (int k = 0; k < kCacheBuckets; ++k) {
+      line(fmt::format("training_samples_cache_total{{model=\"{}\",cache_bucket=\"{}\"}} {}", n, k, c[k]));
+    }
+    for (int k = 0; k < kPrefixBuckets; ++k) {
+      line(fmt::format(
+          "training_samples_prefix_total{{model=\"{}\",prefix_bucket=\"{}\",range=\"{}\"}} {}", n,
+          k, kRanges[k], p[k]));
+    }
+    for (std::size_t idx = 0; idx < evals[i].size(); ++idx) {
+      const auto& e = evals[i][idx];
+      if (config_.objective == model::Objective::kQuantile) {
+        line(fmt::format("{}_quantile_loss{{idx=\"{}\"}} {}", n, idx, e.pinball_loss));
+        line(fmt::format("{}_coverage_percent{{idx=\"{}\"}} {}", n, idx, e.coverage_percent));
+        line(fmt::format("{}_violation_rate_percent{{idx=\"{}\"}} {}", n, idx, e.violation_percent));
+      } else {
+        line(fmt::format("{}_mae{{idx=\"{}\"}} {}", n, idx, e.mae));
+        line(fmt::format("{}_rmse{{idx=\"{}\"}} {}", n, idx, e.rmse));
+      }
+      line(fmt::format("{}_mape_percent{{idx=\"{}\"}} {}", n, idx, e.mape_percent));
+    }
+  }
+  if (config_.objective == model::Objective::kQuantile) {
+    line(fmt::format("target_coverage_percent{{}} {}", config_.quantile_alpha * 100.0));
+  }
+  return out;
+}
+
+}  // namespace llmd::trainer
