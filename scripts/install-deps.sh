@@ -4,7 +4,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config ccache curl
   libboost-dev libboost-system-dev
-  nlohmann-json3-dev
+  nlohmann-json3-dev libsimdjson-dev
   libxgboost-dev
   prometheus-cpp-dev
   libspdlog-dev libfmt-dev

@@ -206,17 +206,24 @@ std::string GatedModel::serialize(int64_t version) const {
   return out;
 }
 
-std::shared_ptr<const GatedModel> GatedModel::load(std::string_view bytes) {
+std::pair<std::string_view, std::string_view> GatedModel::split(std::string_view bytes) {
   if (bytes.substr(0, kGatedMagic.size()) != kGatedMagic) {
     throw ModelError("not a gated model (bad magic)");
   }
   std::size_t pos = kGatedMagic.size();
-  auto out = std::make_shared<GatedModel>();
-  out->noqueue = TargetModel::load(get_part(bytes, pos));
-  out->queued = TargetModel::load(get_part(bytes, pos));
+  std::string_view noqueue = get_part(bytes, pos);
+  std::string_view queued = get_part(bytes, pos);
   if (pos != bytes.size()) {
     throw ModelError("gated model has trailing bytes");
   }
+  return {noqueue, queued};
+}
+
+std::shared_ptr<const GatedModel> GatedModel::load(std::string_view bytes) {
+  auto [noqueue, queued] = split(bytes);
+  auto out = std::make_shared<GatedModel>();
+  out->noqueue = TargetModel::load(noqueue);
+  out->queued = TargetModel::load(queued);
   return out;
 }
 

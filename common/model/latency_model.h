@@ -80,6 +80,8 @@ struct GatedModel {
   TargetModelPtr queued;
   std::string serialize(int64_t version) const;
   static std::shared_ptr<const GatedModel> load(std::string_view bytes);  // throws ModelError
+  // The two serialized TargetModels inside gated bytes (noqueue, queued); throws ModelError.
+  static std::pair<std::string_view, std::string_view> split(std::string_view bytes);
 };
 using GatedModelPtr = std::shared_ptr<const GatedModel>;
 

@@ -1,0 +1,92 @@
+#pragma once
+// A compiled, allocation-free evaluator of XGBoost gbtree regression models.
+//
+// XGBoost's own predictor builds a DMatrix, a sparse page and per-thread feature vectors for
+// every call; for the ~100-row batches of the prediction server that overhead dominates. A
+// FlatForest reads the model's UBJSON bytes once and lays every tree out as one flat node array
+// that a fixed-length, branch-free walk can evaluate.
+//
+// Exactness contract: predict_margin() returns, bit for bit, the margin (prediction type 1)
+// XGBoost 1.7's CPU predictor returns for the same float row:
+//   - numeric split: left iff fvalue < split_condition; NaN -> default child;
+//   - categorical split (split_type 1): the node's category list holds the categories that go
+//     RIGHT; a value goes right iff it is a valid category (0 <= v < 2^24, truncated toward
+//     zero: 2.5 is category 2) listed for the node; invalid, unlisted and too-large values go
+//     LEFT whatever default_left says; NaN -> default child;
+//   - a tree without any category list evaluates its split_type-1 nodes as numeric splits (XGBoost
+//     only consults the categorical path when the tree owns category storage);
+//   - leaf value = split_conditions[leaf]; margin = float(base_score), then += each tree's leaf
+//     value in float, in tree order.
+//
+// Immutable after construction: every method is const and safe to call from any thread.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "common/model/booster.h"
+
+namespace llmd::model {
+
+class FlatForest {
+ public:
+  // Compiles XGBoost's UBJSON model bytes (Booster::save(), TargetModel::serialize()). Throws
+  // ModelError for bytes that are not such a model and for anything the evaluator cannot
+  // reproduce exactly: non-gbtree boosters (gblinear, dart), multi-class or multi-target models,
+  // objectives whose base score is not already a margin (e.g. reg:logistic), malformed trees.
+  static FlatForest from_model_bytes(std::string_view ubj_bytes);
+
+  // `row` holds num_features() floats; NaN = missing.
+  float predict_margin(const float* row) const noexcept;
+  // `rows` is row-major, n x num_features(); writes n margins to `out`.
+  void predict_margins(const float* rows, std::size_t n, float* out) const noexcept;
+
+  std::size_t num_features() const { return num_features_; }
+  std::size_t num_trees() const { return trees_.size(); }
+  float base_score() const { return base_score_; }
+
+  // Layout details, public only so that the helpers in flat_forest.cc can name them.
+  //
+  // Rows are first "prepared" into a block where each node's decision is a single float
+  // comparison: right iff !(value < split). Prepared columns: [0, F) the raw features (NaN
+  // goes right, as for default-right numeric splits); [F, 2F) the features with NaN replaced
+  // by -inf (NaN goes left, for default-left numeric splits); then one 0/1 column per distinct
+  // categorical decision (feature, category set, default direction) and per "present?" test;
+  // last a constant 0 that keeps leaves in place. Rows are interleaved in groups of kLanes:
+  // value (lane k, column c) sits at group[c * kLanes + k].
+  static constexpr uint32_t kLanes = 8;
+  struct Node {
+    float split;
+    uint32_t col;  // prepared column * kLanes
+    int32_t left;  // forest-wide index of the left child; right = left + 1; a leaf: itself
+  };
+  struct Tree {
+    uint32_t root;
+    // Longest root-to-leaf path: the number of walk steps (leaves absorb extra steps).
+    uint32_t depth;
+  };
+  // A prepared 0/1 column: 1 where the row goes right.
+  struct Derived {
+    uint32_t feature;
+    uint32_t categorical;    // 0: "feature present" test; 1: category-set test
+    uint32_t missing_value;  // value for a missing feature (categorical: default right)
+    uint32_t words;          // category bitset: cat_pool_[offset, offset + words)
+    uint32_t offset;
+  };
+
+ private:
+  FlatForest() = default;
+  // Writes the prepared columns of `row` for lane `lane` of `group`.
+  void prepare(const float* row, float* group, uint32_t lane) const noexcept;
+
+  std::vector<Node> nodes_;
+  std::vector<float> leaf_values_;  // per node; 0 for internal nodes
+  std::vector<Tree> trees_;
+  std::vector<Derived> derived_;
+  std::vector<uint32_t> cat_pool_;
+  std::size_t num_features_ = 0;
+  std::size_t width_ = 0;  // prepared columns
+  float base_score_ = 0.0f;
+};
+
+}  // namespace llmd::model

@@ -1,0 +1,119 @@
+#include "predictor/model_store.h"
+
+#include <vector>
+
+namespace llmd::predictor {
+namespace {
+
+std::shared_ptr<const CompiledModel> compile_one(std::string_view bytes, int64_t& version) {
+  auto target = model::TargetModel::load(bytes);  // validates and reads the attributes
+  version = target->version();
+  auto forest = model::FlatForest::from_model_bytes(bytes);
+  if (forest.num_features() != features::columns(target->feature_set()).size()) {
+    throw model::ModelError("model expects " + std::to_string(forest.num_features()) +
+                            " features, schema has " +
+                            std::to_string(features::columns(target->feature_set()).size()));
+  }
+  return std::make_shared<const CompiledModel>(
+      CompiledModel{std::move(forest), target->transform(), target->feature_set()});
+}
+
+bool is_gated(const std::string& name) { return name.ends_with("_gated"); }
+
+}  // namespace
+
+double CompiledModel::predict(const features::FeatureInput& in) const {
+  float row[features::kMaxColumns];
+  features::fill_row(in, set, row);
+  return transform.to_ms(forest.predict_margin(row));
+}
+
+void CompiledModel::predict_rows(const features::FeatureInput* rows, const uint32_t* index,
+                                 std::size_t count, double* out) const {
+  thread_local std::vector<float> matrix;
+  thread_local std::vector<float> margins;
+  const std::size_t cols = features::columns(set).size();
+  matrix.resize(count * cols);
+  margins.resize(count);
+  for (std::size_t k = 0; k < count; ++k) {
+    features::fill_row(rows[index[k]], set, &matrix[k * cols]);
+  }
+  forest.predict_margins(matrix.data(), count, margins.data());
+  for (std::size_t k = 0; k < count; ++k) {
+    out[index[k]] = transform.to_ms(margins[k]);
+  }
+}
+
+void CompiledTarget::predict_batch(const features::FeatureInput* rows, std::size_t n,
+                                   double* out) const {
+  thread_local std::vector<uint32_t> first;
+  thread_local std::vector<uint32_t> second;
+  first.clear();
+  second.clear();
+  const bool gated = noqueue && queued;
+  for (uint32_t i = 0; i < n; ++i) {
+    (gated && features::is_queued(rows[i]) ? second : first).push_back(i);
+  }
+  if (gated) {
+    noqueue->predict_rows(rows, first.data(), first.size(), out);
+    queued->predict_rows(rows, second.data(), second.size(), out);
+  } else {
+    base->predict_rows(rows, first.data(), first.size(), out);
+  }
+}
+
+double CompiledTarget::predict(const features::FeatureInput& in) const {
+  if (noqueue && queued) {
+    return (features::is_queued(in) ? queued : noqueue)->predict(in);
+  }
+  return base->predict(in);
+}
+
+CompiledFile compile_model_file(const std::string& name, std::string_view bytes) {
+  CompiledFile out;
+  if (is_gated(name)) {
+    auto [nq, q] = model::GatedModel::split(bytes);
+    int64_t v2 = 0;
+    out.noqueue = compile_one(nq, out.version);
+    out.queued = compile_one(q, v2);
+  } else {
+    out.base = compile_one(bytes, out.version);
+  }
+  return out;
+}
+
+std::shared_ptr<const ServingModels> ModelStore::current() const {
+  std::lock_guard lock(mu_);
+  return current_;
+}
+
+void ModelStore::install(const std::string& name, const CompiledFile& file) {
+  std::lock_guard lock(mu_);
+  auto next = std::make_shared<ServingModels>(*current_);
+  CompiledTarget& t = name.starts_with("ttft") ? next->ttft : next->tpot;
+  if (is_gated(name)) {
+    t.noqueue = file.noqueue;
+    t.queued = file.queued;
+  } else {
+    t.base = file.base;
+  }
+  next->versions[name] = file.version;
+  next->last_load = std::chrono::system_clock::now();
+  current_ = std::move(next);
+}
+
+void ModelStore::remove(const std::string& name) {
+  std::lock_guard lock(mu_);
+  auto next = std::make_shared<ServingModels>(*current_);
+  CompiledTarget& t = name.starts_with("ttft") ? next->ttft : next->tpot;
+  if (is_gated(name)) {
+    t.noqueue = nullptr;
+    t.queued = nullptr;
+  } else {
+    t.base = nullptr;
+  }
+  next->versions.erase(name);
+  current_ = std::move(next);
+}
+
+}  // namespace llmd::predictor

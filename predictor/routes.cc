@@ -1,0 +1,247 @@
+#include "predictor/routes.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/registry.h>
+
+#include <chrono>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/features/feature_json.h"
+#include "common/metrics/exposition.h"
+#include "common/metrics/http_metrics.h"
+#include "common/util/time.h"
+#include "predictor/fast_rows.h"
+#include "predictor/model_store.h"
+#include "predictor/model_sync.h"
+
+namespace llmd::predictor {
+namespace {
+
+using http::Request;
+using http::Response;
+using json::Json;
+using Clock = std::chrono::steady_clock;
+
+class Handlers {
+ public:
+  Handlers(ModelStore& store, ModelSync& sync, PredictorInfo info, prometheus::Registry& r)
+      : store_(store),
+        sync_(sync),
+        info_(std::move(info)),
+        rows_(prometheus::BuildCounter()
+                  .Name("llmd_predictor_rows_predicted_total")
+                  .Help("Rows predicted (one per candidate pod)")
+                  .Register(r)
+                  .Add({})) {}
+
+  Response predict(Request& req) {
+    features::FeatureInput row;
+    if (!parse_row_fast(req.body, row)) {
+      json::Errors errors;
+      auto body = json::parse_body(req.body, errors);
+      json::Loc loc;
+      if (!body || !json::expect_object(*body, loc, errors) ||
+          !features::read_feature_input(*body, loc, errors, row)) {
+        return Response::json(422, errors.body());
+      }
+    }
+    auto models = store_.current();
+    if (!models->ready()) {
+      return Response::detail(503, "Models not ready");
+    }
+    fmt::memory_buffer out;
+    const std::string meta = prediction_meta(*models);
+    write_prediction(out, models->ttft.predict(row), models->tpot.predict(row), meta);
+    rows_.Increment();
+    return Response::text(200, fmt::to_string(out), "application/json");
+  }
+
+  Response bulk(Request& req, bool strict) {
+    const auto started = Clock::now();
+    thread_local std::vector<features::FeatureInput> rows;
+    Json slow_body;
+    if (!parse_bulk_fast(req.body, 1, info_.max_bulk_rows, rows)) {
+      json::Errors errors;
+      auto body = json::parse_body(req.body, errors);
+      json::Loc loc;
+      if (!body || !json::expect_object(*body, loc, errors)) {
+        return Response::json(422, errors.body());
+      }
+      const Json* list = json::read_list(*body, "requests", loc, errors, 1, info_.max_bulk_rows);
+      if (list == nullptr) {
+        return Response::json(422, errors.body());
+      }
+      rows.assign(list->size(), {});
+      json::LocScope scope(loc, "requests");
+      for (std::size_t i = 0; i < list->size(); ++i) {
+        json::LocScope item(loc, static_cast<int64_t>(i));
+        if (json::expect_object((*list)[i], loc, errors)) {
+          features::read_feature_input((*list)[i], loc, errors, rows[i]);
+        }
+      }
+      if (!errors.empty()) {
+        return Response::json(422, errors.body());
+      }
+    }
+    auto models = store_.current();
+    fmt::memory_buffer out;
+    if (!models->ready()) {
+      if (strict) {
+        return Response::detail(503, "Models not ready");
+      }
+      return not_ready_bulk(rows, started);
+    }
+    const std::string meta = prediction_meta(*models);
+    thread_local std::vector<double> ttft;
+    thread_local std::vector<double> tpot;
+    ttft.resize(rows.size());
+    tpot.resize(rows.size());
+    models->ttft.predict_batch(rows.data(), rows.size(), ttft.data());
+    models->tpot.predict_batch(rows.data(), rows.size(), tpot.data());
+    out.append(std::string_view("{\"predictions\":["));
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (i > 0) {
+        out.push_back(',');
+      }
+      write_prediction(out, ttft[i], tpot[i], meta);
+    }
+    rows_.Increment(static_cast<double>(rows.size()));
+    fmt::format_to(std::back_inserter(out),
+                   "],\"total_requests\":{0},\"successful_predictions\":{0},"
+                   "\"failed_predictions\":0,{1}\"processing_time_ms\":{2}}}",
+                   rows.size(), strict ? "" : "\"errors\":[],", elapsed_ms(started));
+    return Response::text(200, fmt::to_string(out), "application/json");
+  }
+
+  Response status(Request&) {
+    auto m = store_.current();
+    Json exist = Json::object();
+    for (const char* name : kSyncedModels) {
+      exist[name] = m->versions.count(name) > 0;
+    }
+    return Response::json(200, Json{{"is_ready", m->ready()},
+                                    {"model_type", "xgboost"},
+                                    {"objective_type", info_.objective_type},
+                                    {"quantile", info_.quantile},
+                                    {"last_model_load", last_load(*m)},
+                                    {"training_server_url", info_.training_server_url},
+                                    {"models_exist", exist},
+                                    {"model_versions", m->versions},
+                                    {"ensemble_active", m->ensemble_active()}});
+  }
+
+  Response reload(Request&) {
+    SyncResult r = sync_.sync_once();
+    auto m = store_.current();
+    Json body = {{"synced", r.synced},
+                 {"loaded", r.loaded > 0 || m->ready()},
+                 {"is_ready", m->ready()},
+                 {"model_type", "xgboost"},
+                 {"objective_type", info_.objective_type},
+                 {"quantile", info_.quantile},
+                 {"last_load_time", last_load(*m)}};
+    if (!r.synced) {
+      body["error"] = r.error;
+      if (!m->ready()) {
+        return Response::json(500, Json{{"detail", "Reload failed: " + r.error}});
+      }
+    }
+    return Response::json(200, body);
+  }
+
+  Response readyz(Request&) {
+    if (!store_.current()->ready()) {
+      return Response::detail(503, "Models are not ready");
+    }
+    return Response::json(200, Json{{"status", "ready"},
+                                    {"model_type", "xgboost"},
+                                    {"objective_type", info_.objective_type},
+                                    {"quantile", info_.quantile}});
+  }
+
+  Response root(Request&) {
+    return Response::json(200, Json{{"message", "Latency Predictor Prediction Server"},
+                                    {"model_type", "xgboost"},
+                                    {"objective_type", info_.objective_type},
+                                    {"quantile", info_.quantile},
+                                    {"is_ready", store_.current()->ready()},
+                                    {"sync_interval", info_.sync_interval_sec},
+                                    {"training_server", info_.training_server_url}});
+  }
+
+ private:
+  static double elapsed_ms(Clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  }
+
+  static Json last_load(const ServingModels& m) {
+    return m.last_load ? Json(util::format_rfc3339(*m.last_load)) : Json(nullptr);
+  }
+
+  // The per-prediction fields that do not depend on the row, serialised once per request.
+  std::string prediction_meta(const ServingModels& m) const {
+    return fmt::format(
+        ",\"predicted_at\":\"{}\",\"model_type\":\"xgboost\",\"objective_type\":\"{}\","
+        "\"quantile\":{},\"last_model_load\":{}}}",
+        util::now_rfc3339(), info_.objective_type, info_.quantile, last_load(m).dump());
+  }
+
+  static void write_prediction(fmt::memory_buffer& out, double ttft, double tpot,
+                               const std::string& meta) {
+    fmt::format_to(std::back_inserter(out), "{{\"ttft_ms\":{},\"tpot_ms\":{}", ttft, tpot);
+    out.append(meta);
+  }
+
+  Response not_ready_bulk(const std::vector<features::FeatureInput>& rows,
+                          Clock::time_point started) {
+    Json predictions = Json::array();
+    Json errors = Json::array();
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      predictions.push_back(nullptr);
+      errors.push_back(Json{{"index", i},
+                            {"error", "Models not ready"},
+                            {"request", features::feature_input_to_json(rows[i])}});
+    }
+    return Response::json(200, Json{{"predictions", predictions},
+                                    {"errors", errors},
+                                    {"total_requests", rows.size()},
+                                    {"successful_predictions", 0},
+                                    {"failed_predictions", rows.size()},
+                                    {"processing_time_ms", elapsed_ms(started)}});
+  }
+
+  ModelStore& store_;
+  ModelSync& sync_;
+  PredictorInfo info_;
+  prometheus::Counter& rows_;
+};
+
+}  // namespace
+
+http::Router make_router(ModelStore& store, ModelSync& sync, const PredictorInfo& info,
+                         prometheus::Registry& registry) {
+  auto h = std::make_shared<Handlers>(store, sync, info, registry);
+  metrics::HttpMetrics m(registry, "llmd_predictor");
+  http::Router r;
+  auto add = [&](const char* method, const char* path, auto fn) {
+    m.add(r, method, path, [h, fn](Request& req) { return fn(*h, req); });
+  };
+  add("POST", "/predict", [](Handlers& x, Request& q) { return x.predict(q); });
+  add("POST", "/predict/bulk", [](Handlers& x, Request& q) { return x.bulk(q, false); });
+  add("POST", "/predict/bulk/strict", [](Handlers& x, Request& q) { return x.bulk(q, true); });
+  add("GET", "/status", [](Handlers& x, Request& q) { return x.status(q); });
+  add("POST", "/reload", [](Handlers& x, Request& q) { return x.reload(q); });
+  add("GET", "/healthz", [](Handlers&, Request&) {
+    return Response::json(200, Json{{"status", "ok"}, {"service", "latency-predictor"}});
+  });
+  add("GET", "/readyz", [](Handlers& x, Request& q) { return x.readyz(q); });
+  add("GET", "/", [](Handlers& x, Request& q) { return x.root(q); });
+  r.add("GET", "/metrics", [&registry](Request&) {
+    return Response::text(200, metrics::serialize(registry), metrics::kContentType);
+  });
+  return r;
+}
+
+}  // namespace llmd::predictor

@@ -1,0 +1,28 @@
+#pragma once
+// HTTP surface of the predictor (predictor-api.md section 4). Transport-free.
+#include <cstddef>
+#include <string>
+
+#include "common/http/router.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace llmd::predictor {
+
+class ModelStore;
+class ModelSync;
+
+struct PredictorInfo {
+  std::string objective_type = "quantile";
+  double quantile = 0.9;
+  double sync_interval_sec = 10;
+  std::string training_server_url;
+  std::size_t max_bulk_rows = 10000;
+};
+
+http::Router make_router(ModelStore& store, ModelSync& sync, const PredictorInfo& info,
+                         prometheus::Registry& registry);
+
+}  // namespace llmd::predictor

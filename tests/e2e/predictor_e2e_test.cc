@@ -1,0 +1,298 @@
+// The real trainer and predictor binaries together: sync, exact agreement, every feature used,
+// ensemble routing, resilience to a dead trainer, and bad input.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "common/features/feature_json.h"
+#include "common/model/latency_model.h"
+#include "common/testing/synthetic_law.h"
+#include "tests/e2e/trainer_fixture.h"
+
+namespace llmd::testing {
+namespace {
+
+struct PredictorProcess {
+  PredictorProcess(const std::string& dir, uint16_t trainer_port, std::vector<std::string> extra = {})
+      : port(free_port()) {
+    std::vector<std::string> args = {
+        "--host", "127.0.0.1", "--port", std::to_string(port),
+        "--training-server-url", "http://127.0.0.1:" + std::to_string(trainer_port),
+        "--model-sync-interval", "0.2",
+        "--local-ttft-model-path", dir + "/ttft.ubj", "--local-tpot-model-path", dir + "/tpot.ubj",
+        "--local-ttft-gated-model-path", dir + "/ttft_gated.bin",
+        "--local-tpot-gated-model-path", dir + "/tpot_gated.bin", "--workers", "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    process = std::make_unique<Process>(binary("predictor/predictor"), args);
+    started = process->wait_http_ok(port, "/healthz");
+    client = std::make_unique<http::HttpClient>("127.0.0.1", port, std::chrono::seconds(30));
+  }
+  http::ClientResponse post(const std::string& path, const Json& body) {
+    return client->post(path, body.dump());
+  }
+  Json get_json(const std::string& path) { return Json::parse(client->get(path).body); }
+  uint16_t port;
+  std::unique_ptr<Process> process;
+  std::unique_ptr<http::HttpClient> client;
+  bool started = false;
+};
+
+Json training_body(const SyntheticLaw& law, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Json entries = Json::array();
+  for (int i = 0; i < n; ++i) {
+    auto f = law.draw_features(rng);
+    Json e = features::feature_input_to_json(f);
+    e["actual_ttft_ms"] = law.draw_ttft(f, rng);
+    e["actual_tpot_ms"] = law.draw_tpot(f, rng);
+    entries.push_back(e);
+  }
+  return Json{{"entries", entries}};
+}
+
+bool wait_until(const std::function<bool()>& pred, std::chrono::seconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+// One trained trainer + one synced predictor shared by the tests of this suite.
+class TrainedStack : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    trainer_dir_ = new TempDir();
+    predictor_dir_ = new TempDir();
+    trainer_ = new TrainerProcess(trainer_dir_->path(), {"--retraining-interval", "0.5"});
+    ASSERT_TRUE(trainer_->ready) << trainer_->process->log();
+    predictor_ = new PredictorProcess(predictor_dir_->path(), trainer_->port);
+    ASSERT_TRUE(predictor_->started) << predictor_->process->log();
+    SyntheticLaw law;
+    law.inflight_signal = true;
+    ASSERT_EQ(trainer_->post("/add_training_data_bulk", training_body(law, 3000, 1)).status, 202);
+    ASSERT_TRUE(wait_until([] {
+      return trainer_->get_json("/model/ttft/info")["version"].get<int64_t>() > 1 &&
+             trainer_->get_json("/model/tpot/info")["version"].get<int64_t>() > 1 &&
+             trainer_->get("/model/ttft_gated/info").status == 200;
+    }, std::chrono::seconds(60))) << trainer_->process->log();
+    auto r = predictor_->client->post("/reload", "");
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  static void TearDownTestSuite() {
+    delete predictor_;
+    delete trainer_;
+    delete predictor_dir_;
+    delete trainer_dir_;
+  }
+  static Json bulk(const std::vector<Json>& rows, const std::string& path = "/predict/bulk/strict") {
+    auto r = predictor_->post(path, Json{{"requests", rows}});
+    EXPECT_EQ(r.status, 200) << r.body;
+    return Json::parse(r.body);
+  }
+  static TempDir* trainer_dir_;
+  static TempDir* predictor_dir_;
+  static TrainerProcess* trainer_;
+  static PredictorProcess* predictor_;
+};
+TempDir* TrainedStack::trainer_dir_ = nullptr;
+TempDir* TrainedStack::predictor_dir_ = nullptr;
+TrainerProcess* TrainedStack::trainer_ = nullptr;
+PredictorProcess* TrainedStack::predictor_ = nullptr;
+
+TEST_F(TrainedStack, SyncedVersionsMatchTheTrainer) {
+  Json status = predictor_->get_json("/status");
+  EXPECT_EQ(status["is_ready"], true);
+  EXPECT_EQ(status["ensemble_active"], true);
+  EXPECT_EQ(status["model_versions"]["ttft"], trainer_->get_json("/model/ttft/info")["version"]);
+  EXPECT_EQ(status["model_versions"]["tpot_gated"],
+            trainer_->get_json("/model/tpot_gated/info")["version"]);
+  EXPECT_EQ(predictor_->get_json("/readyz")["status"], "ready");
+}
+
+TEST_F(TrainedStack, PredictionsMatchTheTrainerExactly) {
+  SyntheticLaw law;
+  std::mt19937_64 rng(42);
+  std::vector<Json> rows;
+  for (int i = 0; i < 300; ++i) {
+    auto f = law.draw_features(rng);
+    f.pod_type = static_cast<features::PodType>(i % 4 - 1);
+    rows.push_back(features::feature_input_to_json(f));
+  }
+  Json strict = bulk(rows);
+  Json loose = bulk(rows, "/predict/bulk");
+  ASSERT_EQ(strict["predictions"].size(), rows.size());
+  EXPECT_EQ(strict["successful_predictions"], 300);
+  EXPECT_EQ(loose["errors"], Json::array());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    Json t = Json::parse(trainer_->post("/predict", rows[i]).body);
+    Json single = Json::parse(predictor_->post("/predict", rows[i]).body);
+    const Json& p = strict["predictions"][i];
+    EXPECT_EQ(p["ttft_ms"].get<double>(), t["ttft_ms"].get<double>()) << rows[i].dump();
+    EXPECT_EQ(p["tpot_ms"].get<double>(), t["tpot_ms"].get<double>()) << rows[i].dump();
+    EXPECT_EQ(single["ttft_ms"], p["ttft_ms"]);
+    EXPECT_EQ(loose["predictions"][i]["tpot_ms"], p["tpot_ms"]);
+  }
+  EXPECT_EQ(strict["predictions"][0]["model_type"], "xgboost");
+  EXPECT_TRUE(strict["predictions"][0]["last_model_load"].is_string());
+}
+
+TEST_F(TrainedStack, TtftRisesWithInputAndEveryRouteUsesInflightFeatures) {
+  std::vector<Json> rows;
+  for (int64_t len : {100, 1000, 2000, 3500}) {
+    rows.push_back(feature_row(0.3, len, 0, 8, 0.0));
+  }
+  Json p = bulk(rows);
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_GT(p["predictions"][i]["ttft_ms"].get<double>(),
+              p["predictions"][i - 1]["ttft_ms"].get<double>());
+  }
+  for (int64_t waiting : {0, 3}) {
+    Json idle = feature_row(0.3, 1000, waiting, 8, 0.0);
+    Json busy = idle;
+    busy["prefill_tokens_in_flight"] = 7000;
+    busy["decode_tokens_in_flight"] = 3500;
+    for (const char* route : {"/predict/bulk", "/predict/bulk/strict"}) {
+      Json b = bulk({idle, busy}, route);
+      EXPECT_GT(b["predictions"][1]["ttft_ms"].get<double>(),
+                b["predictions"][0]["ttft_ms"].get<double>() + 30) << route << " waiting " << waiting;
+      EXPECT_GT(b["predictions"][1]["tpot_ms"].get<double>(),
+                b["predictions"][0]["tpot_ms"].get<double>() + 3) << route;
+    }
+    double a = Json::parse(predictor_->post("/predict", idle).body)["ttft_ms"].get<double>();
+    double b = Json::parse(predictor_->post("/predict", busy).body)["ttft_ms"].get<double>();
+    EXPECT_GT(b, a + 30) << "/predict";
+  }
+}
+
+TEST_F(TrainedStack, EnsembleRoutesWaitingZeroToNoQueueModel) {
+  auto gated = model::GatedModel::load(trainer_->get("/model/ttft_gated/download").body);
+  auto base = model::TargetModel::load(trainer_->get("/model/ttft/download").body);
+  features::FeatureInput f;
+  f.kv_cache_percentage = 0.4;
+  f.input_token_length = 1500;
+  f.num_request_running = 6;
+  for (int64_t waiting : {0, 4}) {
+    f.num_request_waiting = waiting;
+    std::vector<features::FeatureInput> row{f};
+    double expected = (waiting == 0 ? gated->noqueue : gated->queued)->predict(row)[0];
+    double got = Json::parse(predictor_->post("/predict", features::feature_input_to_json(f)).body)
+                     ["ttft_ms"].get<double>();
+    EXPECT_EQ(got, expected) << "waiting " << waiting;
+    EXPECT_NE(got, base->predict(row)[0]) << "the base model would give another answer";
+  }
+}
+
+TEST_F(TrainedStack, BadInputIs422Or413AndServerKeepsServing) {
+  Json good = feature_row(0.3, 100, 0, 1, 0.0);
+  auto expect_422 = [](const http::ClientResponse& r, const Json& loc) {
+    ASSERT_EQ(r.status, 422) << r.body;
+    Json d = Json::parse(r.body)["detail"];
+    ASSERT_TRUE(d.is_array());
+    if (!loc.is_null()) {
+      EXPECT_EQ(d[0]["loc"], loc) << r.body;
+    }
+  };
+  for (const char* route : {"/predict/bulk", "/predict/bulk/strict"}) {
+    for (auto [field, value] : std::vector<std::pair<std::string, Json>>{
+             {"kv_cache_percentage", 1.5}, {"input_token_length", -1},
+             {"num_request_waiting", 0.5}, {"num_request_running", "x"},
+             {"prefix_cache_score", nullptr}, {"pod_type", 7},
+             {"prefill_tokens_in_flight", -3}}) {
+      Json bad = good;
+      bad[field] = value;
+      expect_422(predictor_->post(route, Json{{"requests", {good, bad}}}),
+                 Json::array({"body", "requests", 1, field}));
+    }
+    Json missing = good;
+    missing.erase("num_tokens_generated");
+    expect_422(predictor_->post(route, Json{{"requests", {missing}}}),
+               Json::array({"body", "requests", 0, "num_tokens_generated"}));
+    expect_422(predictor_->post(route, Json{{"requests", Json::array()}}),
+               Json::array({"body", "requests"}));
+    std::vector<Json> many(10001, good);
+    expect_422(predictor_->post(route, Json{{"requests", many}}), Json::array({"body", "requests"}));
+    expect_422(predictor_->client->post(route, "{\"requests\": [{"), Json());
+    expect_422(predictor_->post(route, Json{{"requests", {1, 2}}}),
+               Json::array({"body", "requests", 0}));
+  }
+  std::vector<Json> max_rows(10000, good);
+  EXPECT_EQ(bulk(max_rows)["total_requests"], 10000);
+  expect_422(predictor_->client->post("/predict", "[1,2]"), Json::array({"body"}));
+  expect_422(predictor_->post("/predict", Json{{"kv_cache_percentage", 0.1}}), Json());
+  EXPECT_EQ(predictor_->post("/predict", good).status, 200);
+}
+
+TEST(PredictorAlone, NotReadyShapesThenOversizedBody) {
+  TempDir dir;
+  PredictorProcess p(dir.path(), free_port(), {"--max-body-bytes", "4096"});
+  ASSERT_TRUE(p.started) << p.process->log();
+  Json row = feature_row(0.3, 100, 0, 1, 0.0);
+  auto single = p.post("/predict", row);
+  EXPECT_EQ(single.status, 503);
+  EXPECT_EQ(Json::parse(single.body)["detail"], "Models not ready");
+  EXPECT_EQ(p.post("/predict/bulk/strict", Json{{"requests", {row}}}).status, 503);
+  auto loose = p.post("/predict/bulk", Json{{"requests", {row, row}}});
+  ASSERT_EQ(loose.status, 200);
+  Json l = Json::parse(loose.body);
+  EXPECT_EQ(l["predictions"], Json::array({nullptr, nullptr}));
+  ASSERT_EQ(l["errors"].size(), 2u);
+  EXPECT_EQ(l["errors"][1]["index"], 1);
+  EXPECT_EQ(l["errors"][1]["request"]["input_token_length"], 100);
+  EXPECT_EQ(l["failed_predictions"], 2);
+  EXPECT_EQ(p.client->get("/readyz").status, 503);
+  EXPECT_EQ(Json::parse(p.client->get("/readyz").body)["detail"], "Models are not ready");
+  EXPECT_EQ(p.client->post("/reload", "").status, 500);
+  auto big = p.client->post("/predict/bulk", std::string(8192, ' '));
+  EXPECT_EQ(big.status, 413);
+  EXPECT_TRUE(Json::parse(big.body)["detail"].is_string());
+  http::HttpClient fresh("127.0.0.1", p.port);
+  EXPECT_EQ(fresh.get("/healthz").status, 200);
+}
+
+TEST(PredictorResilience, KilledTrainerLeavesPredictorServingAndLocalModelsSurviveRestart) {
+  TempDir tdir, pdir;
+  auto trainer = std::make_unique<TrainerProcess>(tdir.path(), std::vector<std::string>{"--retraining-interval", "0.5"});
+  ASSERT_TRUE(trainer->ready);
+  ASSERT_EQ(trainer->post("/add_training_data_bulk", training_body(SyntheticLaw{}, 500, 2)).status, 202);
+  ASSERT_TRUE(wait_until([&] { return trainer->get_json("/model/tpot/info")["version"].get<int64_t>() > 1; },
+                         std::chrono::seconds(60)));
+  const uint16_t trainer_port = trainer->port;
+  Json row = feature_row(0.5, 2000, 1, 10, 0.2);
+  Json expected = Json::parse(trainer->post("/predict", row).body);
+  Json before;
+  {
+    PredictorProcess p(pdir.path(), trainer_port);
+    ASSERT_TRUE(p.started);
+    ASSERT_TRUE(wait_until([&] {
+      return p.client->get("/status").status == 200 &&
+             p.get_json("/status")["model_versions"].value("tpot", 0) > 1 &&
+             p.get_json("/status")["model_versions"].value("ttft", 0) > 1;
+    }, std::chrono::seconds(30))) << p.process->log();
+    trainer->process->kill_now();
+    before = Json::parse(p.post("/predict", row).body);
+    EXPECT_EQ(before["ttft_ms"], expected["ttft_ms"]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));  // a few failed sync rounds
+    auto again = p.post("/predict", row);
+    ASSERT_EQ(again.status, 200);
+    EXPECT_EQ(Json::parse(again.body)["ttft_ms"], before["ttft_ms"]);
+    auto reload = p.client->post("/reload", "");
+    ASSERT_EQ(reload.status, 200);
+    EXPECT_EQ(Json::parse(reload.body)["synced"], false);
+    EXPECT_EQ(p.get_json("/status")["is_ready"], true);
+    EXPECT_NE(p.client->get("/metrics").body.find("llmd_predictor_model_sync_last_result 0"),
+              std::string::npos);
+  }
+  // Trainer still down: a restarted predictor is ready from its local copies.
+  PredictorProcess p(pdir.path(), trainer_port);
+  ASSERT_TRUE(p.started);
+  EXPECT_EQ(p.client->get("/readyz").status, 200) << p.process->log();
+  EXPECT_EQ(Json::parse(p.post("/predict", row).body)["ttft_ms"], before["ttft_ms"]);
+}
+
+}  // namespace
+}  // namespace llmd::testing
