@@ -8,7 +8,7 @@ PKGS=(
   libxgboost-dev
   prometheus-cpp-dev
   libspdlog-dev libfmt-dev
-  libcxxopts-dev
+  libcxxopts-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev
   libbenchmark-dev
   zlib1g-dev

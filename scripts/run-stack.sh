@@ -44,3 +44,24 @@ echo "== curl http://127.0.0.1:$TRAINER_PORT/data/status (excerpt)"
 curl -s "http://127.0.0.1:$TRAINER_PORT/data/status" | head -c 400; echo " ..."
 echo "== hold-out evaluation (from /metrics)"
 curl -s "http://127.0.0.1:$TRAINER_PORT/metrics" | grep -E '^(ttft|tpot)_(coverage_percent|quantile_loss|mape_percent)' || true
+
+PREDICTOR_PORTS=${PREDICTOR_PORTS:-"8001 8002"}
+for port in $PREDICTOR_PORTS; do
+  echo "== starting predictor on 127.0.0.1:$port"
+  build/predictor/predictor --host 127.0.0.1 --port "$port" \
+    --training-server-url "http://127.0.0.1:$TRAINER_PORT" --model-sync-interval 2 \
+    --local-ttft-model-path "$RUN_DIR/p$port/ttft.ubj" --local-tpot-model-path "$RUN_DIR/p$port/tpot.ubj" \
+    --local-ttft-gated-model-path "$RUN_DIR/p$port/ttft_gated.bin" \
+    --local-tpot-gated-model-path "$RUN_DIR/p$port/tpot_gated.bin" > "$RUN_DIR/predictor-$port.log" 2>&1 &
+  PIDS+=($!)
+  wait_ok "http://127.0.0.1:$port/readyz" "predictor-$port"
+done
+first_port=${PREDICTOR_PORTS%% *}
+echo "== curl -X POST http://127.0.0.1:$first_port/predict/bulk/strict (3 candidate pods)"
+curl -s -X POST "http://127.0.0.1:$first_port/predict/bulk/strict" -H 'content-type: application/json' -d '{"requests":[
+ {"kv_cache_percentage":0.1,"input_token_length":1000,"num_request_waiting":0,"num_request_running":2,"num_tokens_generated":1,"prefix_cache_score":0.9},
+ {"kv_cache_percentage":0.6,"input_token_length":1000,"num_request_waiting":3,"num_request_running":20,"num_tokens_generated":1,"prefix_cache_score":0.0},
+ {"kv_cache_percentage":0.9,"input_token_length":1000,"num_request_waiting":8,"num_request_running":30,"num_tokens_generated":1,"prefix_cache_score":0.0}]}'
+echo
+echo "== predictor status"
+curl -s "http://127.0.0.1:$first_port/status"; echo

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <system_error>
 #include <tuple>
@@ -23,9 +24,14 @@ using Node = FlatForest::Node;
 // XGBoost's OutOfRangeCat(): the first float that cannot name a category. Values at or above it
 // (and negative values) are invalid categories and go left.
 constexpr float kMaxCategory = 16777216.0f;
-// Prepared rows live on the stack of predict_margins(): 32 KiB, at most kMaxGroups groups.
+// Prepared rows live on the stack of the predict calls (32 KiB; no allocation per call): a
+// block of at most kMaxGroups groups, so a prepared row has at most kMaxColumns columns.
 constexpr std::size_t kBufferFloats = 8192;
 constexpr std::size_t kMaxGroups = 8;
+constexpr std::size_t kMaxColumns = kBufferFloats / FlatForest::kLanes;
+// Up to this many distinct categorical decisions get prepared columns; beyond (features with
+// many categories) preparing every row would cost more than testing bitsets during the walk.
+constexpr std::size_t kMaxDerivedCategorical = 128;
 // Below this many rows, padding a group of kLanes costs more than walking rows one by one.
 constexpr std::size_t kMinGroupRows = 3;
 
@@ -66,6 +72,9 @@ int64_t int_of(const json& v, std::string_view what) {
   }
   if (v.is_number_integer()) {
     return v.get<int64_t>();
+  }
+  if (v.is_boolean()) {  // default_left, should a writer use booleans
+    return v.get<bool>() ? 1 : 0;
   }
   fail(fmt::format("{} is not an integer", what));
 }
@@ -182,18 +191,46 @@ RawTree read_tree(const json& tree) {
   return t;
 }
 
+using CategoryKey = std::tuple<uint32_t, uint32_t, std::vector<uint32_t>>;
+
+bool is_categorical_split(const RawTree& t, std::size_t id) {
+  // Categorical only when the tree owns category storage: otherwise XGBoost evaluates the
+  // node as numeric with its (NaN) split condition.
+  return t.left[id] != -1 && t.split_type[id] == 1 && t.has_category_storage;
+}
+
+// Bitset of the categories that go right, sized by the largest one like XGBoost's, so that
+// larger categories fall outside it and go left (empty list: every present value goes left).
+std::vector<uint32_t> category_bits(const std::vector<uint32_t>& categories) {
+  std::vector<uint32_t> bits;
+  for (uint32_t c : categories) {
+    if (bits.size() <= c / 32) {
+      bits.resize(c / 32 + 1, 0);
+    }
+    bits[c / 32] |= 1u << (c % 32);
+  }
+  return bits;
+}
+
+// (feature, default right, bitset) of a categorical node.
+CategoryKey category_key(const RawTree& t, std::size_t id) {
+  return {static_cast<uint32_t>(t.feature[id]), t.default_left[id] == 1 ? 0u : 1u,
+          category_bits(t.cats[id])};
+}
+
 // Compiles trees into the forest's arrays, sharing derived columns between nodes that make the
 // same decision.
 class Compiler {
  public:
-  explicit Compiler(std::size_t num_features) : num_features_(num_features) {}
+  Compiler(std::size_t num_features, bool inline_categories)
+      : num_features_(num_features), inline_categories_(inline_categories) {}
 
   // Lays out the nodes reachable from the root breadth first, children of a node in adjacent
-  // slots, so that right = left + 1 and the tree's top levels share cache lines.
+  // slots (left, right), so that the tree's top levels share cache lines.
   FlatForest::Tree add_tree(const RawTree& t, std::vector<Node>& nodes,
                             std::vector<float>& leaf_values) {
     const std::size_t base = nodes.size();
-    if (base + t.n > static_cast<std::size_t>(std::numeric_limits<int32_t>::max())) {
+    if (base + t.n >= static_cast<std::size_t>(std::numeric_limits<int32_t>::max())) {
       fail("model has too many nodes");
     }
     std::vector<int64_t> placed(t.n, -1);  // new index per original node id
@@ -225,27 +262,39 @@ class Compiler {
       }
     }
     for (const std::size_t id : order) {
-      const auto self = static_cast<int32_t>(placed[id]);
       if (t.left[id] == -1) {
-        // The constant-0 column and split 1 send the walk "left" onto the leaf itself.
-        nodes.push_back(Node{1.0f, kLeafColumn, self});
+        nodes.push_back(Node{1.0f, kLeafColumn, static_cast<uint32_t>(placed[id]) + 1});
         leaf_values.push_back(t.cond[id]);
         continue;
       }
-      const uint32_t col = decision_column(t, id);
-      // A derived 0/1 column is 1 where the row goes right: split between the two.
-      const float split = col >= 2 * num_features_ ? 0.5f : t.cond[id];
-      nodes.push_back(Node{split, col, static_cast<int32_t>(placed[t.left[id]])});
+      Node nd = decision(t, id);
+      nd.right = static_cast<uint32_t>(placed[static_cast<std::size_t>(t.right[id])]);
+      nodes.push_back(nd);
       leaf_values.push_back(0.0f);
     }
     return FlatForest::Tree{static_cast<uint32_t>(base), max_depth};
   }
 
-  // Prepared column count once all trees are added; resolves kLeafColumn in `nodes`.
-  std::size_t finish(std::vector<Node>& nodes) const {
-    const std::size_t width = 2 * num_features_ + derived_.size() + 1;
+  // Column count once all trees are added: resolves the symbolic columns and scales all by
+  // kLanes. Sets `raw_first` (0 when unused).
+  std::size_t finish(std::vector<Node>& nodes, std::size_t& raw_first) const {
+    const std::size_t derived_end = 2 * num_features_ + derived_.size();
+    raw_first = inline_categories_ ? derived_end : 0;
+    const std::size_t width = derived_end + (inline_categories_ ? num_features_ : 0) + 1;
+    if (width > kMaxColumns) {
+      fail(fmt::format("model needs {} prepared columns, at most {} are supported", width,
+                       kMaxColumns));
+    }
     for (Node& nd : nodes) {
-      const uint32_t col = nd.col == kLeafColumn ? static_cast<uint32_t>(width - 1) : nd.col;
+      uint32_t col = nd.col;
+      if (col == kLeafColumn) {
+        col = static_cast<uint32_t>(width - 1);
+      } else if ((col & kRawColumn) != 0) {
+        col = static_cast<uint32_t>(raw_first + (col & ~kRawColumn)) * FlatForest::kLanes |
+              FlatForest::kInlineCategorical;
+        nd.col = col;
+        continue;
+      }
       nd.col = col * FlatForest::kLanes;
     }
     return width;
@@ -255,10 +304,13 @@ class Compiler {
   std::vector<uint32_t>& pool() { return pool_; }
 
  private:
+  // Symbolic columns until finish(): the constant-0 column, and raw feature | kRawColumn.
   static constexpr uint32_t kLeafColumn = std::numeric_limits<uint32_t>::max();
+  static constexpr uint32_t kRawColumn = 1u << 30;
 
-  // The prepared column whose !(value < split) reproduces XGBoost's decision at node `id`.
-  uint32_t decision_column(const RawTree& t, std::size_t id) {
+  // The internal node whose comparison (or inline category test) reproduces XGBoost's
+  // decision at node `id`; `right` is filled in by the caller.
+  Node decision(const RawTree& t, std::size_t id) {
     const int64_t f = t.feature[id];
     if (f < 0 || f >= static_cast<int64_t>(num_features_)) {
       fail(fmt::format("node {} splits on feature {} of {}", id, f, num_features_));
@@ -268,32 +320,36 @@ class Compiler {
       fail(fmt::format("node {} has bad flags", id));
     }
     const auto feature = static_cast<uint32_t>(f);
-    const bool default_left = t.default_left[id] == 1;
-    // Categorical only when the tree owns category storage: otherwise XGBoost evaluates the
-    // node as numeric with its (NaN) split condition.
-    if (t.split_type[id] == 1 && t.has_category_storage) {
-      // Bitset of the categories that go right, sized by the largest one like XGBoost's, so
-      // that larger categories fall outside it and go left (empty: every value goes left).
-      std::vector<uint32_t> bits;
-      for (uint32_t c : t.cats[id]) {
-        if (bits.size() <= c / 32) {
-          bits.resize(c / 32 + 1, 0);
-        }
-        bits[c / 32] |= 1u << (c % 32);
+    const uint32_t default_right = t.default_left[id] == 1 ? 0 : 1;
+    // A derived 0/1 column is 1 where the row goes right: split between the two.
+    constexpr float kDerivedSplit = 0.5f;
+    if (is_categorical_split(t, id)) {
+      auto [key_feature, key_default, bits] = category_key(t, id);
+      if (inline_categories_) {
+        const auto offset = static_cast<uint32_t>(pool_.size());
+        pool_.push_back(static_cast<uint32_t>(bits.size()));
+        pool_.push_back(key_default);
+        pool_.insert(pool_.end(), bits.begin(), bits.end());
+        return Node{std::bit_cast<float>(offset), feature | kRawColumn, 0};
       }
-      return derived_column(feature, true, default_left ? 0 : 1, std::move(bits));
+      return Node{kDerivedSplit,
+                  derived_column(key_feature, true, key_default, std::move(bits)), 0};
     }
     const float split = t.cond[id];
-    if (!default_left) {
-      // Raw column: NaN fails `<`, so it goes right, the default.
-      return feature;
+    if (split != split) {
+      // !(f < NaN) holds for every present value: present goes right, missing by default.
+      return Node{kDerivedSplit, derived_column(feature, false, default_right, {}), 0};
+    }
+    if (default_right == 1) {
+      // NaN-as-+inf column: +inf < split fails for every non-NaN split, so missing goes right.
+      return Node{split, feature, 0};
     }
     if (split > -std::numeric_limits<float>::infinity()) {
-      // NaN-as--inf column: a missing value goes left, a present one compares as itself.
-      return static_cast<uint32_t>(num_features_) + feature;
+      // NaN-as--inf column: -inf < split, so a missing value goes left.
+      return Node{split, static_cast<uint32_t>(num_features_) + feature, 0};
     }
-    // A NaN or -inf split sends every present value right: a "present?" column.
-    return derived_column(feature, false, 0, {});
+    // Split -inf, default left: present goes right, missing left.
+    return Node{kDerivedSplit, derived_column(feature, false, 0, {}), 0};
   }
 
   uint32_t derived_column(uint32_t feature, bool categorical, uint32_t missing_value,
@@ -313,6 +369,7 @@ class Compiler {
   }
 
   std::size_t num_features_;
+  bool inline_categories_;
   std::vector<FlatForest::Derived> derived_;
   std::vector<uint32_t> pool_;
   std::map<std::tuple<uint32_t, bool, uint32_t, std::vector<uint32_t>>, uint32_t> columns_;
@@ -331,21 +388,108 @@ bool category_goes_right(const uint32_t* bits, uint32_t words, float f) {
   return ((bits[c / 32] >> (c % 32)) & 1u) != 0;
 }
 
-// Walks one tree for the kLanes rows of a prepared group; returns nothing but the leaves.
-// The lanes' walks are independent, so the CPU overlaps their load chains.
-inline void walk_group(const Node* nodes, const FlatForest::Tree& tree, const float* group,
-                       uint32_t* leaves) {
-  std::array<uint32_t, FlatForest::kLanes> idx;
-  idx.fill(tree.root);
-  for (uint32_t d = 0; d < tree.depth; ++d) {
-#pragma GCC unroll 8
-    for (uint32_t k = 0; k < FlatForest::kLanes; ++k) {
-      const Node& nd = nodes[idx[k]];
-      // Widening col first lets the lane offset fold into the load's displacement.
-      idx[k] = static_cast<uint32_t>(nd.left) + !(group[std::size_t{nd.col} + k] < nd.split);
+// Slow path of a step: a categorical node testing its bitset; `entry` is [words, default
+// right, bits...].
+[[gnu::noinline]] uint32_t inline_category_left(const uint32_t* entry, float v) {
+  if (v != v) {
+    return entry[1] == 0 ? 1 : 0;
+  }
+  return category_goes_right(entry + 2, entry[0], v) ? 0 : 1;
+}
+
+// One step of the walk from node `idx` for the row whose prepared values start at `values`.
+// No NaN reaches the comparison, so `!(v >= split)` equals `v < split` (go left) and compiles
+// to a carry-flag test feeding a subtract-with-borrow: left = right - 1.
+template <bool kInline>
+inline uint32_t step(const Node* nodes, const uint32_t* pool, uint32_t idx,
+                     const float* values) {
+  const Node* nd = nodes + idx;
+  const uint32_t col = nd->col;
+  const uint32_t right = nd->right;
+  if constexpr (kInline) {
+    if ((col & FlatForest::kInlineCategorical) != 0) {
+      const float v = values[std::size_t{col & ~FlatForest::kInlineCategorical}];
+      return right - inline_category_left(pool + std::bit_cast<uint32_t>(nd->split), v);
+    }
+  }
+  // Widening col lets a lane offset fold into the load's displacement.
+  return right - static_cast<uint32_t>(!(values[std::size_t{col}] >= nd->split));
+}
+
+// Walks kTrees consecutive trees for the kLanes rows of one prepared group and writes their
+// leaves (tree-major). The walks are independent, so the CPU overlaps their load chains: 16
+// chains hide the latency of a step (node load, value load, compare), and since all chains
+// read the same group, every lane address is the group pointer plus a constant.
+template <bool kInline, std::size_t kTrees>
+inline void walk_group(const Node* nodes, const uint32_t* pool, const FlatForest::Tree* trees,
+                       const float* group, uint32_t* leaves) {
+  constexpr std::size_t kChains = kTrees * FlatForest::kLanes;
+  std::array<uint32_t, kChains> idx;
+  uint32_t depth = 0;
+  for (std::size_t t = 0; t < kTrees; ++t) {
+    // The first step reads the same node for every lane: load it once. (A single-leaf root
+    // works too: its comparison keeps every lane on it.)
+    const Node root = nodes[trees[t].root];
+    if (kInline && (root.col & FlatForest::kInlineCategorical) != 0) {
+      std::fill_n(idx.begin() + t * FlatForest::kLanes, FlatForest::kLanes, trees[t].root);
+      depth = std::max(depth, trees[t].depth);
+      continue;
+    }
+    for (std::size_t k = 0; k < FlatForest::kLanes; ++k) {
+      idx[t * FlatForest::kLanes + k] =
+          root.right - static_cast<uint32_t>(!(group[std::size_t{root.col} + k] >= root.split));
+    }
+    // Leaves absorb extra steps, so the deeper tree sets the count.
+    depth = std::max(depth, trees[t].depth > 0 ? trees[t].depth - 1 : 0);
+  }
+  for (uint32_t d = 0; d < depth; ++d) {
+#pragma GCC unroll 16
+    for (std::size_t k = 0; k < kChains; ++k) {
+      idx[k] = step<kInline>(nodes, pool, idx[k], group + k % FlatForest::kLanes);
     }
   }
   std::copy(idx.begin(), idx.end(), leaves);
+}
+
+// Adds every tree's leaf to acc[0, groups * kLanes), trees in order.
+template <bool kInline>
+void walk_block(const Node* nodes, const uint32_t* pool, const float* leaf_values,
+                const std::vector<FlatForest::Tree>& trees, const float* buf,
+                std::size_t group_floats, std::size_t groups, float* acc) {
+  constexpr std::size_t kL = FlatForest::kLanes;
+  std::array<uint32_t, 2 * kL> leaves;
+  std::size_t t = 0;
+  for (; t + 2 <= trees.size(); t += 2) {
+    for (std::size_t g = 0; g < groups; ++g) {
+      walk_group<kInline, 2>(nodes, pool, &trees[t], buf + g * group_floats, leaves.data());
+      // Tree t's leaf before tree t + 1's: XGBoost's order of float additions.
+      for (std::size_t k = 0; k < kL; ++k) {
+        acc[g * kL + k] += leaf_values[leaves[k]];
+        acc[g * kL + k] += leaf_values[leaves[kL + k]];
+      }
+    }
+  }
+  if (t < trees.size()) {
+    for (std::size_t g = 0; g < groups; ++g) {
+      walk_group<kInline, 1>(nodes, pool, &trees[t], buf + g * group_floats, leaves.data());
+      for (std::size_t k = 0; k < kL; ++k) {
+        acc[g * kL + k] += leaf_values[leaves[k]];
+      }
+    }
+  }
+}
+
+template <bool kInline>
+float walk_row(const Node* nodes, const uint32_t* pool, const float* leaf_values,
+               const std::vector<FlatForest::Tree>& trees, const float* group, float acc) {
+  for (const FlatForest::Tree& tree : trees) {
+    uint32_t idx = tree.root;
+    for (uint32_t d = 0; d < tree.depth; ++d) {
+      idx = step<kInline>(nodes, pool, idx, group);
+    }
+    acc += leaf_values[idx];
+  }
+  return acc;
 }
 
 }  // namespace
@@ -354,7 +498,7 @@ FlatForest FlatForest::from_model_bytes(std::string_view ubj_bytes) {
   json root;
   try {
     root = json::from_ubjson(ubj_bytes);
-  } catch (const json::exception& e) {
+  } catch (const std::exception& e) {  // parse errors, and allocation failures on junk sizes
     throw ModelError(std::string("flat forest: model bytes are not UBJSON: ") + e.what());
   }
   try {
@@ -379,7 +523,7 @@ FlatForest FlatForest::from_model_bytes(std::string_view ubj_bytes) {
     FlatForest out;
     int64_t num_feature = int_param(member(mparam, "num_feature", "learner_model_param"),
                                     "num_feature");
-    if (num_feature < 1 || num_feature > static_cast<int64_t>(kBufferFloats)) {
+    if (num_feature < 1 || num_feature > static_cast<int64_t>(kMaxColumns)) {
       fail(fmt::format("model has {} features", num_feature));
     }
     out.num_features_ = static_cast<std::size_t>(num_feature);
@@ -418,8 +562,10 @@ FlatForest FlatForest::from_model_bytes(std::string_view ubj_bytes) {
         fail("trees of output groups other than 0 are not supported");
       }
     }
-    out.trees_.reserve(trees.size());
-    Compiler compiler(out.num_features_);
+
+    std::vector<RawTree> raw;
+    raw.reserve(trees.size());
+    std::set<CategoryKey> category_decisions;
     for (const json& tree : trees) {
       if (tree.contains("tree_param")) {
         const json& tp = tree["tree_param"];
@@ -428,13 +574,21 @@ FlatForest FlatForest::from_model_bytes(std::string_view ubj_bytes) {
           fail("vector leaves are not supported");
         }
       }
-      out.trees_.push_back(compiler.add_tree(read_tree(tree), out.nodes_, out.leaf_values_));
+      raw.push_back(read_tree(tree));
+      const RawTree& t = raw.back();
+      for (std::size_t id = 0; id < t.n && category_decisions.size() <= kMaxDerivedCategorical;
+           ++id) {
+        if (is_categorical_split(t, id)) {
+          category_decisions.insert(category_key(t, id));
+        }
+      }
     }
-    out.width_ = compiler.finish(out.nodes_);
-    if (out.width_ * kLanes > kBufferFloats) {
-      fail(fmt::format("model needs {} prepared columns, at most {} are supported", out.width_,
-                       kBufferFloats / kLanes));
+    Compiler compiler(out.num_features_, category_decisions.size() > kMaxDerivedCategorical);
+    out.trees_.reserve(raw.size());
+    for (const RawTree& t : raw) {
+      out.trees_.push_back(compiler.add_tree(t, out.nodes_, out.leaf_values_));
     }
+    out.width_ = compiler.finish(out.nodes_, out.raw_first_);
     out.derived_ = std::move(compiler.derived());
     out.cat_pool_ = std::move(compiler.pool());
     out.nodes_.shrink_to_fit();
@@ -446,18 +600,20 @@ FlatForest FlatForest::from_model_bytes(std::string_view ubj_bytes) {
 }
 
 void FlatForest::prepare(const float* row, float* group, uint32_t lane) const noexcept {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
   const std::size_t nf = num_features_;
   float* g = group + lane;
   for (std::size_t c = 0; c < nf; ++c) {
     const float v = row[c];
-    g[c * kLanes] = v;
-    g[(nf + c) * kLanes] = v != v ? -std::numeric_limits<float>::infinity() : v;
+    const bool missing = v != v;
+    g[c * kLanes] = missing ? kInf : v;
+    g[(nf + c) * kLanes] = missing ? -kInf : v;
   }
   const std::size_t first = 2 * nf;
   for (std::size_t d = 0; d < derived_.size(); ++d) {
     const Derived& dv = derived_[d];
     const float v = row[dv.feature];
-    uint32_t right = 1;  // a present value, for the "present?" test
+    uint32_t right = 1;
     if (v != v) {
       right = dv.missing_value;
     } else if (dv.categorical != 0) {
@@ -465,40 +621,40 @@ void FlatForest::prepare(const float* row, float* group, uint32_t lane) const no
     }
     g[(first + d) * kLanes] = static_cast<float>(right);
   }
+  if (raw_first_ != 0) {
+    for (std::size_t c = 0; c < nf; ++c) {
+      g[(raw_first_ + c) * kLanes] = row[c];
+    }
+  }
   g[(width_ - 1) * kLanes] = 0.0f;
 }
 
-float FlatForest::predict_margin(const float* row) const noexcept {
-  // Only lane 0 of the group is written and read.
-  alignas(64) std::array<float, kBufferFloats> group;
-  prepare(row, group.data(), 0);
-  const Node* nodes = nodes_.data();
-  float acc = base_score_;
-  for (const Tree& tree : trees_) {
-    uint32_t idx = tree.root;
-    for (uint32_t d = 0; d < tree.depth; ++d) {
-      const Node& nd = nodes[idx];
-      idx = static_cast<uint32_t>(nd.left) + !(group[nd.col] < nd.split);
-    }
-    acc += leaf_values_[idx];
+float FlatForest::predict_one(const float* row, float* group) const noexcept {
+  prepare(row, group, 0);
+  if (raw_first_ != 0) {
+    return walk_row<true>(nodes_.data(), cat_pool_.data(), leaf_values_.data(), trees_, group,
+                          base_score_);
   }
-  return acc;
+  return walk_row<false>(nodes_.data(), cat_pool_.data(), leaf_values_.data(), trees_, group,
+                         base_score_);
+}
+
+float FlatForest::predict_margin(const float* row) const noexcept {
+  alignas(64) std::array<float, kBufferFloats> group;
+  return predict_one(row, group.data());
 }
 
 void FlatForest::predict_margins(const float* rows, std::size_t n, float* out) const noexcept {
+  alignas(64) std::array<float, kBufferFloats> buf;
   if (n < kMinGroupRows) {
     for (std::size_t r = 0; r < n; ++r) {
-      out[r] = predict_margin(rows + r * num_features_);
+      out[r] = predict_one(rows + r * num_features_, buf.data());
     }
     return;
   }
   const std::size_t group_floats = width_ * kLanes;
   const std::size_t block_rows = std::min(kMaxGroups, kBufferFloats / group_floats) * kLanes;
-  alignas(64) std::array<float, kBufferFloats> buf;
   std::array<float, kMaxGroups * kLanes> acc;
-  std::array<uint32_t, kLanes> leaves;
-  const Node* nodes = nodes_.data();
-  const float* leaf_values = leaf_values_.data();
   // Trees outer, rows inner: one tree's nodes stay in L1 while the block's rows walk it. Per
   // row the sum is still base_score + tree 0 + tree 1 + ... in float, XGBoost's order.
   for (std::size_t b = 0; b < n; b += block_rows) {
@@ -510,13 +666,12 @@ void FlatForest::predict_margins(const float* rows, std::size_t n, float* out) c
       prepare(src, buf.data() + (r / kLanes) * group_floats, static_cast<uint32_t>(r % kLanes));
       acc[r] = base_score_;
     }
-    for (const Tree& tree : trees_) {
-      for (std::size_t g = 0; g < groups; ++g) {
-        walk_group(nodes, tree, buf.data() + g * group_floats, leaves.data());
-        for (uint32_t k = 0; k < kLanes; ++k) {
-          acc[g * kLanes + k] += leaf_values[leaves[k]];
-        }
-      }
+    if (raw_first_ != 0) {
+      walk_block<true>(nodes_.data(), cat_pool_.data(), leaf_values_.data(), trees_, buf.data(),
+                       group_floats, groups, acc.data());
+    } else {
+      walk_block<false>(nodes_.data(), cat_pool_.data(), leaf_values_.data(), trees_,
+                        buf.data(), group_floats, groups, acc.data());
     }
     std::copy(acc.begin(), acc.begin() + static_cast<std::ptrdiff_t>(m), out + b);
   }

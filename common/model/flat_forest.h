@@ -33,7 +33,9 @@ class FlatForest {
   // Compiles XGBoost's UBJSON model bytes (Booster::save(), TargetModel::serialize()). Throws
   // ModelError for bytes that are not such a model and for anything the evaluator cannot
   // reproduce exactly: non-gbtree boosters (gblinear, dart), multi-class or multi-target models,
-  // objectives whose base score is not already a margin (e.g. reg:logistic), malformed trees.
+  // objectives whose base score is not already a margin (e.g. reg:logistic), malformed trees,
+  // and models too wide for the stack buffer (more than 1024 prepared columns, i.e. roughly
+  // more than 300-500 features).
   static FlatForest from_model_bytes(std::string_view ubj_bytes);
 
   // `row` holds num_features() floats; NaN = missing.
@@ -47,29 +49,39 @@ class FlatForest {
 
   // Layout details, public only so that the helpers in flat_forest.cc can name them.
   //
-  // Rows are first "prepared" into a block where each node's decision is a single float
-  // comparison: right iff !(value < split). Prepared columns: [0, F) the raw features (NaN
-  // goes right, as for default-right numeric splits); [F, 2F) the features with NaN replaced
-  // by -inf (NaN goes left, for default-left numeric splits); then one 0/1 column per distinct
-  // categorical decision (feature, category set, default direction) and per "present?" test;
-  // last a constant 0 that keeps leaves in place. Rows are interleaved in groups of kLanes:
-  // value (lane k, column c) sits at group[c * kLanes + k].
+  // Rows are first "prepared" so that a node's decision is one ordered float comparison, go
+  // left iff value < split, with no NaN on either side. Prepared columns:
+  //   [0, F)       the features with NaN replaced by +inf (default-right numeric splits);
+  //   [F, 2F)      the features with NaN replaced by -inf (default-left numeric splits);
+  //   [2F, 2F+K)   0/1 columns, 1 where the row goes right, one per distinct decision that no
+  //                comparison expresses: categorical splits (feature, category set, default
+  //                direction) and NaN splits;
+  //   [2F+K, 3F+K) only when categorical decisions are too many to derive: the raw features,
+  //                read by categorical nodes that then test their category bitset inline;
+  //   last         a constant 0, compared by leaves so that they keep the walk in place.
+  // Rows are interleaved in groups of kLanes: value (lane k, column c) is at
+  // group[c * kLanes + k].
   static constexpr uint32_t kLanes = 8;
-  struct Node {
+  // Marks `col` of a categorical node evaluated inline; `split` then holds the bit pattern of
+  // the node's cat_pool_ offset ([words, default right, bitset words...]).
+  static constexpr uint32_t kInlineCategorical = 1u << 31;
+  struct alignas(16) Node {
     float split;
-    uint32_t col;  // prepared column * kLanes
-    int32_t left;  // forest-wide index of the left child; right = left + 1; a leaf: itself
+    uint32_t col;  // prepared column * kLanes, possibly | kInlineCategorical
+    // Forest-wide index of the right child; left = right - 1. A leaf stores itself + 1: its
+    // comparison (constant 0 < split 1) always goes "left", so extra steps stay on it.
+    uint32_t right;
   };
   struct Tree {
     uint32_t root;
-    // Longest root-to-leaf path: the number of walk steps (leaves absorb extra steps).
+    // Longest root-to-leaf path: the number of walk steps.
     uint32_t depth;
   };
-  // A prepared 0/1 column: 1 where the row goes right.
+  // A prepared 0/1 column.
   struct Derived {
     uint32_t feature;
-    uint32_t categorical;    // 0: "feature present" test; 1: category-set test
-    uint32_t missing_value;  // value for a missing feature (categorical: default right)
+    uint32_t categorical;    // 0: every present value goes right; 1: category-set test
+    uint32_t missing_value;  // 1 if a missing value goes right (the node's default)
     uint32_t words;          // category bitset: cat_pool_[offset, offset + words)
     uint32_t offset;
   };
@@ -78,14 +90,18 @@ class FlatForest {
   FlatForest() = default;
   // Writes the prepared columns of `row` for lane `lane` of `group`.
   void prepare(const float* row, float* group, uint32_t lane) const noexcept;
+  // Margin of one row, prepared into lane 0 of `group` (a kBufferFloats scratch buffer).
+  float predict_one(const float* row, float* group) const noexcept;
 
+  // Every tree's nodes, breadth first; a node's two children are adjacent (left, right).
   std::vector<Node> nodes_;
   std::vector<float> leaf_values_;  // per node; 0 for internal nodes
   std::vector<Tree> trees_;
   std::vector<Derived> derived_;
   std::vector<uint32_t> cat_pool_;
   std::size_t num_features_ = 0;
-  std::size_t width_ = 0;  // prepared columns
+  std::size_t width_ = 0;      // prepared columns
+  std::size_t raw_first_ = 0;  // first raw column; 0 when categorical nodes are derived
   float base_score_ = 0.0f;
 };
 

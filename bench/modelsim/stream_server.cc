@@ -1,0 +1,672 @@
+#include "bench/modelsim/stream_server.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <spdlog/spdlog.h>
+
+namespace llmd::modelsim {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr std::size_t kHeaderLimit = 64 * 1024;
+constexpr std::size_t kLingerBytes = 4 * 1024 * 1024;
+constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+using StrandExecutor = asio::strand<asio::io_context::executor_type>;
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) {
+    if (c >= 'A' && c <= 'Z') {
+      c = static_cast<char>(c - 'A' + 'a');
+    }
+  }
+  return out;
+}
+
+http::Request to_request(bhttp::request<bhttp::string_body>&& msg) {
+  http::Request req;
+  req.method = std::string(msg.method_string());
+  req.target = std::string(msg.target());
+  const auto q = req.target.find('?');
+  req.path = req.target.substr(0, q);
+  if (q != std::string::npos) {
+    req.query = req.target.substr(q + 1);
+  }
+  for (const auto& field : msg) {
+    const auto name = field.name_string();
+    req.headers.push_back({lower(std::string_view(name.data(), name.size())),
+                           std::string(field.value())});
+  }
+  req.body = std::move(msg.body());
+  return req;
+}
+
+std::string status_line(int status) {
+  const auto reason = bhttp::obsolete_reason(bhttp::int_to_status(static_cast<unsigned>(status)));
+  return "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason.data(), reason.size()) +
+         "\r\n";
+}
+
+class StrandImpl final : public Strand {
+ public:
+  explicit StrandImpl(asio::io_context& ioc) : strand_(asio::make_strand(ioc)), timer_(strand_) {}
+
+  void post(std::function<void()> fn) override { asio::post(strand_, std::move(fn)); }
+
+  void arm(std::chrono::steady_clock::time_point when, std::function<void()> fn) override {
+    asio::post(strand_, [this, when, fn = std::move(fn)]() mutable {
+      const uint64_t gen = ++gen_;
+      timer_.expires_at(when);
+      timer_.async_wait([this, gen, fn = std::move(fn)](beast::error_code ec) {
+        if (!ec && gen == gen_) {
+          fn();
+        }
+      });
+    });
+  }
+
+  void disarm() override {
+    asio::post(strand_, [this] {
+      ++gen_;
+      timer_.cancel();
+    });
+  }
+
+ private:
+  StrandExecutor strand_;
+  asio::steady_timer timer_;
+  uint64_t gen_ = 0;  // only touched on the strand
+};
+
+}  // namespace
+
+struct StreamServer::Impl {
+  class Session;
+  struct Listener {
+    Listener(asio::io_context& ioc, std::size_t i)
+        : strand(asio::make_strand(ioc)), acceptor(strand), index(i) {}
+    StrandExecutor strand;
+    tcp::acceptor acceptor;
+    std::size_t index;
+    uint16_t port = 0;
+  };
+
+  Impl(StreamServerOptions o, Handler h) : options(std::move(o)), handler(std::move(h)) {}
+
+  void accept(Listener& l);
+  void register_session(uint64_t id, const std::shared_ptr<Session>& s);
+  void unregister_session(uint64_t id);
+
+  const StreamServerOptions options;
+  const Handler handler;
+  std::mutex mu;  // guards sessions, stop_requested, running
+  std::condition_variable cv;
+  std::unordered_map<uint64_t, std::weak_ptr<Session>> sessions;
+  uint64_t next_id = 0;
+  bool stop_requested = false;
+  std::atomic<bool> stopping{false};
+  std::atomic<std::size_t> connections{0};
+
+  asio::io_context ioc{std::max(1, options.io_threads)};
+  std::vector<std::unique_ptr<Listener>> listeners;
+  std::optional<asio::signal_set> signals;
+};
+
+// One connection. Lives on its strand (the socket's executor); ResponseStream calls from other
+// threads are posted there, so all state below is strand-local.
+class StreamServer::Impl::Session final : public ResponseStream,
+                                          public std::enable_shared_from_this<Session> {
+ public:
+  Session(Impl& server, uint64_t id, std::size_t listener, tcp::socket socket)
+      : server_(server),
+        id_(id),
+        listener_(listener),
+        socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
+        write_timer_(socket_.get_executor()) {}
+
+  ~Session() override {
+    server_.connections.fetch_sub(1);
+    server_.unregister_session(id_);
+  }
+
+  void start() { read_request(); }
+  asio::any_io_executor socket_executor() { return socket_.get_executor(); }
+
+  void shutdown_now() {
+    disconnect_cb_ = nullptr;
+    close();
+  }
+
+  // ResponseStream
+  void respond(http::Response response) override {
+    asio::post(socket_.get_executor(), [self = shared_from_this(), r = std::move(response)]() mutable {
+      self->do_respond(std::move(r));
+    });
+  }
+  void begin_stream(int status, std::string content_type,
+                    std::vector<http::Header> headers) override {
+    asio::post(socket_.get_executor(), [self = shared_from_this(), status,
+                                        ct = std::move(content_type),
+                                        hs = std::move(headers)]() mutable {
+      self->do_begin(status, ct, hs);
+    });
+  }
+  void write(std::string data) override {
+    asio::post(socket_.get_executor(), [self = shared_from_this(), d = std::move(data)]() mutable {
+      self->do_write(std::move(d));
+    });
+  }
+  void end() override {
+    asio::post(socket_.get_executor(), [self = shared_from_this()] { self->do_end(); });
+  }
+  void close_connection() override {
+    asio::post(socket_.get_executor(), [self = shared_from_this()] { self->shutdown_now(); });
+  }
+  void on_disconnect(std::function<void()> callback) override {
+    asio::post(socket_.get_executor(), [self = shared_from_this(), cb = std::move(callback)]() mutable {
+      if (self->disconnected_) {
+        cb();
+      } else if (self->phase_ == Phase::kResponding && !self->answer_done_) {
+        self->disconnect_cb_ = std::move(cb);
+      }
+    });
+  }
+
+ private:
+  enum class Phase { kIdle, kHeader, kBody, kResponding, kClosed };
+
+  void arm_timer(std::chrono::milliseconds d) {
+    const uint64_t gen = ++timer_gen_;
+    timer_.expires_after(d);
+    timer_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
+      if (!ec && gen == self->timer_gen_) {
+        self->close();  // read timeout: nothing to answer
+      }
+    });
+  }
+  void cancel_timer() {
+    ++timer_gen_;
+    timer_.cancel();
+  }
+
+  void read_request() {
+    if (server_.stopping) {
+      return graceful_close();
+    }
+    phase_ = Phase::kIdle;
+    if (buffer_.size() > 0) {
+      return read_header();
+    }
+    arm_timer(first_ ? server_.options.header_timeout : server_.options.idle_timeout);
+    if (!read_pending_) {
+      start_read_some();
+    }
+  }
+
+  // Reads whatever comes next: the next request while idle, or (while responding) the
+  // disconnect notice of a peer that went away.
+  void start_read_some() {
+    read_pending_ = true;
+    socket_.async_read_some(buffer_.prepare(16 * 1024), [self = shared_from_this()](
+                                                            beast::error_code ec, std::size_t n) {
+      self->read_pending_ = false;
+      if (ec) {
+        return self->peer_gone();
+      }
+      self->buffer_.commit(n);
+      if (self->phase_ == Phase::kIdle) {
+        self->read_header();
+      }
+      // While responding the bytes wait in the buffer (one read at most: bounded).
+    });
+  }
+
+  void read_header() {
+    phase_ = Phase::kHeader;
+    parser_.emplace();
+    parser_->header_limit(kHeaderLimit);
+    parser_->body_limit(server_.options.body_limit);
+    arm_timer(server_.options.header_timeout);
+    bhttp::async_read_header(socket_, buffer_, *parser_,
+                             [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                               self->on_header(ec);
+                             });
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec) {
+      return on_read_error(ec);
+    }
+    if (parser_->is_done()) {
+      return dispatch();
+    }
+    if (beast::iequals(parser_->get()[bhttp::field::expect], "100-continue")) {
+      return asio::async_write(socket_, asio::buffer(kContinue, sizeof(kContinue) - 1),
+                               [self = shared_from_this()](beast::error_code wec, std::size_t) {
+                                 if (wec) {
+                                   return self->close();
+                                 }
+                                 self->read_body();
+                               });
+    }
+    read_body();
+  }
+
+  void read_body() {
+    phase_ = Phase::kBody;
+    arm_timer(server_.options.body_timeout);
+    bhttp::async_read(socket_, buffer_, *parser_,
+                      [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                        if (ec) {
+                          return self->on_read_error(ec);
+                        }
+                        self->dispatch();
+                      });
+  }
+
+  void on_read_error(beast::error_code ec) {
+    if (phase_ == Phase::kClosed || ec == asio::error::operation_aborted) {
+      return close();
+    }
+    if (ec == bhttp::error::body_limit) {
+      return send_error(413, "Request body too large (limit " +
+                                 std::to_string(server_.options.body_limit) + " bytes)");
+    }
+    if (ec == bhttp::error::header_limit) {
+      return send_error(431, "Request header fields too large");
+    }
+    if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
+        ec != bhttp::error::partial_message && ec != bhttp::error::end_of_stream) {
+      return send_error(400, "Malformed HTTP request");
+    }
+    close();
+  }
+
+  void send_error(int status, const std::string& message) {
+    cancel_timer();
+    phase_ = Phase::kResponding;
+    keep_alive_ = false;
+    answer_started_ = true;
+    answer_done_ = true;
+    linger_after_answer_ = true;
+    const std::string body = "{\"object\":\"error\",\"message\":\"" + message +
+                             "\",\"type\":\"BadRequestError\",\"param\":null,\"code\":" +
+                             std::to_string(status) + "}";
+    out_ += status_line(status) + "Server: " + server_.options.server_name +
+            "\r\nContent-Type: application/json\r\nContent-Length: " +
+            std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    flush();
+  }
+
+  void dispatch() {
+    cancel_timer();
+    phase_ = Phase::kResponding;
+    answer_started_ = false;
+    answer_done_ = false;
+    disconnect_cb_ = nullptr;
+    auto msg = parser_->release();
+    keep_alive_ = msg.keep_alive();
+    http::Request request = to_request(std::move(msg));
+    if (!read_pending_) {
+      start_read_some();  // notice a client that goes away while we answer
+    }
+    try {
+      server_.handler(listener_, std::move(request), shared_from_this());
+    } catch (const std::exception& e) {
+      spdlog::error("modelsim: handler threw: {}", e.what());
+      do_respond(http::Response::detail(500, "Internal server error"));
+    }
+  }
+
+  void do_respond(http::Response r) {
+    if (phase_ != Phase::kResponding || answer_started_) {
+      return;
+    }
+    answer_started_ = true;
+    answer_done_ = true;
+    std::string head = status_line(r.status) + "Server: " + server_.options.server_name + "\r\n";
+    for (const auto& h : r.headers) {
+      head += h.name + ": " + h.value + "\r\n";
+    }
+    head += "Content-Type: " + r.content_type + "\r\nContent-Length: " +
+            std::to_string(r.body.size()) + "\r\nConnection: " +
+            (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n";
+    out_ += head;
+    out_ += r.body;
+    flush();
+  }
+
+  void do_begin(int status, const std::string& content_type,
+                const std::vector<http::Header>& headers) {
+    if (phase_ != Phase::kResponding || answer_started_) {
+      return;
+    }
+    answer_started_ = true;
+    out_ += status_line(status) + "Server: " + server_.options.server_name + "\r\n";
+    for (const auto& h : headers) {
+      out_ += h.name + ": " + h.value + "\r\n";
+    }
+    out_ += "Content-Type: " + content_type + "\r\nTransfer-Encoding: chunked\r\nConnection: " +
+            (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n";
+    flush();
+  }
+
+  void do_write(std::string data) {
+    if (phase_ != Phase::kResponding || !answer_started_ || answer_done_ || data.empty()) {
+      return;
+    }
+    char size[32];
+    std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
+    out_ += size;
+    out_ += data;
+    out_ += "\r\n";
+    flush();
+  }
+
+  void do_end() {
+    if (phase_ != Phase::kResponding || !answer_started_ || answer_done_) {
+      return;
+    }
+    answer_done_ = true;
+    out_ += "0\r\n\r\n";
+    flush();
+  }
+
+  void flush() {
+    if (writing_ || out_.empty() || phase_ == Phase::kClosed) {
+      return;
+    }
+    writing_ = true;
+    inflight_ = std::move(out_);
+    out_.clear();
+    const uint64_t gen = ++write_gen_;
+    write_timer_.expires_after(server_.options.write_timeout);
+    write_timer_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
+      if (!ec && gen == self->write_gen_) {
+        self->peer_gone();  // the client stopped reading
+      }
+    });
+    asio::async_write(socket_, asio::buffer(inflight_),
+                      [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                        self->writing_ = false;
+                        ++self->write_gen_;
+                        self->write_timer_.cancel();
+                        if (ec) {
+                          return self->peer_gone();
+                        }
+                        if (!self->out_.empty()) {
+                          return self->flush();
+                        }
+                        if (self->answer_done_ && self->phase_ == Phase::kResponding) {
+                          self->on_answer_written();
+                        }
+                      });
+  }
+
+  void on_answer_written() {
+    if (linger_after_answer_) {
+      return linger();
+    }
+    if (!keep_alive_ || server_.stopping) {
+      return graceful_close();
+    }
+    first_ = false;
+    read_request();
+  }
+
+  // After an error answer to a request whose body was not read (413, 431, 400): stop sending
+  // but keep reading (and discarding) for a while, so the peer's unread bytes do not turn our
+  // close into a reset that destroys the answer before the client read it.
+  void linger() {
+    phase_ = Phase::kClosed;
+    beast::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    arm_timer(std::min<std::chrono::milliseconds>(std::chrono::milliseconds(1000),
+                                                  server_.options.body_timeout));
+    linger_read();
+  }
+
+  void linger_read() {
+    buffer_.consume(buffer_.size());
+    socket_.async_read_some(buffer_.prepare(64 * 1024), [self = shared_from_this()](
+                                                            beast::error_code ec, std::size_t n) {
+      self->lingered_ += n;
+      if (ec || self->lingered_ > kLingerBytes) {
+        return self->close();
+      }
+      self->linger_read();
+    });
+  }
+
+  void peer_gone() {
+    if (phase_ == Phase::kResponding && !answer_done_ && !disconnected_) {
+      disconnected_ = true;
+      if (auto cb = std::move(disconnect_cb_)) {
+        disconnect_cb_ = nullptr;
+        cb();
+      }
+    }
+    close();
+  }
+
+  void graceful_close() {
+    phase_ = Phase::kClosed;
+    beast::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    socket_.close(ec);
+    cancel_timer();
+  }
+
+  void close() {
+    if (phase_ == Phase::kResponding && !answer_done_) {
+      disconnected_ = true;  // late on_disconnect() registrations fire at once
+    }
+    phase_ = Phase::kClosed;
+    beast::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    cancel_timer();
+    ++write_gen_;
+    write_timer_.cancel();
+  }
+
+  Impl& server_;
+  const uint64_t id_;
+  const std::size_t listener_;
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  asio::steady_timer write_timer_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  Phase phase_ = Phase::kIdle;
+  bool first_ = true;
+  bool read_pending_ = false;
+  bool keep_alive_ = true;
+  bool answer_started_ = false;
+  bool answer_done_ = false;
+  bool disconnected_ = false;
+  bool writing_ = false;
+  bool linger_after_answer_ = false;
+  std::size_t lingered_ = 0;
+  uint64_t timer_gen_ = 0;
+  uint64_t write_gen_ = 0;
+  std::string out_;
+  std::string inflight_;
+  std::function<void()> disconnect_cb_;
+};
+
+void StreamServer::Impl::accept(Listener& l) {
+  l.acceptor.async_accept(asio::make_strand(ioc), [this, &l](beast::error_code ec,
+                                                             tcp::socket socket) {
+    if (stopping || !l.acceptor.is_open()) {
+      return;
+    }
+    if (ec) {
+      spdlog::warn("modelsim: accept failed on port {}: {}", l.port, ec.message());
+      if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space) {
+        // Back off instead of spinning on a failing accept.
+        auto timer = std::make_shared<asio::steady_timer>(l.strand, std::chrono::milliseconds(50));
+        timer->async_wait([this, &l, timer](beast::error_code) { accept(l); });
+        return;
+      }
+      return accept(l);
+    }
+    if (connections.fetch_add(1) >= options.max_connections) {
+      connections.fetch_sub(1);
+      beast::error_code ignored;
+      socket.close(ignored);
+      return accept(l);
+    }
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    uint64_t id = 0;
+    {
+      std::lock_guard lock(mu);
+      id = next_id++;
+    }
+    auto session = std::make_shared<Session>(*this, id, l.index, std::move(socket));
+    register_session(id, session);
+    asio::post(session->socket_executor(), [session] { session->start(); });
+    accept(l);
+  });
+}
+
+void StreamServer::Impl::register_session(uint64_t id, const std::shared_ptr<Session>& s) {
+  std::lock_guard lock(mu);
+  sessions.emplace(id, s);
+}
+
+void StreamServer::Impl::unregister_session(uint64_t id) {
+  std::lock_guard lock(mu);
+  sessions.erase(id);
+}
+
+StreamServer::StreamServer(StreamServerOptions options, Handler handler)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(handler))) {}
+
+StreamServer::~StreamServer() = default;
+
+std::size_t StreamServer::listen(uint16_t port) {
+  auto& s = *impl_;
+  auto l = std::make_unique<Impl::Listener>(s.ioc, s.listeners.size());
+  const std::string where = s.options.host + ":" + std::to_string(port);
+  try {
+    const auto addr = asio::ip::make_address(s.options.host);
+    const tcp::endpoint endpoint(addr, port);
+    l->acceptor.open(endpoint.protocol());
+    l->acceptor.set_option(asio::socket_base::reuse_address(true));
+    l->acceptor.bind(endpoint);
+    l->acceptor.listen(asio::socket_base::max_listen_connections);
+    l->port = l->acceptor.local_endpoint().port();
+  } catch (const std::exception& e) {
+    throw std::runtime_error("modelsim: cannot listen on " + where + ": " + e.what());
+  }
+  s.listeners.push_back(std::move(l));
+  return s.listeners.size() - 1;
+}
+
+uint16_t StreamServer::port(std::size_t listener) const { return impl_->listeners.at(listener)->port; }
+
+StrandPtr StreamServer::make_strand() { return std::make_unique<StrandImpl>(impl_->ioc); }
+
+void StreamServer::run(bool handle_signals) {
+  auto& s = *impl_;
+  for (auto& l : s.listeners) {
+    asio::post(l->strand, [&s, lp = l.get()] { s.accept(*lp); });
+  }
+  if (handle_signals) {
+    s.signals.emplace(s.ioc, SIGINT, SIGTERM);
+    s.signals->async_wait([this](beast::error_code ec, int signo) {
+      if (!ec) {
+        spdlog::info("modelsim: signal {}, shutting down", signo);
+        stop();
+      }
+    });
+  }
+  auto work = asio::make_work_guard(s.ioc);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < std::max(1, s.options.io_threads); ++i) {
+    threads.emplace_back([&s] {
+      while (true) {
+        try {
+          s.ioc.run();
+          return;
+        } catch (const std::exception& e) {
+          spdlog::error("modelsim: io thread caught: {}", e.what());
+        }
+      }
+    });
+  }
+  {
+    std::unique_lock lock(s.mu);
+    s.cv.wait(lock, [&s] { return s.stop_requested; });
+  }
+  // Stop accepting and drop every connection, then stop the loop.
+  for (auto& l : s.listeners) {
+    asio::post(l->strand, [lp = l.get()] {
+      beast::error_code ec;
+      lp->acceptor.close(ec);
+    });
+  }
+  std::vector<std::shared_ptr<Impl::Session>> live;
+  {
+    std::lock_guard lock(s.mu);
+    for (auto& [id, weak] : s.sessions) {
+      if (auto p = weak.lock()) {
+        live.push_back(std::move(p));
+      }
+    }
+  }
+  for (auto& session : live) {
+    asio::post(session->socket_executor(), [session] { session->shutdown_now(); });
+  }
+  live.clear();
+  if (s.signals) {
+    asio::post(s.ioc, [&s] {
+      beast::error_code ec;
+      s.signals->cancel(ec);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the closes run
+  work.reset();
+  s.ioc.stop();
+  for (auto& t : threads) {
+    t.join();
+  }
+  s.signals.reset();
+}
+
+void StreamServer::stop() {
+  auto& s = *impl_;
+  s.stopping = true;
+  std::lock_guard lock(s.mu);
+  s.stop_requested = true;
+  s.cv.notify_all();
+}
+
+}  // namespace llmd::modelsim

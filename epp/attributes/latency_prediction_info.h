@@ -1,0 +1,19 @@
+#pragma once
+// Written by predicted-latency-producer; read by latency-slo-admitter, slo-headroom-tier-filter,
+// latency-scorer and the affinity filters' TTFT penalty check. Absent means the pod has no
+// prediction (predictor down, deadline passed): consumers fall back (composite scoring) and
+// never treat it as "positive with 0 headroom".
+namespace llmd::epp {
+
+struct LatencyPredictionInfo {
+  double predicted_ttft_ms = 0;
+  double predicted_tpot_ms = 0;
+  // SLO - predicted; without an SLO header TTFT headroom = -predicted TTFT and TPOT headroom 0.
+  double ttft_headroom_ms = 0;
+  double tpot_headroom_ms = 0;
+  bool ttft_valid = true;  // predicted < SLO (true without SLO)
+  bool tpot_valid = true;  // TPOT is neutralised (valid, headroom 0) for non-streaming and prefill
+  bool both_valid() const { return ttft_valid && tpot_valid; }
+};
+
+}  // namespace llmd::epp

@@ -1,0 +1,111 @@
+#include "epp/datastore/pod_registry.h"
+
+#include <algorithm>
+
+namespace llmd::epp {
+
+PodRegistry::PodRegistry(std::chrono::milliseconds staleness) : staleness_(staleness) {}
+
+void PodRegistry::set_pods(const std::vector<PodConfig>& pods) {
+  std::lock_guard lock(mu_);
+  std::map<std::string, State> next;
+  for (const auto& p : pods) {
+    auto it = pods_.find(p.name);
+    State s = it != pods_.end() && it->second.config.address == p.address ? it->second : State{};
+    s.config = p;
+    next[p.name] = s;
+  }
+  pods_ = std::move(next);
+}
+
+std::vector<PodConfig> PodRegistry::pods() const {
+  std::lock_guard lock(mu_);
+  std::vector<PodConfig> out;
+  for (const auto& [_, s] : pods_) {
+    out.push_back(s.config);
+  }
+  return out;
+}
+
+void PodRegistry::update_metrics(const std::string& name, const PodMetrics& m) {
+  std::lock_guard lock(mu_);
+  auto it = pods_.find(name);
+  if (it != pods_.end()) {
+    it->second.metrics = m;
+    it->second.scraped_ok = true;
+  }
+}
+
+void PodRegistry::mark_scrape_failed(const std::string& name) {
+  std::lock_guard lock(mu_);
+  auto it = pods_.find(name);
+  if (it != pods_.end()) {
+    it->second.scraped_ok = false;
+  }
+}
+
+void PodRegistry::mark_unhealthy(const std::string& name) { mark_scrape_failed(name); }
+
+std::vector<Endpoint> PodRegistry::candidates(std::chrono::steady_clock::time_point now) const {
+  std::lock_guard lock(mu_);
+  std::vector<Endpoint> out;
+  out.reserve(pods_.size());
+  for (const auto& [name, s] : pods_) {
+    if (!s.scraped_ok || now - s.metrics.scraped_at > staleness_) {
+      continue;
+    }
+    Endpoint e;
+    e.name = name;
+    e.address = s.config.address;
+    e.labels = s.config.labels;
+    e.metrics = s.metrics;
+    e.dispatched = s.dispatched;
+    e.prefill_tokens_in_flight = s.prefill_tokens;
+    e.decode_tokens_in_flight = s.decode_tokens;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::size_t PodRegistry::ready_count(std::chrono::steady_clock::time_point now) const {
+  std::lock_guard lock(mu_);
+  return static_cast<std::size_t>(std::count_if(pods_.begin(), pods_.end(), [&](const auto& kv) {
+    return kv.second.scraped_ok && now - kv.second.metrics.scraped_at <= staleness_;
+  }));
+}
+
+void PodRegistry::on_dispatch(const std::string& name, int64_t input_tokens) {
+  std::lock_guard lock(mu_);
+  auto it = pods_.find(name);
+  if (it != pods_.end()) {
+    ++it->second.dispatched;
+    it->second.prefill_tokens += input_tokens;
+  }
+}
+
+void PodRegistry::on_first_token(const std::string& name, int64_t input_tokens,
+                                 int64_t max_tokens) {
+  std::lock_guard lock(mu_);
+  auto it = pods_.find(name);
+  if (it != pods_.end()) {
+    it->second.prefill_tokens = std::max<int64_t>(0, it->second.prefill_tokens - input_tokens);
+    it->second.decode_tokens += max_tokens;
+  }
+}
+
+void PodRegistry::on_finished(const std::string& name, int64_t input_tokens, int64_t decode_tokens,
+                              bool first_token_seen) {
+  std::lock_guard lock(mu_);
+  auto it = pods_.find(name);
+  if (it == pods_.end()) {
+    return;  // pod removed by a reload while the request ran
+  }
+  it->second.dispatched = std::max<int64_t>(0, it->second.dispatched - 1);
+  if (first_token_seen) {
+    it->second.decode_tokens = std::max<int64_t>(0, it->second.decode_tokens - decode_tokens);
+  } else {
+    it->second.prefill_tokens = std::max<int64_t>(0, it->second.prefill_tokens - input_tokens);
+  }
+}
+
+}  // namespace llmd::epp

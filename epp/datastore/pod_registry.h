@@ -1,0 +1,62 @@
+#pragma once
+// The pool: configured pods, their latest scraped metrics and the EPP's exact in-flight
+// bookkeeping. Scraper threads write metrics; proxy threads take snapshots of candidates and
+// update in-flight counters. One mutex guards the whole table; every critical section is a
+// short copy or a counter update (never I/O).
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "epp/interface/endpoint.h"
+
+namespace llmd::epp {
+
+struct PodConfig {
+  std::string name;
+  std::string address;  // host:port
+  std::map<std::string, std::string> labels;
+};
+
+class PodRegistry {
+ public:
+  explicit PodRegistry(std::chrono::milliseconds staleness = std::chrono::seconds(2));
+
+  // Replaces the pod set (config reload). Pods that stay keep their metrics and counters.
+  void set_pods(const std::vector<PodConfig>& pods);
+  std::vector<PodConfig> pods() const;
+
+  void update_metrics(const std::string& name, const PodMetrics& m);
+  void mark_scrape_failed(const std::string& name);
+
+  // Pods whose last scrape succeeded within the staleness bound, as scheduling candidates.
+  std::vector<Endpoint> candidates(std::chrono::steady_clock::time_point now) const;
+  std::size_t ready_count(std::chrono::steady_clock::time_point now) const;
+
+  // Exact bookkeeping of requests this EPP dispatched.
+  void on_dispatch(const std::string& name, int64_t input_tokens);
+  void on_first_token(const std::string& name, int64_t input_tokens, int64_t max_tokens);
+  void on_finished(const std::string& name, int64_t input_tokens, int64_t decode_tokens,
+                   bool first_token_seen);
+  // A pod that refused a connection or failed before any byte: excluded until the next good
+  // scrape, so traffic moves away at once instead of after the staleness bound.
+  void mark_unhealthy(const std::string& name);
+
+ private:
+  struct State {
+    PodConfig config;
+    PodMetrics metrics;
+    bool scraped_ok = false;
+    int64_t dispatched = 0;
+    int64_t prefill_tokens = 0;
+    int64_t decode_tokens = 0;
+  };
+  std::chrono::milliseconds staleness_;
+  mutable std::mutex mu_;
+  std::map<std::string, State> pods_;  // guarded by mu_
+};
+
+}  // namespace llmd::epp

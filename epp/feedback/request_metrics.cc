@@ -1,0 +1,150 @@
+#include "epp/feedback/request_metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+namespace llmd::epp {
+namespace {
+const prometheus::Histogram::BucketBoundaries kSeconds = {
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+const prometheus::Histogram::BucketBoundaries kTpotSeconds = {
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28};
+constexpr const char* kPrefix = "inference_objective_request_";
+}  // namespace
+
+struct RequestMetrics::Families {
+  explicit Families(prometheus::Registry& r) {
+    auto hist = [&](const std::string& name, const std::string& help) {
+      return &prometheus::BuildHistogram().Name(kPrefix + name).Help(help).Register(r);
+    };
+    auto gauge = [&](const std::string& name, const std::string& help) {
+      return &prometheus::BuildGauge().Name(kPrefix + name).Help(help).Register(r);
+    };
+    auto counter = [&](const std::string& name, const std::string& help) {
+      return &prometheus::BuildCounter().Name(kPrefix + name).Help(help).Register(r);
+    };
+    ttft = hist("ttft_seconds", "Observed time to first token");
+    ttft_gauge = gauge("ttft_seconds_gauge", "Last observed time to first token");
+    predicted_ttft = hist("predicted_ttft_seconds", "Predicted TTFT of the picked pod");
+    predicted_ttft_gauge = gauge("predicted_ttft_seconds_gauge", "Last predicted TTFT");
+    tpot = hist("tpot_seconds", "Observed time per output token");
+    tpot_gauge = gauge("tpot_seconds_gauge", "Last observed TPOT");
+    predicted_tpot = hist("predicted_tpot_seconds", "Predicted TPOT of the picked pod");
+    predicted_tpot_gauge = gauge("predicted_tpot_seconds_gauge", "Last predicted TPOT");
+    ttft_violation = gauge("ttft_slo_violation", "1 when the last request missed its TTFT SLO");
+    ttft_violation_total = counter("ttft_slo_violation_total", "Requests that missed their TTFT SLO");
+    tpot_violation = gauge("tpot_slo_violation", "1 when the last request missed its TPOT SLO");
+    tpot_violation_total = counter("tpot_slo_violation_total", "Requests that missed their TPOT SLO");
+    ttft_threshold = gauge("ttft_slo_threshold_seconds", "TTFT SLO of the last request with one");
+    tpot_threshold = gauge("tpot_slo_threshold_seconds", "TPOT SLO of the last request with one");
+    requests = &prometheus::BuildCounter()
+                    .Name("llmd_epp_requests_total")
+                    .Help("Requests by model and HTTP status")
+                    .Register(r);
+  }
+  prometheus::Family<prometheus::Histogram>*ttft, *predicted_ttft, *tpot, *predicted_tpot;
+  prometheus::Family<prometheus::Gauge>*ttft_gauge, *predicted_ttft_gauge, *tpot_gauge,
+      *predicted_tpot_gauge, *ttft_violation, *tpot_violation, *ttft_threshold, *tpot_threshold;
+  prometheus::Family<prometheus::Counter>*ttft_violation_total, *tpot_violation_total, *requests;
+};
+
+struct RequestMetrics::Children {
+  Children(Families& f, const std::string& model) {
+    prometheus::Labels l{{"model_name", model}, {"target_model_name", model}};
+    ttft = &f.ttft->Add(l, kSeconds);
+    predicted_ttft = &f.predicted_ttft->Add(l, kSeconds);
+    tpot = &f.tpot->Add(l, kTpotSeconds);
+    predicted_tpot = &f.predicted_tpot->Add(l, kTpotSeconds);
+    ttft_gauge = &f.ttft_gauge->Add(l);
+    predicted_ttft_gauge = &f.predicted_ttft_gauge->Add(l);
+    tpot_gauge = &f.tpot_gauge->Add(l);
+    predicted_tpot_gauge = &f.predicted_tpot_gauge->Add(l);
+    ttft_violation = &f.ttft_violation->Add(l);
+    tpot_violation = &f.tpot_violation->Add(l);
+    ttft_threshold = &f.ttft_threshold->Add(l);
+    tpot_threshold = &f.tpot_threshold->Add(l);
+    ttft_violation_total = &f.ttft_violation_total->Add(l);
+    tpot_violation_total = &f.tpot_violation_total->Add(l);
+    requests = f.requests;
+    model_name = model;
+  }
+  prometheus::Histogram *ttft, *predicted_ttft, *tpot, *predicted_tpot;
+  prometheus::Gauge *ttft_gauge, *predicted_ttft_gauge, *tpot_gauge, *predicted_tpot_gauge,
+      *ttft_violation, *tpot_violation, *ttft_threshold, *tpot_threshold;
+  prometheus::Counter *ttft_violation_total, *tpot_violation_total;
+  prometheus::Family<prometheus::Counter>* requests;
+  std::map<int, prometheus::Counter*> by_code;
+  std::string model_name;
+  prometheus::Counter& code(int status) {
+    auto it = by_code.find(status);
+    if (it == by_code.end()) {
+      it = by_code.emplace(status, &requests->Add({{"model_name", model_name},
+                                                   {"code", std::to_string(status)}})).first;
+    }
+    return *it->second;
+  }
+};
+
+RequestMetrics::RequestMetrics(prometheus::Registry& registry)
+    : families_(std::make_unique<Families>(registry)) {}
+
+RequestMetrics::~RequestMetrics() = default;
+
+RequestMetrics::Children& RequestMetrics::children(const std::string& model) {
+  auto& c = by_model_[model];
+  if (!c) {
+    c = std::make_unique<Children>(*families_, model);
+  }
+  return *c;
+}
+
+void RequestMetrics::on_rejected(const std::string& model, int status) {
+  std::lock_guard lock(mu_);
+  children(model).code(status).Increment();
+}
+
+void RequestMetrics::on_completed(const CompletedRequest& done) {
+  std::lock_guard lock(mu_);
+  Children& c = children(done.request.model);
+  c.code(done.status).Increment();
+  if (!done.success) {
+    return;
+  }
+  const double ttft_s = done.ttft_ms / 1000.0;
+  c.ttft->Observe(ttft_s);
+  c.ttft_gauge->Set(ttft_s);
+  std::optional<double> tpot_s;
+  if (done.request.streaming && done.completion_tokens && *done.completion_tokens > 1) {
+    tpot_s = (done.e2e_ms - done.ttft_ms) / 1000.0 / static_cast<double>(*done.completion_tokens - 1);
+    c.tpot->Observe(*tpot_s);
+    c.tpot_gauge->Set(*tpot_s);
+  }
+  if (done.pod.latency) {
+    c.predicted_ttft->Observe(done.pod.latency->predicted_ttft_ms / 1000.0);
+    c.predicted_ttft_gauge->Set(done.pod.latency->predicted_ttft_ms / 1000.0);
+    c.predicted_tpot->Observe(done.pod.latency->predicted_tpot_ms / 1000.0);
+    c.predicted_tpot_gauge->Set(done.pod.latency->predicted_tpot_ms / 1000.0);
+  }
+  if (done.request.slo_ttft_ms) {
+    const double slo = *done.request.slo_ttft_ms / 1000.0;
+    c.ttft_threshold->Set(slo);
+    bool violated = ttft_s > slo;
+    c.ttft_violation->Set(violated ? 1 : 0);
+    if (violated) {
+      c.ttft_violation_total->Increment();
+    }
+  }
+  if (done.request.slo_tpot_ms && tpot_s) {
+    const double slo = *done.request.slo_tpot_ms / 1000.0;
+    c.tpot_threshold->Set(slo);
+    bool violated = *tpot_s > slo;
+    c.tpot_violation->Set(violated ? 1 : 0);
+    if (violated) {
+      c.tpot_violation_total->Increment();
+    }
+  }
+}
+
+}  // namespace llmd::epp

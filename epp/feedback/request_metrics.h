@@ -1,0 +1,49 @@
+#pragma once
+// Prometheus metrics of completed requests (epp.md section 4): actual vs predicted TTFT/TPOT,
+// SLO thresholds and violations, requests by code. Labels model_name (requested model) and
+// target_model_name (model actually served, the same unless a routing rule rewrote it).
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "epp/proxy/proxy_types.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace llmd::epp {
+
+class RequestMetrics : public CompletionSink {
+ public:
+  explicit RequestMetrics(prometheus::Registry& registry);
+  ~RequestMetrics() override;
+  void on_completed(const CompletedRequest& done) override;
+  // Requests answered without dispatch (shed, no pods, bad request).
+  void on_rejected(const std::string& model, int status);
+
+ private:
+  struct Families;
+  struct Children;
+  Children& children(const std::string& model);
+  std::unique_ptr<Families> families_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Children>> by_model_;  // guarded by mu_
+};
+
+// Fans one completion out to several sinks (feedback, metrics, ...).
+class CompletionFanout : public CompletionSink {
+ public:
+  void add(CompletionSink& sink) { sinks_.push_back(&sink); }
+  void on_completed(const CompletedRequest& done) override {
+    for (auto* s : sinks_) {
+      s->on_completed(done);
+    }
+  }
+
+ private:
+  std::vector<CompletionSink*> sinks_;
+};
+
+}  // namespace llmd::epp

@@ -1,0 +1,142 @@
+#include "epp/feedback/training_feedback.h"
+
+#include <algorithm>
+#include <random>
+
+#include <spdlog/spdlog.h>
+
+#include "common/features/feature_json.h"
+#include "common/http/client.h"
+
+namespace llmd::epp {
+
+using Json = nlohmann::json;
+
+std::vector<Json> training_entries(const CompletedRequest& done, bool streaming_mode) {
+  std::vector<Json> out;
+  if (!done.success || done.client_aborted) {
+    return out;
+  }
+  const Endpoint& pod = done.pod;
+  features::FeatureInput f;
+  f.kv_cache_percentage = std::clamp(pod.metrics.kv_cache_usage, 0.0, 1.0);
+  f.input_token_length = done.request.input_tokens;
+  f.num_request_waiting = pod.metrics.waiting;
+  f.num_request_running = pod.metrics.running;
+  f.num_tokens_generated = 1;
+  f.prefix_cache_score = pod.prefix ? std::clamp(pod.prefix->score(), 0.0, 1.0) : 0.0;
+  f.pod_type = features::pod_type_from_string(pod.role());
+  f.prefill_tokens_in_flight = pod.prefill_tokens_in_flight;
+  f.decode_tokens_in_flight = pod.decode_tokens_in_flight;
+  const bool streaming = streaming_mode && done.request.streaming;
+  Json ttft = features::feature_input_to_json(f);
+  ttft["actual_ttft_ms"] = streaming ? done.ttft_ms : done.e2e_ms;
+  ttft["actual_tpot_ms"] = 0.0;
+  if (pod.latency) {
+    ttft["predicted_ttft_ms"] = pod.latency->predicted_ttft_ms;
+  }
+  if (ttft["actual_ttft_ms"].get<double>() > 0) {
+    out.push_back(std::move(ttft));
+  }
+  if (streaming && done.completion_tokens && *done.completion_tokens > 1 &&
+      done.e2e_ms > done.ttft_ms) {
+    f.num_tokens_generated = *done.completion_tokens;
+    Json tpot = features::feature_input_to_json(f);
+    tpot["actual_ttft_ms"] = 0.0;
+    tpot["actual_tpot_ms"] =
+        (done.e2e_ms - done.ttft_ms) / static_cast<double>(*done.completion_tokens - 1);
+    if (pod.latency) {
+      tpot["predicted_tpot_ms"] = pod.latency->predicted_tpot_ms;
+    }
+    out.push_back(std::move(tpot));
+  }
+  return out;
+}
+
+TrainingFeedback::TrainingFeedback(FeedbackOptions options) : options_(std::move(options)) {}
+
+TrainingFeedback::~TrainingFeedback() { stop(); }
+
+void TrainingFeedback::start() {
+  if (options_.trainer_url.empty()) {
+    spdlog::warn("no training server URL: training feedback is off");
+    return;
+  }
+  thread_ = std::thread([this] {
+    std::unique_lock lock(mu_);
+    while (!cv_.wait_for(lock, options_.interval, [this] { return stopping_; })) {
+      lock.unlock();
+      flush();
+      lock.lock();
+    }
+  });
+}
+
+void TrainingFeedback::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      return;
+    }
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) {
+    thread_.join();
+    flush();
+  }
+}
+
+void TrainingFeedback::on_completed(const CompletedRequest& done) {
+  if (options_.trainer_url.empty()) {
+    return;
+  }
+  auto entries = training_entries(done, options_.streaming_mode);
+  std::lock_guard lock(mu_);
+  for (auto& e : entries) {
+    buffer_.push_back(std::move(e));
+  }
+  while (buffer_.size() > options_.max_buffer) {
+    buffer_.pop_front();
+    ++dropped_;
+  }
+}
+
+void TrainingFeedback::flush() {
+  std::vector<Json> batch;
+  {
+    std::lock_guard lock(mu_);
+    batch.assign(std::make_move_iterator(buffer_.begin()), std::make_move_iterator(buffer_.end()));
+    buffer_.clear();
+  }
+  if (batch.empty()) {
+    return;
+  }
+  if (batch.size() > options_.max_per_flush) {
+    // A uniform sample keeps the TTFT/TPOT mix in expectation.
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    std::shuffle(batch.begin(), batch.end(), rng);
+    dropped_ += batch.size() - options_.max_per_flush;
+    batch.resize(options_.max_per_flush);
+  }
+  auto url = http::parse_url(options_.trainer_url);
+  if (!url) {
+    dropped_ += batch.size();
+    return;
+  }
+  const std::string body = Json{{"entries", batch}}.dump();
+  http::HttpClient client(url->host, url->port, std::chrono::seconds(5));
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto r = client.post(url->base_path + "/add_training_data_bulk", body);
+    if (r.status == 202) {
+      sent_ += batch.size();
+      return;
+    }
+    spdlog::warn("training feedback flush failed ({}), attempt {}",
+                 r.status == 0 ? r.error : std::to_string(r.status), attempt + 1);
+  }
+  ++failed_flushes_;
+  dropped_ += batch.size();
+}
+
+}  // namespace llmd::epp

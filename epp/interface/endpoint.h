@@ -1,0 +1,45 @@
+#pragma once
+// What the scheduler knows about one candidate pod during one scheduling cycle: a copy of the
+// pod's scraped metrics and the EPP's exact in-flight bookkeeping, plus the typed attributes
+// that data producers attach. Plain data; owned by the cycle that made it.
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "epp/attributes/latency_prediction_info.h"
+#include "epp/attributes/prefix_cache_match_info.h"
+
+namespace llmd::epp {
+
+struct PodMetrics {
+  double kv_cache_usage = 0;  // 0..1 (vllm:kv_cache_usage_perc, or gpu_cache_usage_perc)
+  int64_t waiting = 0;        // vllm:num_requests_waiting
+  int64_t running = 0;        // vllm:num_requests_running
+  int64_t block_size = 16;    // vllm:cache_config_info{block_size}
+  int64_t num_gpu_blocks = 31250;
+  std::chrono::steady_clock::time_point scraped_at{};
+};
+
+struct Endpoint {
+  std::string name;     // pod name from the pool config
+  std::string address;  // "ip:port"
+  std::map<std::string, std::string> labels;  // e.g. role: prefill|decode, class: h100
+  PodMetrics metrics;
+  int64_t dispatched = 0;                // requests this EPP sent and that have not finished
+  int64_t prefill_tokens_in_flight = 0;  // input tokens of dispatched requests before 1st token
+  int64_t decode_tokens_in_flight = 0;   // output tokens budgeted by requests past 1st token
+
+  // Attributes written by data producers; absent = the producer did not run or had no data,
+  // whose meaning each consumer documents (e.g. no prefix info -> score 0).
+  std::optional<PrefixCacheMatchInfo> prefix;
+  std::optional<LatencyPredictionInfo> latency;
+
+  std::string role() const {
+    auto it = labels.find("role");
+    return it == labels.end() ? std::string() : it->second;
+  }
+};
+
+}  // namespace llmd::epp

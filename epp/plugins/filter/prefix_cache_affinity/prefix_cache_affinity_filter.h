@@ -1,0 +1,43 @@
+#pragma once
+// prefix-cache-affinity-filter: narrows candidates to "sticky" pods whose prefix-cache score is
+// at least `threshold`, unless exploring or the sticky pods are predicted much slower. Used
+// twice in the default profile (strict 0.99 before the tier filter, loose 0.80 after it).
+// Stateless and immutable; randomness comes from the cycle's Rng.
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "epp/plugins/common/params.h"
+#include "epp/scheduler/handle.h"
+
+namespace llmd::epp {
+
+class PrefixCacheAffinityFilter final : public PluginBase<Filter> {
+ public:
+  static constexpr std::string_view kType = "prefix-cache-affinity-filter";
+
+  struct Config {
+    double threshold = 0.80;               // [0, 1]; <= 0 disables the filter
+    double explorationProbability = 0.01;  // [0, 1]: chance to skip the gate and keep all
+    double maxTTFTPenaltyMs = 5000;        // >= 0; 0 = never break stickiness for load
+    std::string validate() const;
+  };
+
+  static PluginOrError create(const std::string& name, const nlohmann::json& params,
+                              const Handle& handle);
+  PrefixCacheAffinityFilter(std::string name, Config config);
+
+  // Filter
+  std::vector<Endpoint> filter(CycleContext& ctx, std::vector<Endpoint> endpoints) const override;
+  std::vector<AttributeKey> consumes() const override {
+    return {AttributeKey::kPrefixCacheMatch, AttributeKey::kLatencyPrediction};
+  }
+
+  const Config& config() const { return config_; }
+
+ private:
+  Config config_;
+};
+
+}  // namespace llmd::epp

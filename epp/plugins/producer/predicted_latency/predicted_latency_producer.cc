@@ -1,0 +1,104 @@
+#include "epp/plugins/producer/predicted_latency/predicted_latency_producer.h"
+
+#include <chrono>
+
+#include <spdlog/spdlog.h>
+
+namespace llmd::epp {
+
+std::string PredictedLatencyProducer::Config::validate() const {
+  if (!(predictionDeadlineMs > 0)) {
+    return param_error("predictionDeadlineMs", predictionDeadlineMs, "> 0");
+  }
+  return {};
+}
+
+PluginOrError PredictedLatencyProducer::create(const std::string& name,
+                                               const nlohmann::json& params,
+                                               const Handle& handle) {
+  Config c;
+  ParamReader r(params);
+  r.get("predictionDeadlineMs", c.predictionDeadlineMs).get("streamingMode", c.streamingMode);
+  if (auto e = r.finish(); !e.empty()) {
+    return PluginOrError::fail(e);
+  }
+  if (auto e = c.validate(); !e.empty()) {
+    return PluginOrError::fail(e);
+  }
+  if (handle.prediction_source == nullptr) {
+    // Degraded but legal (no predictor configured): scorers use the composite fallback.
+    spdlog::warn("{} '{}': no prediction source configured; requests use composite scoring",
+                 kType, name);
+  }
+  return {std::make_shared<PredictedLatencyProducer>(name, c, handle.prediction_source,
+                                                     handle.clock()),
+          {}};
+}
+
+PredictedLatencyProducer::PredictedLatencyProducer(std::string name, Config config,
+                                                   PredictionSource* source, Handle::Now now)
+    : PluginBase(kType, std::move(name)), config_(config), source_(source), now_(std::move(now)) {}
+
+features::FeatureInput PredictedLatencyProducer::features_for(const SchedulingRequest& request,
+                                                              const Endpoint& e) {
+  features::FeatureInput in;
+  in.kv_cache_percentage = e.metrics.kv_cache_usage;
+  in.input_token_length = request.input_tokens;
+  in.num_request_waiting = e.metrics.waiting;
+  in.num_request_running = e.metrics.running;
+  in.num_tokens_generated = 1;  // predicting the first token's and the next token's latency
+  in.prefix_cache_score = e.prefix ? e.prefix->score() : 0.0;
+  in.pod_type = features::pod_type_from_string(e.role());
+  in.prefill_tokens_in_flight = e.prefill_tokens_in_flight;
+  in.decode_tokens_in_flight = e.decode_tokens_in_flight;
+  return in;
+}
+
+LatencyPredictionInfo PredictedLatencyProducer::info_for(const SchedulingRequest& request,
+                                                         const Endpoint& e,
+                                                         const Prediction& p) const {
+  LatencyPredictionInfo info;
+  info.predicted_ttft_ms = p.ttft_ms;
+  info.predicted_tpot_ms = p.tpot_ms;
+  // Without a TTFT SLO the headroom is -predicted: still orders pods by predicted TTFT.
+  info.ttft_headroom_ms = request.slo_ttft_ms.value_or(0.0) - p.ttft_ms;
+  info.ttft_valid = !request.slo_ttft_ms || p.ttft_ms < *request.slo_ttft_ms;
+  // TPOT means nothing for non-streaming requests (and is untrained in non-streaming mode) and
+  // prefill pods generate no tokens: neutral (valid, headroom 0) so it cannot skew tiers.
+  bool neutral = !config_.streamingMode || !request.streaming || e.role() == "prefill";
+  if (!neutral && request.slo_tpot_ms) {
+    info.tpot_headroom_ms = *request.slo_tpot_ms - p.tpot_ms;
+    info.tpot_valid = p.tpot_ms < *request.slo_tpot_ms;
+  }
+  return info;
+}
+
+void PredictedLatencyProducer::produce(CycleContext& ctx, std::vector<Endpoint>& endpoints) const {
+  if (source_ == nullptr || !ctx.request.prediction_enabled || endpoints.empty()) {
+    return;
+  }
+  std::vector<features::FeatureInput> rows;
+  rows.reserve(endpoints.size());
+  for (const auto& e : endpoints) {
+    rows.push_back(features_for(ctx.request, e));
+  }
+  auto deadline = now_() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                               std::chrono::duration<double, std::milli>(
+                                   config_.predictionDeadlineMs));
+  auto predictions = source_->predict(rows, deadline);
+  if (!predictions) {
+    spdlog::debug("{} '{}': no predictions for request {}; composite fallback", kType, name(),
+                  ctx.request.request_id);
+    return;
+  }
+  if (predictions->size() != endpoints.size()) {
+    spdlog::warn("{} '{}': {} predictions for {} rows; ignored", kType, name(),
+                 predictions->size(), endpoints.size());
+    return;
+  }
+  for (std::size_t i = 0; i < endpoints.size(); ++i) {
+    endpoints[i].latency = info_for(ctx.request, endpoints[i], (*predictions)[i]);
+  }
+}
+
+}  // namespace llmd::epp

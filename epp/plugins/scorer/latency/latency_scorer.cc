@@ -1,0 +1,185 @@
+#include "epp/plugins/scorer/latency/latency_scorer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+
+namespace llmd::epp {
+namespace {
+
+constexpr double kEps = 1e-9;
+// Guards trunc() against binary fractions like 49.99999999999999 for an exact 50.
+constexpr double kTruncSlack = 1e-9;
+
+bool positive(const LatencyPredictionInfo& l) {
+  return l.ttft_headroom_ms >= 0 && l.tpot_headroom_ms >= 0;
+}
+
+}  // namespace
+
+std::optional<LatencyScorer::Strategy> LatencyScorer::parse_strategy(std::string_view s) {
+  std::string lower(s);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower == "least") return Strategy::kLeast;
+  if (lower == "most") return Strategy::kMost;
+  if (lower == "composite-least") return Strategy::kCompositeLeast;
+  if (lower == "composite-most") return Strategy::kCompositeMost;
+  if (lower == "composite-only") return Strategy::kCompositeOnly;
+  return std::nullopt;
+}
+
+std::string LatencyScorer::Config::validate() const {
+  for (auto [key, v] : {std::pair{"ttftWeight", ttftWeight}, {"tpotWeight", tpotWeight},
+                        {"compositeKvWeight", compositeKvWeight},
+                        {"compositeQueueWeight", compositeQueueWeight},
+                        {"compositePrefixWeight", compositePrefixWeight}}) {
+    if (!(v >= 0)) {
+      return param_error(key, v, ">= 0");
+    }
+  }
+  if (ttftWeight + tpotWeight <= 0) {
+    return "parameters 'ttftWeight' and 'tpotWeight' must not both be 0";
+  }
+  if (compositeKvWeight + compositeQueueWeight + compositePrefixWeight <= 0) {
+    return "composite weights (compositeKvWeight, compositeQueueWeight, compositePrefixWeight) "
+           "must not all be 0";
+  }
+  if (!parse_strategy(headroomSelectionStrategy)) {
+    return "parameter 'headroomSelectionStrategy' must be least, most, composite-least, "
+           "composite-most or composite-only, got '" + headroomSelectionStrategy + "'";
+  }
+  return {};
+}
+
+PluginOrError LatencyScorer::create(const std::string& name, const nlohmann::json& params,
+                                    const Handle& handle) {
+  Config c;
+  // Precedence: parameter > environment > "least".
+  if (auto env = handle.getenv(kStrategyEnv); env && !env->empty()) {
+    if (!parse_strategy(*env)) {
+      return PluginOrError::fail(std::string(kStrategyEnv) + "='" + *env +
+                                 "' is not least, most, composite-least, composite-most or "
+                                 "composite-only");
+    }
+    c.headroomSelectionStrategy = *env;
+  }
+  ParamReader r(params);
+  r.get("ttftWeight", c.ttftWeight)
+      .get("tpotWeight", c.tpotWeight)
+      .get("headroomSelectionStrategy", c.headroomSelectionStrategy)
+      .get("compositeKvWeight", c.compositeKvWeight)
+      .get("compositeQueueWeight", c.compositeQueueWeight)
+      .get("compositePrefixWeight", c.compositePrefixWeight);
+  if (auto e = r.finish(); !e.empty()) {
+    return PluginOrError::fail(e);
+  }
+  if (auto e = c.validate(); !e.empty()) {
+    return PluginOrError::fail(e);
+  }
+  return {std::make_shared<LatencyScorer>(name, c), {}};
+}
+
+LatencyScorer::LatencyScorer(std::string name, Config config)
+    : PluginBase(kType, std::move(name)),
+      config_(std::move(config)),
+      strategy_(parse_strategy(config_.headroomSelectionStrategy).value_or(Strategy::kLeast)) {}
+
+std::vector<double> LatencyScorer::score(CycleContext&, std::span<const Endpoint> endpoints) const {
+  std::vector<double> out(endpoints.size(), 0.0);
+  std::vector<std::size_t> all, pos, neg;
+  for (std::size_t i = 0; i < endpoints.size(); ++i) {
+    all.push_back(i);
+    if (endpoints[i].latency) {
+      (positive(*endpoints[i].latency) ? pos : neg).push_back(i);
+    }
+  }
+  if (strategy_ == Strategy::kCompositeOnly || (pos.empty() && neg.empty())) {
+    score_composite(endpoints, all, false, out);
+    return out;
+  }
+  // We improve on the reference: a pod without a prediction is in no bucket (score 0) instead
+  // of being "positive with 0 headroom".
+  if (!pos.empty()) {
+    switch (strategy_) {
+      case Strategy::kCompositeMost: score_composite(endpoints, pos, false, out); break;
+      case Strategy::kCompositeLeast: score_composite(endpoints, pos, true, out); break;
+      default: score_bucket(endpoints, pos, strategy_ == Strategy::kMost, out);
+    }
+    return out;
+  }
+  // Only negative headroom left. "Most" would favour the most overloaded pod, so every negative
+  // bucket is scored "least" (closest to meeting the SLO).
+  std::vector<std::size_t> idle, tpot_only, ttft_only, both;
+  for (std::size_t i : neg) {
+    const auto& l = *endpoints[i].latency;
+    if (endpoints[i].dispatched == 0) {
+      idle.push_back(i);
+    }
+    bool ttft_neg = l.ttft_headroom_ms < 0, tpot_neg = l.tpot_headroom_ms < 0;
+    (ttft_neg && tpot_neg ? both : ttft_neg ? ttft_only : tpot_only).push_back(i);
+  }
+  for (const auto* bucket : {&idle, &tpot_only, &ttft_only, &both}) {
+    if (!bucket->empty()) {
+      score_bucket(endpoints, *bucket, false, out);
+      break;
+    }
+  }
+  return out;
+}
+
+void LatencyScorer::score_bucket(std::span<const Endpoint> endpoints,
+                                 const std::vector<std::size_t>& idx, bool most,
+                                 std::vector<double>& out) const {
+  double sum = config_.ttftWeight + config_.tpotWeight;
+  double alpha = config_.ttftWeight / sum, beta = config_.tpotWeight / sum;
+  double min_t = std::numeric_limits<double>::max(), max_t = -min_t;
+  double min_p = min_t, max_p = -min_t;
+  for (std::size_t i : idx) {
+    double t = std::fabs(endpoints[i].latency->ttft_headroom_ms);
+    double p = std::fabs(endpoints[i].latency->tpot_headroom_ms);
+    min_t = std::min(min_t, t), max_t = std::max(max_t, t);
+    min_p = std::min(min_p, p), max_p = std::max(max_p, p);
+  }
+  double range_t = max_t - min_t, range_p = max_p - min_p;
+  // A dimension where all pods are equal carries no information: give its weight to the other
+  // so it does not compress every score towards the middle.
+  if (range_t <= kEps && range_p > kEps) {
+    alpha = 0, beta = 1;
+  } else if (range_p <= kEps && range_t > kEps) {
+    alpha = 1, beta = 0;
+  }
+  for (std::size_t i : idx) {
+    double t = std::fabs(endpoints[i].latency->ttft_headroom_ms);
+    double p = std::fabs(endpoints[i].latency->tpot_headroom_ms);
+    double nt = range_t > kEps ? (t - min_t) / range_t : 0.5;
+    double np = range_p > kEps ? (p - min_p) / range_p : 0.5;
+    double c = alpha * nt + beta * np;
+    double w = std::trunc((most ? c : 1.0 - c) * 100.0 + kTruncSlack) + 1.0;
+    out[i] = std::clamp(w / 100.0, 0.0, 1.0);
+  }
+}
+
+void LatencyScorer::score_composite(std::span<const Endpoint> endpoints,
+                                    const std::vector<std::size_t>& idx, bool invert,
+                                    std::vector<double>& out) const {
+  double sum = config_.compositeKvWeight + config_.compositeQueueWeight +
+               config_.compositePrefixWeight;
+  double wkv = config_.compositeKvWeight / sum, wq = config_.compositeQueueWeight / sum,
+         wp = config_.compositePrefixWeight / sum;
+  int64_t max_q = 0;
+  for (std::size_t i : idx) {
+    max_q = std::max(max_q, endpoints[i].metrics.waiting);
+  }
+  for (std::size_t i : idx) {
+    const Endpoint& e = endpoints[i];
+    double rel_q = max_q > 0 ? static_cast<double>(max_q - e.metrics.waiting) / max_q : 1.0;
+    double kv_free = std::clamp(1.0 - e.metrics.kv_cache_usage, 0.0, 1.0);
+    double prefix = e.prefix ? e.prefix->score() : 0.0;
+    double w = std::round(100.0 * (wkv * kv_free + wq * rel_q + wp * prefix));
+    out[i] = std::clamp((invert ? 100.0 - w : w) / 100.0, 0.0, 1.0);
+  }
+}
+
+}  // namespace llmd::epp

@@ -1,0 +1,60 @@
+#pragma once
+// latency-scorer: scores candidates by predicted latency headroom (spec section 2 step 5), with
+// the composite KV/queue/prefix fallback when no candidate has a prediction. Stateless and
+// immutable.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "epp/plugins/common/params.h"
+#include "epp/scheduler/handle.h"
+
+namespace llmd::epp {
+
+class LatencyScorer final : public PluginBase<Scorer> {
+ public:
+  static constexpr std::string_view kType = "latency-scorer";
+  static constexpr std::string_view kStrategyEnv = "HEADROOM_SELECTION_STRATEGY";
+
+  enum class Strategy { kLeast, kMost, kCompositeLeast, kCompositeMost, kCompositeOnly };
+  static std::optional<Strategy> parse_strategy(std::string_view s);  // case-insensitive
+
+  struct Config {
+    double ttftWeight = 0.8;  // >= 0; share of TTFT headroom in the blend
+    double tpotWeight = 0.2;  // >= 0; share of TPOT headroom (weights are normalised)
+    // least | most | composite-least | composite-most | composite-only. Default: env
+    // HEADROOM_SELECTION_STRATEGY when set, else "least".
+    std::string headroomSelectionStrategy = "least";
+    double compositeKvWeight = 1;      // >= 0; composite weights are normalised, sum > 0
+    double compositeQueueWeight = 1;   // >= 0
+    double compositePrefixWeight = 1;  // >= 0
+    std::string validate() const;
+  };
+
+  static PluginOrError create(const std::string& name, const nlohmann::json& params,
+                              const Handle& handle);
+  LatencyScorer(std::string name, Config config);
+
+  // Scorer
+  std::vector<double> score(CycleContext& ctx, std::span<const Endpoint> endpoints) const override;
+  std::vector<AttributeKey> consumes() const override {
+    return {AttributeKey::kLatencyPrediction, AttributeKey::kPrefixCacheMatch};
+  }
+
+  const Config& config() const { return config_; }
+  Strategy strategy() const { return strategy_; }
+
+ private:
+  // Writes scores of endpoints[idx...] into `out` (others untouched).
+  void score_bucket(std::span<const Endpoint> endpoints, const std::vector<std::size_t>& idx,
+                    bool most, std::vector<double>& out) const;
+  void score_composite(std::span<const Endpoint> endpoints, const std::vector<std::size_t>& idx,
+                       bool invert, std::vector<double>& out) const;
+
+  Config config_;
+  Strategy strategy_;
+};
+
+}  // namespace llmd::epp

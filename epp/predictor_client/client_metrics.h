@@ -1,0 +1,32 @@
+#pragma once
+// The predictor client's own metrics (epp.md section 3). Every child is created here, once, at
+// construction; the dispatch path only touches the stored pointers (no lookups by string).
+// prometheus-cpp metrics are thread-safe; this struct is immutable after construction.
+// Included only by predictor_client.cc and tests (keeps prometheus headers out of users).
+#include <array>
+#include <string>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "epp/predictor_client/error_kind.h"
+
+namespace llmd::epp::predictor_client {
+
+struct ClientMetrics {
+  // `replicas` are the label values of {replica} (the configured URLs), in replica order.
+  ClientMetrics(prometheus::Registry& registry, const std::vector<std::string>& replicas);
+
+  void error(ErrorKind kind) const { errors[static_cast<std::size_t>(kind)]->Increment(); }
+
+  prometheus::Histogram* batch_rows = nullptr;     // llmd_epp_predictor_batch_rows
+  prometheus::Histogram* batch_callers = nullptr;  // llmd_epp_predictor_batch_callers
+  std::vector<prometheus::Histogram*> dispatch_seconds;  // {replica}
+  std::vector<prometheus::Gauge*> replica_healthy;       // {replica}, 1 or 0
+  std::array<prometheus::Counter*, kErrorKindCount> errors{};  // {kind}
+};
+
+}  // namespace llmd::epp::predictor_client

@@ -1,0 +1,426 @@
+#include "epp/predictor_client/predictor_client.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+
+#include <spdlog/spdlog.h>
+
+#include "common/http/client.h"
+#include "epp/predictor_client/client_metrics.h"
+#include "epp/predictor_client/coalescer.h"
+#include "epp/predictor_client/replica_set.h"
+#include "epp/predictor_client/transport.h"
+#include "epp/predictor_client/wire.h"
+
+namespace llmd::epp::predictor_client {
+
+namespace {
+
+constexpr std::size_t kPredictorBulkLimit = 10000;  // predictor-api.md section 4
+
+// One blocked predict() call. Lives on the caller's stack; touched only under Impl::mu.
+struct Waiter {
+  std::condition_variable cv;
+  bool done = false;
+  std::optional<std::vector<Prediction>> result;
+};
+
+std::chrono::milliseconds attempt_timeout(std::chrono::milliseconds limit,
+                                          Clock::duration remaining) {
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(remaining);
+  return std::clamp(ms, std::chrono::milliseconds(1), limit);
+}
+
+}  // namespace
+
+std::optional<std::string> PredictorClientConfig::validate() const {
+  if (replica_urls.empty()) {
+    return "replica_urls: at least one predictor URL is required";
+  }
+  for (const auto& url : replica_urls) {
+    if (!http::parse_url(url)) {
+      return "replica_urls: invalid URL '" + url + "' (expected http://host[:port][/base])";
+    }
+  }
+  if (coalesce_window.count() <= 0) {
+    return "coalesce_window: must be > 0, got " + std::to_string(coalesce_window.count()) + "us";
+  }
+  if (max_coalesced_rows < 1 || max_coalesced_rows > kPredictorBulkLimit) {
+    return "max_coalesced_rows: must be in 1..10000, got " + std::to_string(max_coalesced_rows);
+  }
+  if (max_concurrent_dispatches < 1) {
+    return "max_concurrent_dispatches: must be >= 1, got 0";
+  }
+  const std::pair<const char*, std::chrono::milliseconds> durations[] = {
+      {"request_deadline", request_deadline},
+      {"dispatch_timeout", dispatch_timeout},
+      {"probe_interval", probe_interval},
+      {"probe_timeout", probe_timeout}};
+  for (const auto& [name, value] : durations) {
+    if (value.count() <= 0) {
+      return std::string(name) + ": must be > 0, got " + std::to_string(value.count()) + "ms";
+    }
+  }
+  return std::nullopt;
+}
+
+struct PredictorClient::Impl {
+  Impl(PredictorClientConfig cfg, prometheus::Registry& registry,
+       std::shared_ptr<Transport> t, std::unique_ptr<Rng> r)
+      : config(std::move(cfg)),
+        transport(std::move(t)),
+        metrics(registry, config.replica_urls),
+        coalescer(Coalescer::Config{config.coalesce_window, config.max_coalesced_rows}),
+        replicas(config.replica_urls.size()),
+        rng(r ? std::move(r) : std::make_unique<Rng>(std::random_device{}())) {
+    dispatcher = std::thread([this] { dispatcher_loop(); });
+    prober = std::thread([this] { prober_loop(); });
+  }
+
+  ~Impl() {
+    {
+      std::unique_lock lk(mu);
+      stopping = true;
+      for (auto& [ticket, waiter] : waiters) {
+        waiter->done = true;
+        waiter->result.reset();
+        waiter->cv.notify_one();
+      }
+      waiters.clear();
+      callers_gone_cv.wait(lk, [this] { return active_callers == 0; });
+    }
+    dispatcher_cv.notify_all();
+    sender_cv.notify_all();
+    prober_cv.notify_all();
+    dispatcher.join();  // after this nobody appends to `senders`
+    prober.join();
+    for (auto& s : senders) {
+      s.join();
+    }
+  }
+
+  std::optional<std::vector<Prediction>> predict(const std::vector<features::FeatureInput>& rows,
+                                                 Clock::time_point deadline) {
+    if (rows.empty()) {
+      return std::vector<Prediction>{};
+    }
+    const auto now = Clock::now();
+    deadline = std::min(deadline, now + config.request_deadline);
+    if (deadline <= now) {
+      metrics.error(ErrorKind::kDeadline);
+      return std::nullopt;
+    }
+    std::vector<features::FeatureInput> copy(rows.begin(), rows.end());
+    Waiter waiter;
+    std::unique_lock lk(mu);
+    if (stopping) {
+      return std::nullopt;
+    }
+    ++active_callers;
+    const bool opens_window = coalescer.pending_callers() == 0;
+    const Ticket ticket = coalescer.submit(std::move(copy), now, deadline);
+    waiters.emplace(ticket, &waiter);
+    // The dispatcher already sleeps until the open window's end; wake it only when this
+    // submission opens a window or makes a batch due at once.
+    if (opens_window || coalescer.pending_rows() >= config.max_coalesced_rows) {
+      dispatcher_cv.notify_one();
+    }
+    std::optional<std::vector<Prediction>> result;
+    if (waiter.cv.wait_until(lk, deadline, [&] { return waiter.done; })) {
+      result = std::move(waiter.result);
+    } else {
+      coalescer.cancel(ticket);
+      waiters.erase(ticket);
+      metrics.error(ErrorKind::kDeadline);
+    }
+    // The destructor waits for released callers to leave before it frees `mu`.
+    if (--active_callers == 0 && stopping) {
+      callers_gone_cv.notify_all();
+    }
+    return result;
+  }
+
+  // Dispatcher thread.
+  void dispatcher_loop() {
+    std::unique_lock lk(mu);
+    while (!stopping) {
+      std::size_t capacity = config.max_concurrent_dispatches - in_progress;
+      if (capacity > 0) {
+        auto batches = coalescer.take_ready(Clock::now(), capacity);
+        for (auto& b : batches) {
+          send_queue.push_back(std::move(b));
+          ++in_progress;
+        }
+        // Threads never outnumber the peak of batches in progress (<= the configured cap).
+        while (senders.size() < in_progress) {
+          senders.emplace_back([this] { sender_loop(); });
+        }
+        for (std::size_t i = 0; i < batches.size(); ++i) {
+          sender_cv.notify_one();
+        }
+        capacity = config.max_concurrent_dispatches - in_progress;
+      }
+      const auto due = coalescer.next_due();
+      if (!due || capacity == 0) {
+        dispatcher_cv.wait(lk);  // woken by a submission or by a sender freeing a slot
+      } else {
+        dispatcher_cv.wait_until(lk, *due);
+      }
+    }
+  }
+
+  // Sender threads.
+  void sender_loop() {
+    ChannelPtr channel = transport->open_channel();
+    std::unique_lock lk(mu);
+    while (true) {
+      sender_cv.wait(lk, [this] { return stopping || !send_queue.empty(); });
+      if (stopping) {
+        break;
+      }
+      Batch batch = std::move(send_queue.front());
+      send_queue.pop_front();
+      dispatch(lk, *channel, batch);
+      const bool was_full = in_progress == config.max_concurrent_dispatches;
+      --in_progress;
+      if (was_full && coalescer.pending_callers() > 0) {
+        dispatcher_cv.notify_one();
+      }
+    }
+  }
+
+  // Sends one batch (one retry on another replica), completes its callers. Called and returns
+  // with `lk` held; never holds it across encoding, the exchange or parsing.
+  void dispatch(std::unique_lock<std::mutex>& lk, Channel& channel, const Batch& batch) {
+    if (!coalescer.is_live(batch.id)) {
+      coalescer.drop(batch.id);  // every caller gave up while it was queued
+      return;
+    }
+    lk.unlock();
+    metrics.batch_rows->Observe(static_cast<double>(batch.rows.size()));
+    metrics.batch_callers->Observe(static_cast<double>(batch.callers));
+    const std::string body = encode_bulk_request(batch.rows);
+    lk.lock();
+
+    std::optional<std::size_t> previous;
+    ErrorKind last_error = ErrorKind::kNoReplica;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      const auto now = Clock::now();
+      if (attempt > 0 && (stopping || now >= batch.deadline || !coalescer.is_live(batch.id))) {
+        break;
+      }
+      const auto replica = replicas.choose(*rng, previous);
+      if (!replica) {
+        if (attempt == 0) {
+          metrics.error(ErrorKind::kNoReplica);
+        }
+        break;
+      }
+      replicas.begin(*replica);
+      const auto timeout = attempt_timeout(config.dispatch_timeout, batch.deadline - now);
+      lk.unlock();
+
+      TransportResponse response =
+          channel.exchange(*replica, "POST", kBulkStrictPath, body, timeout);
+      metrics.dispatch_seconds[*replica]->Observe(
+          std::chrono::duration<double>(Clock::now() - now).count());
+      std::optional<std::vector<Prediction>> predictions;
+      ErrorKind kind = ErrorKind::kTransport;
+      bool replica_fault = true;
+      switch (response.outcome) {
+        case TransportResponse::Outcome::kTimeout:
+          kind = ErrorKind::kTimeout;
+          break;
+        case TransportResponse::Outcome::kError:
+          kind = ErrorKind::kTransport;
+          break;
+        case TransportResponse::Outcome::kResponse:
+          if (response.status != 200) {
+            kind = ErrorKind::kHttp;
+            // A 4xx (422: rows rejected) would be the same on every replica: no retry and
+            // the replica stays healthy. A 5xx (503: models not ready) is the replica's.
+            replica_fault = response.status >= 500;
+          } else if ((predictions = parse_bulk_response(response.body))) {
+            if (predictions->size() != batch.rows.size()) {
+              predictions.reset();
+              kind = ErrorKind::kShortResponse;
+            }
+          } else {
+            kind = ErrorKind::kBadResponse;
+          }
+          break;
+      }
+
+      lk.lock();
+      replicas.end(*replica);
+      if (predictions) {
+        complete(coalescer.deliver(batch.id, *predictions));
+        return;
+      }
+      metrics.error(kind);
+      last_error = kind;
+      if (replica_fault && replicas.mark_unhealthy(*replica)) {
+        metrics.replica_healthy[*replica]->Set(0);
+        lk.unlock();
+        spdlog::warn("predictor replica {} marked unhealthy ({}: {}); probing /readyz",
+                     config.replica_urls[*replica], error_kind_name(kind),
+                     response.error.empty() ? "status " + std::to_string(response.status)
+                                            : response.error);
+        lk.lock();
+      }
+      if (!replica_fault) {
+        break;
+      }
+      previous = *replica;
+    }
+    complete(coalescer.fail(batch.id, last_error));
+  }
+
+  // Wakes the callers of finished tickets. Called with `mu` held.
+  void complete(std::vector<Completion> done) {
+    for (auto& c : done) {
+      auto it = waiters.find(c.ticket);
+      if (it == waiters.end()) {
+        continue;
+      }
+      Waiter* w = it->second;
+      w->result = std::move(c.predictions);
+      w->done = true;
+      w->cv.notify_one();
+      waiters.erase(it);
+    }
+  }
+
+  // Prober thread.
+  void prober_loop() {
+    ChannelPtr channel = transport->open_channel();
+    std::unique_lock lk(mu);
+    while (true) {
+      prober_cv.wait_for(lk, config.probe_interval, [this] { return stopping; });
+      if (stopping) {
+        break;
+      }
+      lk.unlock();
+      probe_round(*channel);
+      lk.lock();
+    }
+  }
+
+  // Any thread, without `mu` held; `channel` belongs to the calling thread.
+  std::size_t probe_round(Channel& channel) {
+    std::vector<std::size_t> targets;
+    {
+      std::lock_guard lk(mu);
+      targets = replicas.unhealthy();
+    }
+    std::size_t recovered = 0;
+    for (std::size_t r : targets) {
+      const auto response = channel.exchange(r, "GET", kReadyPath, {}, config.probe_timeout);
+      if (response.outcome != TransportResponse::Outcome::kResponse || response.status != 200) {
+        continue;
+      }
+      bool changed = false;
+      {
+        std::lock_guard lk(mu);
+        changed = replicas.mark_healthy(r);
+        if (changed) {
+          metrics.replica_healthy[r]->Set(1);
+        }
+      }
+      if (changed) {
+        ++recovered;
+        spdlog::info("predictor replica {} healthy again (/readyz 200)", config.replica_urls[r]);
+      }
+    }
+    return recovered;
+  }
+
+  const PredictorClientConfig config;
+  const std::shared_ptr<Transport> transport;
+  const ClientMetrics metrics;
+
+  mutable std::mutex mu;
+  Coalescer coalescer;                           // guarded by mu
+  ReplicaSet replicas;                           // guarded by mu
+  std::unique_ptr<Rng> rng;                      // guarded by mu
+  std::unordered_map<Ticket, Waiter*> waiters;   // guarded by mu
+  std::deque<Batch> send_queue;                  // guarded by mu
+  std::size_t in_progress = 0;                   // batches queued or being sent; guarded by mu
+  bool stopping = false;                         // guarded by mu
+  std::size_t active_callers = 0;                // callers inside predict(); guarded by mu
+  std::condition_variable callers_gone_cv;
+  std::vector<std::thread> senders;              // appended by the dispatcher under mu
+  std::condition_variable dispatcher_cv;
+  std::condition_variable sender_cv;
+  std::condition_variable prober_cv;
+  std::thread dispatcher;
+  std::thread prober;
+};
+
+namespace {
+
+PredictorClientConfig checked(PredictorClientConfig config) {
+  if (auto error = config.validate()) {
+    throw std::invalid_argument("predictor client config: " + *error);
+  }
+  return config;
+}
+
+}  // namespace
+
+PredictorClient::PredictorClient(PredictorClientConfig config, prometheus::Registry& registry)
+    : PredictorClient(checked(config), registry,
+                      std::make_shared<HttpTransport>(config.replica_urls)) {}
+
+PredictorClient::PredictorClient(PredictorClientConfig config, prometheus::Registry& registry,
+                                 std::shared_ptr<Transport> transport, std::unique_ptr<Rng> rng) {
+  config = checked(std::move(config));
+  if (!transport) {
+    throw std::invalid_argument("predictor client: transport is null");
+  }
+  impl_ = std::make_unique<Impl>(std::move(config), registry, std::move(transport), std::move(rng));
+}
+
+PredictorClient::~PredictorClient() = default;
+
+std::optional<std::vector<Prediction>> PredictorClient::predict(
+    const std::vector<features::FeatureInput>& rows, std::chrono::steady_clock::time_point deadline) {
+  return impl_->predict(rows, deadline);
+}
+
+std::optional<std::vector<Prediction>> PredictorClient::predict(
+    const std::vector<features::FeatureInput>& rows) {
+  return impl_->predict(rows, Clock::now() + impl_->config.request_deadline);
+}
+
+std::size_t PredictorClient::probe_now() {
+  ChannelPtr channel = impl_->transport->open_channel();
+  return impl_->probe_round(*channel);
+}
+
+PredictorClient::Stats PredictorClient::stats() const {
+  std::lock_guard lk(impl_->mu);
+  Stats s;
+  s.waiting_callers = impl_->waiters.size();
+  s.pending_rows = impl_->coalescer.pending_rows();
+  s.batches_in_progress = impl_->in_progress;
+  s.sender_threads = impl_->senders.size();
+  return s;
+}
+
+bool PredictorClient::replica_healthy(std::size_t replica) const {
+  std::lock_guard lk(impl_->mu);
+  return impl_->replicas.healthy(replica);
+}
+
+std::size_t PredictorClient::replica_count() const { return impl_->config.replica_urls.size(); }
+
+const PredictorClientConfig& PredictorClient::config() const { return impl_->config; }
+
+}  // namespace llmd::epp::predictor_client

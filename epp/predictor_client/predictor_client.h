@@ -1,0 +1,112 @@
+#pragma once
+// PredictorClient: the EPP's PredictionSource backed by predictor replicas (epp.md section 3).
+//
+// predict() hands the caller's rows to a Coalescer and blocks the calling scheduling thread on
+// its own condition variable until its slice of a batch answer arrives, the batch fails, or its
+// deadline passes (then it returns nullopt and whatever arrives later is discarded).
+//
+// Threads (all started by the constructor or lazily, all joined by the destructor):
+// - callers: any number of scheduling threads in predict(); they only submit, wait and cancel.
+// - dispatcher (1): wakes at the end of each coalescing window (or when rows reach
+//   max_coalesced_rows), cuts batches and queues them for senders. It cuts only as many
+//   batches as there are free dispatch slots, so under overload rows keep coalescing into
+//   larger batches instead of piling up as small ones.
+// - senders (up to max_concurrent_dispatches, started on demand): each owns one transport
+//   Channel (one keep-alive connection per replica), serialises a batch, sends it to the least
+//   outstanding healthy replica, retries once on another replica when the first attempt fails
+//   and the batch's latest caller deadline has not passed, then wakes the callers.
+// - prober (1): every probe_interval sends GET /readyz to each unhealthy replica with its own
+//   Channel; a 200 lets traffic back.
+// Shared state (Coalescer, ReplicaSet, waiters, send queue, Rng) lives behind one mutex that
+// is never held across a network call, JSON encoding or parsing. Config and metrics are
+// immutable after construction.
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "epp/interface/prediction_source.h"
+#include "epp/interface/rng.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace llmd::epp::predictor_client {
+
+class Transport;
+
+struct PredictorClientConfig {
+  // Predictor base URLs "http://host:port" (the EPP main splits PREDICTION_SERVER_URL with
+  // parse_replica_list). At least one.
+  std::vector<std::string> replica_urls;
+  // Coalescing window, opened by the first pending submission. Default 1 ms; > 0.
+  std::chrono::microseconds coalesce_window{1000};
+  // Rows per POST; a batch is sent at once when pending rows reach it. Default 10000, which is
+  // the predictor's bulk limit; 1..10000.
+  std::size_t max_coalesced_rows = 10000;
+  // Batches in flight (queued for or held by a sender) at once; also the sender thread cap.
+  // Default 36; >= 1.
+  std::size_t max_concurrent_dispatches = 36;
+  // Upper bound on any caller's wait: predict() waits until min(deadline, now + this).
+  // Default 50 ms; > 0.
+  std::chrono::milliseconds request_deadline{50};
+  // Timeout of one dispatch attempt (further capped by the batch's remaining deadline). The
+  // default 25 ms leaves room for the one retry inside the default 50 ms deadline; > 0.
+  std::chrono::milliseconds dispatch_timeout{25};
+  // How often unhealthy replicas are probed with GET /readyz. Default 500 ms; > 0.
+  std::chrono::milliseconds probe_interval{500};
+  // Timeout of one /readyz probe. Default 200 ms; > 0.
+  std::chrono::milliseconds probe_timeout{200};
+
+  // nullopt when valid; otherwise a message naming the field and the bad value.
+  std::optional<std::string> validate() const;
+};
+
+class PredictorClient final : public PredictionSource {
+ public:
+  // Production: HTTP transport to config.replica_urls. Metrics are registered on `registry`,
+  // which must outlive the client. Throws std::invalid_argument on an invalid config.
+  PredictorClient(PredictorClientConfig config, prometheus::Registry& registry);
+  // Tests: any transport whose replica indices follow config.replica_urls, and a fixed Rng
+  // (null = seeded from std::random_device).
+  PredictorClient(PredictorClientConfig config, prometheus::Registry& registry,
+                  std::shared_ptr<Transport> transport, std::unique_ptr<Rng> rng = nullptr);
+  // Stops and joins every thread; callers still waiting get nullopt. No predict() call may
+  // start after destruction begins.
+  ~PredictorClient() override;
+  PredictorClient(const PredictorClient&) = delete;
+  PredictorClient& operator=(const PredictorClient&) = delete;
+
+  // PredictionSource
+  std::optional<std::vector<Prediction>> predict(
+      const std::vector<features::FeatureInput>& rows,
+      std::chrono::steady_clock::time_point deadline) override;
+
+  // predict() with the configured request_deadline from now.
+  std::optional<std::vector<Prediction>> predict(const std::vector<features::FeatureInput>& rows);
+
+  // Probes every unhealthy replica now, on the calling thread (the prober does the same every
+  // probe_interval). Returns how many became healthy. Thread-safe.
+  std::size_t probe_now();
+
+  // Thread-safe snapshots, for status pages and tests.
+  struct Stats {
+    std::size_t waiting_callers = 0;    // predict() calls blocked right now
+    std::size_t pending_rows = 0;       // rows not yet cut into a batch
+    std::size_t batches_in_progress = 0;  // queued for or held by a sender
+    std::size_t sender_threads = 0;
+  };
+  Stats stats() const;
+  bool replica_healthy(std::size_t replica) const;
+  std::size_t replica_count() const;
+  const PredictorClientConfig& config() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace llmd::epp::predictor_client

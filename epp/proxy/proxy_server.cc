@@ -1,0 +1,412 @@
+#include "epp/proxy/proxy_server.h"
+
+#include <utility>  // Boost 1.74 awaitable.hpp uses std::exchange without including it
+
+#include <boost/asio.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "epp/proxy/openai_request.h"
+#include "epp/proxy/sse_scanner.h"
+
+namespace llmd::epp {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using Clock = std::chrono::steady_clock;
+// Boost 1.74 has no as_tuple: errors are redirected into a local error_code instead.
+auto redirect(beast::error_code& ec) { return net::redirect_error(net::use_awaitable, ec); }
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+std::string new_request_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{:016x}{:016x}", rng(), rng());
+}
+
+http::response<http::string_body> json_error(int status, const std::string& detail,
+                                             unsigned version, bool keep_alive) {
+  http::response<http::string_body> res{static_cast<http::status>(status), version};
+  res.set(http::field::content_type, "application/json");
+  res.set(http::field::server, "llmd-epp");
+  res.body() = nlohmann::json{{"detail", detail}}.dump();
+  res.keep_alive(keep_alive);
+  res.prepare_payload();
+  return res;
+}
+
+std::optional<std::string> header_opt(const http::request<http::string_body>& req,
+                                      std::string_view name) {
+  auto it = req.find(beast::string_view(name.data(), name.size()));
+  if (it == req.end()) {
+    return std::nullopt;
+  }
+  return std::string(it->value());
+}
+
+std::pair<std::string, std::string> split_address(const std::string& address) {
+  auto colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    return {address, "80"};
+  }
+  return {address.substr(0, colon), address.substr(colon + 1)};
+}
+
+}  // namespace
+
+struct ProxyServer::Impl {
+  Impl(ProxyOptions o, SchedulingPort& s, PodRegistry& r, CompletionSink& k)
+      : options(std::move(o)), scheduler(s), registry(r), sink(k), ioc(options.io_threads),
+        acceptor(ioc), pool(static_cast<std::size_t>(options.scheduler_threads)) {}
+
+  ProxyOptions options;
+  SchedulingPort& scheduler;
+  PodRegistry& registry;
+  CompletionSink& sink;
+  net::io_context ioc;
+  tcp::acceptor acceptor;
+  net::thread_pool pool;
+  std::atomic<bool> stopped{false};
+
+  net::awaitable<void> accept_loop() {
+    while (!stopped) {
+      beast::error_code ec;
+      tcp::socket socket = co_await acceptor.async_accept(net::make_strand(ioc), redirect(ec));
+      if (ec) {
+        if (stopped) {
+          co_return;
+        }
+        continue;
+      }
+      socket.set_option(tcp::no_delay(true));
+      net::co_spawn(socket.get_executor(), session(beast::tcp_stream(std::move(socket))),
+                    net::detached);
+    }
+  }
+
+  // One client connection: requests in order, keep-alive.
+  net::awaitable<void> session(beast::tcp_stream stream) {
+    beast::flat_buffer buffer;
+    try {
+      while (!stopped) {
+        http::request_parser<http::string_body> parser;
+        parser.body_limit(options.body_limit);
+        stream.expires_after(options.idle_timeout);
+        beast::error_code ec;
+        co_await http::async_read(stream, buffer, parser, redirect(ec));
+        if (ec == http::error::end_of_stream || ec == net::error::eof) {
+          break;
+        }
+        if (ec == http::error::body_limit) {
+          auto res = json_error(413, "Request body too large", 11, false);
+          stream.expires_after(std::chrono::seconds(5));
+          beast::error_code wec;
+          co_await http::async_write(stream, res, redirect(wec));
+          break;
+        }
+        if (ec) {
+          if (ec != beast::error::timeout && ec != net::error::operation_aborted) {
+            auto res = json_error(400, "Malformed HTTP request", 11, false);
+            stream.expires_after(std::chrono::seconds(5));
+            beast::error_code wec;
+          co_await http::async_write(stream, res, redirect(wec));
+          }
+          break;
+        }
+        bool keep = co_await handle(stream, parser.release());
+        if (!keep) {
+          break;
+        }
+      }
+    } catch (const std::exception& e) {
+      spdlog::error("proxy session error: {}", e.what());
+    }
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  }
+
+  // Returns whether the client connection stays open.
+  net::awaitable<bool> handle(beast::tcp_stream& client, http::request<http::string_body> req) {
+    const auto received = Clock::now();
+    const bool keep_alive = req.keep_alive();
+    const std::string target(req.target());
+    const std::string path = target.substr(0, target.find('?'));
+    if (req.method() != http::verb::post ||
+        (path != "/v1/completions" && path != "/v1/chat/completions")) {
+      auto res = json_error(path == "/v1/completions" || path == "/v1/chat/completions" ? 405 : 404,
+                            "Use POST /v1/completions or /v1/chat/completions", req.version(),
+                            keep_alive);
+      beast::error_code ec;
+      co_await http::async_write(client, res, redirect(ec));
+      co_return !ec && keep_alive;
+    }
+    InboundHeaders headers;
+    headers.request_id = header_opt(req, "x-request-id").value_or(new_request_id());
+    headers.slo_ttft_ms = header_opt(req, "x-slo-ttft-ms");
+    headers.slo_tpot_ms = header_opt(req, "x-slo-tpot-ms");
+    headers.prediction_based_scheduling = header_opt(req, "x-prediction-based-scheduling");
+    headers.objective = header_opt(req, "x-gateway-inference-objective").value_or("");
+    ParsedRequest parsed;
+    if (auto error = parse_openai_request(path, req.body(), headers, options.default_prediction,
+                                          parsed)) {
+      auto res = json_error(400, *error, req.version(), keep_alive);
+      beast::error_code ec;
+      co_await http::async_write(client, res, redirect(ec));
+      co_return !ec && keep_alive;
+    }
+    // Scheduling may wait for predictions: run it off the I/O threads.
+    // (An awaitable always resumes on its own executor, so the pick runs in a coroutine spawned
+    // on the pool rather than after a post.)
+    PickResult pick = co_await net::co_spawn(
+        pool,
+        [this, &parsed]() -> net::awaitable<PickResult> { co_return scheduler.pick(parsed.request); },
+        net::use_awaitable);
+    if (pick.status != 200 || pick.ranked.empty()) {
+      int status = pick.status != 200 ? pick.status : 503;
+      auto res = json_error(status, pick.detail.empty() ? "No ready endpoint" : pick.detail,
+                            req.version(), keep_alive);
+      res.set("x-request-id", headers.request_id);
+      beast::error_code ec;
+      co_await http::async_write(client, res, redirect(ec));
+      co_return !ec && keep_alive;
+    }
+    const int max_attempts = pick.ranked.size() > 1 ? 2 : 1;
+    for (int attempt = 0; attempt < max_attempts; ++attempt) {
+      const Endpoint& pod = pick.ranked[static_cast<std::size_t>(attempt)];
+      auto outcome = co_await forward(client, req, parsed, pod, headers.request_id, received,
+                                      attempt + 1);
+      if (outcome == Outcome::kDone) {
+        co_return keep_alive;
+      }
+      if (outcome == Outcome::kClientGone) {
+        co_return false;
+      }
+      spdlog::warn("request {}: pod {} failed before the first byte (attempt {})",
+                   headers.request_id, pod.name, attempt + 1);
+    }
+    auto res = json_error(502, "Upstream model server failed", req.version(), keep_alive);
+    beast::error_code ec;
+    co_await http::async_write(client, res, redirect(ec));
+    co_return !ec && keep_alive;
+  }
+
+  enum class Outcome { kDone, kRetryable, kClientGone };
+
+  net::awaitable<Outcome> forward(beast::tcp_stream& client,
+                                  const http::request<http::string_body>& req,
+                                  const ParsedRequest& parsed, const Endpoint& pod,
+                                  const std::string& request_id, Clock::time_point received,
+                                  int attempt) {
+    CompletedRequest done;
+    done.request = parsed.request;
+    done.request.request_id = request_id;
+    done.pod = pod;
+    done.attempts = attempt;
+    const int64_t input_tokens = parsed.request.input_tokens;
+    registry.on_dispatch(pod.name, input_tokens);
+    bool first_token = false;
+    auto finish = [&](bool success, int status) {
+      registry.on_finished(pod.name, input_tokens, parsed.max_tokens, first_token);
+      done.success = success;
+      done.status = status;
+      sink.on_completed(done);
+    };
+    const auto dispatched = Clock::now();
+    auto [host, port] = split_address(pod.address);
+    tcp::resolver resolver(client.get_executor());
+    beast::error_code rec;
+    auto endpoints = co_await resolver.async_resolve(host, port, redirect(rec));
+    beast::tcp_stream upstream(client.get_executor());
+    if (!rec) {
+      upstream.expires_after(options.upstream_connect_timeout);
+      beast::error_code cec;
+      co_await upstream.async_connect(endpoints, redirect(cec));
+      rec = cec;
+    }
+    if (rec) {
+      registry.mark_unhealthy(pod.name);
+      finish(false, 502);
+      co_return Outcome::kRetryable;
+    }
+    upstream.socket().set_option(tcp::no_delay(true));
+    http::request<http::string_body> up{http::verb::post, req.target(), 11};
+    up.set(http::field::host, pod.address);
+    up.set(http::field::content_type, "application/json");
+    up.set("x-request-id", request_id);
+    up.keep_alive(false);
+    up.body() = req.body();
+    up.prepare_payload();
+    upstream.expires_after(options.upstream_first_byte_timeout);
+    beast::error_code wec;
+    co_await http::async_write(upstream, up, redirect(wec));
+    beast::flat_buffer ubuf;
+    http::response_parser<http::buffer_body> rp;
+    rp.body_limit(boost::none);
+    beast::error_code hec = wec;
+    if (!hec) {
+      beast::error_code e;
+      co_await http::async_read_header(upstream, ubuf, rp, redirect(e));
+      hec = e;
+    }
+    if (hec || rp.get().result_int() >= 500) {
+      int status = hec ? 504 : rp.get().result_int();
+      if (hec) {
+        registry.mark_unhealthy(pod.name);
+      }
+      finish(false, status);
+      co_return Outcome::kRetryable;
+    }
+    // Headers to the client; the body follows chunked as it arrives.
+    http::response<http::empty_body> head{rp.get().result(), req.version()};
+    for (const auto& field : rp.get()) {
+      if (field.name() == http::field::content_length ||
+          field.name() == http::field::transfer_encoding ||
+          field.name() == http::field::connection) {
+        continue;
+      }
+      head.set(field.name_string(), field.value());
+    }
+    head.set("x-gateway-destination-endpoint", pod.address);
+    head.set("x-request-id", request_id);
+    head.chunked(true);
+    head.keep_alive(req.keep_alive());
+    http::response_serializer<http::empty_body> sr{head};
+    client.expires_after(options.upstream_idle_timeout);
+    beast::error_code hwec;
+    co_await http::async_write_header(client, sr, redirect(hwec));
+    if (hwec) {
+      done.client_aborted = true;
+      finish(false, 499);
+      co_return Outcome::kClientGone;
+    }
+    SseScanner scanner;
+    std::string whole;  // non-streaming body, for usage
+    char chunk[16384];
+    bool ok = true;
+    while (!rp.is_done()) {
+      rp.get().body().data = chunk;
+      rp.get().body().size = sizeof(chunk);
+      upstream.expires_after(options.upstream_idle_timeout);
+      beast::error_code rec2;
+      co_await http::async_read_some(upstream, ubuf, rp, redirect(rec2));
+      if (rec2 == http::error::need_buffer) {
+        rec2 = {};
+      }
+      if (rec2) {
+        ok = false;
+        break;
+      }
+      std::size_t got = sizeof(chunk) - rp.get().body().size;
+      if (got == 0) {
+        continue;
+      }
+      std::string_view piece(chunk, got);
+      if (parsed.request.streaming) {
+        if (scanner.feed(piece)) {
+          first_token = true;
+          done.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - dispatched).count();
+          registry.on_first_token(pod.name, input_tokens, parsed.max_tokens);
+        }
+      } else if (whole.size() < options.body_limit) {
+        whole.append(piece);
+      }
+      client.expires_after(options.upstream_idle_timeout);
+      beast::error_code cwec;
+      co_await net::async_write(client, http::make_chunk(net::buffer(piece)),
+                                                   redirect(cwec));
+      if (cwec) {
+        done.client_aborted = true;
+        finish(false, 499);
+        co_return Outcome::kClientGone;
+      }
+    }
+    beast::error_code lec;
+    co_await net::async_write(client, http::make_chunk_last(), redirect(lec));
+    done.e2e_ms = std::chrono::duration<double, std::milli>(Clock::now() - dispatched).count();
+    if (parsed.request.streaming) {
+      done.completion_tokens = scanner.completion_tokens();
+      done.cached_tokens = scanner.cached_tokens();
+    } else {
+      Usage u = parse_usage(whole);
+      done.completion_tokens = u.completion_tokens;
+      done.cached_tokens = u.cached_tokens;
+      done.ttft_ms = done.e2e_ms;
+    }
+    const int status = rp.get().result_int();
+    finish(ok && status < 400, status);
+    spdlog::debug("request {} -> {} ({}) status {} ttft {:.1f} ms e2e {:.1f} ms, total {:.1f} ms",
+                  request_id, pod.name, pod.address, status, done.ttft_ms, done.e2e_ms,
+                  ms_since(received));
+    if (lec) {
+      co_return Outcome::kClientGone;
+    }
+    co_return Outcome::kDone;
+  }
+};
+
+ProxyServer::ProxyServer(ProxyOptions options, SchedulingPort& scheduler, PodRegistry& registry,
+                         CompletionSink& sink)
+    : impl_(std::make_unique<Impl>(std::move(options), scheduler, registry, sink)) {}
+
+ProxyServer::~ProxyServer() {
+  stop();
+  impl_->pool.join();
+}
+
+void ProxyServer::start() {
+  auto& i = *impl_;
+  beast::error_code ec;
+  tcp::endpoint ep(net::ip::make_address(i.options.host, ec), i.options.port);
+  if (ec) {
+    throw std::runtime_error("bad proxy host '" + i.options.host + "'");
+  }
+  i.acceptor.open(ep.protocol());
+  i.acceptor.set_option(net::socket_base::reuse_address(true));
+  i.acceptor.bind(ep, ec);
+  if (ec) {
+    throw std::runtime_error(fmt::format("cannot bind {}:{}: {}", i.options.host, i.options.port,
+                                         ec.message()));
+  }
+  i.acceptor.listen(net::socket_base::max_listen_connections);
+  net::co_spawn(i.ioc, i.accept_loop(), net::detached);
+}
+
+uint16_t ProxyServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+void ProxyServer::run() {
+  std::vector<std::thread> threads;
+  for (int t = 1; t < impl_->options.io_threads; ++t) {
+    threads.emplace_back([this] { impl_->ioc.run(); });
+  }
+  impl_->ioc.run();
+  for (auto& t : threads) {
+    t.join();
+  }
+}
+
+void ProxyServer::stop() {
+  if (impl_->stopped.exchange(true)) {
+    return;
+  }
+  net::post(impl_->ioc, [this] {
+    beast::error_code ec;
+    impl_->acceptor.close(ec);
+    impl_->ioc.stop();
+  });
+}
+
+}  // namespace llmd::epp

@@ -1,0 +1,50 @@
+#pragma once
+// The EPP's data plane: an HTTP/1.1 reverse proxy for /v1/completions and
+// /v1/chat/completions. Per request: read (bounded) -> parse -> schedule on a scheduling
+// thread -> forward to the picked pod -> relay the response as it streams (SSE chunk by chunk),
+// adding x-gateway-destination-endpoint. A connect failure or a 5xx before any byte reached
+// the client is retried once on the next-ranked pod. Beast/Asio stay in proxy_server.cc.
+//
+// Threading: `io_threads` run one io_context; each client connection is a coroutine on its own
+// strand; scheduling runs on a separate pool of `scheduler_threads` so waiting for predictions
+// never blocks I/O.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "epp/datastore/pod_registry.h"
+#include "epp/proxy/proxy_types.h"
+
+namespace llmd::epp {
+
+struct ProxyOptions {
+  std::string host = "0.0.0.0";
+  uint16_t port = 8080;
+  int io_threads = 2;
+  int scheduler_threads = 8;
+  std::size_t body_limit = 16 * 1024 * 1024;
+  std::chrono::milliseconds header_timeout{10000};
+  std::chrono::milliseconds idle_timeout{60000};
+  std::chrono::milliseconds upstream_connect_timeout{2000};
+  std::chrono::milliseconds upstream_first_byte_timeout{30000};
+  std::chrono::milliseconds upstream_idle_timeout{60000};
+  bool default_prediction = true;  // x-prediction-based-scheduling when absent
+};
+
+class ProxyServer {
+ public:
+  ProxyServer(ProxyOptions options, SchedulingPort& scheduler, PodRegistry& registry,
+              CompletionSink& sink);
+  ~ProxyServer();
+  void start();          // binds; throws std::runtime_error
+  uint16_t port() const;
+  void run();            // blocks until stop()
+  void stop();           // thread-safe, idempotent
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace llmd::epp

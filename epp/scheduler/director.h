@@ -1,0 +1,59 @@
+#pragma once
+// The scheduling entry point for one request: producers -> admitters -> profile -> on_picked.
+// Called concurrently by the proxy's session threads (or the simulator's event loop); each call
+// works on its own copy of the candidates. Holds the current pipeline generation behind a mutex
+// only long enough to copy the shared_ptr.
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epp/interface/rng.h"
+#include "epp/scheduler/pipeline.h"
+
+namespace llmd::epp {
+
+struct SchedulerMetrics;
+
+struct PodScore {
+  std::string name;
+  double score = 0;  // weighted sum of the profile's clamped scorer outputs
+};
+
+struct ScheduleResult {
+  enum class Outcome { kPicked, kDenied, kNoCandidates };
+  Outcome outcome = Outcome::kNoCandidates;
+  int status = 503;    // 200 picked, admitter's status (429) denied, 503 no candidates
+  std::string reason;  // for the JSON detail of a denial / 503
+  std::string profile;
+  // The chosen pod with the attributes producers wrote (prefix match, prediction): name and
+  // address to forward to, and the dispatch-time features for training feedback.
+  std::optional<Endpoint> picked;
+  std::optional<Endpoint> fallback;  // best other scored pod, for the single retry
+  std::vector<PodScore> scores;      // every pod that reached the scorers
+  bool predictions_used = false;     // some candidate had a latency prediction
+
+  bool ok() const { return outcome == Outcome::kPicked; }
+};
+
+class Director {
+ public:
+  explicit Director(PipelineConstPtr pipeline, SchedulerMetrics* metrics = nullptr);
+
+  // Reload: later schedule() calls use `pipeline`; calls in flight keep the old generation.
+  void set_pipeline(PipelineConstPtr pipeline);
+  PipelineConstPtr pipeline() const;
+
+  // `profile` empty = the pipeline's default (first) profile.
+  ScheduleResult schedule(const SchedulingRequest& request, std::vector<Endpoint> candidates,
+                          Rng& rng, std::string_view profile = {}) const;
+
+ private:
+  mutable std::mutex mu_;
+  PipelineConstPtr pipeline_;  // guarded by mu_
+  SchedulerMetrics* metrics_;  // may be null; outlives the director
+};
+
+}  // namespace llmd::epp

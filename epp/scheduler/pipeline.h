@@ -1,0 +1,29 @@
+#pragma once
+// One immutable generation of the scheduling pipeline: data producers and admitters (run for
+// every request, in config order) and the profiles. Built by the config loader, shared as
+// shared_ptr<const Pipeline> by every scheduling thread; a reload builds a new generation and
+// swaps it in (Director::set_pipeline), requests in flight finish on the one they started with.
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epp/interface/plugin.h"
+#include "epp/scheduler/profile.h"
+
+namespace llmd::epp {
+
+struct Pipeline {
+  std::vector<Stage<DataProducer>> producers;
+  std::vector<Stage<Admitter>> admitters;
+  std::vector<Profile> profiles;   // profiles.front() is the default
+  std::vector<PluginPtr> plugins;  // every instance (config order, then added defaults)
+
+  const Profile* profile(std::string_view name) const;  // null when unknown
+  PluginPtr plugin(std::string_view name) const;        // null when unknown
+  std::string describe() const;                         // multi-line summary for start-up logs
+};
+
+using PipelineConstPtr = std::shared_ptr<const Pipeline>;
+
+}  // namespace llmd::epp

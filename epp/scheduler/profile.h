@@ -1,0 +1,57 @@
+#pragma once
+// A scheduling profile: filters -> scorers -> picker. The profile (not the plugins) owns the
+// cross-cutting work: it clamps each scorer's output to [0,1], applies weights and sums, times
+// every plugin, logs candidates and scores at debug level and stops when filters leave nothing.
+// Immutable after construction; run() is const and safe from any number of threads.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "epp/interface/plugin.h"
+
+namespace prometheus {
+class Histogram;
+}
+
+namespace llmd::epp {
+
+template <class T>
+struct Stage {
+  std::shared_ptr<const T> plugin;
+  prometheus::Histogram* duration = nullptr;  // null: not timed into a metric
+};
+
+struct ScorerStage {
+  std::shared_ptr<const Scorer> plugin;
+  double weight = 1;
+  prometheus::Histogram* duration = nullptr;
+};
+
+struct ProfileResult {
+  std::vector<Endpoint> candidates;   // what survived the filters, in order
+  std::vector<double> scores;         // weighted score per candidate
+  std::optional<std::size_t> picked;  // index into candidates
+  std::string emptied_by;             // name of the filter that left nothing, if any
+};
+
+class Profile {
+ public:
+  Profile(std::string name, std::vector<Stage<Filter>> filters, std::vector<ScorerStage> scorers,
+          Stage<Picker> picker);
+
+  ProfileResult run(CycleContext& ctx, std::vector<Endpoint> endpoints) const;
+
+  const std::string& name() const { return name_; }
+  const std::vector<Stage<Filter>>& filters() const { return filters_; }
+  const std::vector<ScorerStage>& scorers() const { return scorers_; }
+  const Stage<Picker>& picker() const { return picker_; }
+
+ private:
+  std::string name_;
+  std::vector<Stage<Filter>> filters_;
+  std::vector<ScorerStage> scorers_;
+  Stage<Picker> picker_;
+};
+
+}  // namespace llmd::epp

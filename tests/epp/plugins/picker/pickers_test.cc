@@ -1,0 +1,130 @@
+#include <gtest/gtest.h>
+
+#include "epp/plugins/picker/max_score/max_score_picker.h"
+#include "epp/plugins/picker/round_robin/round_robin_picker.h"
+#include "epp/plugins/picker/weighted_random/weighted_random_picker.h"
+#include "tests/epp/test_util.h"
+
+namespace llmd::epp {
+namespace {
+
+using testing::FixedRng;
+
+std::vector<ScoredEndpoint> scored(const std::vector<Endpoint>& eps,
+                                   const std::vector<double>& scores) {
+  std::vector<ScoredEndpoint> out;
+  for (std::size_t i = 0; i < eps.size(); ++i) {
+    out.push_back({&eps[i], scores[i]});
+  }
+  return out;
+}
+
+std::vector<Endpoint> pods(std::size_t n) {
+  std::vector<Endpoint> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    out.push_back(testing::pod(std::string("p").append(std::to_string(i))));
+  }
+  return out;
+}
+
+TEST(WeightedRandomPickerTest, VectorFrequenciesOverTenThousandPicks) {
+  WeightedRandomPicker picker("wr");
+  auto eps = pods(5);
+  auto s = scored(eps, {100, 90, 50, 30, 20});
+  Rng rng(42);
+  SchedulingRequest req = testing::request();
+  CycleContext ctx{req, rng};
+  std::vector<int> counts(5, 0);
+  for (int i = 0; i < 10000; ++i) {
+    ++counts[picker.pick(ctx, s)];
+  }
+  const double want[] = {0.345, 0.310, 0.172, 0.103, 0.069};
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_NEAR(counts[i] / 10000.0, want[i], 0.05) << "pod " << i;
+  }
+}
+
+TEST(WeightedRandomPickerTest, ZeroScoreIsNeverPickedWhileOthersHaveWeight) {
+  WeightedRandomPicker picker("wr");
+  auto eps = pods(3);
+  auto s = scored(eps, {0, 0.3, 0});
+  Rng rng(7);
+  SchedulingRequest req = testing::request();
+  CycleContext ctx{req, rng};
+  for (int i = 0; i < 200; ++i) {
+    EXPECT_EQ(picker.pick(ctx, s), 1u);
+  }
+}
+
+TEST(WeightedRandomPickerTest, AllZeroIsUniform) {
+  WeightedRandomPicker picker("wr");
+  auto eps = pods(4);
+  auto s = scored(eps, {0, 0, 0, 0});
+  FixedRng rng({0.0, 0.3, 0.6, 0.99});
+  SchedulingRequest req = testing::request();
+  CycleContext ctx{req, rng};
+  EXPECT_EQ(picker.pick(ctx, s), 0u);
+  EXPECT_EQ(picker.pick(ctx, s), 1u);
+  EXPECT_EQ(picker.pick(ctx, s), 2u);
+  EXPECT_EQ(picker.pick(ctx, s), 3u);
+}
+
+TEST(WeightedRandomPickerTest, LargestKeyWins) {
+  WeightedRandomPicker picker("wr");
+  auto eps = pods(2);
+  auto s = scored(eps, {1.0, 0.5});
+  // keys: 0.5^(1/1) = 0.5 vs 0.9^(1/0.5) = 0.81
+  FixedRng rng({0.5, 0.9});
+  SchedulingRequest req = testing::request();
+  CycleContext ctx{req, rng};
+  EXPECT_EQ(picker.pick(ctx, s), 1u);
+}
+
+TEST(MaxScorePickerTest, PicksHighestAndBreaksTiesAtRandom) {
+  MaxScorePicker picker("max");
+  auto eps = pods(4);
+  SchedulingRequest req = testing::request();
+  FixedRng never({}, 0.99);  // never replaces the first of the tied pods
+  CycleContext c1{req, never};
+  EXPECT_EQ(picker.pick(c1, scored(eps, {0.1, 0.9, 0.3, 0.2})), 1u);
+  EXPECT_EQ(picker.pick(c1, scored(eps, {0.9, 0.1, 0.9, 0.9})), 0u);
+  FixedRng always({}, 0.0);  // always takes the latest tied pod
+  CycleContext c2{req, always};
+  EXPECT_EQ(picker.pick(c2, scored(eps, {0.9, 0.1, 0.9, 0.9})), 3u);
+  Rng rng(1);
+  CycleContext c3{req, rng};
+  std::vector<int> counts(4, 0);
+  for (int i = 0; i < 3000; ++i) {
+    ++counts[picker.pick(c3, scored(eps, {0.5, 0.5, 0.5, 0.1}))];
+  }
+  EXPECT_EQ(counts[3], 0);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(counts[i] / 3000.0, 1.0 / 3, 0.05);
+  }
+}
+
+TEST(RoundRobinPickerTest, CyclesThroughCandidates) {
+  RoundRobinPicker picker("rr");
+  auto eps = pods(3);
+  auto s = scored(eps, {0.9, 0.1, 0.5});
+  FixedRng rng;
+  SchedulingRequest req = testing::request();
+  CycleContext ctx{req, rng};
+  std::vector<std::size_t> got;
+  for (int i = 0; i < 6; ++i) {
+    got.push_back(picker.pick(ctx, s));
+  }
+  EXPECT_EQ(got, (std::vector<std::size_t>{0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(rng.draws, 0);
+}
+
+TEST(PickerFactoriesTest, RejectUnknownParameters) {
+  testing::TestServices services;
+  auto h = services.handle();
+  EXPECT_FALSE(WeightedRandomPicker::create("x", {{"maxNumOfEndpoints", 2}}, h).plugin);
+  EXPECT_FALSE(MaxScorePicker::create("x", {{"foo", 1}}, h).plugin);
+  EXPECT_TRUE(RoundRobinPicker::create("x", nullptr, h).plugin);
+}
+
+}  // namespace
+}  // namespace llmd::epp

@@ -1,0 +1,218 @@
+#include <gtest/gtest.h>
+
+#include "epp/plugins/producer/approx_prefix_cache/approx_prefix_cache_producer.h"
+#include "epp/plugins/producer/predicted_latency/predicted_latency_producer.h"
+#include "tests/epp/test_util.h"
+
+namespace llmd::epp {
+namespace {
+
+using testing::FixedRng;
+using testing::pod;
+
+class ApproxPrefixProducerTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<const ApproxPrefixCacheProducer> make(nlohmann::json params = nullptr) {
+    auto made = ApproxPrefixCacheProducer::create("prefix", params, services_.handle());
+    EXPECT_TRUE(made.plugin) << made.error;
+    return std::dynamic_pointer_cast<const ApproxPrefixCacheProducer>(made.plugin);
+  }
+  testing::TestServices services_;
+  FixedRng rng_;
+};
+
+TEST_F(ApproxPrefixProducerTest, ScoresLeadingBlocksAfterAPick) {
+  auto p = make();
+  // block = 16 tokens x 4 chars = 64 characters; 3 full blocks + 20 chars.
+  SchedulingRequest req = testing::request(std::string(64 * 3 + 20, 'x'));
+  CycleContext ctx{req, rng_};
+  std::vector<Endpoint> eps = {pod("a"), pod("b")};
+  p->produce(ctx, eps);
+  ASSERT_TRUE(eps[0].prefix && eps[1].prefix);
+  EXPECT_EQ(eps[0].prefix->total_blocks, 3u);
+  EXPECT_EQ(eps[0].prefix->matched_blocks, 0u);
+  p->on_picked(ctx, eps[1]);
+
+  // A follow-up turn that extends the prompt hits the pod that served the first one.
+  SchedulingRequest next = testing::request(req.prompt_text + std::string(200, 'y'));
+  CycleContext ctx2{next, rng_};
+  std::vector<Endpoint> again = {pod("a"), pod("b")};
+  p->produce(ctx2, again);
+  EXPECT_EQ(again[0].prefix->matched_blocks, 0u);
+  EXPECT_EQ(again[1].prefix->matched_blocks, 3u);
+  EXPECT_EQ(again[1].prefix->total_blocks, 6u);
+  EXPECT_DOUBLE_EQ(again[1].prefix->score(), 0.5);
+
+  // Another model never shares blocks.
+  SchedulingRequest other = testing::request(req.prompt_text, "other-model");
+  CycleContext ctx3{other, rng_};
+  std::vector<Endpoint> third = {pod("b")};
+  p->produce(ctx3, third);
+  EXPECT_EQ(third[0].prefix->matched_blocks, 0u);
+}
+
+TEST_F(ApproxPrefixProducerTest, ShortPromptHasScoreZero) {
+  auto p = make();
+  SchedulingRequest req = testing::request("too short");
+  CycleContext ctx{req, rng_};
+  std::vector<Endpoint> eps = {pod("a")};
+  p->produce(ctx, eps);
+  ASSERT_TRUE(eps[0].prefix);
+  EXPECT_EQ(eps[0].prefix->total_blocks, 0u);
+  EXPECT_DOUBLE_EQ(eps[0].prefix->score(), 0.0);
+}
+
+TEST_F(ApproxPrefixProducerTest, BlockSizeAndCapacityComeFromPodMetrics) {
+  auto p = make();
+  SchedulingRequest req = testing::request(std::string(64, 'z'));
+  CycleContext ctx{req, rng_};
+  Endpoint small = pod("small");
+  small.metrics.block_size = 8;  // 32-character blocks: 2 of them
+  small.metrics.num_gpu_blocks = 1;
+  std::vector<Endpoint> eps = {small, pod("std")};
+  p->produce(ctx, eps);
+  EXPECT_EQ(eps[0].prefix->total_blocks, 2u);
+  EXPECT_EQ(eps[1].prefix->total_blocks, 1u);
+  p->on_picked(ctx, eps[0]);
+  EXPECT_EQ(services_.index.stats().blocks, 1u);  // capacity num_gpu_blocks = 1
+
+  auto fixed = make({{"autoTune", false}, {"blockSizeTokens", 4}});
+  EXPECT_EQ(fixed->config().blockSizeTokens, 4);
+  EXPECT_EQ(fixed->config().maxPrefixBlocksToMatch, 256);  // partial params keep defaults
+  std::vector<Endpoint> eps2 = {small};
+  fixed->produce(ctx, eps2);
+  EXPECT_EQ(eps2[0].prefix->total_blocks, 4u);  // 16-character blocks
+}
+
+TEST_F(ApproxPrefixProducerTest, RejectsBadParameters) {
+  auto h = services_.handle();
+  auto r = ApproxPrefixCacheProducer::create("p", {{"blockSizeTokens", 0}}, h);
+  EXPECT_NE(r.error.find("blockSizeTokens"), std::string::npos);
+  r = ApproxPrefixCacheProducer::create("p", {{"blockSizeTokens", 1.5}}, h);
+  EXPECT_NE(r.error.find("must be an integer"), std::string::npos);
+}
+
+class PredictedLatencyProducerTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<const PredictedLatencyProducer> make(nlohmann::json params = nullptr) {
+    auto made = PredictedLatencyProducer::create("pl", params, services_.handle());
+    EXPECT_TRUE(made.plugin) << made.error;
+    return std::dynamic_pointer_cast<const PredictedLatencyProducer>(made.plugin);
+  }
+  std::vector<Endpoint> run(const PredictedLatencyProducer& p, const SchedulingRequest& req,
+                            std::vector<Endpoint> eps) {
+    CycleContext ctx{req, rng_};
+    p.produce(ctx, eps);
+    return eps;
+  }
+  testing::TestServices services_;
+  FixedRng rng_;
+};
+
+TEST_F(PredictedLatencyProducerTest, BuildsOneFeatureRowPerCandidate) {
+  auto p = make();
+  SchedulingRequest req = testing::request();
+  req.input_tokens = 321;
+  Endpoint a = testing::with_prefix(pod("a", 0.25, 3), 3, 4);
+  a.metrics.running = 7;
+  a.labels["role"] = "decode";
+  a.prefill_tokens_in_flight = 900;
+  a.decode_tokens_in_flight = 55;
+  Endpoint b = pod("b", 0.5, 0);
+  run(*p, req, {a, b});
+  ASSERT_EQ(services_.source.last_rows.size(), 2u);
+  const auto& r = services_.source.last_rows[0];
+  EXPECT_DOUBLE_EQ(r.kv_cache_percentage, 0.25);
+  EXPECT_EQ(r.input_token_length, 321);
+  EXPECT_EQ(r.num_request_waiting, 3);
+  EXPECT_EQ(r.num_request_running, 7);
+  EXPECT_EQ(r.num_tokens_generated, 1);
+  EXPECT_DOUBLE_EQ(r.prefix_cache_score, 0.75);
+  EXPECT_EQ(r.pod_type, features::PodType::kDecode);
+  EXPECT_EQ(r.prefill_tokens_in_flight, 900);
+  EXPECT_EQ(r.decode_tokens_in_flight, 55);
+  EXPECT_DOUBLE_EQ(services_.source.last_rows[1].prefix_cache_score, 0.0);  // no prefix info
+  EXPECT_EQ(services_.source.last_rows[1].pod_type, features::PodType::kNone);
+  EXPECT_EQ(services_.source.last_deadline, testing::kNow + std::chrono::milliseconds(50));
+}
+
+TEST_F(PredictedLatencyProducerTest, HeadroomAndValidityWithSlos) {
+  auto p = make();
+  services_.source.answers = {{80, 20}, {150, 40}};
+  SchedulingRequest req = testing::request();
+  req.streaming = true;
+  req.slo_ttft_ms = 100;
+  req.slo_tpot_ms = 30;
+  auto eps = run(*p, req, {pod("a"), pod("b")});
+  ASSERT_TRUE(eps[0].latency && eps[1].latency);
+  EXPECT_DOUBLE_EQ(eps[0].latency->ttft_headroom_ms, 20);
+  EXPECT_DOUBLE_EQ(eps[0].latency->tpot_headroom_ms, 10);
+  EXPECT_TRUE(eps[0].latency->both_valid());
+  EXPECT_DOUBLE_EQ(eps[1].latency->ttft_headroom_ms, -50);
+  EXPECT_DOUBLE_EQ(eps[1].latency->tpot_headroom_ms, -10);
+  EXPECT_FALSE(eps[1].latency->ttft_valid);
+  EXPECT_FALSE(eps[1].latency->tpot_valid);
+  EXPECT_DOUBLE_EQ(eps[1].latency->predicted_ttft_ms, 150);
+}
+
+TEST_F(PredictedLatencyProducerTest, WithoutSloTtftHeadroomIsMinusPredicted) {
+  auto p = make();
+  services_.source.answers = {{80, 20}};
+  SchedulingRequest req = testing::request();
+  req.streaming = true;
+  auto eps = run(*p, req, {pod("a")});
+  EXPECT_DOUBLE_EQ(eps[0].latency->ttft_headroom_ms, -80);
+  EXPECT_DOUBLE_EQ(eps[0].latency->tpot_headroom_ms, 0);
+  EXPECT_TRUE(eps[0].latency->both_valid());
+}
+
+TEST_F(PredictedLatencyProducerTest, TpotNeutralisedForNonStreamingAndPrefillPods) {
+  services_.source.answers = {{80, 50}, {80, 50}};
+  SchedulingRequest req = testing::request();
+  req.slo_ttft_ms = 100;
+  req.slo_tpot_ms = 30;
+  req.streaming = false;
+  auto eps = run(*make(), req, {pod("a")});
+  EXPECT_DOUBLE_EQ(eps[0].latency->tpot_headroom_ms, 0);
+  EXPECT_TRUE(eps[0].latency->tpot_valid);
+
+  req.streaming = true;
+  Endpoint prefill = pod("p");
+  prefill.labels["role"] = "prefill";
+  eps = run(*make(), req, {prefill, pod("d")});
+  EXPECT_DOUBLE_EQ(eps[0].latency->tpot_headroom_ms, 0);
+  EXPECT_TRUE(eps[0].latency->tpot_valid);
+  EXPECT_DOUBLE_EQ(eps[1].latency->tpot_headroom_ms, -20);
+
+  eps = run(*make({{"streamingMode", false}}), req, {pod("d")});
+  EXPECT_DOUBLE_EQ(eps[0].latency->tpot_headroom_ms, 0);
+}
+
+TEST_F(PredictedLatencyProducerTest, WritesNothingWhenDisabledOrNoAnswer) {
+  auto p = make({{"predictionDeadlineMs", 20}});
+  SchedulingRequest req = testing::request();
+  req.prediction_enabled = false;
+  auto eps = run(*p, req, {pod("a")});
+  EXPECT_FALSE(eps[0].latency);
+  EXPECT_EQ(services_.source.calls, 0);
+
+  req.prediction_enabled = true;
+  services_.source.fail = true;
+  eps = run(*p, req, {pod("a")});
+  EXPECT_FALSE(eps[0].latency);
+  EXPECT_EQ(services_.source.calls, 1);
+  EXPECT_EQ(services_.source.last_deadline, testing::kNow + std::chrono::milliseconds(20));
+}
+
+TEST_F(PredictedLatencyProducerTest, NullSourceIsAllowedAndPredictsNothing) {
+  Handle h{services_.index, nullptr, nullptr, nullptr};
+  auto made = PredictedLatencyProducer::create("pl", nullptr, h);
+  ASSERT_TRUE(made.plugin);
+  auto p = std::dynamic_pointer_cast<const PredictedLatencyProducer>(made.plugin);
+  auto eps = run(*p, testing::request(), {pod("a")});
+  EXPECT_FALSE(eps[0].latency);
+  EXPECT_FALSE(PredictedLatencyProducer::create("pl", {{"predictionDeadlineMs", 0}}, h).plugin);
+}
+
+}  // namespace
+}  // namespace llmd::epp

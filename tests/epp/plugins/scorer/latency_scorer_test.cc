@@ -1,0 +1,179 @@
+// One test per scoring vector of spec section 2 (default config unless the vector says so).
+#include "epp/plugins/scorer/latency/latency_scorer.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/epp/test_util.h"
+
+namespace llmd::epp {
+namespace {
+
+using testing::FixedRng;
+using testing::pod;
+using testing::predicted;
+using testing::with_prefix;
+
+class LatencyScorerTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<const LatencyScorer> make(nlohmann::json params = nullptr) {
+    auto made = LatencyScorer::create("latency-scorer", params, services_.handle());
+    EXPECT_TRUE(made.plugin) << made.error;
+    return std::dynamic_pointer_cast<const LatencyScorer>(made.plugin);
+  }
+  std::vector<double> score(const LatencyScorer& s, const std::vector<Endpoint>& eps) {
+    CycleContext ctx{req_, rng_};
+    return s.score(ctx, eps);
+  }
+  void expect_scores(const std::vector<double>& got, const std::vector<double>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], 1e-9) << "pod " << i;
+    }
+  }
+  testing::TestServices services_;
+  SchedulingRequest req_ = testing::request();
+  FixedRng rng_;
+};
+
+TEST_F(LatencyScorerTest, VectorLeast) {
+  auto s = make();
+  expect_scores(score(*s, {predicted("a", 100, 20, 0), predicted("b", 30, 5, 0)}), {0.01, 1.0});
+}
+
+TEST_F(LatencyScorerTest, VectorMost) {
+  auto s = make({{"headroomSelectionStrategy", "most"}});
+  expect_scores(score(*s, {predicted("a", 100, 20, 0), predicted("b", 30, 5, 0)}), {1.0, 0.01});
+}
+
+TEST_F(LatencyScorerTest, VectorBothNegativeAndIdle) {
+  auto s = make();
+  expect_scores(score(*s, {predicted("a", -10, -5, 0), predicted("b", -100, -30, 0)}),
+                {1.0, 0.01});
+}
+
+TEST_F(LatencyScorerTest, VectorBusyVersusIdle) {
+  auto s = make();
+  expect_scores(score(*s, {predicted("busy", -50, -10, 5), predicted("idle", -50, -10, 0)}),
+                {0.0, 0.51});
+}
+
+TEST_F(LatencyScorerTest, VectorIdentical) {
+  auto s = make();
+  expect_scores(score(*s, {predicted("a", 50, 10, 1), predicted("b", 50, 10, 1)}), {0.51, 0.51});
+}
+
+TEST_F(LatencyScorerTest, VectorThreePositiveLeast) {
+  auto s = make();
+  expect_scores(
+      score(*s, {predicted("a", 10, 1, 1), predicted("b", 20, 2, 1), predicted("c", 40, 4, 1)}),
+      {1.0, 0.67, 0.01});
+}
+
+TEST_F(LatencyScorerTest, VectorZeroTpotRange) {
+  auto s = make();
+  expect_scores(score(*s, {predicted("a", 10, 5, 1), predicted("b", 40, 5, 1)}), {1.0, 0.01});
+}
+
+TEST_F(LatencyScorerTest, VectorNoSloBusy) {
+  auto s = make();
+  expect_scores(score(*s, {predicted("a", -200, 0, 2), predicted("b", -400, 0, 2),
+                           predicted("c", -300, 0, 2)}),
+                {1.0, 0.01, 0.51});
+}
+
+TEST_F(LatencyScorerTest, VectorCompositeTwoPods) {
+  auto s = make();
+  expect_scores(score(*s, {pod("a", 0.2, 0), pod("b", 0.8, 5)}), {0.60, 0.07});
+}
+
+TEST_F(LatencyScorerTest, VectorCompositeThreePods) {
+  auto s = make();
+  expect_scores(score(*s, {with_prefix(pod("a", 0.5, 2), 1, 2), pod("b", 0.1, 4),
+                           with_prefix(pod("c", 0.9, 0), 4, 4)}),
+                {0.50, 0.30, 0.70});
+}
+
+TEST_F(LatencyScorerTest, NegativeBucketsInOrderTpotOnlyThenTtftOnlyThenBoth) {
+  auto s = make();
+  // All busy and negative: only-TPOT-negative wins over only-TTFT-negative and both-negative.
+  expect_scores(score(*s, {predicted("both", -50, -10, 3), predicted("ttft", -30, 5, 3),
+                           predicted("tpot", 10, -8, 3)}),
+                {0.0, 0.0, 0.51});
+  expect_scores(score(*s, {predicted("both", -50, -10, 3), predicted("ttft", -30, 5, 3)}),
+                {0.0, 0.51});
+}
+
+TEST_F(LatencyScorerTest, PositiveBucketBeatsNegativeAndIdle) {
+  auto s = make();
+  expect_scores(score(*s, {predicted("neg-idle", -5, -1, 0), predicted("pos-busy", 5, 1, 4)}),
+                {0.0, 0.51});
+}
+
+TEST_F(LatencyScorerTest, MostIsNotAppliedToNegativeBuckets) {
+  auto s = make({{"headroomSelectionStrategy", "most"}});
+  // "most" over deficits would prefer the most overloaded pod; negative buckets use "least".
+  expect_scores(score(*s, {predicted("a", -10, -5, 0), predicted("b", -100, -30, 0)}),
+                {1.0, 0.01});
+}
+
+TEST_F(LatencyScorerTest, PodWithoutPredictionIsNeverPositiveWithZeroHeadroom) {
+  auto s = make();
+  expect_scores(score(*s, {pod("unknown"), predicted("a", 10, 1, 1), predicted("b", 40, 4, 1)}),
+                {0.0, 1.0, 0.01});
+}
+
+TEST_F(LatencyScorerTest, CompositeOnlyIgnoresPredictions) {
+  auto s = make({{"headroomSelectionStrategy", "composite-only"}});
+  Endpoint a = predicted("a", 100, 20, 0), b = predicted("b", 30, 5, 0);
+  a.metrics.kv_cache_usage = 0.2;
+  b.metrics.kv_cache_usage = 0.8;
+  b.metrics.waiting = 5;
+  expect_scores(score(*s, {a, b}), {0.60, 0.07});
+}
+
+TEST_F(LatencyScorerTest, CompositeMostAndLeastScoreThePositiveBucket) {
+  Endpoint a = predicted("a", 100, 20, 0), b = predicted("b", 30, 5, 0),
+           c = predicted("c", -5, 1, 0);
+  a.metrics.kv_cache_usage = 0.2;
+  b.metrics.kv_cache_usage = 0.8;
+  b.metrics.waiting = 5;
+  expect_scores(score(*make({{"headroomSelectionStrategy", "composite-most"}}), {a, b, c}),
+                {0.60, 0.07, 0.0});
+  expect_scores(score(*make({{"headroomSelectionStrategy", "composite-least"}}), {a, b, c}),
+                {0.40, 0.93, 0.0});
+}
+
+TEST_F(LatencyScorerTest, StrategyPrecedenceParamThenEnvThenLeast) {
+  EXPECT_EQ(make()->strategy(), LatencyScorer::Strategy::kLeast);
+  services_.env["HEADROOM_SELECTION_STRATEGY"] = "MOST";
+  EXPECT_EQ(make()->strategy(), LatencyScorer::Strategy::kMost);
+  EXPECT_EQ(make({{"headroomSelectionStrategy", "composite-least"}})->strategy(),
+            LatencyScorer::Strategy::kCompositeLeast);
+  services_.env["HEADROOM_SELECTION_STRATEGY"] = "sideways";
+  auto bad = LatencyScorer::create("x", nullptr, services_.handle());
+  EXPECT_FALSE(bad.plugin);
+  EXPECT_NE(bad.error.find("HEADROOM_SELECTION_STRATEGY"), std::string::npos);
+}
+
+TEST_F(LatencyScorerTest, PartialParametersKeepOtherDefaults) {
+  auto s = make({{"tpotWeight", 0.5}});
+  EXPECT_DOUBLE_EQ(s->config().tpotWeight, 0.5);
+  EXPECT_DOUBLE_EQ(s->config().ttftWeight, 0.8);
+  EXPECT_EQ(s->config().headroomSelectionStrategy, "least");
+  EXPECT_DOUBLE_EQ(s->config().compositeQueueWeight, 1.0);
+}
+
+TEST_F(LatencyScorerTest, InvalidParametersAreErrorsNamingTheParameter) {
+  auto h = services_.handle();
+  auto r = LatencyScorer::create("x", {{"ttftWeight", -1}}, h);
+  EXPECT_NE(r.error.find("ttftWeight"), std::string::npos);
+  r = LatencyScorer::create("x", {{"headroomSelectionStrategy", "best"}}, h);
+  EXPECT_NE(r.error.find("headroomSelectionStrategy"), std::string::npos);
+  r = LatencyScorer::create("x", {{"ttftWeigth", 1}}, h);
+  EXPECT_NE(r.error.find("unknown parameter 'ttftWeigth'"), std::string::npos);
+  r = LatencyScorer::create("x", {{"ttftWeight", "high"}}, h);
+  EXPECT_NE(r.error.find("must be a number"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace llmd::epp
