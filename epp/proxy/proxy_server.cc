@@ -8,6 +8,7 @@
 #include <boost/beast/http.hpp>
 
 #include <atomic>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -238,6 +239,7 @@ struct ProxyServer::Impl {
       rec = cec;
     }
     if (rec) {
+      spdlog::warn("connect to pod {} ({}) failed: {}", pod.name, pod.address, rec.message());
       registry.mark_unhealthy(pod.name);
       finish(false, 502);
       co_return Outcome::kRetryable;
@@ -255,7 +257,7 @@ struct ProxyServer::Impl {
     co_await http::async_write(upstream, up, redirect(wec));
     beast::flat_buffer ubuf;
     http::response_parser<http::buffer_body> rp;
-    rp.body_limit(boost::none);
+    rp.body_limit(std::numeric_limits<std::uint64_t>::max());
     beast::error_code hec = wec;
     if (!hec) {
       beast::error_code e;
@@ -264,6 +266,8 @@ struct ProxyServer::Impl {
     }
     if (hec || rp.get().result_int() >= 500) {
       int status = hec ? 504 : rp.get().result_int();
+      spdlog::warn("pod {} ({}) failed: {}", pod.name, pod.address,
+                   hec ? hec.message() : "HTTP " + std::to_string(status));
       if (hec) {
         registry.mark_unhealthy(pod.name);
       }

@@ -1,0 +1,299 @@
+// EPP executable: config -> pod registry + scraper + scheduling pipeline (+ predictor client,
+// training feedback) -> streaming proxy on :8080, health on :9003, metrics on :9090.
+// Reloads the config files when they change, without dropping requests: a new pipeline
+// generation is swapped in and requests in flight finish on theirs.
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include <signal.h>
+
+#include <atomic>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "common/config/logging.h"
+#include "common/config/options.h"
+#include "common/http/router.h"
+#include "common/http/server.h"
+#include "common/metrics/exposition.h"
+#include "common/util/files.h"
+#include "epp/datastore/prefix_index.h"
+#include "epp/datastore/scraper.h"
+#include "epp/feedback/request_metrics.h"
+#include "epp/feedback/training_feedback.h"
+#include "epp/plugins/register.h"
+#include "epp/pool_config.h"
+#include "epp/predictor_client/predictor_client.h"
+#include "epp/predictor_client/replica_set.h"
+#include "epp/proxy/proxy_server.h"
+#include "epp/scheduler/config_loader.h"
+#include "epp/scheduler/director.h"
+#include "epp/scheduler/metrics.h"
+
+using namespace llmd;
+using namespace llmd::epp;
+
+namespace {
+
+// The proxy's view of scheduling: candidates from the registry, decision by the director.
+class DirectorPort final : public SchedulingPort {
+ public:
+  DirectorPort(Director& director, PodRegistry& registry) : director_(director), registry_(registry) {}
+  PickResult pick(const SchedulingRequest& request) override {
+    thread_local Rng rng{std::random_device{}()};
+    auto candidates = registry_.candidates(std::chrono::steady_clock::now());
+    ScheduleResult r = director_.schedule(request, std::move(candidates), rng);
+    PickResult out;
+    out.status = r.ok() ? 200 : r.status;
+    out.detail = r.reason;
+    out.predictions_used = r.predictions_used;
+    out.profile = r.profile;
+    if (r.picked) {
+      out.ranked.push_back(*r.picked);
+      if (r.fallback) {
+        out.ranked.push_back(*r.fallback);
+      }
+    }
+    if (spdlog::should_log(spdlog::level::debug)) {
+      std::string scores;
+      for (const auto& s : r.scores) {
+        scores += fmt::format(" {}={:.3f}", s.name, s.score);
+      }
+      spdlog::debug("request {} model {} profile {} predictions {} scores:{} -> {}",
+                    request.request_id, request.model, r.profile, r.predictions_used, scores,
+                    r.picked ? r.picked->name : "(none: " + r.reason + ")");
+    }
+    return out;
+  }
+
+ private:
+  Director& director_;
+  PodRegistry& registry_;
+};
+
+std::filesystem::file_time_type mtime(const std::string& path) {
+  std::error_code ec;
+  auto t = std::filesystem::last_write_time(path, ec);
+  return ec ? std::filesystem::file_time_type{} : t;
+}
+
+int run(int argc, char** argv) {
+  config::Options o("epp", "Endpoint picker: predicted-latency router for LLM inference");
+  o.add("config", "EPP_CONFIG", "epp/config/local-pool.yaml", "Pool + pipeline config (YAML)");
+  o.add("host", "EPP_HOST", "0.0.0.0", "Address of all listeners");
+  o.add("port", "EPP_PORT", "8080", "Proxy port (OpenAI API)");
+  o.add("health-port", "EPP_HEALTH_PORT", "9003", "/healthz and /readyz port");
+  o.add("metrics-port", "EPP_METRICS_PORT", "9090", "/metrics port");
+  o.add("prediction-server-url", "PREDICTION_SERVER_URL", "",
+        "Comma list of predictor URLs (empty: composite scoring only)");
+  o.add("training-server-url", "TRAINING_SERVER_URL", "", "Trainer URL for feedback (empty: off)");
+  o.add("streaming-mode", "LATENCY_STREAMING_MODE", "true",
+        "Training samples from SSE timings (TTFT + TPOT); false: TTFT := end-to-end");
+  o.add("prediction-based-scheduling", "PREDICTION_BASED_SCHEDULING", "true",
+        "Default of the x-prediction-based-scheduling header");
+  o.add("prediction-deadline-ms", "PREDICTION_DEADLINE_MS", "50", "Wait for predictions at most this");
+  o.add("coalesce-window-us", "PREDICTION_COALESCE_WINDOW_US", "1000", "Coalescing window");
+  o.add("io-threads", "EPP_IO_THREADS", "2", "Proxy I/O threads");
+  o.add("scheduler-threads", "EPP_SCHEDULER_THREADS", "16", "Scheduling threads");
+  o.add("scraper-threads", "EPP_SCRAPER_THREADS", "2", "Metric scraper threads");
+  o.add("upstream-first-byte-timeout-ms", "EPP_UPSTREAM_FIRST_BYTE_TIMEOUT_MS", "30000",
+        "A pod that sends no response header within this is treated as failed");
+  o.add("max-body-bytes", "EPP_MAX_BODY_BYTES", "16777216", "Largest accepted request body");
+  o.add("reload-check-ms", "EPP_RELOAD_CHECK_MS", "1000", "How often config files are checked");
+  o.add("log-level", "LOG_LEVEL", "info", "trace | debug | info | warn | error");
+  if (!o.parse(argc, argv)) {
+    return 0;
+  }
+  config::init_logging(o.str("log-level"), "epp");
+  const std::string config_path = o.str("config");
+  EppFileConfig file_cfg = load_epp_config(config_path);
+
+  prometheus::Registry registry;
+  SchedulerMetrics sched_metrics(registry);
+  PrefixIndex prefix_index;
+  std::unique_ptr<predictor_client::PredictorClient> predictions;
+  const std::string urls = o.str("prediction-server-url");
+  if (!urls.empty()) {
+    std::string error;
+    auto list = predictor_client::parse_replica_list(urls, &error);
+    if (!list) {
+      throw std::invalid_argument("--prediction-server-url / PREDICTION_SERVER_URL: " + error);
+    }
+    predictor_client::PredictorClientConfig pc;
+    pc.replica_urls = *list;
+    pc.request_deadline = std::chrono::milliseconds(o.integer("prediction-deadline-ms", 1, 60000));
+    pc.coalesce_window = std::chrono::microseconds(o.integer("coalesce-window-us", 0, 1000000));
+    predictions = std::make_unique<predictor_client::PredictorClient>(pc, registry);
+  } else {
+    spdlog::warn("no PREDICTION_SERVER_URL: scheduling with the composite fallback only");
+  }
+  PluginRegistry plugins;
+  register_builtin_plugins(plugins);
+  Handle handle{prefix_index, predictions.get(), nullptr, nullptr};
+  auto load = [&](const EppFileConfig& c) {
+    return c.pipeline_path.empty()
+               ? load_pipeline(c.pipeline_text, plugins, handle, &sched_metrics)
+               : load_pipeline_file(c.pipeline_path, plugins, handle, &sched_metrics);
+  };
+  LoadResult loaded = load(file_cfg);
+  if (!loaded.ok()) {
+    throw std::runtime_error("pipeline config: " + loaded.error);
+  }
+  Director director(loaded.pipeline, &sched_metrics);
+  PodRegistry pods(file_cfg.staleness);
+  pods.set_pods(file_cfg.pods);
+  ScraperOptions so;
+  so.interval = file_cfg.scrape_interval;
+  so.threads = static_cast<int>(o.integer("scraper-threads", 1, 64));
+  Scraper scraper(so, pods);
+
+  FeedbackOptions fo;
+  fo.trainer_url = o.str("training-server-url");
+  fo.streaming_mode = o.boolean("streaming-mode");
+  TrainingFeedback feedback(fo);
+  RequestMetrics request_metrics(registry);
+  CompletionFanout sinks;
+  sinks.add(feedback);
+  sinks.add(request_metrics);
+
+  DirectorPort port(director, pods);
+  ProxyOptions po;
+  po.host = o.str("host");
+  po.port = static_cast<uint16_t>(o.integer("port", 0, 65535));
+  po.io_threads = static_cast<int>(o.integer("io-threads", 1, 64));
+  po.scheduler_threads = static_cast<int>(o.integer("scheduler-threads", 1, 1024));
+  po.body_limit = static_cast<std::size_t>(o.integer("max-body-bytes", 1024));
+  po.upstream_first_byte_timeout =
+      std::chrono::milliseconds(o.integer("upstream-first-byte-timeout-ms", 10));
+  po.default_prediction = o.boolean("prediction-based-scheduling");
+  ProxyServer proxy(po, port, pods, sinks);
+
+  // Pool gauges computed at scrape time.
+  auto& pool_family = prometheus::BuildGauge().Name("llmd_epp_pool").Help(
+      "Pool state: ready pods, average KV usage and queue of ready pods, prefix index size").Register(registry);
+  auto& ready_g = pool_family.Add({{"stat", "ready_pods"}});
+  auto& kv_g = pool_family.Add({{"stat", "avg_kv_cache_usage"}});
+  auto& queue_g = pool_family.Add({{"stat", "avg_waiting"}});
+  auto& prefix_blocks_g = pool_family.Add({{"stat", "prefix_index_blocks"}});
+  auto& prefix_hit_g = pool_family.Add({{"stat", "prefix_index_hit_ratio"}});
+  http::Router admin;
+  admin.add("GET", "/healthz", [](http::Request&) {
+    return http::Response::json(200, nlohmann::json{{"status", "ok"}});
+  });
+  admin.add("GET", "/readyz", [&pods](http::Request&) {
+    std::size_t ready = pods.ready_count(std::chrono::steady_clock::now());
+    if (ready == 0) {
+      return http::Response::detail(503, "No ready model server pods");
+    }
+    return http::Response::json(200, nlohmann::json{{"status", "ready"}, {"ready_pods", ready}});
+  });
+  admin.add("GET", "/metrics", [&](http::Request&) {
+    auto c = pods.candidates(std::chrono::steady_clock::now());
+    double kv = 0, q = 0;
+    for (const auto& e : c) {
+      kv += e.metrics.kv_cache_usage;
+      q += static_cast<double>(e.metrics.waiting);
+    }
+    ready_g.Set(static_cast<double>(c.size()));
+    kv_g.Set(c.empty() ? 0 : kv / static_cast<double>(c.size()));
+    queue_g.Set(c.empty() ? 0 : q / static_cast<double>(c.size()));
+    auto st = prefix_index.stats();
+    prefix_blocks_g.Set(static_cast<double>(st.blocks));
+    prefix_hit_g.Set(st.queried_blocks == 0 ? 0 : static_cast<double>(st.matched_blocks) /
+                                                     static_cast<double>(st.queried_blocks));
+    return http::Response::text(200, metrics::serialize(registry), metrics::kContentType);
+  });
+  auto handler = [&admin](http::Request& r) { return admin.route(r); };
+  http::ServerOptions ho;
+  ho.host = po.host;
+  ho.io_threads = 1;
+  ho.port = static_cast<uint16_t>(o.integer("health-port", 0, 65535));
+  http::HttpServer health(ho, handler);
+  ho.port = static_cast<uint16_t>(o.integer("metrics-port", 0, 65535));
+  http::HttpServer metrics_server(ho, handler);
+
+  proxy.start();
+  health.start();
+  metrics_server.start();
+  scraper.start();
+  feedback.start();
+  std::thread health_thread([&] { health.run(false); });
+  std::thread metrics_thread([&] { metrics_server.run(false); });
+
+  // Config reload: poll mtimes; a bad new config is logged and the old one kept.
+  std::atomic<bool> stopping{false};
+  std::thread reloader([&] {
+    auto pool_time = mtime(config_path);
+    auto pipe_time = file_cfg.pipeline_path.empty() ? pool_time : mtime(file_cfg.pipeline_path);
+    const auto period = std::chrono::milliseconds(o.integer("reload-check-ms", 10));
+    while (!stopping) {
+      std::this_thread::sleep_for(period);
+      try {
+        auto pt = mtime(config_path);
+        EppFileConfig next = load_epp_config(config_path);
+        auto qt = next.pipeline_path.empty() ? pt : mtime(next.pipeline_path);
+        if (pt == pool_time && qt == pipe_time) {
+          continue;
+        }
+        pool_time = pt;
+        pipe_time = qt;
+        LoadResult l = load(next);
+        if (!l.ok()) {
+          spdlog::error("config reload refused, keeping the current pipeline: {}", l.error);
+          continue;
+        }
+        pods.set_pods(next.pods);
+        director.set_pipeline(l.pipeline);
+        spdlog::info("config reloaded: {} pods", next.pods.size());
+      } catch (const std::exception& e) {
+        spdlog::error("config reload refused, keeping the current config: {}", e.what());
+      }
+    }
+  });
+
+  spdlog::info("epp proxy on {}:{}, health :{}, metrics :{}; {} pods; predictions {}; feedback {}",
+               po.host, proxy.port(), health.port(), metrics_server.port(), file_cfg.pods.size(),
+               predictions ? urls : "off", fo.trainer_url.empty() ? "off" : fo.trainer_url);
+  std::thread proxy_thread([&] { proxy.run(); });
+  {
+    // Block until a signal arrives.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    int sig = 0;
+    sigwait(&set, &sig);
+    spdlog::info("signal {}: shutting down", sig);
+  }
+  stopping = true;
+  proxy.stop();
+  proxy_thread.join();
+  health.stop();
+  metrics_server.stop();
+  health_thread.join();
+  metrics_thread.join();
+  reloader.join();
+  scraper.stop();
+  feedback.stop();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Signals are taken synchronously by sigwait in run(); block them in every thread.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "epp: " << e.what() << std::endl;
+    return 2;
+  }
+}

@@ -1,0 +1,71 @@
+#include "epp/pool_config.h"
+
+#include <filesystem>
+#include <set>
+#include <stdexcept>
+
+#include <yaml-cpp/yaml.h>
+
+#include "common/util/files.h"
+
+namespace llmd::epp {
+
+EppFileConfig load_epp_config(const std::string& path) {
+  auto text = util::read_file(path);
+  if (!text) {
+    throw std::runtime_error("cannot read EPP config " + path);
+  }
+  EppFileConfig cfg;
+  try {
+    YAML::Node root = YAML::Load(*text);
+    if (!root.IsMap()) {
+      throw std::runtime_error("top level must be a mapping");
+    }
+    YAML::Node pods = root["pool"]["pods"];
+    if (!pods || !pods.IsSequence() || pods.size() == 0) {
+      throw std::runtime_error("pool.pods must be a non-empty list");
+    }
+    std::set<std::string> names;
+    for (std::size_t i = 0; i < pods.size(); ++i) {
+      PodConfig p;
+      p.name = pods[i]["name"].as<std::string>("");
+      p.address = pods[i]["address"].as<std::string>("");
+      if (p.name.empty() || p.address.find(':') == std::string::npos) {
+        throw std::runtime_error("pool.pods[" + std::to_string(i) +
+                                 "] needs a name and an address host:port");
+      }
+      if (!names.insert(p.name).second) {
+        throw std::runtime_error("duplicate pod name '" + p.name + "'");
+      }
+      if (YAML::Node labels = pods[i]["labels"]) {
+        for (const auto& kv : labels) {
+          p.labels[kv.first.as<std::string>()] = kv.second.as<std::string>();
+        }
+      }
+      cfg.pods.push_back(std::move(p));
+    }
+    cfg.scrape_interval = std::chrono::milliseconds(root["scrapeIntervalMs"].as<int>(50));
+    cfg.staleness = std::chrono::milliseconds(root["stalenessMs"].as<int>(2000));
+    if (cfg.scrape_interval.count() <= 0 || cfg.staleness.count() <= 0) {
+      throw std::runtime_error("scrapeIntervalMs and stalenessMs must be positive");
+    }
+    if (YAML::Node pipeline = root["pipeline"]) {
+      auto p = std::filesystem::path(pipeline.as<std::string>());
+      if (p.is_relative()) {
+        p = std::filesystem::path(path).parent_path() / p;
+      }
+      cfg.pipeline_path = p.string();
+    } else if (root["plugins"]) {
+      cfg.pipeline_text = *text;
+    } else {
+      throw std::runtime_error("either 'pipeline' (a file) or inline 'plugins' is required");
+    }
+  } catch (const YAML::Exception& e) {
+    throw std::runtime_error("EPP config " + path + ": " + e.what());
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("EPP config " + path + ": " + e.what());
+  }
+  return cfg;
+}
+
+}  // namespace llmd::epp
