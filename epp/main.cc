@@ -101,6 +101,8 @@ int run(int argc, char** argv) {
   o.add("scraper-threads", "EPP_SCRAPER_THREADS", "2", "Metric scraper threads");
   o.add("upstream-first-byte-timeout-ms", "EPP_UPSTREAM_FIRST_BYTE_TIMEOUT_MS", "30000",
         "A pod that sends no response header within this is treated as failed");
+  o.add("unhealthy-cooldown-ms", "EPP_UNHEALTHY_COOLDOWN_MS", "5000",
+        "A pod that failed a request gets no traffic for this long");
   o.add("max-body-bytes", "EPP_MAX_BODY_BYTES", "16777216", "Largest accepted request body");
   o.add("reload-check-ms", "EPP_RELOAD_CHECK_MS", "1000", "How often config files are checked");
   o.add("log-level", "LOG_LEVEL", "info", "trace | debug | info | warn | error");
@@ -169,6 +171,7 @@ int run(int argc, char** argv) {
   po.upstream_first_byte_timeout =
       std::chrono::milliseconds(o.integer("upstream-first-byte-timeout-ms", 10));
   po.default_prediction = o.boolean("prediction-based-scheduling");
+  po.unhealthy_cooldown = std::chrono::milliseconds(o.integer("unhealthy-cooldown-ms", 0));
   ProxyServer proxy(po, port, pods, sinks);
 
   // Pool gauges computed at scrape time.

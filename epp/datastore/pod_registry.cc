@@ -44,14 +44,20 @@ void PodRegistry::mark_scrape_failed(const std::string& name) {
   }
 }
 
-void PodRegistry::mark_unhealthy(const std::string& name) { mark_scrape_failed(name); }
+void PodRegistry::mark_unhealthy(const std::string& name, std::chrono::milliseconds cooldown) {
+  std::lock_guard lock(mu_);
+  auto it = pods_.find(name);
+  if (it != pods_.end()) {
+    it->second.excluded_until = std::chrono::steady_clock::now() + cooldown;
+  }
+}
 
 std::vector<Endpoint> PodRegistry::candidates(std::chrono::steady_clock::time_point now) const {
   std::lock_guard lock(mu_);
   std::vector<Endpoint> out;
   out.reserve(pods_.size());
   for (const auto& [name, s] : pods_) {
-    if (!s.scraped_ok || now - s.metrics.scraped_at > staleness_) {
+    if (!s.scraped_ok || now - s.metrics.scraped_at > staleness_ || now < s.excluded_until) {
       continue;
     }
     Endpoint e;
@@ -70,7 +76,8 @@ std::vector<Endpoint> PodRegistry::candidates(std::chrono::steady_clock::time_po
 std::size_t PodRegistry::ready_count(std::chrono::steady_clock::time_point now) const {
   std::lock_guard lock(mu_);
   return static_cast<std::size_t>(std::count_if(pods_.begin(), pods_.end(), [&](const auto& kv) {
-    return kv.second.scraped_ok && now - kv.second.metrics.scraped_at <= staleness_;
+    return kv.second.scraped_ok && now - kv.second.metrics.scraped_at <= staleness_ &&
+           now >= kv.second.excluded_until;
   }));
 }
 

@@ -41,9 +41,11 @@ class PodRegistry {
   void on_first_token(const std::string& name, int64_t input_tokens, int64_t max_tokens);
   void on_finished(const std::string& name, int64_t input_tokens, int64_t decode_tokens,
                    bool first_token_seen);
-  // A pod that refused a connection or failed before any byte: excluded until the next good
-  // scrape, so traffic moves away at once instead of after the staleness bound.
-  void mark_unhealthy(const std::string& name);
+  // A pod that refused a connection, timed out or answered 5xx: excluded for `cooldown`
+  // (a scrape that still succeeds does not bring it back early: a pod whose /metrics answers
+  // while inference fails must not keep receiving traffic).
+  void mark_unhealthy(const std::string& name,
+                      std::chrono::milliseconds cooldown = std::chrono::seconds(5));
 
  private:
   struct State {
@@ -53,6 +55,7 @@ class PodRegistry {
     int64_t dispatched = 0;
     int64_t prefill_tokens = 0;
     int64_t decode_tokens = 0;
+    std::chrono::steady_clock::time_point excluded_until{};
   };
   std::chrono::milliseconds staleness_;
   mutable std::mutex mu_;

@@ -240,7 +240,7 @@ struct ProxyServer::Impl {
     }
     if (rec) {
       spdlog::warn("connect to pod {} ({}) failed: {}", pod.name, pod.address, rec.message());
-      registry.mark_unhealthy(pod.name);
+      registry.mark_unhealthy(pod.name, options.unhealthy_cooldown);
       finish(false, 502);
       co_return Outcome::kRetryable;
     }
@@ -268,9 +268,7 @@ struct ProxyServer::Impl {
       int status = hec ? 504 : rp.get().result_int();
       spdlog::warn("pod {} ({}) failed: {}", pod.name, pod.address,
                    hec ? hec.message() : "HTTP " + std::to_string(status));
-      if (hec) {
-        registry.mark_unhealthy(pod.name);
-      }
+      registry.mark_unhealthy(pod.name, options.unhealthy_cooldown);
       finish(false, status);
       co_return Outcome::kRetryable;
     }

@@ -29,6 +29,7 @@ struct ProxyOptions {
   std::chrono::milliseconds upstream_connect_timeout{2000};
   std::chrono::milliseconds upstream_first_byte_timeout{30000};
   std::chrono::milliseconds upstream_idle_timeout{60000};
+  std::chrono::milliseconds unhealthy_cooldown{5000};  // after a connect/timeout/5xx failure
   bool default_prediction = true;  // x-prediction-based-scheduling when absent
 };
 

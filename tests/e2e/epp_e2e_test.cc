@@ -1,0 +1,162 @@
+// The EPP with the real trainer, two predictors and a modelsim pool.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <thread>
+
+#include "tests/e2e/stack_fixture.h"
+
+namespace llmd::testing {
+namespace {
+
+class EppStack : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    stack_ = std::make_unique<Stack>(options());
+    ASSERT_TRUE(stack_->ready) << stack_->logs();
+  }
+  void TearDown() override {
+    if (HasFailure()) {
+      std::string logs = stack_->logs();
+      std::cerr << logs.substr(logs.size() > 30000 ? logs.size() - 30000 : 0);
+    }
+  }
+  virtual StackOptions options() { return {}; }
+  std::unique_ptr<Stack> stack_;
+};
+
+TEST_F(EppStack, StreamingAndNonStreamingSucceedAndFeedbackTrainsAModel) {
+  std::map<std::string, int> picks;
+  for (int i = 0; i < 60; ++i) {
+    bool stream = i % 2 == 0;
+    auto r = stack_->complete(words(40 + i, "w" + std::to_string(i)), 8, stream);
+    ASSERT_EQ(r.status, 200) << r.body;
+    std::string pod(r.header("x-gateway-destination-endpoint"));
+    EXPECT_FALSE(pod.empty());
+    ++picks[pod];
+    if (stream) {
+      EXPECT_NE(r.body.find("data: [DONE]"), std::string::npos);
+      EXPECT_NE(r.body.find("\"usage\""), std::string::npos);
+    } else {
+      EXPECT_EQ(Json::parse(r.body)["usage"]["completion_tokens"], 8);
+    }
+  }
+  EXPECT_GE(picks.size(), 2u) << "traffic spreads over the pool";
+  // Feedback reaches the trainer (flushed every second) and a model is trained from it.
+  bool trained = false;
+  for (int i = 0; i < 100 && !trained; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Json s = stack_->trainer->get_json("/data/status");
+    trained = s["training_data"]["ttft_samples"].get<int>() + s["test_data"]["ttft_samples"].get<int>() >= 50 &&
+              s["training_data"]["tpot_samples"].get<int>() > 0 && !s["last_retrain"].is_null();
+  }
+  EXPECT_TRUE(trained) << stack_->trainer->get("/data/status").body;
+  // Predictions were used and are compared with actuals in the metrics.
+  std::string m = stack_->metrics();
+  EXPECT_GT(metric_sum(m, "inference_objective_request_predicted_ttft_seconds_count{"), 0) << m;
+  EXPECT_GT(metric_sum(m, "inference_objective_request_ttft_seconds_count{"), 50);
+  EXPECT_GT(metric_sum(m, "inference_objective_request_tpot_seconds_count{"), 0);
+  EXPECT_GT(metric_sum(m, "llmd_epp_predictor_batch_rows_count"), 0);
+}
+
+TEST_F(EppStack, RepeatedConversationSticksToThePodHoldingItsPrefix) {
+  const std::string conversation = words(400, "ctx");
+  auto first = stack_->complete(conversation, 4);
+  ASSERT_EQ(first.status, 200);
+  std::string home(first.header("x-gateway-destination-endpoint"));
+  int same = 0;
+  for (int turn = 0; turn < 20; ++turn) {
+    auto r = stack_->complete(conversation + words(5 + turn, "q"), 4);
+    ASSERT_EQ(r.status, 200);
+    same += r.header("x-gateway-destination-endpoint") == home ? 1 : 0;
+  }
+  EXPECT_GE(same, 18) << "a conversation should stay on " << home;
+  EXPECT_NE(stack_->metrics().find("prefix_index_hit_ratio"), std::string::npos);
+}
+
+TEST_F(EppStack, FailingPodStopsReceivingTrafficAndRequestsStillSucceed) {
+  http::HttpClient admin("127.0.0.1", stack_->pod_port(0));
+  ASSERT_EQ(admin.post("/admin/fault", R"({"mode":"error","duration_ms":60000})").status, 200);
+  int to_failing = 0;
+  for (int i = 0; i < 30; ++i) {
+    auto r = stack_->complete(words(30, "f" + std::to_string(i)), 4);
+    ASSERT_EQ(r.status, 200) << r.body;
+    to_failing += r.header("x-gateway-destination-endpoint") == stack_->pod_address(0) ? 1 : 0;
+  }
+  EXPECT_EQ(to_failing, 0) << "answers never come from the failing pod";
+}
+
+TEST_F(EppStack, StalledPodStopsReceivingTraffic) {
+  http::HttpClient admin("127.0.0.1", stack_->pod_port(1));
+  ASSERT_EQ(admin.post("/admin/fault", R"({"mode":"stall","duration_ms":60000})").status, 200);
+  // Within the first-byte timeout (2 s) requests in flight move on; after the staleness bound
+  // the pod is no longer a candidate at all.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  for (int i = 0; i < 20; ++i) {
+    auto r = stack_->complete(words(30, "s" + std::to_string(i)), 4);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_NE(r.header("x-gateway-destination-endpoint"), stack_->pod_address(1));
+  }
+}
+
+TEST_F(EppStack, KillingPredictorsKeepsEveryRequestSucceeding) {
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_EQ(stack_->complete(words(20, "a" + std::to_string(i)), 4).status, 200);
+  }
+  stack_->predictors[0]->kill_now();
+  for (int i = 0; i < 20; ++i) {
+    auto r = stack_->complete(words(20, "b" + std::to_string(i)), 4, i % 2 == 0);
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  std::string m1 = stack_->metrics();
+  stack_->predictors[1]->kill_now();
+  for (int i = 0; i < 20; ++i) {
+    auto r = stack_->complete(words(20, "c" + std::to_string(i)), 4, i % 2 == 0);
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  std::string m2 = stack_->metrics();
+  // Without predictors the scheduler runs on the composite fallback.
+  EXPECT_GT(metric_sum(m2, "llmd_epp_scheduling_predictions_total{used=\"false\"}"),
+            metric_sum(m1, "llmd_epp_scheduling_predictions_total{used=\"false\"}") + 10)
+      << m2.substr(0, 4000);
+}
+
+class EppSheddingStack : public EppStack {
+  StackOptions options() override {
+    StackOptions o;
+    o.pods = 2;
+    o.modelsim_args = {"--num-gpu-blocks", "600"};
+    return o;
+  }
+};
+
+TEST_F(EppSheddingStack, UnreachableSloShedsSheddableRequestButServesNormalOne) {
+  // Make predictions exist, then keep every pod busy (dispatched > 0, KV > 2%).
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_EQ(stack_->complete(words(50, "t" + std::to_string(i)), 6, i % 2 == 0).status, 200);
+  }
+  // Ten long requests: the chance that the random picker leaves a pod idle is 2/1024.
+  std::vector<std::thread> busy;
+  for (int i = 0; i < 10; ++i) {
+    busy.emplace_back([this, i] {
+      http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(60));
+      Json body = {{"model", stack_->model}, {"prompt", words(300, "busy" + std::to_string(i))},
+                   {"max_tokens", 1000}};
+      c.post("/v1/completions", body.dump());
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  std::vector<http::Header> slo = {{"x-slo-ttft-ms", "0.001"}, {"x-slo-tpot-ms", "0.001"}};
+  Json sheddable = {{"nvext", {{"agent_hints", {{"priority", -1}}}}}};
+  auto shed = stack_->complete(words(20, "x"), 4, true, slo, sheddable);
+  auto normal = stack_->complete(words(20, "y"), 4, true, slo);
+  for (auto& t : busy) {
+    t.join();
+  }
+  EXPECT_EQ(shed.status, 429) << shed.body;
+  EXPECT_TRUE(Json::parse(shed.body)["detail"].is_string());
+  EXPECT_EQ(normal.status, 200) << normal.body;
+}
+
+}  // namespace
+}  // namespace llmd::testing

@@ -1,0 +1,174 @@
+#pragma once
+// The whole local stack on loopback: modelsim pods, trainer, predictors and the EPP, real
+// binaries on free ports, always stopped. Used by the EPP end-to-end tests.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/e2e/trainer_fixture.h"
+
+namespace llmd::testing {
+
+// A block of `n` consecutive free ports below the kernel's ephemeral range, so that the
+// free_port() picks of the other processes can never land inside it.
+inline uint16_t free_port_block(int n) {
+  static std::mt19937 rng{std::random_device{}()};
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    uint16_t base = static_cast<uint16_t>(20000 + rng() % 10000);
+    bool ok = true;
+    for (int i = 0; i < n && ok; ++i) {
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(static_cast<uint16_t>(base + i));
+      ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+      ::close(fd);
+    }
+    if (ok) {
+      return base;
+    }
+  }
+  return 0;
+}
+
+struct StackOptions {
+  int pods = 4;
+  int predictors = 2;
+  std::vector<std::string> modelsim_args;
+  std::vector<std::string> epp_args;
+  std::string pipeline = "default-pipeline.yaml";
+};
+
+class Stack {
+ public:
+  explicit Stack(StackOptions o = {}) : options_(std::move(o)) {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      base_port_ = free_port_block(options_.pods);
+      std::vector<std::string> ms = {"--pods", std::to_string(options_.pods), "--base-port",
+                                     std::to_string(base_port_), "--host", "127.0.0.1"};
+      ms.insert(ms.end(), options_.modelsim_args.begin(), options_.modelsim_args.end());
+      modelsim = std::make_unique<Process>(binary("bench/modelsim/modelsim"), ms);
+      if (modelsim->wait_http_ok(static_cast<uint16_t>(base_port_), "/health",
+                                 std::chrono::seconds(10))) {
+        break;  // else another test took a port in between: try another block
+      }
+    }
+    trainer = std::make_unique<TrainerProcess>(
+        dir_.path() + "/trainer",
+        std::vector<std::string>{"--retraining-interval", "0.5", "--min-samples-for-retrain", "20"});
+    for (int i = 0; i < options_.predictors; ++i) {
+      uint16_t port = free_port();
+      std::string d = dir_.path() + "/p" + std::to_string(i);
+      predictors.push_back(std::make_unique<Process>(
+          binary("predictor/predictor"),
+          std::vector<std::string>{"--host", "127.0.0.1", "--port", std::to_string(port),
+                                   "--training-server-url",
+                                   "http://127.0.0.1:" + std::to_string(trainer->port),
+                                   "--model-sync-interval", "0.5", "--workers", "1",
+                                   "--local-ttft-model-path", d + "/ttft.ubj",
+                                   "--local-tpot-model-path", d + "/tpot.ubj",
+                                   "--local-ttft-gated-model-path", d + "/ttft_gated.bin",
+                                   "--local-tpot-gated-model-path", d + "/tpot_gated.bin"}));
+      predictor_ports.push_back(port);
+    }
+    std::string pool = dir_.file("pool.yaml");
+    std::ofstream f(pool);
+    f << "pool:\n  pods:\n";
+    for (int i = 0; i < options_.pods; ++i) {
+      f << "  - {name: pod-" << i << ", address: 127.0.0.1:" << base_port_ + i << "}\n";
+    }
+    f << "scrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: " << std::string(LLMD_SOURCE_DIR)
+      << "/epp/config/" << options_.pipeline << "\n";
+    f.close();
+    epp_port = free_port();
+    health_port = free_port();
+    metrics_port = free_port();
+    std::string urls;
+    for (auto p : predictor_ports) {
+      urls += (urls.empty() ? "" : ",") + std::string("http://127.0.0.1:") + std::to_string(p);
+    }
+    std::vector<std::string> args = {
+        "--config", pool, "--host", "127.0.0.1", "--port", std::to_string(epp_port),
+        "--health-port", std::to_string(health_port), "--metrics-port",
+        std::to_string(metrics_port), "--prediction-server-url", urls, "--training-server-url",
+        "http://127.0.0.1:" + std::to_string(trainer->port), "--upstream-first-byte-timeout-ms",
+        "2000", "--log-level", "debug"};
+    args.insert(args.end(), options_.epp_args.begin(), options_.epp_args.end());
+    epp = std::make_unique<Process>(binary("epp/epp"), args);
+    ready = trainer->ready && epp->wait_http_ok(health_port, "/readyz");
+    for (auto p : predictor_ports) {
+      ready = ready && predictors[0]->wait_http_ok(p, "/readyz");
+    }
+    client = std::make_unique<http::HttpClient>("127.0.0.1", epp_port, std::chrono::seconds(30));
+    model = "meta-llama/Llama-3.1-8B-Instruct";
+  }
+
+  std::string pod_address(int i) const { return "127.0.0.1:" + std::to_string(base_port_ + i); }
+  uint16_t pod_port(int i) const { return static_cast<uint16_t>(base_port_ + i); }
+
+  http::ClientResponse complete(const std::string& prompt, int max_tokens = 8, bool stream = false,
+                                std::vector<http::Header> headers = {}, Json extra = Json::object()) {
+    Json body = {{"model", model}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", stream}};
+    if (stream) {
+      body["stream_options"] = {{"include_usage", true}};
+    }
+    body.update(extra);
+    return client->request("POST", "/v1/completions", body.dump(), "application/json", headers);
+  }
+  std::string metrics() {
+    http::HttpClient c("127.0.0.1", metrics_port);
+    return c.get("/metrics").body;
+  }
+  std::string logs() const {
+    return "--- epp ---\n" + epp->log() + "\n--- modelsim ---\n" + modelsim->log();
+  }
+
+  StackOptions options_;
+  TempDir dir_;
+  int base_port_ = 0;
+  std::unique_ptr<Process> modelsim;
+  std::unique_ptr<TrainerProcess> trainer;
+  std::vector<std::unique_ptr<Process>> predictors;
+  std::vector<uint16_t> predictor_ports;
+  std::unique_ptr<Process> epp;
+  uint16_t epp_port = 0, health_port = 0, metrics_port = 0;
+  std::unique_ptr<http::HttpClient> client;
+  std::string model;
+  bool ready = false;
+};
+
+// Sum of all samples of a Prometheus metric line prefix, e.g. "x_count{".
+inline double metric_sum(const std::string& text, const std::string& prefix) {
+  double total = 0;
+  std::size_t pos = 0;
+  while ((pos = text.find(prefix, pos)) != std::string::npos) {
+    if (pos > 0 && text[pos - 1] != '\n') {
+      pos += prefix.size();
+      continue;
+    }
+    auto eol = text.find('\n', pos);
+    auto line = text.substr(pos, eol - pos);
+    total += std::stod(line.substr(line.rfind(' ') + 1));
+    pos = eol;
+  }
+  return total;
+}
+
+inline std::string words(int n, const std::string& seed) {
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    out += seed + std::to_string(i % 97) + " ";
+  }
+  return out;
+}
+
+}  // namespace llmd::testing
