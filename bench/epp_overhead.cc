@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
     }
     std::vector<std::unique_ptr<testing::Process>> predictors;
     std::string urls;
-    for (int i = 0; i < o.integer("predictors", 1, 8); ++i) {
+    for (int i = 0; i < o.integer("predictors", 0, 8); ++i) {
       uint16_t p = testing::free_port();
       std::string d = dir.file("p" + std::to_string(i));
       predictors.push_back(std::make_unique<testing::Process>(testing::binary("predictor/predictor"),

@@ -34,6 +34,12 @@ EppFileConfig load_epp_config(const std::string& path) {
         throw std::runtime_error("pool.pods[" + std::to_string(i) +
                                  "] needs a name and an address host:port");
       }
+      const std::string port = p.address.substr(p.address.rfind(':') + 1);
+      if (port.empty() || port.size() > 5 ||
+          port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535) {
+        throw std::runtime_error("pool.pods[" + std::to_string(i) + "] address '" + p.address +
+                                 "' has no valid port");
+      }
       if (!names.insert(p.name).second) {
         throw std::runtime_error("duplicate pod name '" + p.name + "'");
       }

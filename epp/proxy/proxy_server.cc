@@ -228,15 +228,21 @@ struct ProxyServer::Impl {
     };
     const auto dispatched = Clock::now();
     auto [host, port] = split_address(pod.address);
-    tcp::resolver resolver(client.get_executor());
-    beast::error_code rec;
-    auto endpoints = co_await resolver.async_resolve(host, port, redirect(rec));
     beast::tcp_stream upstream(client.get_executor());
-    if (!rec) {
-      upstream.expires_after(options.upstream_connect_timeout);
-      beast::error_code cec;
-      co_await upstream.async_connect(endpoints, redirect(cec));
-      rec = cec;
+    beast::error_code rec;
+    upstream.expires_after(options.upstream_connect_timeout);
+    // Pod addresses are usually IPs: skip the resolver (it runs on a helper thread).
+    beast::error_code ip_ec;
+    auto ip = net::ip::make_address(host, ip_ec);
+    if (!ip_ec) {
+      co_await upstream.async_connect(tcp::endpoint(ip, static_cast<uint16_t>(std::stoi(port))),
+                                      redirect(rec));
+    } else {
+      tcp::resolver resolver(client.get_executor());
+      auto endpoints = co_await resolver.async_resolve(host, port, redirect(rec));
+      if (!rec) {
+        co_await upstream.async_connect(endpoints, redirect(rec));
+      }
     }
     if (rec) {
       spdlog::warn("connect to pod {} ({}) failed: {}", pod.name, pod.address, rec.message());
