@@ -1,6 +1,7 @@
 // The EPP with the real trainer, two predictors and a modelsim pool.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
 #include <thread>
 
@@ -119,6 +120,38 @@ TEST_F(EppStack, KillingPredictorsKeepsEveryRequestSucceeding) {
   EXPECT_GT(metric_sum(m2, "llmd_epp_scheduling_predictions_total{used=\"false\"}"),
             metric_sum(m1, "llmd_epp_scheduling_predictions_total{used=\"false\"}") + 10)
       << m2.substr(0, 4000);
+}
+
+TEST_F(EppStack, ConfigReloadSwitchesPipelineWithoutDroppingRequests) {
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, failed{0};
+  std::thread traffic([&] {
+    http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(30));
+    for (int i = 0; !stop; ++i) {
+      Json body = {{"model", stack_->model}, {"prompt", words(20, "r" + std::to_string(i))},
+                   {"max_tokens", 4}};
+      (c.post("/v1/completions", body.dump()).status == 200 ? ok : failed)++;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  stack_->write_pool("round-robin.yaml");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  stop = true;
+  traffic.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_GT(ok.load(), 10);
+  EXPECT_NE(stack_->epp->log().find("config reloaded"), std::string::npos);
+  // Round-robin now: eight sequential requests visit every pod twice.
+  std::map<std::string, int> picks;
+  for (int i = 0; i < 8; ++i) {
+    auto r = stack_->complete(words(10, "rr"), 2);
+    ASSERT_EQ(r.status, 200);
+    ++picks[std::string(r.header("x-gateway-destination-endpoint"))];
+  }
+  EXPECT_EQ(picks.size(), 4u);
+  for (const auto& [pod, n] : picks) {
+    EXPECT_EQ(n, 2) << pod;
+  }
 }
 
 class EppSheddingStack : public EppStack {

@@ -81,14 +81,7 @@ class Stack {
       predictor_ports.push_back(port);
     }
     std::string pool = dir_.file("pool.yaml");
-    std::ofstream f(pool);
-    f << "pool:\n  pods:\n";
-    for (int i = 0; i < options_.pods; ++i) {
-      f << "  - {name: pod-" << i << ", address: 127.0.0.1:" << base_port_ + i << "}\n";
-    }
-    f << "scrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: " << std::string(LLMD_SOURCE_DIR)
-      << "/epp/config/" << options_.pipeline << "\n";
-    f.close();
+    write_pool(options_.pipeline);
     epp_port = free_port();
     health_port = free_port();
     metrics_port = free_port();
@@ -110,6 +103,20 @@ class Stack {
     }
     client = std::make_unique<http::HttpClient>("127.0.0.1", epp_port, std::chrono::seconds(30));
     model = "meta-llama/Llama-3.1-8B-Instruct";
+  }
+
+  // (Re)writes the EPP's config file; the EPP picks the change up within a second.
+  void write_pool(const std::string& pipeline) {
+    std::string tmp = dir_.file("pool.yaml.tmp");
+    std::ofstream f(tmp);
+    f << "pool:\n  pods:\n";
+    for (int i = 0; i < options_.pods; ++i) {
+      f << "  - {name: pod-" << i << ", address: 127.0.0.1:" << base_port_ + i << "}\n";
+    }
+    f << "scrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: " << std::string(LLMD_SOURCE_DIR)
+      << "/epp/config/" << pipeline << "\n";
+    f.close();
+    std::rename(tmp.c_str(), dir_.file("pool.yaml").c_str());
   }
 
   std::string pod_address(int i) const { return "127.0.0.1:" + std::to_string(base_port_ + i); }

@@ -1,0 +1,152 @@
+// The EPP's transport-free pieces: OpenAI request parsing, SSE scanning, vLLM metric parsing,
+// training samples from completed requests, pod bookkeeping.
+#include <gtest/gtest.h>
+
+#include "epp/datastore/metrics_parser.h"
+#include "epp/datastore/pod_registry.h"
+#include "epp/feedback/training_feedback.h"
+#include "epp/proxy/openai_request.h"
+#include "epp/proxy/sse_scanner.h"
+
+namespace llmd::epp {
+namespace {
+
+TEST(OpenAiRequest, CompletionAndChatPromptsHeadersAndHints) {
+  InboundHeaders h;
+  h.request_id = "r1";
+  h.slo_ttft_ms = "250";
+  h.prediction_based_scheduling = "false";
+  ParsedRequest p;
+  ASSERT_FALSE(parse_openai_request(
+      "/v1/completions",
+      R"({"model":"m","prompt":"one two  three","stream":true,"max_tokens":7,
+          "nvext":{"agent_hints":{"priority":-2,"strict_priority":3}}})",
+      h, true, p));
+  EXPECT_EQ(p.request.input_tokens, 3);
+  EXPECT_TRUE(p.request.streaming);
+  EXPECT_EQ(p.max_tokens, 7);
+  EXPECT_EQ(p.request.priority, -2);
+  EXPECT_TRUE(p.request.sheddable());
+  EXPECT_EQ(p.request.strict_priority, 3);
+  EXPECT_EQ(*p.request.slo_ttft_ms, 250.0);
+  EXPECT_FALSE(p.request.prediction_enabled);
+  ParsedRequest c;
+  ASSERT_FALSE(parse_openai_request(
+      "/v1/chat/completions",
+      R"({"model":"m","messages":[{"role":"system","content":"be brief"},
+          {"role":"user","content":[{"type":"text","text":"hi there"}]}]})",
+      InboundHeaders{}, true, c));
+  EXPECT_EQ(c.request.prompt_text, "be brief hi there ");
+  EXPECT_EQ(c.request.input_tokens, 4);
+  EXPECT_TRUE(c.request.prediction_enabled);
+}
+
+TEST(OpenAiRequest, BadInputGivesAMessage) {
+  ParsedRequest p;
+  EXPECT_TRUE(parse_openai_request("/v1/completions", "{", InboundHeaders{}, true, p));
+  EXPECT_TRUE(parse_openai_request("/v1/completions", R"({"prompt":"x"})", InboundHeaders{}, true, p));
+  EXPECT_TRUE(parse_openai_request("/v1/chat/completions", R"({"model":"m"})", InboundHeaders{}, true, p));
+  InboundHeaders bad;
+  bad.slo_ttft_ms = "fast";
+  auto e = parse_openai_request("/v1/completions", R"({"model":"m","prompt":"x"})", bad, true, p);
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->find("x-slo-ttft-ms"), std::string::npos);
+}
+
+TEST(SseScanner, FirstContentAndUsageAcrossArbitrarySplits) {
+  const std::string stream =
+      "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\" hi\"}}]}\r\n\r\n"
+      "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":9,"
+      "\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\n"
+      "data: [DONE]\n\n";
+  for (std::size_t split = 1; split < stream.size(); split += 7) {
+    SseScanner s;
+    int firsts = 0;
+    for (std::size_t i = 0; i < stream.size(); i += split) {
+      firsts += s.feed(std::string_view(stream).substr(i, split)) ? 1 : 0;
+    }
+    EXPECT_EQ(firsts, 1) << split;
+    EXPECT_TRUE(s.saw_done());
+    EXPECT_EQ(*s.completion_tokens(), 9);
+    EXPECT_EQ(*s.cached_tokens(), 4);
+  }
+  EXPECT_EQ(*parse_usage(R"({"usage":{"completion_tokens":3}})").completion_tokens, 3);
+}
+
+TEST(VllmMetrics, BothKvNamesAndCacheConfig) {
+  auto m = parse_vllm_metrics(
+      "# HELP x\nvllm:num_requests_waiting{model_name=\"m\"} 3\n"
+      "vllm:num_requests_running{model_name=\"m\"} 7.0\n"
+      "vllm:gpu_cache_usage_perc{model_name=\"m\"} 0.25\n"
+      "vllm:cache_config_info{block_size=\"32\",num_gpu_blocks=\"1000\"} 1\n");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->waiting, 3);
+  EXPECT_EQ(m->running, 7);
+  EXPECT_DOUBLE_EQ(m->kv_cache_usage, 0.25);
+  EXPECT_EQ(m->block_size, 32);
+  EXPECT_EQ(m->num_gpu_blocks, 1000);
+  auto both = parse_vllm_metrics(
+      "vllm:num_requests_waiting 0\nvllm:num_requests_running 0\n"
+      "vllm:gpu_cache_usage_perc 0.9\nvllm:kv_cache_usage_perc 0.5\n");
+  EXPECT_DOUBLE_EQ(both->kv_cache_usage, 0.5);  // the new name wins
+  EXPECT_FALSE(parse_vllm_metrics("vllm:num_requests_waiting 0\n"));
+}
+
+TEST(TrainingEntries, StreamingGivesTtftAndTpotNonStreamingOnlyE2e) {
+  CompletedRequest d;
+  d.success = true;
+  d.request.streaming = true;
+  d.request.input_tokens = 100;
+  d.ttft_ms = 50;
+  d.e2e_ms = 140;
+  d.completion_tokens = 10;
+  d.pod.metrics.kv_cache_usage = 0.4;
+  d.pod.metrics.waiting = 2;
+  d.pod.prefix = PrefixCacheMatchInfo{3, 4};
+  d.pod.latency = LatencyPredictionInfo{45, 9, 0, 0, true, true};
+  auto e = training_entries(d, true);
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_DOUBLE_EQ(e[0]["actual_ttft_ms"].get<double>(), 50);
+  EXPECT_DOUBLE_EQ(e[0]["prefix_cache_score"].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(e[0]["predicted_ttft_ms"].get<double>(), 45);
+  EXPECT_DOUBLE_EQ(e[1]["actual_tpot_ms"].get<double>(), 10);  // (140-50)/(10-1)
+  EXPECT_EQ(e[1]["num_tokens_generated"], 10);
+  d.request.streaming = false;
+  e = training_entries(d, true);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_DOUBLE_EQ(e[0]["actual_ttft_ms"].get<double>(), 140);
+  d.success = false;
+  EXPECT_TRUE(training_entries(d, true).empty());
+}
+
+TEST(PodRegistry, StalenessCooldownAndExactInFlight) {
+  PodRegistry r(std::chrono::milliseconds(1000));
+  r.set_pods({{"a", "127.0.0.1:1", {}}, {"b", "127.0.0.1:2", {{"role", "decode"}}}});
+  auto now = std::chrono::steady_clock::now();
+  EXPECT_TRUE(r.candidates(now).empty());  // never scraped
+  PodMetrics m;
+  m.scraped_at = now;
+  r.update_metrics("a", m);
+  r.update_metrics("b", m);
+  EXPECT_EQ(r.candidates(now).size(), 2u);
+  EXPECT_TRUE(r.candidates(now + std::chrono::seconds(2)).empty());  // stale
+  r.on_dispatch("a", 100);
+  r.on_dispatch("a", 50);
+  auto c = r.candidates(now);
+  EXPECT_EQ(c[0].dispatched, 2);
+  EXPECT_EQ(c[0].prefill_tokens_in_flight, 150);
+  r.on_first_token("a", 100, 20);
+  r.on_finished("a", 100, 20, true);
+  r.on_finished("a", 50, 20, false);
+  r.on_finished("a", 50, 20, false);  // never below zero
+  c = r.candidates(now);
+  EXPECT_EQ(c[0].dispatched, 0);
+  EXPECT_EQ(c[0].prefill_tokens_in_flight, 0);
+  EXPECT_EQ(c[0].decode_tokens_in_flight, 0);
+  r.mark_unhealthy("b", std::chrono::seconds(60));
+  EXPECT_EQ(r.candidates(std::chrono::steady_clock::now()).size(), 1u);
+}
+
+}  // namespace
+}  // namespace llmd::epp
