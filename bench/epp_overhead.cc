@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_stats.h"
 #include "common/config/options.h"
 #include "common/features/feature_json.h"
 #include "common/http/client.h"
@@ -102,14 +103,6 @@ class FakePods {
   std::vector<uint16_t> ports_;
 };
 
-double pct(std::vector<double> v, double q) {
-  if (v.empty()) {
-    return 0;
-  }
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))];
-}
-
 double metric(const std::string& text, const std::string& name) {
   double total = 0;
   std::istringstream in(text);
@@ -120,18 +113,6 @@ double metric(const std::string& text, const std::string& name) {
     }
   }
   return total;
-}
-
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) {
-      out.push_back(std::stoi(item));
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -209,7 +190,8 @@ int main(int argc, char** argv) {
         util::now_rfc3339(), std::thread::hardware_concurrency(), predictors.size(),
         o.str("duration"));
     Json results = Json::array();
-    for (int pods : parse_list(o.str("pods"))) {
+    for (double pods_d : bench::parse_number_list(o.str("pods"))) {
+      const int pods = static_cast<int>(pods_d);
       FakePods fake(pods, arrivals);
       std::ofstream pool(dir.file("pool.yaml"));
       pool << "pool:\n  pods:\n";
@@ -229,7 +211,8 @@ int main(int argc, char** argv) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(500));  // every pod scraped
       http::HttpClient mc("127.0.0.1", mport);
-      for (int rate : parse_list(o.str("rates"))) {
+      for (double rate_d : bench::parse_number_list(o.str("rates"))) {
+        const int rate = static_cast<int>(rate_d);
         std::string before = mc.get("/metrics").body;
         const double duration = o.number("duration", 0.5, 120);
         const int threads = std::clamp(rate / 100 + 2, 2, 12);
@@ -281,7 +264,7 @@ int main(int argc, char** argv) {
         double used = delta("llmd_epp_scheduling_predictions_total");
         double used_true = metric(after, "llmd_epp_scheduling_predictions_total{used=\"true\"}") -
                            metric(before, "llmd_epp_scheduling_predictions_total{used=\"true\"}");
-        double p50 = pct(all, 0.5), p90 = pct(all, 0.9), p99 = pct(all, 0.99);
+        double p50 = bench::percentile(all, 0.5), p90 = bench::percentile(all, 0.9), p99 = bench::percentile(all, 0.99);
         double achieved = static_cast<double>(all.size()) / duration;
         md += fmt::format("| {} | {} | {:.0f} | {:.3f} | {:.3f} | {:.3f} | {} | {:.0f} | {:.1f} | {:.0f}% |\n",
                           pods, rate, achieved, p50, p90, p99, errors.load(),

@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_stats.h"
 #include "common/config/options.h"
 #include "common/features/feature_json.h"
 #include "common/http/client.h"
@@ -75,15 +76,6 @@ struct StepResult {
   double server_cpu_pct = 0;
   double server_rss_mb = 0;
 };
-
-double pct(std::vector<double>& v, double q) {
-  if (v.empty()) {
-    return 0;
-  }
-  std::size_t idx = std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())));
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(idx), v.end());
-  return v[idx];
-}
 
 StepResult run_step(const http::Url& url, const std::string& body, double rate, int concurrency,
                     double duration_s, pid_t pid) {
@@ -149,9 +141,9 @@ StepResult run_step(const http::Url& url, const std::string& body, double rate, 
     sum += v;
   }
   s.avg_ms = all.empty() ? 0 : sum / static_cast<double>(all.size());
-  s.p50_ms = pct(all, 0.5);
-  s.p99_ms = pct(all, 0.99);
-  s.p999_ms = pct(all, 0.999);
+  s.p50_ms = bench::percentile(all, 0.5);
+  s.p99_ms = bench::percentile(all, 0.99);
+  s.p999_ms = bench::percentile(all, 0.999);
   s.server_cpu_pct = 100.0 * (after.cpu_seconds - before.cpu_seconds) / wall;
   s.server_rss_mb = after.rss_mb;
   return s;
@@ -165,18 +157,6 @@ std::string make_body(int rows) {
     requests.push_back(features::feature_input_to_json(law.draw_features(rng)));
   }
   return Json{{"requests", requests}}.dump();
-}
-
-std::vector<double> parse_list(const std::string& s) {
-  std::vector<double> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) {
-      out.push_back(std::stod(item));
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -260,10 +240,10 @@ int main(int argc, char** argv) {
     // Warm-up: connections, page faults, branch predictors.
     run_step(*url, body, 0, 2, 1.0, pid);
     std::vector<StepResult> results;
-    for (double rate : parse_list(o.str("rates"))) {
+    for (double rate : bench::parse_number_list(o.str("rates"))) {
       results.push_back(run_step(*url, body, rate, 0, duration, pid));
     }
-    for (double c : parse_list(o.str("concurrency"))) {
+    for (double c : bench::parse_number_list(o.str("concurrency"))) {
       results.push_back(run_step(*url, body, 0, static_cast<int>(c), duration, pid));
     }
     unsigned cores = std::thread::hardware_concurrency();

@@ -10,6 +10,7 @@
 #include "common/config/options.h"
 #include "common/http/client.h"
 #include "common/http/server.h"
+#include "common/http/server_flags.h"
 #include "common/model/latency_model.h"
 #include "predictor/model_store.h"
 #include "predictor/model_sync.h"
@@ -40,10 +41,8 @@ int run(int argc, char** argv) {
   o.add("quantile-alpha", "LATENCY_QUANTILE_ALPHA", "0.9", "Reported quantile (must match the trainer)");
   o.add("workers", "PREDICT_WORKERS", std::to_string(std::max(1u, std::thread::hardware_concurrency())),
         "HTTP worker threads (default = cores)");
-  o.add("max-body-bytes", "PREDICT_MAX_BODY_BYTES", "16777216", "Largest accepted request body");
+  http::add_server_limit_flags(o, "PREDICT_");
   o.add("max-bulk-rows", "PREDICT_MAX_BULK_ROWS", "10000", "Most rows per bulk request");
-  o.add("idle-timeout-ms", "PREDICT_IDLE_TIMEOUT_MS", "60000", "Keep-alive idle timeout");
-  o.add("header-timeout-ms", "PREDICT_HEADER_TIMEOUT_MS", "10000", "Time allowed to send headers");
   o.add("log-level", "LOG_LEVEL", "info", "trace | debug | info | warn | error");
   if (!o.parse(argc, argv)) {
     return 0;
@@ -79,9 +78,7 @@ int run(int argc, char** argv) {
   server_opts.host = o.str("host");
   server_opts.port = static_cast<uint16_t>(o.integer("port", 0, 65535));
   server_opts.io_threads = static_cast<int>(o.integer("workers", 1, 256));
-  server_opts.body_limit = static_cast<std::size_t>(o.integer("max-body-bytes", 1024));
-  server_opts.idle_timeout = std::chrono::milliseconds(o.integer("idle-timeout-ms", 100));
-  server_opts.header_timeout = std::chrono::milliseconds(o.integer("header-timeout-ms", 100));
+  http::apply_server_limit_flags(o, server_opts);
   server_opts.server_name = "llmd-predictor";
 
   prometheus::Registry registry;

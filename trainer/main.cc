@@ -10,6 +10,7 @@
 #include "common/config/logging.h"
 #include "common/config/options.h"
 #include "common/http/server.h"
+#include "common/http/server_flags.h"
 #include "trainer/routes.h"
 #include "trainer/trainer_service.h"
 
@@ -51,10 +52,8 @@ void add_options(config::Options& o) {
   o.add("learning-rate", "LATENCY_XGB_LEARNING_RATE", "0.05", "Shrinkage per tree");
   o.add("fit-threads", "LATENCY_FIT_THREADS", std::to_string(std::max(1u, std::thread::hardware_concurrency())),
         "Threads per XGBoost fit");
-  o.add("max-body-bytes", "LATENCY_MAX_BODY_BYTES", "16777216", "Largest accepted request body");
+  http::add_server_limit_flags(o, "LATENCY_");
   o.add("max-bulk-entries", "LATENCY_MAX_BULK_ENTRIES", "100000", "Most entries per /add_training_data_bulk");
-  o.add("idle-timeout-ms", "LATENCY_IDLE_TIMEOUT_MS", "60000", "Keep-alive idle timeout");
-  o.add("header-timeout-ms", "LATENCY_HEADER_TIMEOUT_MS", "10000", "Time allowed to send headers");
   o.add("log-level", "LOG_LEVEL", "info", "trace | debug | info | warn | error");
 }
 
@@ -99,9 +98,7 @@ int run(int argc, char** argv) {
   server_opts.host = o.str("host");
   server_opts.port = static_cast<uint16_t>(o.integer("port", 0, 65535));
   server_opts.io_threads = static_cast<int>(o.integer("io-threads", 1, 64));
-  server_opts.body_limit = static_cast<std::size_t>(o.integer("max-body-bytes", 1024));
-  server_opts.idle_timeout = std::chrono::milliseconds(o.integer("idle-timeout-ms", 100));
-  server_opts.header_timeout = std::chrono::milliseconds(o.integer("header-timeout-ms", 100));
+  http::apply_server_limit_flags(o, server_opts);
   server_opts.server_name = "llmd-trainer";
   trainer::RouteLimits limits;
   limits.max_bulk_entries = static_cast<std::size_t>(o.integer("max-bulk-entries", 1));

@@ -1,0 +1,165 @@
+#pragma once
+// Virtual-time cluster benchmark (shared/spec/simulator.md sections 1, 4, 5).
+//
+// One run = one workload trace replayed against a pool of SimEngines under one routing strategy,
+// on a discrete-event virtual clock (milliseconds). Every routing decision goes through the real
+// EPP scheduling code (epp/scheduler Director, the YAML pipelines of epp/config, the plugins and
+// the shared PrefixIndex); the predicted-latency strategies get their predictions from the
+// trainer's own code in-process (TrainerService fits on the run's completed requests every
+// virtual `retrain_interval_ms`; the published model files are compiled with the predictor's
+// flat-forest path and served through an in-process PredictionSource).
+//
+// Deterministic: the same trace, config and seed give the same RunResult (wall-clock fields
+// aside). No threads inside a run; runs are independent and may execute concurrently.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench/workload/workload.h"
+
+namespace llmd::cluster {
+
+enum class Strategy {
+  kRoundRobin,       // epp/config/round-robin.yaml
+  kLoadPrefix111,    // epp/config/load-prefix.yaml (prefix 1, queue 1, kv 1)
+  kLoadPrefix322,    // the same pipeline with weights prefix 3, queue 2, kv 2 (generated YAML)
+  kPredictedLeast,   // epp/config/default-pipeline.yaml (headroomSelectionStrategy least)
+  kPredictedMost,    // the same with headroomSelectionStrategy: most
+  kOracle,           // lowest true TTFT, probed on engine copies
+};
+inline constexpr std::array kAllStrategies = {
+    Strategy::kRoundRobin,     Strategy::kLoadPrefix111,  Strategy::kLoadPrefix322,
+    Strategy::kPredictedLeast, Strategy::kPredictedMost, Strategy::kOracle};
+
+std::string_view strategy_name(Strategy s);  // "round-robin", "load+prefix(1,1,1)", ...
+std::string_view strategy_key(Strategy s);   // file-safe: rr, lp111, lp322, pl_least, pl_most, oracle
+std::optional<Strategy> parse_strategy(std::string_view key);  // key or name
+bool uses_predictions(Strategy s);
+bool is_heuristic(Strategy s);  // round-robin and load+prefix
+
+// The YAML pipeline of a strategy (null for the oracle), read from `epp_config_dir`; load+prefix
+// (3,2,2) and predicted-latency(most) are derived from the shipped files in code.
+std::optional<std::string> pipeline_yaml(Strategy s, const std::string& epp_config_dir,
+                                         std::string* error);
+
+struct PoolSpec {
+  int num_pods = 10;      // [1, 1000]
+  int num_slow = 0;       // the last `num_slow` pods use sim::slow_profile()
+  double kv_scale = 1.0;  // num_gpu_blocks x kv_scale (keep = the trace's length_scale)
+  uint64_t seed = 1;      // engine jitter seeds derive from it
+};
+
+struct RunConfig {
+  PoolSpec pool;
+  Strategy strategy = Strategy::kRoundRobin;
+  uint64_t seed = 1;                    // scheduling randomness (pickers, exploration)
+  double scrape_interval_ms = 50;       // metrics refresh period; 0 = exact metrics per decision
+  double retrain_interval_ms = 10000;   // predicted-latency: TrainerService::train_once period
+  double request_timeout_ms = 60000;    // the client aborts a request after this; 0 = never
+  std::string epp_config_dir;           // holds round-robin.yaml, load-prefix.yaml, ...
+  // Oracle: probe at most this many pods per request (0 = all), cheapest estimate first; a
+  // probe stops once it can no longer beat the best found; `oracle_horizon_ms` caps a probe.
+  int oracle_max_probes = 0;
+  double oracle_horizon_ms = 0;         // 0 = no cap
+  std::string work_dir;                 // scratch directory for trainer files ("" = temp dir)
+};
+
+struct RequestResult {
+  uint64_t index = 0;
+  int stage = 0;
+  int turn = 0;
+  double scheduled_ms = 0;  // trace arrival
+  double sent_ms = -1;      // dispatched (later than scheduled when the previous turn ran late)
+  int pod = -1;
+  bool ok = false;
+  std::string error;        // "" when ok
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;
+  int64_t output_tokens = 0;
+  int64_t preemptions = 0;
+  double ttft_ms = -1;
+  double tpot_ms = -1;      // -1 when fewer than two output tokens
+  double e2e_ms = -1;
+  std::optional<double> slo_ttft_ms;
+  std::optional<double> slo_tpot_ms;
+  double predicted_ttft_ms = -1;  // picked pod's prediction, -1 without
+  double predicted_tpot_ms = -1;
+  bool meets_slo() const;   // ok and within both SLOs that were given
+};
+
+struct RetrainRecord {
+  double time_ms = 0;
+  bool published = false;
+  int64_t version = 0;
+  std::size_t ttft_samples = 0;  // training samples in the store
+  std::size_t tpot_samples = 0;
+  bool ensemble = false;
+  double wall_s = 0;
+};
+
+struct PodSummary {
+  std::string name;
+  std::string profile;
+  int64_t requests = 0;           // dispatched to this pod
+  int64_t prefix_queries = 0;     // engine counters at the end of the run
+  int64_t prefix_hits = 0;
+  int64_t preemptions = 0;
+  int64_t evictions = 0;
+  int64_t generation_tokens = 0;
+};
+
+struct RunResult {
+  Strategy strategy = Strategy::kRoundRobin;
+  std::vector<RequestResult> requests;  // trace order
+  std::vector<RetrainRecord> retrains;
+  std::vector<PodSummary> pods;
+  double end_ms = 0;                    // virtual time when the last request ended
+  double wall_s = 0;
+  double train_wall_s = 0;
+  int64_t cycles = 0;                   // scheduling decisions
+  int64_t cycles_with_predictions = 0;
+  int64_t oracle_probes = 0;            // engine copies simulated
+  int64_t oracle_truncated = 0;         // decisions where a probe cap applied
+  int64_t token_events = 0;
+};
+
+// Throws std::invalid_argument on a bad config or pipeline.
+RunResult run_cluster(const workload::Trace& trace, const RunConfig& config);
+
+// --- Aggregation -------------------------------------------------------------------------------
+
+struct Dist {
+  std::size_t n = 0;
+  double mean = 0, p50 = 0, p90 = 0, p95 = 0, p99 = 0, max = 0;
+};
+Dist make_dist(std::vector<double> values);
+
+struct PredictionQuality {
+  std::size_t n = 0;
+  double mape_percent = 0;      // mean |predicted - actual| / actual
+  double coverage_percent = 0;  // actual <= predicted (the models predict the p90)
+};
+
+struct Summary {
+  int stage = -1;             // -1 = whole run
+  double rate = 0;            // offered requests/s (trace stage rate)
+  double duration_s = 0;
+  std::size_t requests = 0;
+  std::size_t ok = 0;
+  double success_rate = 0;
+  Dist ttft, tpot, ntpot, e2e;
+  double output_tokens_per_s = 0;  // output tokens of the stage's successful requests / stage time
+  double prefix_hit_rate = 0;      // cached / prompt tokens when first scheduled (engine stats)
+  bool has_slo = false;
+  double slo_attainment = 0;       // requests meeting every SLO given / requests
+  double goodput_rps = 0;          // requests meeting the SLOs per second of stage time
+  PredictionQuality pred_ttft, pred_tpot;
+};
+
+// One Summary per stage, then the whole run (stage -1).
+std::vector<Summary> summarize(const workload::Trace& trace, const RunResult& result);
+
+}  // namespace llmd::cluster
