@@ -52,6 +52,11 @@ struct PoolSpec {
   uint64_t seed = 1;      // engine jitter seeds derive from it
 };
 
+// Whether requests reach the engines with their prompt's block hashes (prefix caching).
+// kAuto: only when the workload can share a prefix (shared system prompts or multi-turn); a
+// workload that never shares one is simulated identically without them, and cheaper.
+enum class HashPrompts { kAuto, kAlways, kNever };
+
 struct RunConfig {
   PoolSpec pool;
   Strategy strategy = Strategy::kRoundRobin;
@@ -65,6 +70,10 @@ struct RunConfig {
   int oracle_max_probes = 0;
   double oracle_horizon_ms = 0;         // 0 = no cap
   std::string work_dir;                 // scratch directory for trainer files ("" = temp dir)
+  HashPrompts hash_prompts = HashPrompts::kAuto;
+  // Replaces the strategy's pipeline YAML (ablations; the strategy still decides whether
+  // predictions are trained and served).
+  std::string pipeline_override;
 };
 
 struct RequestResult {
@@ -151,7 +160,9 @@ struct Summary {
   std::size_t ok = 0;
   double success_rate = 0;
   Dist ttft, tpot, ntpot, e2e;
-  double output_tokens_per_s = 0;  // output tokens of the stage's successful requests / stage time
+  // Output tokens of the stage's successful requests / time from the stage's start until the
+  // later of its end and its last request's completion (overload stretches the denominator).
+  double output_tokens_per_s = 0;
   double prefix_hit_rate = 0;      // cached / prompt tokens when first scheduled (engine stats)
   bool has_slo = false;
   double slo_attainment = 0;       // requests meeting every SLO given / requests

@@ -1,0 +1,909 @@
+#include "bench/cluster/cluster_sim.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <queue>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include "bench/cluster/inprocess_predictor.h"
+#include "bench/sim/sim_engine.h"
+#include "epp/datastore/prefix_index.h"
+#include "epp/interface/rng.h"
+#include "epp/plugins/register.h"
+#include "epp/proxy/proxy_types.h"
+#include "epp/scheduler/config_loader.h"
+#include "epp/scheduler/director.h"
+#include "epp/scheduler/registry.h"
+
+namespace llmd::cluster {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+const std::string kModel = "meta-llama/Llama-3.1-8B-Instruct";
+
+std::optional<std::string> read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return std::nullopt;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string emit(const YAML::Node& n) {
+  YAML::Emitter out;
+  out << n;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace
+
+std::string_view strategy_name(Strategy s) {
+  switch (s) {
+    case Strategy::kRoundRobin: return "round-robin";
+    case Strategy::kLoadPrefix111: return "load+prefix(1,1,1)";
+    case Strategy::kLoadPrefix322: return "load+prefix(3,2,2)";
+    case Strategy::kPredictedLeast: return "predicted-latency";
+    case Strategy::kPredictedMost: return "predicted-latency(most)";
+    case Strategy::kOracle: return "oracle";
+  }
+  return "?";
+}
+
+std::string_view strategy_key(Strategy s) {
+  switch (s) {
+    case Strategy::kRoundRobin: return "rr";
+    case Strategy::kLoadPrefix111: return "lp111";
+    case Strategy::kLoadPrefix322: return "lp322";
+    case Strategy::kPredictedLeast: return "pl_least";
+    case Strategy::kPredictedMost: return "pl_most";
+    case Strategy::kOracle: return "oracle";
+  }
+  return "?";
+}
+
+std::optional<Strategy> parse_strategy(std::string_view key) {
+  for (Strategy s : kAllStrategies) {
+    if (key == strategy_key(s) || key == strategy_name(s)) {
+      return s;
+    }
+  }
+  return std::nullopt;
+}
+
+bool uses_predictions(Strategy s) {
+  return s == Strategy::kPredictedLeast || s == Strategy::kPredictedMost;
+}
+
+bool is_heuristic(Strategy s) {
+  return s == Strategy::kRoundRobin || s == Strategy::kLoadPrefix111 ||
+         s == Strategy::kLoadPrefix322;
+}
+
+std::optional<std::string> pipeline_yaml(Strategy s, const std::string& dir, std::string* error) {
+  auto fail = [&](std::string msg) -> std::optional<std::string> {
+    if (error != nullptr) {
+      *error = std::move(msg);
+    }
+    return std::nullopt;
+  };
+  const char* file = nullptr;
+  switch (s) {
+    case Strategy::kRoundRobin: file = "round-robin.yaml"; break;
+    case Strategy::kLoadPrefix111:
+    case Strategy::kLoadPrefix322: file = "load-prefix.yaml"; break;
+    case Strategy::kPredictedLeast:
+    case Strategy::kPredictedMost: file = "default-pipeline.yaml"; break;
+    case Strategy::kOracle: return fail("the oracle has no pipeline");
+  }
+  const std::string path = (std::filesystem::path(dir) / file).string();
+  auto text = read_text(path);
+  if (!text) {
+    return fail("cannot read " + path);
+  }
+  try {
+    if (s == Strategy::kLoadPrefix322) {
+      // Same pipeline, weights prefix 3, queue 2, kv 2.
+      YAML::Node doc = YAML::Load(*text);
+      const std::map<std::string, int> weights = {
+          {"prefix-cache-scorer", 3}, {"queue-scorer", 2}, {"kv-cache-scorer", 2}};
+      int changed = 0;
+      for (auto profile : doc["schedulingProfiles"]) {
+        for (auto ref : profile["plugins"]) {
+          auto it = weights.find(ref["pluginRef"].as<std::string>());
+          if (it != weights.end()) {
+            ref["weight"] = it->second;
+            ++changed;
+          }
+        }
+      }
+      if (changed != 3) {
+        return fail(path + ": expected the three load+prefix scorers in the profile");
+      }
+      return emit(doc);
+    }
+    if (s == Strategy::kPredictedMost) {
+      YAML::Node doc = YAML::Load(*text);
+      int changed = 0;
+      for (auto plugin : doc["plugins"]) {
+        if (plugin["type"].as<std::string>() == "latency-scorer") {
+          plugin["parameters"]["headroomSelectionStrategy"] = "most";
+          ++changed;
+        }
+      }
+      if (changed != 1) {
+        return fail(path + ": expected one latency-scorer");
+      }
+      return emit(doc);
+    }
+  } catch (const std::exception& e) {
+    return fail(path + ": " + e.what());
+  }
+  return text;
+}
+
+bool RequestResult::meets_slo() const {
+  if (!ok) {
+    return false;
+  }
+  if (slo_ttft_ms && ttft_ms > *slo_ttft_ms) {
+    return false;
+  }
+  if (slo_tpot_ms && tpot_ms >= 0 && tpot_ms > *slo_tpot_ms) {
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+std::optional<double> parse_header_ms(const std::vector<std::pair<std::string, std::string>>& hs,
+                                      std::string_view name) {
+  for (const auto& [k, v] : hs) {
+    if (k == name) {
+      try {
+        return std::stod(v);
+      } catch (const std::exception&) {
+        return std::nullopt;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// Unique scratch directories for concurrent runs in one process.
+std::atomic<uint64_t> g_run_counter{0};
+
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& base) {
+    std::filesystem::path root =
+        base.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(base);
+    path_ = root / ("cluster_sim-" + std::to_string(::getpid()) + "-" +
+                    std::to_string(g_run_counter.fetch_add(1)));
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string str() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+enum class EvKind : int {
+  kEngine = 0,   // a pod's next step boundary
+  kTimeout = 1,  // a request's client timeout
+  kScrape = 2,   // metrics refresh of every pod
+  kFlush = 3,    // training feedback flush (every virtual second)
+  kRetrain = 4,  // train_once
+  kReady = 5,    // a session's next turn may be sent (its previous turn ended)
+  kArrival = 6,  // the next trace arrival
+};
+
+struct Ev {
+  double t;
+  EvKind kind;
+  uint64_t seq;
+  int64_t id;
+  bool operator>(const Ev& o) const {
+    if (t != o.t) return t > o.t;
+    if (kind != o.kind) return kind > o.kind;
+    return seq > o.seq;
+  }
+};
+
+class ClusterRun {
+ public:
+  ClusterRun(const workload::Trace& trace, const RunConfig& cfg)
+      : trace_(trace), cfg_(cfg), rng_(cfg.seed * 0x9e3779b97f4a7c15ull + 17) {
+    if (cfg.pool.num_pods < 1 || cfg.pool.num_pods > 1000 || cfg.pool.num_slow < 0 ||
+        cfg.pool.num_slow > cfg.pool.num_pods || !(cfg.pool.kv_scale > 0)) {
+      throw std::invalid_argument("bad pool spec");
+    }
+    for (int i = 0; i < cfg.pool.num_pods; ++i) {
+      sim::EngineConfig ec;
+      const bool slow = i >= cfg.pool.num_pods - cfg.pool.num_slow;
+      ec.profile = slow ? sim::slow_profile() : sim::h100_profile();
+      ec.profile.num_gpu_blocks = std::max<int64_t>(
+          64, std::llround(static_cast<double>(ec.profile.num_gpu_blocks) * cfg.pool.kv_scale));
+      ec.seed = cfg.pool.seed * 1000003ull + static_cast<uint64_t>(i);
+      ec.model_name = kModel;
+      Pod p(sim::SimEngine{ec});
+      p.name = "pod-" + std::to_string(i);
+      p.labels = {{"class", ec.profile.name}};
+      p.scraped = live_metrics(p, 0);
+      pod_index_[p.name] = i;
+      pods_.push_back(std::move(p));
+    }
+    root_ = sim::root_hash(kModel);
+    hash_prompts_ = cfg.hash_prompts == HashPrompts::kAlways ||
+                    (cfg.hash_prompts == HashPrompts::kAuto &&
+                     (trace.spec.shared_prefix || trace.spec.multi_turn));
+    if (cfg.strategy != Strategy::kOracle) {
+      std::string err;
+      auto yaml = cfg.pipeline_override.empty()
+                      ? pipeline_yaml(cfg.strategy, cfg.epp_config_dir, &err)
+                      : std::optional<std::string>(cfg.pipeline_override);
+      if (!yaml) {
+        throw std::invalid_argument(err);
+      }
+      if (uses_predictions(cfg.strategy)) {
+        scratch_ = std::make_unique<ScratchDir>(cfg.work_dir);
+        predictor_ = std::make_unique<InProcessPredictor>(scratch_->str());
+      }
+      epp::register_builtin_plugins(registry_);
+      epp::Handle handle{index_, predictor_.get(),
+                         [](std::string_view) -> std::optional<std::string> {
+                           return std::nullopt;  // no process environment leaks into a run
+                         },
+                         [this] { return vclock(now_); }};
+      auto loaded = epp::load_pipeline(*yaml, registry_, handle);
+      if (!loaded.ok()) {
+        throw std::invalid_argument(std::string(strategy_name(cfg.strategy)) + ": " +
+                                    loaded.error);
+      }
+      director_ = std::make_unique<epp::Director>(loaded.pipeline);
+    }
+  }
+
+  RunResult run() {
+    const auto wall0 = std::chrono::steady_clock::now();
+    const std::size_t n = trace_.requests.size();
+    result_.strategy = cfg_.strategy;
+    result_.requests.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& tr = trace_.requests[i];
+      auto& r = result_.requests[i];
+      r.index = tr.index;
+      r.stage = tr.stage;
+      r.turn = static_cast<int>(tr.turn);
+      r.scheduled_ms = tr.arrival_ms;
+      r.slo_ttft_ms = parse_header_ms(tr.headers, "x-slo-ttft-ms");
+      r.slo_tpot_ms = parse_header_ms(tr.headers, "x-slo-tpot-ms");
+    }
+    if (n > 0) {
+      push(trace_.requests[0].arrival_ms, EvKind::kArrival, 0);
+    }
+    if (cfg_.scrape_interval_ms > 0) {
+      push(0, EvKind::kScrape, 0);
+    }
+    if (predictor_) {
+      push(1000, EvKind::kFlush, 0);
+      push(cfg_.retrain_interval_ms, EvKind::kRetrain, 0);
+    }
+    std::vector<sim::SimEvent> events;
+    while (done_ < n && !heap_.empty()) {
+      Ev ev = heap_.top();
+      heap_.pop();
+      now_ = ev.t;
+      switch (ev.kind) {
+        case EvKind::kEngine: {
+          Pod& p = pods_[static_cast<std::size_t>(ev.id)];
+          if (p.key != ev.t) {
+            break;  // stale entry
+          }
+          p.key = kInf;
+          events.clear();
+          p.engine.advance_to(now_, events);
+          handle_events(static_cast<int>(ev.id), events);
+          reschedule(static_cast<int>(ev.id));
+          break;
+        }
+        case EvKind::kTimeout: on_timeout(static_cast<uint64_t>(ev.id)); break;
+        case EvKind::kScrape:
+          for (auto& p : pods_) {
+            p.scraped = live_metrics(p, now_);
+          }
+          push(now_ + cfg_.scrape_interval_ms, EvKind::kScrape, 0);
+          break;
+        case EvKind::kFlush:
+          predictor_->flush();
+          push(now_ + 1000, EvKind::kFlush, 0);
+          break;
+        case EvKind::kRetrain: retrain(); break;
+        case EvKind::kReady: dispatch(static_cast<std::size_t>(ev.id)); break;
+        case EvKind::kArrival: {
+          const auto i = static_cast<std::size_t>(ev.id);
+          if (i + 1 < n) {
+            push(trace_.requests[i + 1].arrival_ms, EvKind::kArrival,
+                 static_cast<int64_t>(i + 1));
+          }
+          Session& s = sessions_[trace_.requests[i].session];
+          if (s.busy) {
+            s.pending.push_back(i);  // the previous turn is still running
+          } else {
+            s.busy = true;
+            dispatch(i);
+          }
+          break;
+        }
+      }
+    }
+    result_.end_ms = now_;
+    for (std::size_t i = 0; i < pods_.size(); ++i) {
+      const auto m = pods_[i].engine.metrics();
+      PodSummary ps;
+      ps.name = pods_[i].name;
+      ps.profile = pods_[i].engine.config().profile.name;
+      ps.requests = pods_[i].requests;
+      ps.prefix_queries = m.prefix_cache_queries;
+      ps.prefix_hits = m.prefix_cache_hits;
+      ps.preemptions = m.num_preemptions;
+      ps.evictions = m.num_evictions;
+      ps.generation_tokens = m.generation_tokens;
+      result_.pods.push_back(ps);
+    }
+    result_.wall_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    return std::move(result_);
+  }
+
+ private:
+  struct Pod {
+    explicit Pod(sim::SimEngine e) : engine(std::move(e)) {}
+    sim::SimEngine engine;
+    std::string name;
+    std::map<std::string, std::string> labels;
+    epp::PodMetrics scraped;
+    // The EPP's exact in-flight bookkeeping (epp/datastore/pod_registry.cc).
+    int64_t dispatched = 0;
+    int64_t prefill_tokens = 0;
+    int64_t decode_tokens = 0;
+    int64_t requests = 0;
+    double key = kInf;  // time of this pod's live heap entry
+  };
+  struct Session {
+    bool busy = false;
+    bool started = false;
+    std::deque<std::size_t> pending;
+    std::vector<sim::TokenId> tokens;  // the conversation so far (what the next turn re-sends)
+    std::string text;
+  };
+  struct InFlight {
+    int pod = -1;
+    epp::Endpoint picked;  // as seen at dispatch: the training sample's features
+    int64_t input_tokens = 0;
+    int64_t max_tokens = 0;
+    bool first_token = false;
+    uint64_t output_seed = 0;
+    std::vector<sim::TokenId> question_tokens;
+    std::string question;
+  };
+
+  static std::chrono::steady_clock::time_point vclock(double ms) {
+    // Virtual time on the steady clock the EPP plugins read (offset so it is never 0).
+    return std::chrono::steady_clock::time_point(std::chrono::hours(1)) +
+           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+               std::chrono::duration<double, std::milli>(ms));
+  }
+
+  static epp::PodMetrics live_metrics(const Pod& p, double t) {
+    const auto m = p.engine.metrics();
+    epp::PodMetrics pm;
+    pm.kv_cache_usage = m.kv_usage;
+    pm.waiting = m.num_waiting;
+    pm.running = m.num_running;
+    pm.block_size = p.engine.config().block_size;
+    pm.num_gpu_blocks = m.num_gpu_blocks;
+    pm.scraped_at = vclock(t);
+    return pm;
+  }
+
+  void push(double t, EvKind kind, int64_t id) { heap_.push(Ev{t, kind, seq_++, id}); }
+
+  void reschedule(int pod) {
+    Pod& p = pods_[static_cast<std::size_t>(pod)];
+    const double t = p.engine.next_event_time();
+    if (t != p.key && std::isfinite(t)) {
+      p.key = t;
+      push(t, EvKind::kEngine, pod);
+    }
+  }
+
+  std::vector<epp::Endpoint> candidates() const {
+    std::vector<epp::Endpoint> out;
+    out.reserve(pods_.size());
+    for (const auto& p : pods_) {
+      epp::Endpoint e;
+      e.name = p.name;
+      e.address = p.name + ":8000";
+      e.labels = p.labels;
+      e.metrics = cfg_.scrape_interval_ms > 0 ? p.scraped : live_metrics(p, now_);
+      e.dispatched = p.dispatched;
+      e.prefill_tokens_in_flight = p.prefill_tokens;
+      e.decode_tokens_in_flight = p.decode_tokens;
+      out.push_back(std::move(e));
+    }
+    return out;
+  }
+
+  // Estimate of the TTFT a pod would give `req` now, from the engine's visible state: the rest
+  // of the running step, then the steps that prefill the queued work ahead (waiting requests'
+  // uncomputed tokens) and the request's own uncached tokens, each step paying the fixed
+  // overhead and the decode cost of the running batch (context ~ KV blocks in use) at the
+  // profile's rates. Orders and prunes the oracle's probes; the probes themselves are exact.
+  double estimate_ttft(const Pod& p, const sim::SimRequest& req) const {
+    const auto& cfg = p.engine.config();
+    const auto& prof = cfg.profile;
+    const auto m = p.engine.metrics();
+    const double next = p.engine.next_event_time();
+    const double wait_step = std::isfinite(next) ? std::max(0.0, next - now_) : 0.0;
+    const int64_t max_hit = (req.prompt_tokens - 1) / cfg.block_size;
+    const int64_t hits = p.engine.block_pool().cached_prefix(req.block_hashes, max_hit);
+    const int64_t mine = req.prompt_tokens - hits * cfg.block_size;
+    const double tokens = static_cast<double>(m.prefill_tokens_waiting + mine);
+    const double budget =
+        std::max(1.0, static_cast<double>(cfg.max_num_batched_tokens - m.num_running));
+    const double steps = std::max(1.0, std::ceil(tokens / budget));
+    const double context = m.kv_usage * static_cast<double>(m.num_gpu_blocks * cfg.block_size);
+    const double decode = prof.decode_ms_per_seq * static_cast<double>(m.num_running) +
+                          prof.decode_ms_per_context_token * context;
+    return wait_step + steps * (prof.step_overhead_ms + decode) +
+           tokens * prof.prefill_ms_per_token;
+  }
+
+  int oracle_pick(const sim::SimRequest& req) {
+    const std::size_t n = pods_.size();
+    std::vector<std::pair<double, std::size_t>> order;
+    order.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      order.emplace_back(estimate_ttft(pods_[i], req), i);
+    }
+    std::sort(order.begin(), order.end());
+    double best = kInf;
+    std::size_t best_pod = order.front().second;
+    int probes = 0;
+    std::vector<sim::SimEvent> events;
+    for (const auto& [est, i] : order) {
+      if (cfg_.oracle_max_probes > 0 && probes >= cfg_.oracle_max_probes) {
+        ++result_.oracle_truncated;
+        break;
+      }
+      // Jitter (3% lognormal) and requests finishing at the current step can make the true TTFT
+      // lower than the estimate: only a pod estimated well above the best true TTFT found is
+      // skipped unprobed.
+      if (std::isfinite(best) && 0.85 * est > best) {
+        break;
+      }
+      ++probes;
+      ++result_.oracle_probes;
+      sim::SimEngine copy = pods_[i].engine;
+      events.clear();
+      copy.advance_to(now_, events);
+      if (!copy.submit(req).accepted) {
+        continue;
+      }
+      double limit = best;
+      if (cfg_.oracle_horizon_ms > 0) {
+        limit = std::min(limit, cfg_.oracle_horizon_ms);
+      }
+      double ttft = kInf;
+      while (true) {
+        const double t = copy.next_event_time();
+        if (!std::isfinite(t) || t - now_ >= limit) {
+          break;
+        }
+        events.clear();
+        copy.advance_to(t, events);
+        for (const auto& e : events) {
+          if (e.request_id == req.id && e.type == sim::EventType::kFirstToken) {
+            ttft = e.time_ms - now_;
+          }
+        }
+        if (std::isfinite(ttft)) {
+          break;
+        }
+      }
+      if (ttft < best) {
+        best = ttft;
+        best_pod = i;
+      }
+    }
+    return static_cast<int>(best_pod);
+  }
+
+  void fail(std::size_t i, std::string error) {
+    auto& r = result_.requests[i];
+    r.ok = false;
+    r.error = std::move(error);
+    finish_turn(i, false, {});
+  }
+
+  // The turn ended (success or failure): update the conversation, release the session.
+  void finish_turn(std::size_t i, bool ok, const InFlight* f) {
+    ++done_;
+    const auto& tr = trace_.requests[i];
+    Session& s = sessions_[tr.session];
+    if (ok && f != nullptr) {
+      // The answer becomes part of the conversation (what the load client re-sends).
+      s.tokens.insert(s.tokens.end(), f->question_tokens.begin(), f->question_tokens.end());
+      if (!s.text.empty()) {
+        s.text += ' ';
+      }
+      s.text += f->question;
+      for (int64_t k = 0; k < result_.requests[i].output_tokens; ++k) {
+        const uint32_t w = sim::output_word_index(f->output_seed, k);
+        s.tokens.push_back(sim::vocab_token(w));
+        s.text += ' ';
+        s.text += sim::vocab_word(w);
+      }
+    }
+    if (!s.pending.empty()) {
+      const std::size_t next = s.pending.front();
+      s.pending.pop_front();
+      push(now_, EvKind::kReady, static_cast<int64_t>(next));
+    } else {
+      s.busy = false;
+    }
+  }
+
+  void dispatch(std::size_t i) {
+    const auto& tr = trace_.requests[i];
+    auto& r = result_.requests[i];
+    r.sent_ms = now_;
+    Session& s = sessions_[tr.session];
+    if (tr.turn == 0 || !s.started) {
+      s.started = true;
+      s.text = trace_.system_prompt(tr.group);
+      s.tokens = sim::tokenize(s.text);
+    }
+    InFlight f;
+    f.question = trace_.question(tr);
+    f.question_tokens = sim::tokenize(f.question);
+    std::vector<sim::TokenId> prompt;
+    prompt.reserve(s.tokens.size() + f.question_tokens.size());
+    prompt.insert(prompt.end(), s.tokens.begin(), s.tokens.end());
+    prompt.insert(prompt.end(), f.question_tokens.begin(), f.question_tokens.end());
+    f.input_tokens = static_cast<int64_t>(prompt.size());
+    f.max_tokens = tr.max_tokens;
+    r.prompt_tokens = f.input_tokens;
+
+    sim::SimRequest sreq;
+    if (hash_prompts_) {
+      sreq = sim::make_request(tr.index, prompt, root_, tr.max_tokens);
+    } else {
+      // No prompt is ever shared (single-turn, no system prompt): the token-count form without
+      // block hashes simulates the same timing and keeps engine copies (the oracle) cheap.
+      sreq.id = tr.index;
+      sreq.prompt_tokens = static_cast<int64_t>(prompt.size());
+      sreq.max_output_tokens = tr.max_tokens;
+      sreq.output_seed = sim::hash_combine(root_, tr.question_seed);
+    }
+    sreq.priority = tr.priority < 0 ? 1 : 0;  // vLLM polarity (unused by the FCFS engines)
+    f.output_seed = sreq.output_seed;
+
+    int pod = -1;
+    ++result_.cycles;
+    if (cfg_.strategy == Strategy::kOracle) {
+      pod = oracle_pick(sreq);
+      f.picked = candidates()[static_cast<std::size_t>(pod)];
+    } else {
+      epp::SchedulingRequest req;
+      req.request_id = "req-" + std::to_string(tr.index);
+      req.model = kModel;
+      req.prompt_text = s.text.empty() ? f.question : s.text + " " + f.question;
+      req.input_tokens = f.input_tokens;
+      req.streaming = true;
+      req.slo_ttft_ms = r.slo_ttft_ms;
+      req.slo_tpot_ms = r.slo_tpot_ms;
+      req.priority = tr.priority;
+      auto res = director_->schedule(req, candidates(), rng_);
+      if (res.predictions_used) {
+        ++result_.cycles_with_predictions;
+      }
+      if (!res.ok()) {
+        fail(i, "HTTP " + std::to_string(res.status) + ": " + res.reason);
+        return;
+      }
+      pod = pod_index_.at(res.picked->name);
+      f.picked = std::move(*res.picked);
+      if (f.picked.latency) {
+        r.predicted_ttft_ms = f.picked.latency->predicted_ttft_ms;
+        r.predicted_tpot_ms = f.picked.latency->predicted_tpot_ms;
+      }
+    }
+    Pod& p = pods_[static_cast<std::size_t>(pod)];
+    std::vector<sim::SimEvent> events;
+    p.engine.advance_to(now_, events);
+    handle_events(pod, events);
+    auto sub = p.engine.submit(std::move(sreq));
+    if (!sub.accepted) {
+      fail(i, "HTTP 400: " + sub.error);
+      return;
+    }
+    r.pod = pod;
+    ++p.requests;
+    ++p.dispatched;
+    p.prefill_tokens += f.input_tokens;
+    f.pod = pod;
+    inflight_.emplace(tr.index, std::move(f));
+    if (cfg_.request_timeout_ms > 0) {
+      push(now_ + cfg_.request_timeout_ms, EvKind::kTimeout, static_cast<int64_t>(tr.index));
+    }
+    reschedule(pod);
+  }
+
+  void handle_events(int pod, const std::vector<sim::SimEvent>& events) {
+    Pod& p = pods_[static_cast<std::size_t>(pod)];
+    for (const auto& e : events) {
+      if (e.type == sim::EventType::kToken) {
+        ++result_.token_events;
+        continue;
+      }
+      auto it = inflight_.find(e.request_id);
+      if (it == inflight_.end()) {
+        continue;
+      }
+      InFlight& f = it->second;
+      if (e.type == sim::EventType::kFirstToken) {
+        ++result_.token_events;
+        f.first_token = true;
+        p.prefill_tokens = std::max<int64_t>(0, p.prefill_tokens - f.input_tokens);
+        p.decode_tokens += f.max_tokens;
+      } else if (e.type == sim::EventType::kFinished) {
+        const std::size_t i = static_cast<std::size_t>(e.request_id);
+        auto& r = result_.requests[i];
+        const auto& st = e.stats;
+        r.ok = true;
+        r.cached_tokens = st.cached_tokens;
+        r.output_tokens = st.output_tokens;
+        r.preemptions = st.preemptions;
+        r.ttft_ms = st.ttft_ms();
+        r.e2e_ms = st.e2e_ms();
+        r.tpot_ms = st.output_tokens > 1 ? st.tpot_ms() : -1;
+        p.dispatched = std::max<int64_t>(0, p.dispatched - 1);
+        p.decode_tokens = std::max<int64_t>(0, p.decode_tokens - f.max_tokens);
+        if (predictor_) {
+          epp::CompletedRequest done;
+          done.request.input_tokens = f.input_tokens;
+          done.request.streaming = true;
+          done.pod = f.picked;
+          done.success = true;
+          done.status = 200;
+          done.ttft_ms = r.ttft_ms;
+          done.e2e_ms = r.e2e_ms;
+          done.completion_tokens = st.output_tokens;
+          done.cached_tokens = st.cached_tokens;
+          predictor_->on_completed(done);
+        }
+        InFlight moved = std::move(f);
+        inflight_.erase(it);
+        finish_turn(i, true, &moved);
+      }
+    }
+  }
+
+  void on_timeout(uint64_t id) {
+    auto it = inflight_.find(id);
+    if (it == inflight_.end()) {
+      return;
+    }
+    InFlight f = std::move(it->second);
+    inflight_.erase(it);
+    Pod& p = pods_[static_cast<std::size_t>(f.pod)];
+    std::vector<sim::SimEvent> events;
+    p.engine.advance_to(now_, events);
+    handle_events(f.pod, events);
+    p.engine.abort(id);
+    p.dispatched = std::max<int64_t>(0, p.dispatched - 1);
+    if (f.first_token) {
+      p.decode_tokens = std::max<int64_t>(0, p.decode_tokens - f.max_tokens);
+    } else {
+      p.prefill_tokens = std::max<int64_t>(0, p.prefill_tokens - f.input_tokens);
+    }
+    reschedule(f.pod);
+    fail(static_cast<std::size_t>(id), "timeout");
+  }
+
+  void retrain() {
+    predictor_->flush();
+    const auto w0 = std::chrono::steady_clock::now();
+    auto out = predictor_->train();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    result_.train_wall_s += secs;
+    RetrainRecord rec;
+    rec.time_ms = now_;
+    rec.published = out.published;
+    rec.version = out.version;
+    rec.ttft_samples = out.ttft_samples;
+    rec.tpot_samples = out.tpot_samples;
+    rec.ensemble = out.ensemble;
+    rec.wall_s = secs;
+    result_.retrains.push_back(rec);
+    push(now_ + cfg_.retrain_interval_ms, EvKind::kRetrain, 0);
+  }
+
+  const workload::Trace& trace_;
+  const RunConfig& cfg_;
+  std::vector<Pod> pods_;
+  std::unordered_map<std::string, int> pod_index_;
+  sim::BlockHash root_ = 0;
+  bool hash_prompts_ = true;
+  epp::PrefixIndex index_;
+  epp::PluginRegistry registry_;
+  std::unique_ptr<ScratchDir> scratch_;
+  std::unique_ptr<InProcessPredictor> predictor_;
+  std::unique_ptr<epp::Director> director_;
+  epp::Rng rng_;
+  std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> heap_;
+  uint64_t seq_ = 0;
+  double now_ = 0;
+  std::size_t done_ = 0;
+  std::unordered_map<uint64_t, Session> sessions_;
+  std::unordered_map<uint64_t, InFlight> inflight_;
+  RunResult result_;
+};
+
+}  // namespace
+
+RunResult run_cluster(const workload::Trace& trace, const RunConfig& config) {
+  ClusterRun run(trace, config);
+  return run.run();
+}
+
+// --- Aggregation -------------------------------------------------------------------------------
+
+Dist make_dist(std::vector<double> v) {
+  Dist d;
+  d.n = v.size();
+  if (v.empty()) {
+    return d;
+  }
+  std::sort(v.begin(), v.end());
+  auto q = [&](double p) {
+    // Linear interpolation between closest ranks.
+    const double pos = p * static_cast<double>(v.size() - 1);
+    const auto lo = static_cast<std::size_t>(std::floor(pos));
+    const auto hi = std::min(v.size() - 1, lo + 1);
+    return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+  };
+  d.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  d.p50 = q(0.5);
+  d.p90 = q(0.9);
+  d.p95 = q(0.95);
+  d.p99 = q(0.99);
+  d.max = v.back();
+  return d;
+}
+
+namespace {
+
+PredictionQuality quality(const std::vector<std::pair<double, double>>& pa) {
+  PredictionQuality q;
+  q.n = pa.size();
+  if (pa.empty()) {
+    return q;
+  }
+  double ape = 0;
+  std::size_t covered = 0;
+  for (const auto& [p, a] : pa) {
+    ape += std::fabs(p - a) / a;
+    covered += a <= p ? 1 : 0;
+  }
+  q.mape_percent = 100.0 * ape / static_cast<double>(pa.size());
+  q.coverage_percent = 100.0 * static_cast<double>(covered) / static_cast<double>(pa.size());
+  return q;
+}
+
+// `start_s`: the stage's start; throughput counts until the last of its requests finished.
+Summary summarize_subset(const std::vector<const RequestResult*>& rs, double start_s,
+                         double duration_s) {
+  Summary s;
+  s.duration_s = duration_s;
+  double last_end_s = start_s + duration_s;
+  s.requests = rs.size();
+  std::vector<double> ttft, tpot, ntpot, e2e;
+  std::vector<std::pair<double, double>> pq_ttft, pq_tpot;
+  double out_tokens = 0, cached = 0, prompt = 0;
+  std::size_t met = 0;
+  for (const auto* r : rs) {
+    s.has_slo |= r->slo_ttft_ms.has_value() || r->slo_tpot_ms.has_value();
+    met += r->meets_slo() ? 1 : 0;
+    if (!r->ok) {
+      continue;
+    }
+    ++s.ok;
+    ttft.push_back(r->ttft_ms);
+    e2e.push_back(r->e2e_ms);
+    if (r->tpot_ms >= 0) {
+      tpot.push_back(r->tpot_ms);
+    }
+    if (r->output_tokens > 0) {
+      ntpot.push_back(r->e2e_ms / static_cast<double>(r->output_tokens));
+    }
+    out_tokens += static_cast<double>(r->output_tokens);
+    last_end_s = std::max(last_end_s, (r->sent_ms + r->e2e_ms) / 1000.0);
+    cached += static_cast<double>(r->cached_tokens);
+    prompt += static_cast<double>(r->prompt_tokens);
+    if (r->predicted_ttft_ms >= 0 && r->ttft_ms > 0) {
+      pq_ttft.emplace_back(r->predicted_ttft_ms, r->ttft_ms);
+    }
+    if (r->predicted_tpot_ms >= 0 && r->tpot_ms > 0) {
+      pq_tpot.emplace_back(r->predicted_tpot_ms, r->tpot_ms);
+    }
+  }
+  s.success_rate = rs.empty() ? 0 : static_cast<double>(s.ok) / static_cast<double>(rs.size());
+  s.ttft = make_dist(std::move(ttft));
+  s.tpot = make_dist(std::move(tpot));
+  s.ntpot = make_dist(std::move(ntpot));
+  s.e2e = make_dist(std::move(e2e));
+  s.output_tokens_per_s = last_end_s > start_s ? out_tokens / (last_end_s - start_s) : 0;
+  s.prefix_hit_rate = prompt > 0 ? cached / prompt : 0;
+  s.slo_attainment = rs.empty() ? 0 : static_cast<double>(met) / static_cast<double>(rs.size());
+  s.goodput_rps = duration_s > 0 ? static_cast<double>(met) / duration_s : 0;
+  s.pred_ttft = quality(pq_ttft);
+  s.pred_tpot = quality(pq_tpot);
+  return s;
+}
+
+}  // namespace
+
+std::vector<Summary> summarize(const workload::Trace& trace, const RunResult& result) {
+  std::vector<Summary> out;
+  const std::size_t stages = trace.stages.size();
+  std::vector<std::vector<const RequestResult*>> by_stage(stages);
+  std::vector<const RequestResult*> all;
+  for (const auto& r : result.requests) {
+    if (r.stage >= 0 && static_cast<std::size_t>(r.stage) < stages) {
+      by_stage[static_cast<std::size_t>(r.stage)].push_back(&r);
+    }
+    all.push_back(&r);
+  }
+  double start_s = 0;
+  for (std::size_t s = 0; s < stages; ++s) {
+    Summary sum = summarize_subset(by_stage[s], start_s, trace.stages[s].duration_s);
+    start_s += trace.stages[s].duration_s;
+    sum.stage = static_cast<int>(s);
+    sum.rate = trace.stages[s].rate;
+    out.push_back(std::move(sum));
+  }
+  Summary total = summarize_subset(all, 0, trace.duration_ms() / 1000.0);
+  total.stage = -1;
+  total.rate = trace.duration_ms() > 0
+                   ? static_cast<double>(trace.requests.size()) / (trace.duration_ms() / 1000.0)
+                   : 0;
+  out.push_back(std::move(total));
+  return out;
+}
+
+}  // namespace llmd::cluster

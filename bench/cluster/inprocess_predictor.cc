@@ -1,0 +1,101 @@
+#include "bench/cluster/inprocess_predictor.h"
+
+#include <filesystem>
+
+#include "common/json/validation.h"
+#include "epp/feedback/training_feedback.h"
+
+namespace llmd::cluster {
+
+namespace {
+
+trainer::TrainerConfig trainer_config(const std::string& dir) {
+  trainer::TrainerConfig c;  // the trainer's defaults: quantile p90, ensemble, 500 per bucket
+  const std::filesystem::path d(dir);
+  c.ttft_model_path = (d / "ttft.ubj").string();
+  c.tpot_model_path = (d / "tpot.ubj").string();
+  c.ttft_gated_model_path = (d / "ttft_gated.bin").string();
+  c.tpot_gated_model_path = (d / "tpot_gated.bin").string();
+  c.samples_path = (d / "training_samples.bin").string();
+  return c;
+}
+
+}  // namespace
+
+InProcessPredictor::InProcessPredictor(const std::string& work_dir)
+    : trainer_(std::make_unique<trainer::TrainerService>(trainer_config(work_dir), registry_)) {
+  // Cold start: the trainer publishes its constant default models; the predictor serves them.
+  install(*trainer_->models());
+}
+
+InProcessPredictor::~InProcessPredictor() = default;
+
+std::optional<std::vector<epp::Prediction>> InProcessPredictor::predict(
+    const std::vector<features::FeatureInput>& rows, std::chrono::steady_clock::time_point) {
+  if (!serving_ || !serving_->ready()) {
+    return std::nullopt;
+  }
+  const std::size_t n = rows.size();
+  std::vector<double> ttft(n), tpot(n);
+  // The predictor's bulk path (predictor/routes.cc): one blocked forest walk per model.
+  serving_->ttft.predict_batch(rows.data(), n, ttft.data());
+  serving_->tpot.predict_batch(rows.data(), n, tpot.data());
+  std::vector<epp::Prediction> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = {ttft[i], tpot[i]};
+  }
+  return out;
+}
+
+void InProcessPredictor::on_completed(const epp::CompletedRequest& done) {
+  for (const auto& j : epp::training_entries(done, /*streaming_mode=*/true)) {
+    features::TrainingEntry e;
+    json::Loc loc;
+    json::Errors errors;
+    if (features::read_training_entry(j, loc, errors, e)) {
+      buffer_.push_back(e);
+    }
+  }
+}
+
+void InProcessPredictor::flush() {
+  if (!buffer_.empty()) {
+    trainer_->add_entries(buffer_);
+    buffer_.clear();
+  }
+}
+
+InProcessPredictor::TrainOutcome InProcessPredictor::train() {
+  TrainOutcome out;
+  out.published = trainer_->train_once();
+  auto models = trainer_->models();
+  if (out.published) {
+    install(*models);
+  }
+  auto status = trainer_->data_status();
+  out.version = models->version;
+  out.ttft_samples = status.training[0];
+  out.tpot_samples = status.training[1];
+  out.ensemble = models->ensemble_active();
+  return out;
+}
+
+void InProcessPredictor::install(const trainer::PublishedModels& models) {
+  if (models.version == installed_version_) {
+    return;
+  }
+  // What ModelSync does with the trainer's files: compile each published file, drop a gated
+  // file the trainer no longer publishes.
+  for (const char* name : predictor::kSyncedModels) {
+    auto it = models.files.find(name);
+    if (it == models.files.end()) {
+      store_.remove(name);
+      continue;
+    }
+    store_.install(name, predictor::compile_model_file(name, *it->second.bytes));
+  }
+  serving_ = store_.current();
+  installed_version_ = models.version;
+}
+
+}  // namespace llmd::cluster
