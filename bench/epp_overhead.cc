@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_stats.h"
+#include "bench/train_synthetic.h"
 #include "common/config/options.h"
 #include "common/features/feature_json.h"
 #include "common/http/client.h"
@@ -138,27 +139,7 @@ int main(int argc, char** argv) {
     if (!trainer.wait_http_ok(tport)) {
       throw std::runtime_error("trainer did not start");
     }
-    {
-      http::HttpClient tc("127.0.0.1", tport, std::chrono::seconds(30));
-      testing::SyntheticLaw law;
-      std::mt19937_64 rng(1);
-      Json entries = Json::array();
-      for (int i = 0; i < 5000; ++i) {
-        auto f = law.draw_features(rng);
-        Json e = features::feature_input_to_json(f);
-        e["actual_ttft_ms"] = law.draw_ttft(f, rng);
-        e["actual_tpot_ms"] = law.draw_tpot(f, rng);
-        entries.push_back(e);
-      }
-      tc.post("/add_training_data_bulk", Json{{"entries", entries}}.dump());
-      for (int i = 0; i < 300; ++i) {
-        auto r = tc.get("/model/ttft_gated/info");
-        if (r.status == 200) {
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-    }
+    bench::train_synthetic(tport, 5000, std::chrono::seconds(60));
     std::vector<std::unique_ptr<testing::Process>> predictors;
     std::string urls;
     for (int i = 0; i < o.integer("predictors", 0, 8); ++i) {
