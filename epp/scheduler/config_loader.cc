@@ -15,6 +15,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "epp/scheduler/metrics.h"
+#include "epp/scheduler/yaml_json.h"
 
 namespace llmd::epp {
 namespace {
@@ -74,64 +75,6 @@ std::string required_string(const YAML::Node& map, const char* key, const std::s
   return v.Scalar();
 }
 
-// YAML 1.2 core schema for plain scalars; quoted scalars (tag "!") stay strings.
-nlohmann::json scalar_to_json(const YAML::Node& n) {
-  const std::string& s = n.Scalar();
-  if (n.Tag() != "?") {
-    return s;
-  }
-  if (s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL") {
-    return nullptr;
-  }
-  if (s == "true" || s == "True" || s == "TRUE") {
-    return true;
-  }
-  if (s == "false" || s == "False" || s == "FALSE") {
-    return false;
-  }
-  bool numeric_chars = std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '+' || c == '.' ||
-           c == 'e' || c == 'E';
-  });
-  if (numeric_chars) {
-    char* end = nullptr;
-    errno = 0;
-    long long i = std::strtoll(s.c_str(), &end, 10);
-    if (errno == 0 && end == s.c_str() + s.size()) {
-      return static_cast<int64_t>(i);
-    }
-    errno = 0;
-    double d = std::strtod(s.c_str(), &end);
-    if (errno == 0 && end == s.c_str() + s.size() && std::isfinite(d)) {
-      return d;
-    }
-  }
-  return s;
-}
-
-nlohmann::json to_json(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Scalar:
-      return scalar_to_json(n);
-    case YAML::NodeType::Sequence: {
-      nlohmann::json a = nlohmann::json::array();
-      for (const auto& item : n) {
-        a.push_back(to_json(item));
-      }
-      return a;
-    }
-    case YAML::NodeType::Map: {
-      nlohmann::json o = nlohmann::json::object();
-      for (const auto& kv : n) {
-        o[kv.first.as<std::string>()] = to_json(kv.second);
-      }
-      return o;
-    }
-    default:
-      return nullptr;
-  }
-}
-
 struct PluginSpec {
   std::string type, name;
   nlohmann::json params;
@@ -173,7 +116,7 @@ void decode(const YAML::Node& root, std::vector<PluginSpec>& plugins,
     if (p["parameters"] && !p["parameters"].IsNull() && !p["parameters"].IsMap()) {
       fail(ctx + ": 'parameters' must be a mapping" + line_of(p["parameters"]));
     }
-    spec.params = p["parameters"] ? to_json(p["parameters"]) : nlohmann::json();
+    spec.params = p["parameters"] ? yaml_to_json(p["parameters"]) : nlohmann::json();
     if (!names.insert(spec.name).second) {
       fail(ctx + ": the name '" + spec.name + "' is used by another plugin" + line_of(p));
     }
@@ -210,7 +153,7 @@ void decode(const YAML::Node& root, std::vector<PluginSpec>& plugins,
       check_keys(r, {"pluginRef", "weight"}, rctx);
       RefSpec ref{required_string(r, "pluginRef", rctx), std::nullopt, line_of(r)};
       if (r["weight"]) {
-        nlohmann::json w = to_json(r["weight"]);
+        nlohmann::json w = yaml_to_json(r["weight"]);
         if (!w.is_number() || !(w.get<double>() >= 0)) {
           fail(rctx + ": weight of '" + ref.ref + "' must be a number >= 0, got " +
                r["weight"].Scalar() + line_of(r["weight"]));
