@@ -28,51 +28,17 @@
 #include "epp/pool_config.h"
 #include "epp/predictor_client/predictor_client.h"
 #include "epp/predictor_client/replica_set.h"
+#include "epp/proxy/admission_gate.h"
 #include "epp/proxy/proxy_server.h"
 #include "epp/scheduler/config_loader.h"
 #include "epp/scheduler/director.h"
 #include "epp/scheduler/metrics.h"
+#include "epp/scheduling_port.h"
 
 using namespace llmd;
 using namespace llmd::epp;
 
 namespace {
-
-// The proxy's view of scheduling: candidates from the registry, decision by the director.
-class DirectorPort final : public SchedulingPort {
- public:
-  DirectorPort(Director& director, PodRegistry& registry) : director_(director), registry_(registry) {}
-  PickResult pick(const SchedulingRequest& request) override {
-    thread_local Rng rng{std::random_device{}()};
-    auto candidates = registry_.candidates(std::chrono::steady_clock::now());
-    ScheduleResult r = director_.schedule(request, std::move(candidates), rng);
-    PickResult out;
-    out.status = r.ok() ? 200 : r.status;
-    out.detail = r.reason;
-    out.predictions_used = r.predictions_used;
-    out.profile = r.profile;
-    if (r.picked) {
-      out.ranked.push_back(*r.picked);
-      if (r.fallback) {
-        out.ranked.push_back(*r.fallback);
-      }
-    }
-    if (spdlog::should_log(spdlog::level::debug)) {
-      std::string scores;
-      for (const auto& s : r.scores) {
-        scores += fmt::format(" {}={:.3f}", s.name, s.score);
-      }
-      spdlog::debug("request {} model {} profile {} predictions {} scores:{} -> {}",
-                    request.request_id, request.model, r.profile, r.predictions_used, scores,
-                    r.picked ? r.picked->name : "(none: " + r.reason + ")");
-    }
-    return out;
-  }
-
- private:
-  Director& director_;
-  PodRegistry& registry_;
-};
 
 std::filesystem::file_time_type mtime(const std::string& path) {
   std::error_code ec;
@@ -103,6 +69,9 @@ int run(int argc, char** argv) {
         "A pod that sends no response header within this is treated as failed");
   o.add("unhealthy-cooldown-ms", "EPP_UNHEALTHY_COOLDOWN_MS", "5000",
         "A pod that failed a request gets no traffic for this long");
+  o.add("forward-priority", "EPP_FORWARD_PRIORITY", "true",
+        "Forward a non-zero soft priority to the pod as vLLM's `priority` (lower = first; the "
+        "pods need --scheduling-policy priority)");
   o.add("max-body-bytes", "EPP_MAX_BODY_BYTES", "16777216", "Largest accepted request body");
   o.add("reload-check-ms", "EPP_RELOAD_CHECK_MS", "1000", "How often config files are checked");
   o.add("log-level", "LOG_LEVEL", "info", "trace | debug | info | warn | error");
@@ -161,7 +130,12 @@ int run(int argc, char** argv) {
   sinks.add(feedback);
   sinks.add(request_metrics);
 
-  DirectorPort port(director, pods);
+  EppSchedulingPort port(director, pods, predictions.get());
+  port.set_policies(file_cfg.objectives, file_cfg.load_balancing);
+  AdmissionGate gate([&port](const std::string& pool) { return port.pool_candidates(pool); },
+                     &registry);
+  gate.configure(file_cfg.router_queue);
+  sinks.add(port);
   ProxyOptions po;
   po.host = o.str("host");
   po.port = static_cast<uint16_t>(o.integer("port", 0, 65535));
@@ -172,7 +146,8 @@ int run(int argc, char** argv) {
       std::chrono::milliseconds(o.integer("upstream-first-byte-timeout-ms", 10));
   po.default_prediction = o.boolean("prediction-based-scheduling");
   po.unhealthy_cooldown = std::chrono::milliseconds(o.integer("unhealthy-cooldown-ms", 0));
-  ProxyServer proxy(po, port, pods, sinks);
+  po.forward_priority = o.boolean("forward-priority");
+  ProxyServer proxy(po, port, pods, sinks, &gate);
 
   // Pool gauges computed at scrape time.
   auto& pool_family = prometheus::BuildGauge().Name("llmd_epp_pool").Help(
@@ -182,6 +157,10 @@ int run(int argc, char** argv) {
   auto& queue_g = pool_family.Add({{"stat", "avg_waiting"}});
   auto& prefix_blocks_g = pool_family.Add({{"stat", "prefix_index_blocks"}});
   auto& prefix_hit_g = pool_family.Add({{"stat", "prefix_index_hit_ratio"}});
+  auto& queue_len_g = pool_family.Add({{"stat", "router_queue_length"}});
+  auto& routing_family = prometheus::BuildGauge().Name("llmd_epp_latency_routing_target").Help(
+      "Model-level latency routing per rule and target: rolling average response time (ms), "
+      "samples in the window, fast (1 = receives traffic)").Register(registry);
   http::Router admin;
   admin.add("GET", "/healthz", [](http::Request&) {
     return http::Response::json(200, nlohmann::json{{"status", "ok"}});
@@ -207,6 +186,17 @@ int run(int argc, char** argv) {
     prefix_blocks_g.Set(static_cast<double>(st.blocks));
     prefix_hit_g.Set(st.queried_blocks == 0 ? 0 : static_cast<double>(st.matched_blocks) /
                                                      static_cast<double>(st.queried_blocks));
+    queue_len_g.Set(static_cast<double>(gate.pending()));
+    if (auto router = port.latency_router()) {
+      for (const auto& t : router->status(std::chrono::steady_clock::now())) {
+        auto set = [&](const char* stat, double v) {
+          routing_family.Add({{"rule", t.rule_id}, {"target", t.target}, {"stat", stat}}).Set(v);
+        };
+        set("avg_response_ms", t.average_ms);
+        set("samples", static_cast<double>(t.samples));
+        set("fast", t.fast ? 1 : 0);
+      }
+    }
     return http::Response::text(200, metrics::serialize(registry), metrics::kContentType);
   });
   auto handler = [&admin](http::Request& r) { return admin.route(r); };
@@ -231,6 +221,7 @@ int run(int argc, char** argv) {
   std::thread reloader([&] {
     auto pool_time = mtime(config_path);
     auto pipe_time = file_cfg.pipeline_path.empty() ? pool_time : mtime(file_cfg.pipeline_path);
+    auto lb_time = mtime(file_cfg.load_balancing_path);
     const auto period = std::chrono::milliseconds(o.integer("reload-check-ms", 10));
     while (!stopping) {
       std::this_thread::sleep_for(period);
@@ -238,11 +229,13 @@ int run(int argc, char** argv) {
         auto pt = mtime(config_path);
         EppFileConfig next = load_epp_config(config_path);
         auto qt = next.pipeline_path.empty() ? pt : mtime(next.pipeline_path);
-        if (pt == pool_time && qt == pipe_time) {
+        auto lt = mtime(next.load_balancing_path);
+        if (pt == pool_time && qt == pipe_time && lt == lb_time) {
           continue;
         }
         pool_time = pt;
         pipe_time = qt;
+        lb_time = lt;
         LoadResult l = load(next);
         if (!l.ok()) {
           spdlog::error("config reload refused, keeping the current pipeline: {}", l.error);
@@ -250,7 +243,12 @@ int run(int argc, char** argv) {
         }
         pods.set_pods(next.pods);
         director.set_pipeline(l.pipeline);
-        spdlog::info("config reloaded: {} pods", next.pods.size());
+        port.set_policies(next.objectives, next.load_balancing);
+        gate.configure(next.router_queue);
+        spdlog::info("config reloaded: {} pods, {} objectives, {} routing rules, router queue {}",
+                     next.pods.size(), next.objectives->size(),
+                     next.load_balancing ? next.load_balancing->rules.size() : 0,
+                     next.router_queue ? "on" : "off");
       } catch (const std::exception& e) {
         spdlog::error("config reload refused, keeping the current config: {}", e.what());
       }
@@ -260,7 +258,20 @@ int run(int argc, char** argv) {
   spdlog::info("epp proxy on {}:{}, health :{}, metrics :{}; {} pods; predictions {}; feedback {}",
                po.host, proxy.port(), health.port(), metrics_server.port(), file_cfg.pods.size(),
                predictions ? urls : "off", fo.trainer_url.empty() ? "off" : fo.trainer_url);
+  spdlog::info("policies: {} objectives, {} model-level routing rules, router queue {}",
+               file_cfg.objectives->size(),
+               file_cfg.load_balancing ? file_cfg.load_balancing->rules.size() : 0,
+               file_cfg.router_queue
+                   ? std::string(to_string(file_cfg.router_queue->queue.policy))
+                   : std::string("off"));
   std::thread proxy_thread([&] { proxy.run(); });
+  // The router queue also drains on fresh scrapes and expires waiters by its timeout.
+  std::thread gate_ticker([&] {
+    while (!stopping) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      gate.tick();
+    }
+  });
   {
     // Block until a signal arrives.
     sigset_t set;
@@ -279,6 +290,7 @@ int run(int argc, char** argv) {
   health_thread.join();
   metrics_thread.join();
   reloader.join();
+  gate_ticker.join();
   scraper.stop();
   feedback.stop();
   return 0;

@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/util/files.h"
+#include "epp/scheduler/yaml_json.h"
 
 namespace llmd::epp {
 
@@ -65,6 +66,51 @@ EppFileConfig load_epp_config(const std::string& path) {
       cfg.pipeline_text = *text;
     } else {
       throw std::runtime_error("either 'pipeline' (a file) or inline 'plugins' is required");
+    }
+    for (const auto& kv : root) {
+      static const std::set<std::string> known = {
+          "pool", "scrapeIntervalMs", "stalenessMs", "pipeline", "plugins",
+          "schedulingProfiles", "objectives", "loadBalancing", "routerQueue"};
+      const auto key = kv.first.as<std::string>();
+      if (!known.count(key)) {
+        throw std::runtime_error("unknown key '" + key + "'");
+      }
+    }
+    if (YAML::Node objectives = root["objectives"]) {
+      auto parsed = ObjectiveTable::parse(yaml_to_json(objectives));
+      if (auto* error = std::get_if<std::string>(&parsed)) {
+        throw std::runtime_error(*error);
+      }
+      cfg.objectives = std::make_shared<ObjectiveTable>(std::get<ObjectiveTable>(parsed));
+    }
+    if (YAML::Node lb = root["loadBalancing"]) {
+      nlohmann::json doc;
+      if (lb.IsScalar()) {
+        auto p = std::filesystem::path(lb.as<std::string>());
+        if (p.is_relative()) {
+          p = std::filesystem::path(path).parent_path() / p;
+        }
+        cfg.load_balancing_path = p.string();
+        auto lb_text = util::read_file(cfg.load_balancing_path);
+        if (!lb_text) {
+          throw std::runtime_error("loadBalancing: cannot read " + cfg.load_balancing_path);
+        }
+        doc = yaml_to_json(YAML::Load(*lb_text));
+      } else {
+        doc = yaml_to_json(lb);
+      }
+      auto parsed = routing::parse_load_balancing_config(doc);
+      if (auto* error = std::get_if<std::string>(&parsed)) {
+        throw std::runtime_error("loadBalancing: " + *error);
+      }
+      cfg.load_balancing = std::get<routing::LoadBalancingConfig>(std::move(parsed));
+    }
+    if (YAML::Node q = root["routerQueue"]) {
+      auto parsed = parse_router_queue_config(yaml_to_json(q));
+      if (auto* error = std::get_if<std::string>(&parsed)) {
+        throw std::runtime_error(*error);
+      }
+      cfg.router_queue = std::get<RouterQueueConfig>(std::move(parsed));
     }
   } catch (const YAML::Exception& e) {
     throw std::runtime_error("EPP config " + path + ": " + e.what());

@@ -11,11 +11,22 @@
 //   pipeline: default-pipeline.yaml   # plugin config, relative to this file
 //
 // When `pipeline` is absent the same document must hold `plugins` and `schedulingProfiles`.
+//
+// Policies (spec epp.md section 5; each optional, see README "Policies"):
+//   objectives: [{name: interactive, priority: 10, sloTtftMs: 500, sloTpotMs: 50}, ...]
+//   loadBalancing: lb.yaml     # a gateway-load-balancing-config document: a file (relative to
+//                              # this one) or the document inline
+//   routerQueue: {policy: fcfs, routerQueueThreshold: 2.0, maxSize: 1000, timeoutMs: 30000}
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "epp/datastore/pod_registry.h"
+#include "epp/objectives/objectives.h"
+#include "epp/queue/queue_config.h"
+#include "epp/routing/load_balancing_config.h"
 
 namespace llmd::epp {
 
@@ -25,6 +36,10 @@ struct EppFileConfig {
   std::chrono::milliseconds staleness{2000};
   std::string pipeline_path;  // resolved; empty = pipeline_text holds the plugins
   std::string pipeline_text;
+  std::shared_ptr<const ObjectiveTable> objectives = std::make_shared<ObjectiveTable>();
+  std::optional<routing::LoadBalancingConfig> load_balancing;
+  std::string load_balancing_path;  // when loaded from its own file (watched for changes)
+  std::optional<RouterQueueConfig> router_queue;
 };
 
 // Throws std::runtime_error naming the file and the problem.

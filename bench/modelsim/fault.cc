@@ -14,6 +14,8 @@ std::string_view fault_mode_name(FaultMode mode) {
       return "error";
     case FaultMode::kClose:
       return "close";
+    case FaultMode::kSlow:
+      return "slow";
     case FaultMode::kNone:
       break;
   }
@@ -28,7 +30,7 @@ std::variant<FaultSpec, std::string> parse_fault(std::string_view body) {
   FaultSpec f;
   auto mode = j.find("mode");
   if (mode == j.end() || !mode->is_string()) {
-    return std::string("'mode' must be one of stall, error, close, none");
+    return std::string("'mode' must be one of stall, error, close, slow, none");
   }
   const auto m = mode->get<std::string>();
   if (m == "stall") {
@@ -37,10 +39,12 @@ std::variant<FaultSpec, std::string> parse_fault(std::string_view body) {
     f.mode = FaultMode::kError;
   } else if (m == "close") {
     f.mode = FaultMode::kClose;
+  } else if (m == "slow") {
+    f.mode = FaultMode::kSlow;
   } else if (m == "none") {
     f.mode = FaultMode::kNone;
   } else {
-    return "'mode' must be one of stall, error, close, none (got '" + m + "')";
+    return "'mode' must be one of stall, error, close, slow, none (got '" + m + "')";
   }
   if (auto d = j.find("duration_ms"); d != j.end() && !d->is_null()) {
     if (!d->is_number() || !std::isfinite(d->get<double>()) || d->get<double>() < 0 ||
@@ -54,6 +58,16 @@ std::variant<FaultSpec, std::string> parse_fault(std::string_view body) {
       return std::string("'after_tokens' must be an integer >= 0");
     }
     f.after_tokens = a->get<int64_t>();
+  }
+  if (auto d = j.find("delay_ms"); d != j.end() && !d->is_null()) {
+    if (!d->is_number() || !std::isfinite(d->get<double>()) || d->get<double>() < 0 ||
+        d->get<double>() > 600'000) {
+      return std::string("'delay_ms' must be a number in [0, 600000]");
+    }
+    f.delay_ms = d->get<double>();
+  }
+  if (f.mode == FaultMode::kSlow && f.delay_ms <= 0) {
+    return std::string("mode 'slow' needs 'delay_ms' > 0");
   }
   return f;
 }

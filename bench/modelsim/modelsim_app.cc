@@ -128,6 +128,16 @@ struct ModelSim::Impl {
     return "modelsim-" + std::to_string(pod) + "-" + std::to_string(next_request.fetch_add(1));
   }
 
+  void start_inference(Host& h, InferenceRequest r, const std::string& id,
+                       const ResponseStreamPtr& stream, double now) {
+    const uint64_t key = h.pod->handle_inference(std::move(r), id, stream, unix_seconds(), now);
+    if (key != 0) {
+      stream->on_disconnect([this, &h, key] {
+        with_pod(h, [&h, key](double t) { h.pod->client_gone(key, t); }, false);
+      });
+    }
+  }
+
   void handle(std::size_t listener, http::Request&& req, ResponseStreamPtr stream) {
     Host& h = hosts.at(listener);
     const std::string& path = req.path;
@@ -144,15 +154,22 @@ struct ModelSim::Impl {
         return stream->respond(error_response(*err));
       }
       auto id = request_id(req, listener);
-      with_pod(h, [this, &h, r = std::get<InferenceRequest>(std::move(parsed)), id, stream](
-                      double now) mutable {
-        const uint64_t key = h.pod->handle_inference(std::move(r), id, stream, unix_seconds(), now);
-        if (key != 0) {
-          stream->on_disconnect([this, &h, key] {
-            with_pod(h, [&h, key](double t) { h.pod->client_gone(key, t); }, false);
-          });
+      auto submit = [this, &h, r = std::get<InferenceRequest>(std::move(parsed)), id, stream](
+                        double now) mutable {
+        if (const double delay = h.pod->slow_delay_ms(now); delay > 0) {
+          // Slow fault: the request reaches the engine later (checked once, not re-delayed).
+          h.strand->post_after(
+              std::chrono::milliseconds(static_cast<int64_t>(delay)),
+              [this, &h, r = std::move(r), id, stream]() mutable {
+                with_pod(h, [this, &h, r = std::move(r), id, stream](double t) mutable {
+                  start_inference(h, std::move(r), id, stream, t);
+                });
+              });
+          return;
         }
-      });
+        start_inference(h, std::move(r), id, stream, now);
+      };
+      with_pod(h, std::move(submit));
       return;
     }
     if (path == "/admin/fault") {

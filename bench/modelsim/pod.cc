@@ -94,6 +94,10 @@ FaultMode Pod::fault_mode(double wall_ms) {
   return fault_.mode;
 }
 
+double Pod::slow_delay_ms(double wall_ms) {
+  return fault_mode(wall_ms) == FaultMode::kSlow ? fault_.delay_ms : 0.0;
+}
+
 http::Response Pod::set_fault(const FaultSpec& fault, double wall_ms) {
   advance(wall_ms);
   if (fault_.mode == FaultMode::kStall && fault.mode != FaultMode::kStall) {

@@ -52,6 +52,7 @@ class Pod {
   // Faults.
   http::Response set_fault(const FaultSpec& fault, double wall_ms);
   FaultMode fault_mode(double wall_ms);  // after expiring an elapsed fault
+  double slow_delay_ms(double wall_ms);  // "slow" fault's delay, else 0
   // While stalled, `fn` runs when the stall ends (in order of hold()).
   void hold(std::function<void()> fn) { held_.push_back(std::move(fn)); }
 

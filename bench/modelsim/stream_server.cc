@@ -96,6 +96,11 @@ class StrandImpl final : public Strand {
     });
   }
 
+  void post_after(std::chrono::milliseconds delay, std::function<void()> fn) override {
+    auto t = std::make_shared<asio::steady_timer>(strand_, delay);
+    t->async_wait([t, fn = std::move(fn)](beast::error_code) { fn(); });
+  }
+
  private:
   StrandExecutor strand_;
   asio::steady_timer timer_;

@@ -42,6 +42,8 @@ class Strand {
   // Runs `fn` on the strand at `when`, replacing a previously armed timer (which is dropped).
   virtual void arm(std::chrono::steady_clock::time_point when, std::function<void()> fn) = 0;
   virtual void disarm() = 0;
+  // Runs `fn` on the strand after `delay` (one-shot; independent of arm()).
+  virtual void post_after(std::chrono::milliseconds delay, std::function<void()> fn) = 0;
 };
 using StrandPtr = std::unique_ptr<Strand>;
 

@@ -68,9 +68,22 @@ std::vector<Endpoint> PodRegistry::candidates(std::chrono::steady_clock::time_po
     e.dispatched = s.dispatched;
     e.prefill_tokens_in_flight = s.prefill_tokens;
     e.decode_tokens_in_flight = s.decode_tokens;
+    if (s.predicted_ttft_ms && now - s.predicted_at <= staleness_) {
+      e.last_predicted_ttft_ms = s.predicted_ttft_ms;
+    }
     out.push_back(std::move(e));
   }
   return out;
+}
+
+void PodRegistry::record_predicted_ttft(const std::string& name, double ttft_ms,
+                                        std::chrono::steady_clock::time_point now) {
+  std::lock_guard lock(mu_);
+  auto it = pods_.find(name);
+  if (it != pods_.end()) {
+    it->second.predicted_ttft_ms = ttft_ms;
+    it->second.predicted_at = now;
+  }
 }
 
 std::size_t PodRegistry::ready_count(std::chrono::steady_clock::time_point now) const {

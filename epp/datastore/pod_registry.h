@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,9 @@ class PodRegistry {
   // while inference fails must not keep receiving traffic).
   void mark_unhealthy(const std::string& name,
                       std::chrono::milliseconds cooldown = std::chrono::seconds(5));
+  // Latest predicted TTFT of a pod (from a scheduling cycle); forgotten after `staleness`.
+  void record_predicted_ttft(const std::string& name, double ttft_ms,
+                             std::chrono::steady_clock::time_point now);
 
  private:
   struct State {
@@ -56,6 +60,8 @@ class PodRegistry {
     int64_t prefill_tokens = 0;
     int64_t decode_tokens = 0;
     std::chrono::steady_clock::time_point excluded_until{};
+    std::optional<double> predicted_ttft_ms;
+    std::chrono::steady_clock::time_point predicted_at{};
   };
   std::chrono::milliseconds staleness_;
   mutable std::mutex mu_;

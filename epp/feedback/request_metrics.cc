@@ -51,8 +51,8 @@ struct RequestMetrics::Families {
 };
 
 struct RequestMetrics::Children {
-  Children(Families& f, const std::string& model) {
-    prometheus::Labels l{{"model_name", model}, {"target_model_name", model}};
+  Children(Families& f, const std::string& model, const std::string& target_model) {
+    prometheus::Labels l{{"model_name", model}, {"target_model_name", target_model}};
     ttft = &f.ttft->Add(l, kSeconds);
     predicted_ttft = &f.predicted_ttft->Add(l, kSeconds);
     tpot = &f.tpot->Add(l, kTpotSeconds);
@@ -92,22 +92,24 @@ RequestMetrics::RequestMetrics(prometheus::Registry& registry)
 
 RequestMetrics::~RequestMetrics() = default;
 
-RequestMetrics::Children& RequestMetrics::children(const std::string& model) {
-  auto& c = by_model_[model];
+RequestMetrics::Children& RequestMetrics::children(const std::string& model,
+                                                   const std::string& target_model) {
+  auto& c = by_model_[{model, target_model}];
   if (!c) {
-    c = std::make_unique<Children>(*families_, model);
+    c = std::make_unique<Children>(*families_, model, target_model);
   }
   return *c;
 }
 
 void RequestMetrics::on_rejected(const std::string& model, int status) {
   std::lock_guard lock(mu_);
-  children(model).code(status).Increment();
+  children(model, model).code(status).Increment();
 }
 
 void RequestMetrics::on_completed(const CompletedRequest& done) {
   std::lock_guard lock(mu_);
-  Children& c = children(done.request.model);
+  Children& c = children(done.request.model,
+                         done.target_model.empty() ? done.request.model : done.target_model);
   c.code(done.status).Increment();
   if (!done.success) {
     return;

@@ -26,10 +26,11 @@ class RequestMetrics : public CompletionSink {
  private:
   struct Families;
   struct Children;
-  Children& children(const std::string& model);
+  Children& children(const std::string& model, const std::string& target_model);
   std::unique_ptr<Families> families_;
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<Children>> by_model_;  // guarded by mu_
+  // (model_name, target_model_name) -> children; guarded by mu_
+  std::map<std::pair<std::string, std::string>, std::unique_ptr<Children>> by_model_;
 };
 
 // Fans one completion out to several sinks (feedback, metrics, ...).

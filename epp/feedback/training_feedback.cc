@@ -88,8 +88,8 @@ void TrainingFeedback::stop() {
 }
 
 void TrainingFeedback::on_completed(const CompletedRequest& done) {
-  if (options_.trainer_url.empty()) {
-    return;
+  if (options_.trainer_url.empty() || done.upstream_url) {
+    return;  // an upstream URL is not a pod of the pool: no features, no sample
   }
   auto entries = training_entries(done, options_.streaming_mode);
   std::lock_guard lock(mu_);

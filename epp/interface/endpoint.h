@@ -30,12 +30,21 @@ struct Endpoint {
   int64_t dispatched = 0;                // requests this EPP sent and that have not finished
   int64_t prefill_tokens_in_flight = 0;  // input tokens of dispatched requests before 1st token
   int64_t decode_tokens_in_flight = 0;   // output tokens budgeted by requests past 1st token
+  // The TTFT predicted for this pod by the latest scheduling cycle that had predictions (a
+  // load signal for the router queue's predictedTtftMs limit; never used as this cycle's
+  // prediction).
+  std::optional<double> last_predicted_ttft_ms;
 
   // Attributes written by data producers; absent = the producer did not run or had no data,
   // whose meaning each consumer documents (e.g. no prefix info -> score 0).
   std::optional<PrefixCacheMatchInfo> prefix;
   std::optional<LatencyPredictionInfo> latency;
 
+  // The pool this pod belongs to: label `pool`, "" (the default pool) when unlabelled.
+  std::string pool() const {
+    auto it = labels.find("pool");
+    return it == labels.end() ? std::string() : it->second;
+  }
   std::string role() const {
     auto it = labels.find("role");
     return it == labels.end() ? std::string() : it->second;

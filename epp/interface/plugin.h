@@ -30,6 +30,9 @@ class Plugin {
   virtual const std::string& name() const = 0;
   virtual std::vector<AttributeKey> produces() const { return {}; }
   virtual std::vector<AttributeKey> consumes() const { return {}; }
+  // True when this instance's configuration says latency predictions must not be used at all
+  // (the pipeline then skips asking for them).
+  virtual bool ignores_predictions() const { return false; }
 };
 
 // Per-request scheduling state handed to every plugin.

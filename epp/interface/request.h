@@ -2,6 +2,7 @@
 // The scheduling view of one inference request, built once by the proxy from the HTTP request
 // (body + headers) and read-only for plugins.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -15,10 +16,14 @@ struct SchedulingRequest {
   bool streaming = false;
   std::optional<double> slo_ttft_ms;  // x-slo-ttft-ms
   std::optional<double> slo_tpot_ms;  // x-slo-tpot-ms
-  int64_t priority = 0;               // soft priority (objective or nvext.agent_hints.priority)
-  int64_t strict_priority = 0;        // tier (nvext.agent_hints.strict_priority)
+  // Soft priority, higher = more important (Dynamo's polarity; vLLM's is the opposite and the
+  // proxy converts when forwarding). From header, nvext.agent_hints, or the objective.
+  int64_t priority = 0;
+  int64_t strict_priority = 0;        // router queue tier, higher first; never forwarded
   bool prediction_enabled = true;     // x-prediction-based-scheduling (absent = configured default)
   std::string objective;              // x-gateway-inference-objective
+  std::string subject;                // x-subject (model-level routing rules)
+  std::map<std::string, std::string> metadata;  // x-metadata, a JSON object of strings
   bool sheddable() const { return priority < 0; }
   bool has_slo() const { return slo_ttft_ms.has_value() || slo_tpot_ms.has_value(); }
 };

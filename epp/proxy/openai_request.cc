@@ -1,6 +1,7 @@
 #include "epp/proxy/openai_request.h"
 
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 
@@ -22,6 +23,21 @@ std::optional<double> parse_ms(const std::optional<std::string>& text, const cha
     return std::nullopt;
   }
   return v;
+}
+
+std::optional<int64_t> parse_int(const std::optional<std::string>& text, const char* name,
+                                 std::optional<std::string>& error) {
+  if (!text || text->empty()) {
+    return std::nullopt;
+  }
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text->c_str(), &end, 10);
+  if (end == text->c_str() || *end != '\0' || errno != 0) {
+    error = std::string("header ") + name + " must be an integer, got '" + *text + "'";
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(v);
 }
 
 void append_content(const Json& content, std::string& out) {
@@ -54,7 +70,8 @@ int64_t count_words(std::string_view text) {
 
 std::optional<std::string> parse_openai_request(std::string_view path, std::string_view body,
                                                 const InboundHeaders& headers,
-                                                bool default_prediction, ParsedRequest& out) {
+                                                const RequestDefaults& defaults,
+                                                ParsedRequest& out) {
   try {
     out.body = Json::parse(body.begin(), body.end());
   } catch (const Json::exception&) {
@@ -103,24 +120,73 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
       out.max_tokens = out.body[key].get<int64_t>();
     }
   }
+  const Objective* objective = nullptr;
+  if (!r.objective.empty() && defaults.objectives != nullptr) {
+    objective = defaults.objectives->find(r.objective);
+  }
+  out.unknown_objective = !r.objective.empty() && objective == nullptr;
+  if (objective != nullptr) {
+    r.priority = objective->priority;
+    r.strict_priority = objective->strict_priority;
+  }
   if (out.body.contains("nvext") && out.body["nvext"].is_object()) {
     const Json& hints = out.body["nvext"].value("agent_hints", Json());
     if (hints.is_object()) {
-      if (hints.contains("priority") && hints["priority"].is_number_integer()) {
+      if (hints.contains("priority")) {
+        if (!hints["priority"].is_number_integer()) {
+          return "field 'nvext.agent_hints.priority' must be an integer";
+        }
         r.priority = hints["priority"].get<int64_t>();
       }
-      if (hints.contains("strict_priority") && hints["strict_priority"].is_number_integer()) {
-        r.strict_priority = std::max<int64_t>(0, hints["strict_priority"].get<int64_t>());
+      if (hints.contains("strict_priority")) {
+        if (!hints["strict_priority"].is_number_integer() ||
+            hints["strict_priority"].get<int64_t>() < 0) {
+          return "field 'nvext.agent_hints.strict_priority' must be an unsigned integer";
+        }
+        r.strict_priority = hints["strict_priority"].get<int64_t>();
       }
     }
   }
+  out.vllm_priority_in_body = out.body.contains("priority") && !out.body["priority"].is_null();
   std::optional<std::string> error;
+  if (auto p = parse_int(headers.priority, "x-dynamo-request-priority", error)) {
+    r.priority = *p;
+  }
+  if (auto p = parse_int(headers.strict_priority, "x-dynamo-request-strict-priority", error)) {
+    if (*p < 0) {
+      return "header x-dynamo-request-strict-priority must be an unsigned integer";
+    }
+    r.strict_priority = *p;
+  }
   r.slo_ttft_ms = parse_ms(headers.slo_ttft_ms, "x-slo-ttft-ms", error);
   r.slo_tpot_ms = parse_ms(headers.slo_tpot_ms, "x-slo-tpot-ms", error);
   if (error) {
     return error;
   }
-  r.prediction_enabled = default_prediction;
+  if (objective != nullptr) {
+    if (!r.slo_ttft_ms) {
+      r.slo_ttft_ms = objective->slo_ttft_ms;
+    }
+    if (!r.slo_tpot_ms) {
+      r.slo_tpot_ms = objective->slo_tpot_ms;
+    }
+  }
+  if (headers.subject) {
+    r.subject = *headers.subject;
+  }
+  if (headers.metadata && !headers.metadata->empty()) {
+    Json m = Json::parse(*headers.metadata, nullptr, false);
+    if (!m.is_object()) {
+      return "header x-metadata must be a JSON object of strings, e.g. {\"tier\":\"gold\"}";
+    }
+    for (const auto& [k, v] : m.items()) {
+      if (!v.is_string()) {
+        return "header x-metadata: value of '" + k + "' must be a string";
+      }
+      r.metadata[k] = v.get<std::string>();
+    }
+  }
+  r.prediction_enabled = defaults.prediction_enabled;
   if (headers.prediction_based_scheduling) {
     std::string v = *headers.prediction_based_scheduling;
     for (auto& c : v) {
@@ -135,6 +201,35 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
     }
   }
   return std::nullopt;
+}
+
+std::optional<std::string> upstream_body(const ParsedRequest& parsed,
+                                         const nlohmann::json& override_params,
+                                         bool forward_priority) {
+  const bool set_priority =
+      forward_priority && parsed.request.priority != 0 && !parsed.vllm_priority_in_body;
+  const bool overrides = override_params.is_object() && !override_params.empty();
+  if (!set_priority && !overrides) {
+    return std::nullopt;
+  }
+  Json body = parsed.body;
+  if (set_priority) {
+    body["priority"] = -parsed.request.priority;
+  }
+  if (overrides) {
+    for (const auto& [k, v] : override_params.items()) {
+      body[k] = v;
+    }
+  }
+  return body.dump();
+}
+
+std::string target_model(const ParsedRequest& parsed, const nlohmann::json& override_params) {
+  if (override_params.is_object() && override_params.contains("model") &&
+      override_params["model"].is_string()) {
+    return override_params["model"].get<std::string>();
+  }
+  return parsed.request.model;
 }
 
 }  // namespace llmd::epp

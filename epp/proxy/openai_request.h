@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "epp/interface/request.h"
+#include "epp/objectives/objectives.h"
 
 namespace llmd::epp {
 
@@ -18,6 +19,16 @@ struct InboundHeaders {
   std::optional<std::string> slo_tpot_ms;
   std::optional<std::string> prediction_based_scheduling;
   std::string objective;
+  std::optional<std::string> subject;              // x-subject
+  std::optional<std::string> metadata;             // x-metadata
+  std::optional<std::string> priority;             // x-dynamo-request-priority
+  std::optional<std::string> strict_priority;      // x-dynamo-request-strict-priority
+};
+
+// What a request inherits when it does not say otherwise. Owned by the caller.
+struct RequestDefaults {
+  bool prediction_enabled = true;            // x-prediction-based-scheduling when absent
+  const ObjectiveTable* objectives = nullptr;  // null: no objectives configured
 };
 
 struct ParsedRequest {
@@ -25,12 +36,26 @@ struct ParsedRequest {
   nlohmann::json body;
   bool chat = false;
   int64_t max_tokens = 16;
+  bool unknown_objective = false;  // named an objective the config does not have
+  bool vllm_priority_in_body = false;  // the client set vLLM's own top-level `priority`
 };
 
 // Returns an error message (for a 400 JSON detail) or fills `out`.
 std::optional<std::string> parse_openai_request(std::string_view path, std::string_view body,
                                                 const InboundHeaders& headers,
-                                                bool default_prediction, ParsedRequest& out);
+                                                const RequestDefaults& defaults,
+                                                ParsedRequest& out);
+
+// The body to forward, or nullopt to forward the client's bytes unchanged: `override_params`
+// (a JSON object from a model-level routing rule, may be null) is merged at the top level, and
+// with `forward_priority` a non-zero soft priority becomes vLLM's `priority` field in vLLM's
+// polarity (lower = served first), unless the client already set that field itself (it is in
+// vLLM's polarity already and is never negated a second time).
+std::optional<std::string> upstream_body(const ParsedRequest& parsed,
+                                         const nlohmann::json& override_params,
+                                         bool forward_priority);
+// The model name the pod will see (after override_params).
+std::string target_model(const ParsedRequest& parsed, const nlohmann::json& override_params);
 int64_t count_words(std::string_view text);
 
 }  // namespace llmd::epp

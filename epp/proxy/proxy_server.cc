@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "epp/proxy/admission_gate.h"
 #include "epp/proxy/openai_request.h"
 #include "epp/proxy/sse_scanner.h"
 
@@ -70,14 +71,16 @@ std::pair<std::string, std::string> split_address(const std::string& address) {
 }  // namespace
 
 struct ProxyServer::Impl {
-  Impl(ProxyOptions o, SchedulingPort& s, PodRegistry& r, CompletionSink& k)
-      : options(std::move(o)), scheduler(s), registry(r), sink(k), ioc(options.io_threads),
+  Impl(ProxyOptions o, SchedulingPort& s, PodRegistry& r, CompletionSink& k, AdmissionGate* g)
+      : options(std::move(o)), scheduler(s), registry(r), sink(k), gate(g),
+        ioc(options.io_threads),
         acceptor(ioc), pool(static_cast<std::size_t>(options.scheduler_threads)) {}
 
   ProxyOptions options;
   SchedulingPort& scheduler;
   PodRegistry& registry;
   CompletionSink& sink;
+  AdmissionGate* gate;  // null: no router queue
   net::io_context ioc;
   tcp::acceptor acceptor;
   net::thread_pool pool;
@@ -161,34 +164,67 @@ struct ProxyServer::Impl {
     headers.slo_tpot_ms = header_opt(req, "x-slo-tpot-ms");
     headers.prediction_based_scheduling = header_opt(req, "x-prediction-based-scheduling");
     headers.objective = header_opt(req, "x-gateway-inference-objective").value_or("");
-    ParsedRequest parsed;
-    if (auto error = parse_openai_request(path, req.body(), headers, options.default_prediction,
-                                          parsed)) {
-      auto res = json_error(400, *error, req.version(), keep_alive);
-      beast::error_code ec;
-      co_await http::async_write(client, res, redirect(ec));
-      co_return !ec && keep_alive;
-    }
-    // Scheduling may wait for predictions: run it off the I/O threads.
-    // (An awaitable always resumes on its own executor, so the pick runs in a coroutine spawned
-    // on the pool rather than after a post.)
-    PickResult pick = co_await net::co_spawn(
-        pool,
-        [this, &parsed]() -> net::awaitable<PickResult> { co_return scheduler.pick(parsed.request); },
-        net::use_awaitable);
-    if (pick.status != 200 || pick.ranked.empty()) {
-      int status = pick.status != 200 ? pick.status : 503;
-      auto res = json_error(status, pick.detail.empty() ? "No ready endpoint" : pick.detail,
-                            req.version(), keep_alive);
+    headers.subject = header_opt(req, "x-subject");
+    headers.metadata = header_opt(req, "x-metadata");
+    headers.priority = header_opt(req, "x-dynamo-request-priority");
+    headers.strict_priority = header_opt(req, "x-dynamo-request-strict-priority");
+    // GCC 12 destroys temporaries inside a co_await full-expression twice: callers pass named
+    // strings or literals only (string_view keeps the argument trivially destructible).
+    auto reply_error = [&](int status, std::string_view detail) -> net::awaitable<bool> {
+      auto res = json_error(status, std::string(detail), req.version(), keep_alive);
       res.set("x-request-id", headers.request_id);
       beast::error_code ec;
       co_await http::async_write(client, res, redirect(ec));
       co_return !ec && keep_alive;
+    };
+    ParsedRequest parsed;
+    const auto objectives = scheduler.objectives();
+    RequestDefaults defaults{options.default_prediction, objectives.get()};
+    if (auto error = parse_openai_request(path, req.body(), headers, defaults, parsed)) {
+      co_return co_await reply_error(400, *error);
     }
+    if (parsed.unknown_objective) {
+      spdlog::debug("request {}: unknown objective '{}', using defaults", headers.request_id,
+                    parsed.request.objective);
+    }
+    const Route route = scheduler.route(parsed.request);
+    PickResult pick;
+    if (route.upstream) {
+      pick.ranked.push_back(*route.upstream);  // no scheduling, no retry target
+    } else {
+      if (gate != nullptr) {
+        AdmissionVerdict verdict = co_await admit(parsed, route);
+        if (verdict.status != 200) {
+          co_return co_await reply_error(verdict.status, verdict.detail);
+        }
+      }
+      // Scheduling may wait for predictions: run it off the I/O threads. (An awaitable always
+      // resumes on its own executor, so the pick runs in a coroutine spawned on the pool.)
+      pick = co_await net::co_spawn(
+          pool,
+          [this, &parsed, &route]() -> net::awaitable<PickResult> {
+            co_return scheduler.pick(parsed.request, route);
+          },
+          net::use_awaitable);
+      if (gate != nullptr) {
+        gate->on_scheduled(route.pool);
+      }
+      if (pick.status != 200 || pick.ranked.empty()) {
+        int status = pick.status != 200 ? pick.status : 503;
+        if (pick.detail.empty()) {
+          pick.detail = "No ready endpoint";
+        }
+        co_return co_await reply_error(status, pick.detail);
+      }
+    }
+    const std::optional<std::string> body =
+        upstream_body(parsed, route.override_params, options.forward_priority);
+    const std::string model = target_model(parsed, route.override_params);
     const int max_attempts = pick.ranked.size() > 1 ? 2 : 1;
     for (int attempt = 0; attempt < max_attempts; ++attempt) {
       const Endpoint& pod = pick.ranked[static_cast<std::size_t>(attempt)];
-      auto outcome = co_await forward(client, req, parsed, pod, headers.request_id, received,
+      Upstream up{pod, route, body ? *body : req.body(), model};
+      auto outcome = co_await forward(client, req, parsed, up, headers.request_id, received,
                                       attempt + 1);
       if (outcome == Outcome::kDone) {
         co_return keep_alive;
@@ -196,37 +232,102 @@ struct ProxyServer::Impl {
       if (outcome == Outcome::kClientGone) {
         co_return false;
       }
-      spdlog::warn("request {}: pod {} failed before the first byte (attempt {})",
+      spdlog::warn("request {}: {} failed before the first byte (attempt {})",
                    headers.request_id, pod.name, attempt + 1);
     }
-    auto res = json_error(502, "Upstream model server failed", req.version(), keep_alive);
-    beast::error_code ec;
-    co_await http::async_write(client, res, redirect(ec));
-    co_return !ec && keep_alive;
+    co_return co_await reply_error(502, "Upstream model server failed");
   }
+
+  // Waits in the router queue when every pod of the route's pool is saturated.
+  net::awaitable<AdmissionVerdict> admit(const ParsedRequest& parsed, const Route& route) {
+    AdmissionRequest ar;
+    ar.pool = route.pool;
+    ar.strict_priority = parsed.request.strict_priority;
+    ar.priority = parsed.request.priority;
+    ar.slo_ttft_ms = parsed.request.slo_ttft_ms;
+    if (gate->needs_service_estimate()) {
+      ar.predicted_service_ms = co_await net::co_spawn(
+          pool,
+          [this, &parsed]() -> net::awaitable<double> {
+            co_return scheduler.estimate_service_ms(parsed.request, parsed.max_tokens);
+          },
+          net::use_awaitable);
+    }
+    auto executor = co_await net::this_coro::executor;
+    auto timer = std::make_shared<net::steady_timer>(executor);
+    auto verdict = std::make_shared<std::optional<AdmissionVerdict>>();
+    // The gate wakes us from any thread: hop onto this coroutine's strand first; the timer
+    // wait below started before that handler can run (both on the same strand).
+    auto ticket = gate->enter(ar, [executor, timer, verdict](AdmissionVerdict v) {
+      net::post(executor, [timer, verdict, v] {
+        *verdict = v;
+        timer->cancel();
+      });
+    });
+    if (!ticket.queued) {
+      co_return ticket.verdict;
+    }
+    timer->expires_after(gate->max_wait() + std::chrono::seconds(1));
+    beast::error_code ec;
+    co_await timer->async_wait(redirect(ec));
+    if (!verdict->has_value()) {
+      // Only when the gate never answered (it always does by its own timeout): give up.
+      gate->cancel(ticket.id);
+      co_return AdmissionVerdict{503, "router queue: no answer"};
+    }
+    co_return **verdict;
+  }
+
+  struct Upstream {
+    const Endpoint& pod;
+    const Route& route;
+    const std::string& body;
+    const std::string& model;
+  };
 
   enum class Outcome { kDone, kRetryable, kClientGone };
 
   net::awaitable<Outcome> forward(beast::tcp_stream& client,
                                   const http::request<http::string_body>& req,
-                                  const ParsedRequest& parsed, const Endpoint& pod,
+                                  const ParsedRequest& parsed, const Upstream& target,
                                   const std::string& request_id, Clock::time_point received,
                                   int attempt) {
+    const Endpoint& pod = target.pod;
+    const bool is_pod = !target.route.upstream;  // a pool pod, not an upstream URL
     CompletedRequest done;
     done.request = parsed.request;
     done.request.request_id = request_id;
     done.pod = pod;
     done.attempts = attempt;
+    done.target_model = target.model;
+    done.rule_id = target.route.rule_id;
+    done.target = target.route.target;
+    done.upstream_url = !is_pod;
     const int64_t input_tokens = parsed.request.input_tokens;
-    registry.on_dispatch(pod.name, input_tokens);
+    if (is_pod) {
+      registry.on_dispatch(pod.name, input_tokens);
+    }
     bool first_token = false;
+    const auto dispatched = Clock::now();
     auto finish = [&](bool success, int status) {
-      registry.on_finished(pod.name, input_tokens, parsed.max_tokens, first_token);
+      if (is_pod) {
+        registry.on_finished(pod.name, input_tokens, parsed.max_tokens, first_token);
+      }
+      if (done.e2e_ms == 0) {
+        done.e2e_ms = ms_since(dispatched);
+      }
       done.success = success;
       done.status = status;
       sink.on_completed(done);
+      if (is_pod && gate != nullptr) {
+        gate->on_finished(target.route.pool);
+      }
     };
-    const auto dispatched = Clock::now();
+    auto mark_unhealthy = [&] {
+      if (is_pod) {
+        registry.mark_unhealthy(pod.name, options.unhealthy_cooldown);
+      }
+    };
     auto [host, port] = split_address(pod.address);
     beast::tcp_stream upstream(client.get_executor());
     beast::error_code rec;
@@ -246,17 +347,18 @@ struct ProxyServer::Impl {
     }
     if (rec) {
       spdlog::warn("connect to pod {} ({}) failed: {}", pod.name, pod.address, rec.message());
-      registry.mark_unhealthy(pod.name, options.unhealthy_cooldown);
+      mark_unhealthy();
       finish(false, 502);
       co_return Outcome::kRetryable;
     }
     upstream.socket().set_option(tcp::no_delay(true));
-    http::request<http::string_body> up{http::verb::post, req.target(), 11};
+    const std::string path = target.route.base_path + std::string(req.target());
+    http::request<http::string_body> up{http::verb::post, path, 11};
     up.set(http::field::host, pod.address);
     up.set(http::field::content_type, "application/json");
     up.set("x-request-id", request_id);
     up.keep_alive(false);
-    up.body() = req.body();
+    up.body() = target.body;
     up.prepare_payload();
     upstream.expires_after(options.upstream_first_byte_timeout);
     beast::error_code wec;
@@ -274,7 +376,7 @@ struct ProxyServer::Impl {
       int status = hec ? 504 : rp.get().result_int();
       spdlog::warn("pod {} ({}) failed: {}", pod.name, pod.address,
                    hec ? hec.message() : "HTTP " + std::to_string(status));
-      registry.mark_unhealthy(pod.name, options.unhealthy_cooldown);
+      mark_unhealthy();
       finish(false, status);
       co_return Outcome::kRetryable;
     }
@@ -327,7 +429,9 @@ struct ProxyServer::Impl {
         if (scanner.feed(piece)) {
           first_token = true;
           done.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - dispatched).count();
-          registry.on_first_token(pod.name, input_tokens, parsed.max_tokens);
+          if (is_pod) {
+            registry.on_first_token(pod.name, input_tokens, parsed.max_tokens);
+          }
         }
       } else if (whole.size() < options.body_limit) {
         whole.append(piece);
@@ -367,8 +471,8 @@ struct ProxyServer::Impl {
 };
 
 ProxyServer::ProxyServer(ProxyOptions options, SchedulingPort& scheduler, PodRegistry& registry,
-                         CompletionSink& sink)
-    : impl_(std::make_unique<Impl>(std::move(options), scheduler, registry, sink)) {}
+                         CompletionSink& sink, AdmissionGate* gate)
+    : impl_(std::make_unique<Impl>(std::move(options), scheduler, registry, sink, gate)) {}
 
 ProxyServer::~ProxyServer() {
   stop();

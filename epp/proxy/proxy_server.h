@@ -31,12 +31,16 @@ struct ProxyOptions {
   std::chrono::milliseconds upstream_idle_timeout{60000};
   std::chrono::milliseconds unhealthy_cooldown{5000};  // after a connect/timeout/5xx failure
   bool default_prediction = true;  // x-prediction-based-scheduling when absent
+  bool forward_priority = true;    // soft priority -> vLLM `priority` (see upstream_body)
 };
+
+class AdmissionGate;  // epp/proxy/admission_gate.h
 
 class ProxyServer {
  public:
+  // `gate` (may be null: no router queue) outlives the server.
   ProxyServer(ProxyOptions options, SchedulingPort& scheduler, PodRegistry& registry,
-              CompletionSink& sink);
+              CompletionSink& sink, AdmissionGate* gate = nullptr);
   ~ProxyServer();
   void start();          // binds; throws std::runtime_error
   uint16_t port() const;

@@ -2,12 +2,16 @@
 // What the proxy needs from the rest of the EPP, as small interfaces so the proxy can be tested
 // with fakes and the scheduler without sockets.
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "epp/interface/endpoint.h"
 #include "epp/interface/request.h"
+#include "epp/objectives/objectives.h"
 
 namespace llmd::epp {
 
@@ -19,16 +23,38 @@ struct PickResult {
   std::string profile;
 };
 
-// Blocking, thread-safe; runs on a scheduling thread (may wait for predictions).
+// Where a request goes, decided before queueing and scheduling: a pool of pods (scheduled by
+// the pipeline, may wait in the router queue) or, by a model-level routing rule, an upstream
+// base URL (forwarded as is: no scheduling, no queue, no training sample).
+struct Route {
+  std::string pool;                  // pool target: pool name ("" = the default pool)
+  std::optional<Endpoint> upstream;  // URL target: name = the target string, address host:port
+  std::string base_path;             // URL target: path prefix ("" or "/openai")
+  std::string rule_id;               // the model-level rule that chose the target ("" = none)
+  std::string target;                // the rule's target string
+  nlohmann::json override_params;    // merged into the forwarded body (null = none)
+};
+
+// Thread-safe. route() and objectives() are quick (run on I/O threads); pick() and
+// estimate_service_ms() may block on predictions and run on a scheduling thread.
 class SchedulingPort {
  public:
   virtual ~SchedulingPort() = default;
-  virtual PickResult pick(const SchedulingRequest& request) = 0;
+  // The objectives of the current configuration generation (never null).
+  virtual std::shared_ptr<const ObjectiveTable> objectives() = 0;
+  virtual Route route(const SchedulingRequest& request) = 0;
+  virtual PickResult pick(const SchedulingRequest& request, const Route& route) = 0;
+  // Predicted service time (ms) of the request on an idle pod, for the wspt queue policy.
+  virtual double estimate_service_ms(const SchedulingRequest& request, int64_t max_tokens) = 0;
 };
 
 struct CompletedRequest {
   SchedulingRequest request;
   Endpoint pod;  // as seen at dispatch (features of the training sample)
+  std::string target_model;  // the model the pod was asked for (after override_params)
+  std::string rule_id;       // model-level routing rule ("" = none)
+  std::string target;        // that rule's target
+  bool upstream_url = false; // forwarded to an upstream URL (not a pool pod)
   bool success = false;
   bool client_aborted = false;
   int status = 0;

@@ -323,6 +323,13 @@ PipelineConstPtr build(const YAML::Node& root, const PluginRegistry& registry,
     }
   }
   check_attributes(*pl, registry, handle, metrics);
+  for (const auto& p : pl->plugins) {
+    if (p->ignores_predictions()) {
+      pl->predictions_ignored = true;
+      spdlog::info("{} ignores predictions: requests are scheduled without asking the predictor",
+                   label(p->name(), p->type()));
+    }
+  }
   return pl;
 }
 

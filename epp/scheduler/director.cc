@@ -38,7 +38,12 @@ ScheduleResult Director::schedule(const SchedulingRequest& request,
   auto cycle_start = Clock::now();
   PipelineConstPtr pipeline = this->pipeline();  // this generation serves the whole request
   ScheduleResult result;
-  CycleContext ctx{request, rng};
+  std::optional<SchedulingRequest> without_predictions;
+  if (pipeline && pipeline->predictions_ignored && request.prediction_enabled) {
+    without_predictions = request;
+    without_predictions->prediction_enabled = false;
+  }
+  CycleContext ctx{without_predictions ? *without_predictions : request, rng};
   auto finish = [&](prometheus::Counter* outcome) {
     count(outcome);
     if (metrics_ != nullptr) {
@@ -97,7 +102,10 @@ ScheduleResult Director::schedule(const SchedulingRequest& request,
 
   ProfileResult run = profile->run(ctx, std::move(candidates));
   for (std::size_t i = 0; i < run.candidates.size(); ++i) {
-    result.scores.push_back({run.candidates[i].name, run.scores[i]});
+    const auto& c = run.candidates[i];
+    result.scores.push_back({c.name, run.scores[i],
+                             c.latency ? std::optional<double>(c.latency->predicted_ttft_ms)
+                                       : std::nullopt});
   }
   if (!run.picked) {
     result.reason = run.emptied_by.empty() ? "no candidates"

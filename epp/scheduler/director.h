@@ -20,6 +20,7 @@ struct SchedulerMetrics;
 struct PodScore {
   std::string name;
   double score = 0;  // weighted sum of the profile's clamped scorer outputs
+  std::optional<double> predicted_ttft_ms;  // when the cycle had a prediction for the pod
 };
 
 struct ScheduleResult {

@@ -18,6 +18,10 @@ struct Pipeline {
   std::vector<Stage<Admitter>> admitters;
   std::vector<Profile> profiles;   // profiles.front() is the default
   std::vector<PluginPtr> plugins;  // every instance (config order, then added defaults)
+  // Some plugin is configured to ignore predictions (latency-scorer composite-only): every
+  // request runs as with x-prediction-based-scheduling: false, so the predictor is not asked
+  // and its absence costs nothing.
+  bool predictions_ignored = false;
 
   const Profile* profile(std::string_view name) const;  // null when unknown
   PluginPtr plugin(std::string_view name) const;        // null when unknown

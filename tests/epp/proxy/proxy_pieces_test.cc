@@ -21,7 +21,7 @@ TEST(OpenAiRequest, CompletionAndChatPromptsHeadersAndHints) {
       "/v1/completions",
       R"({"model":"m","prompt":"one two  three","stream":true,"max_tokens":7,
           "nvext":{"agent_hints":{"priority":-2,"strict_priority":3}}})",
-      h, true, p));
+      h, RequestDefaults{}, p));
   EXPECT_EQ(p.request.input_tokens, 3);
   EXPECT_TRUE(p.request.streaming);
   EXPECT_EQ(p.max_tokens, 7);
@@ -35,7 +35,7 @@ TEST(OpenAiRequest, CompletionAndChatPromptsHeadersAndHints) {
       "/v1/chat/completions",
       R"({"model":"m","messages":[{"role":"system","content":"be brief"},
           {"role":"user","content":[{"type":"text","text":"hi there"}]}]})",
-      InboundHeaders{}, true, c));
+      InboundHeaders{}, RequestDefaults{}, c));
   EXPECT_EQ(c.request.prompt_text, "be brief hi there ");
   EXPECT_EQ(c.request.input_tokens, 4);
   EXPECT_TRUE(c.request.prediction_enabled);
@@ -43,12 +43,12 @@ TEST(OpenAiRequest, CompletionAndChatPromptsHeadersAndHints) {
 
 TEST(OpenAiRequest, BadInputGivesAMessage) {
   ParsedRequest p;
-  EXPECT_TRUE(parse_openai_request("/v1/completions", "{", InboundHeaders{}, true, p));
-  EXPECT_TRUE(parse_openai_request("/v1/completions", R"({"prompt":"x"})", InboundHeaders{}, true, p));
-  EXPECT_TRUE(parse_openai_request("/v1/chat/completions", R"({"model":"m"})", InboundHeaders{}, true, p));
+  EXPECT_TRUE(parse_openai_request("/v1/completions", "{", InboundHeaders{}, RequestDefaults{}, p));
+  EXPECT_TRUE(parse_openai_request("/v1/completions", R"({"prompt":"x"})", InboundHeaders{}, RequestDefaults{}, p));
+  EXPECT_TRUE(parse_openai_request("/v1/chat/completions", R"({"model":"m"})", InboundHeaders{}, RequestDefaults{}, p));
   InboundHeaders bad;
   bad.slo_ttft_ms = "fast";
-  auto e = parse_openai_request("/v1/completions", R"({"model":"m","prompt":"x"})", bad, true, p);
+  auto e = parse_openai_request("/v1/completions", R"({"model":"m","prompt":"x"})", bad, RequestDefaults{}, p);
   ASSERT_TRUE(e);
   EXPECT_NE(e->find("x-slo-ttft-ms"), std::string::npos);
 }

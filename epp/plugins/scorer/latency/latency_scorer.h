@@ -43,6 +43,8 @@ class LatencyScorer final : public PluginBase<Scorer> {
     return {AttributeKey::kLatencyPrediction, AttributeKey::kPrefixCacheMatch};
   }
 
+  bool ignores_predictions() const override { return strategy_ == Strategy::kCompositeOnly; }
+
   const Config& config() const { return config_; }
   Strategy strategy() const { return strategy_; }
 

@@ -1,0 +1,146 @@
+#include "epp/scheduling_port.h"
+
+#include <random>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace llmd::epp {
+namespace {
+
+Rng& thread_rng() {
+  thread_local Rng rng{std::random_device{}()};
+  return rng;
+}
+
+}  // namespace
+
+EppSchedulingPort::EppSchedulingPort(Director& director, PodRegistry& registry,
+                                     PredictionSource* predictions)
+    : director_(director), registry_(registry), predictions_(predictions),
+      objectives_(std::make_shared<ObjectiveTable>()) {}
+
+void EppSchedulingPort::set_policies(std::shared_ptr<const ObjectiveTable> objectives,
+                                     std::optional<routing::LoadBalancingConfig> rules) {
+  std::lock_guard lock(mu_);
+  objectives_ = objectives ? std::move(objectives) : std::make_shared<ObjectiveTable>();
+  if (!rules) {
+    router_.reset();
+  } else if (router_) {
+    router_->reconfigure(std::move(*rules));
+  } else {
+    router_ = std::make_shared<routing::LatencyRouter>(std::move(*rules));
+  }
+}
+
+std::shared_ptr<routing::LatencyRouter> EppSchedulingPort::latency_router() const {
+  std::lock_guard lock(mu_);
+  return router_;
+}
+
+std::shared_ptr<const ObjectiveTable> EppSchedulingPort::objectives() {
+  std::lock_guard lock(mu_);
+  return objectives_;
+}
+
+Route EppSchedulingPort::route(const SchedulingRequest& request) {
+  Route out;
+  auto router = latency_router();
+  if (!router) {
+    return out;
+  }
+  routing::RouteQuery q{request.model, request.subject, &request.metadata};
+  auto d = router->route(q, thread_rng(), std::chrono::steady_clock::now());
+  if (!d) {
+    return out;  // no rule for this model: the default pool
+  }
+  out.rule_id = d->rule_id;
+  out.target = d->target.target;
+  out.override_params = d->target.override_params;
+  if (d->target.kind == routing::LoadBalanceTarget::Kind::kUrl) {
+    Endpoint e;
+    e.name = d->target.target;
+    e.address = fmt::format("{}:{}", d->target.host, d->target.port);
+    out.upstream = std::move(e);
+    out.base_path = d->target.base_path;
+  } else {
+    out.pool = d->target.pool;
+  }
+  spdlog::debug("request {} model {}: rule {} -> {}{}", request.request_id, request.model,
+                out.rule_id, out.target, d->warm_up ? " (warm-up)" : "");
+  return out;
+}
+
+std::vector<Endpoint> EppSchedulingPort::pool_candidates(const std::string& pool) const {
+  auto all = registry_.candidates(std::chrono::steady_clock::now());
+  std::erase_if(all, [&pool](const Endpoint& e) { return e.pool() != pool; });
+  return all;
+}
+
+PickResult EppSchedulingPort::pick(const SchedulingRequest& request, const Route& route) {
+  auto candidates = pool_candidates(route.pool);
+  ScheduleResult r = director_.schedule(request, std::move(candidates), thread_rng());
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& s : r.scores) {
+    if (s.predicted_ttft_ms) {
+      registry_.record_predicted_ttft(s.name, *s.predicted_ttft_ms, now);
+    }
+  }
+  PickResult out;
+  out.status = r.ok() ? 200 : r.status;
+  out.detail = r.reason;
+  if (!r.ok() && !route.pool.empty()) {
+    out.detail += fmt::format(" (pool '{}')", route.pool);
+  }
+  out.predictions_used = r.predictions_used;
+  out.profile = r.profile;
+  if (r.picked) {
+    out.ranked.push_back(*r.picked);
+    if (r.fallback) {
+      out.ranked.push_back(*r.fallback);
+    }
+  }
+  if (spdlog::should_log(spdlog::level::debug)) {
+    std::string scores;
+    for (const auto& s : r.scores) {
+      scores += fmt::format(" {}={:.3f}", s.name, s.score);
+    }
+    spdlog::debug("request {} model {} pool '{}' profile {} predictions {} priority {}/{} "
+                  "scores:{} -> {}",
+                  request.request_id, request.model, route.pool, r.profile, r.predictions_used,
+                  request.strict_priority, request.priority, scores,
+                  r.picked ? r.picked->name : "(none: " + r.reason + ")");
+  }
+  return out;
+}
+
+double EppSchedulingPort::estimate_service_ms(const SchedulingRequest& request,
+                                              int64_t max_tokens) {
+  if (predictions_ != nullptr && request.prediction_enabled) {
+    // One row: this request on an idle pod without a prefix hit.
+    features::FeatureInput row;
+    row.input_token_length = request.input_tokens;
+    row.num_tokens_generated = 1;
+    auto p = predictions_->predict({row}, std::chrono::steady_clock::now() +
+                                              std::chrono::milliseconds(20));
+    if (p && p->size() == 1) {
+      return (*p)[0].ttft_ms + (*p)[0].tpot_ms * static_cast<double>(std::max<int64_t>(0, max_tokens - 1));
+    }
+  }
+  // No model yet: relative cost in the spirit of Dynamo's token-count WSPT (prefill is cheap
+  // per token, each decode step costs a forward pass).
+  return 0.05 * static_cast<double>(request.input_tokens) +
+         10.0 * static_cast<double>(std::max<int64_t>(1, max_tokens));
+}
+
+void EppSchedulingPort::on_completed(const CompletedRequest& done) {
+  if (done.rule_id.empty() || done.client_aborted) {
+    return;
+  }
+  if (auto router = latency_router()) {
+    router->record(done.rule_id, done.target, done.e2e_ms, done.success,
+                   std::chrono::steady_clock::now());
+  }
+}
+
+}  // namespace llmd::epp

@@ -1,0 +1,49 @@
+#pragma once
+// The proxy's view of the control plane: model-level routing rules pick a target (a pool or an
+// upstream URL), the director schedules a pool's candidates, objectives fill request defaults,
+// and completed requests feed the rules' response-time windows. One instance per process;
+// thread-safe (each piece has its own lock; reload swaps whole generations).
+#include <memory>
+#include <mutex>
+
+#include "epp/datastore/pod_registry.h"
+#include "epp/interface/prediction_source.h"
+#include "epp/objectives/objectives.h"
+#include "epp/proxy/proxy_types.h"
+#include "epp/routing/latency_router.h"
+#include "epp/scheduler/director.h"
+
+namespace llmd::epp {
+
+class EppSchedulingPort final : public SchedulingPort, public CompletionSink {
+ public:
+  EppSchedulingPort(Director& director, PodRegistry& registry, PredictionSource* predictions);
+
+  // Reload: new objectives and routing rules (nullopt = no rules). Rule statistics of
+  // (rule, target) pairs that survive are kept.
+  void set_policies(std::shared_ptr<const ObjectiveTable> objectives,
+                    std::optional<routing::LoadBalancingConfig> rules);
+  std::shared_ptr<routing::LatencyRouter> latency_router() const;
+
+  // SchedulingPort
+  std::shared_ptr<const ObjectiveTable> objectives() override;
+  Route route(const SchedulingRequest& request) override;
+  PickResult pick(const SchedulingRequest& request, const Route& route) override;
+  double estimate_service_ms(const SchedulingRequest& request, int64_t max_tokens) override;
+
+  // CompletionSink: response times of rule-routed requests.
+  void on_completed(const CompletedRequest& done) override;
+
+  // Candidates of one pool (pods labelled `pool: <name>`; "" = pods without the label).
+  std::vector<Endpoint> pool_candidates(const std::string& pool) const;
+
+ private:
+  Director& director_;
+  PodRegistry& registry_;
+  PredictionSource* predictions_;  // null: no predictor configured
+  mutable std::mutex mu_;
+  std::shared_ptr<const ObjectiveTable> objectives_;  // guarded by mu_
+  std::shared_ptr<routing::LatencyRouter> router_;    // guarded by mu_; null = no rules
+};
+
+}  // namespace llmd::epp
