@@ -45,7 +45,9 @@ struct StackOptions {
   int predictors = 2;
   std::vector<std::string> modelsim_args;
   std::vector<std::string> epp_args;
-  std::string pipeline = "default-pipeline.yaml";
+  std::string pipeline = "default-pipeline.yaml";  // in epp/config/, or an absolute path
+  std::vector<std::string> pod_labels;  // per pod, an inline YAML map such as "{pool: a}"
+  std::string extra_config;             // appended to the EPP config (policies)
 };
 
 class Stack {
@@ -111,12 +113,28 @@ class Stack {
     std::ofstream f(tmp);
     f << "pool:\n  pods:\n";
     for (int i = 0; i < options_.pods; ++i) {
-      f << "  - {name: pod-" << i << ", address: 127.0.0.1:" << base_port_ + i << "}\n";
+      f << "  - {name: pod-" << i << ", address: 127.0.0.1:" << base_port_ + i;
+      if (static_cast<std::size_t>(i) < options_.pod_labels.size() &&
+          !options_.pod_labels[static_cast<std::size_t>(i)].empty()) {
+        f << ", labels: " << options_.pod_labels[static_cast<std::size_t>(i)];
+      }
+      f << "}\n";
     }
-    f << "scrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: " << std::string(LLMD_SOURCE_DIR)
-      << "/epp/config/" << pipeline << "\n";
+    f << "scrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: "
+      << (pipeline.starts_with("/") ? "" : std::string(LLMD_SOURCE_DIR) + "/epp/config/") << pipeline << "\n" << with_ports(options_.extra_config);
     f.close();
     std::rename(tmp.c_str(), dir_.file("pool.yaml").c_str());
+  }
+
+  // "{pod:N}" -> the port of pod N (for policies that name pods by URL).
+  std::string with_ports(std::string text) const {
+    for (int i = 0; i < options_.pods; ++i) {
+      const std::string key = "{pod:" + std::to_string(i) + "}";
+      for (auto at = text.find(key); at != std::string::npos; at = text.find(key)) {
+        text.replace(at, key.size(), std::to_string(base_port_ + i));
+      }
+    }
+    return text;
   }
 
   std::string pod_address(int i) const { return "127.0.0.1:" + std::to_string(base_port_ + i); }

@@ -1,0 +1,218 @@
+// The EPP's policies (spec epp.md section 5) through the real executables: model-level latency
+// routing across a pool and an upstream URL, the router queue under a saturating burst with
+// mixed priorities, and composite-only scheduling with the predictor down.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include "tests/e2e/stack_fixture.h"
+
+namespace llmd::testing {
+namespace {
+
+class PolicyStack : public ::testing::Test {
+ protected:
+  void start(StackOptions o) {
+    stack_ = std::make_unique<Stack>(std::move(o));
+    ASSERT_TRUE(stack_->ready) << stack_->logs();
+  }
+  void TearDown() override {
+    if (HasFailure() && stack_) {
+      std::string logs = stack_->logs();
+      std::cerr << logs.substr(logs.size() > 30000 ? logs.size() - 30000 : 0);
+    }
+  }
+  void fault(int pod, const std::string& body) {
+    http::HttpClient c("127.0.0.1", stack_->pod_port(pod));
+    ASSERT_EQ(c.post("/admin/fault", body).status, 200);
+  }
+  std::unique_ptr<Stack> stack_;
+};
+
+// Pods 0-1 form pool "a"; pod 3 is reached as an upstream URL (pods 2-3 are in pool "b", which
+// the rule does not use, so the EPP scrapes but never schedules them).
+constexpr const char* kLatencyRule = R"(
+loadBalancing:
+  type: gateway-load-balancing-config
+  settings: {windowSeconds: 3, windowRequests: 20, minSamples: 3}
+  rules:
+  - id: llama
+    type: latency-based-routing
+    when:
+      models: [meta-llama/Llama-3.1-8B-Instruct]
+    load_balance_targets:
+    - target: pool:a
+    - target: http://127.0.0.1:{pod:3}
+      override_params: {max_tokens: 2}
+)";
+
+TEST_F(PolicyStack, LatencyRoutingLeavesASlowTargetAndComesBackAfterRecovery) {
+  StackOptions o;
+  o.predictors = 1;
+  o.pod_labels = {"{pool: a}", "{pool: a}", "{pool: b}", "{pool: b}"};
+  o.extra_config = kLatencyRule;
+  start(o);
+  const std::string url_target = stack_->pod_address(3);
+  auto send = [&](int n, const std::string& tag) {
+    int to_url = 0;
+    for (int i = 0; i < n; ++i) {
+      auto r = stack_->complete(words(20, tag + std::to_string(i)), 3);
+      EXPECT_EQ(r.status, 200) << r.body;
+      if (r.header("x-gateway-destination-endpoint") == url_target) {
+        ++to_url;
+        // override_params reached the upstream: it generated 2 tokens, not the 3 asked for.
+        EXPECT_EQ(Json::parse(r.body)["usage"]["completion_tokens"], 2) << r.body;
+      }
+    }
+    return to_url;
+  };
+  // Warm-up: neither target is judged yet, traffic is spread at random.
+  int warm = send(16, "w");
+  EXPECT_GT(warm, 0);
+  EXPECT_LT(warm, 16);
+
+  fault(3, R"({"mode":"slow","delay_ms":400})");
+  int slow = send(40, "s");
+  std::printf("latency routing: upstream got %d/16 during warm-up, %d/40 while 400 ms slower\n",
+              warm, slow);
+  EXPECT_LE(slow, 6) << "the slow target kept receiving traffic";
+  std::string m = stack_->metrics();
+  EXPECT_NE(m.find("llmd_epp_latency_routing_target{rule=\"llama\",stat=\"fast\",target=\"http://"),
+            std::string::npos) << m;
+
+  // Recovery: the slow samples age out of the 3 s window, the target is re-tried, found fast.
+  fault(3, R"({"mode":"none"})");
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  int back = send(30, "r");
+  std::printf("latency routing: upstream got %d/30 after recovery\n", back);
+  EXPECT_GE(back, 6) << "the recovered target got no traffic back";
+}
+
+TEST_F(PolicyStack, RuleConfigErrorsAreRefusedAtLoadNamingTheRule) {
+  TempDir dir;
+  std::string pool = dir.file("pool.yaml");
+  std::ofstream(pool) << "pool:\n  pods:\n  - {name: p, address: 127.0.0.1:1}\n"
+                         "pipeline: " LLMD_SOURCE_DIR "/epp/config/default-pipeline.yaml\n"
+                         "loadBalancing:\n  type: gateway-load-balancing-config\n  rules:\n"
+                         "  - id: broken-rule\n    type: fastest-wins\n"
+                         "    when: {models: [m]}\n    load_balance_targets: [{target: pool}]\n";
+  Process epp(binary("epp/epp"), {"--config", pool, "--port", "0", "--health-port", "0",
+                                  "--metrics-port", "0"});
+  for (int i = 0; i < 200 && epp.log().find("broken-rule") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_NE(epp.log().find("broken-rule"), std::string::npos) << epp.log();
+  // Signals are blocked in the EPP, so the exit status is its own: 2 = bad configuration.
+  EXPECT_EQ(epp.terminate(), 2);
+  EXPECT_NE(epp.log().find("fastest-wins"), std::string::npos) << epp.log();
+}
+
+struct Latencies {
+  std::mutex mu;
+  std::map<std::string, std::vector<double>> ms;
+  void add(const std::string& cls, double v) {
+    std::lock_guard lock(mu);
+    ms[cls].push_back(v);
+  }
+  double mean(const std::string& cls) {
+    auto& v = ms[cls];
+    return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  }
+  double p90(const std::string& cls) {
+    auto v = ms[cls];
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[static_cast<std::size_t>(0.9 * static_cast<double>(v.size() - 1))];
+  }
+};
+
+TEST_F(PolicyStack, RouterQueueServesHigherTiersAndPrioritiesFirstUnderABurst) {
+  StackOptions o;
+  o.pods = 2;
+  o.predictors = 1;
+  o.modelsim_args = {"--scheduling-policy", "priority"};
+  // At most two requests in flight per pod: a burst of 48 must wait in the EPP's queue.
+  o.extra_config = "routerQueue:\n  policy: fcfs\n  routerQueueThreshold: {inFlightRequests: 2}\n"
+                   "  timeoutMs: 60000\n";
+  start(o);
+  Latencies lat;
+  std::atomic<int> failures{0};
+  auto burst = [&](const std::string& cls, int n, Json hints) {
+    std::vector<std::thread> ts;
+    for (int i = 0; i < n; ++i) {
+      ts.emplace_back([&, cls, i, hints] {
+        http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(120));
+        Json body = {{"model", stack_->model}, {"prompt", words(40, cls + std::to_string(i))},
+                     {"max_tokens", 24}};
+        if (!hints.is_null()) {
+          body["nvext"] = {{"agent_hints", hints}};
+        }
+        auto t0 = std::chrono::steady_clock::now();
+        auto r = c.post("/v1/completions", body.dump());
+        if (r.status != 200) {
+          ++failures;
+          return;
+        }
+        lat.add(cls, std::chrono::duration<double, std::milli>(
+                         std::chrono::steady_clock::now() - t0).count());
+      });
+    }
+    return ts;
+  };
+  // The plain requests arrive first and fill the pods; the prioritised ones come 100 ms later
+  // and must still overtake the plain ones that wait.
+  auto plain = burst("plain", 16, nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto soft = burst("priority10", 16, {{"priority", 10}});
+  auto tier = burst("strict1", 16, {{"strict_priority", 1}});
+  for (auto* g : {&plain, &soft, &tier}) {
+    for (auto& t : *g) {
+      t.join();
+    }
+  }
+  EXPECT_EQ(failures, 0);
+  std::printf("router queue burst (48 requests, 2 pods x 2 in flight), latency ms:\n"
+              "  strict_priority 1: mean %.0f p90 %.0f\n  priority 10:       mean %.0f p90 %.0f\n"
+              "  plain:             mean %.0f p90 %.0f\n",
+              lat.mean("strict1"), lat.p90("strict1"), lat.mean("priority10"),
+              lat.p90("priority10"), lat.mean("plain"), lat.p90("plain"));
+  EXPECT_LT(lat.mean("strict1"), lat.mean("priority10"));
+  EXPECT_LT(lat.mean("priority10"), lat.mean("plain"));
+  EXPECT_LT(lat.mean("strict1"), 0.6 * lat.mean("plain"));
+  std::string m = stack_->metrics();
+  EXPECT_GT(metric_sum(m, "llmd_epp_router_queue_requests_total{outcome=\"admitted\"}"), 20) << m;
+  EXPECT_NE(m.find("llmd_epp_router_queue_pending{tier=\"1\"} 0"), std::string::npos) << m;
+}
+
+TEST_F(PolicyStack, CompositeOnlyIgnoresADownPredictorWithoutErrors) {
+  TempDir dir;
+  std::string pipeline = dir.file("composite-only.yaml");
+  std::ofstream(pipeline) << "plugins:\n- type: approx-prefix-cache-producer\n"
+                             "- type: predicted-latency-producer\n- type: latency-scorer\n"
+                             "  parameters: {headroomSelectionStrategy: composite-only}\n"
+                             "- type: weighted-random-picker\nschedulingProfiles:\n"
+                             "- name: default\n  plugins:\n  - pluginRef: latency-scorer\n"
+                             "  - pluginRef: weighted-random-picker\n";
+  StackOptions o;
+  o.predictors = 1;
+  o.pipeline = pipeline;
+  start(o);
+  stack_->predictors[0]->kill_now();
+  for (int i = 0; i < 20; ++i) {
+    auto r = stack_->complete(words(30, "c" + std::to_string(i)), 4, i % 2 == 0);
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  std::string m = stack_->metrics();
+  EXPECT_EQ(metric_sum(m, "llmd_epp_predictor_errors_total{"), 0) << m;
+  EXPECT_EQ(metric_sum(m, "llmd_epp_predictor_batch_rows_count"), 0) << m;
+  EXPECT_GE(metric_sum(m, "llmd_epp_scheduling_predictions_total{"), 20) << m;
+}
+
+}  // namespace
+}  // namespace llmd::testing
