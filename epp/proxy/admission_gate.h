@@ -71,7 +71,7 @@ class AdmissionGate {
   Ticket enter(const AdmissionRequest& request, Wake wake, Clock::time_point now = Clock::now());
   void cancel(uint64_t id);  // the waiter gave up; no wake follows
 
-  void on_scheduled(const std::string& pool);  // an admitted request left scheduling
+  void on_scheduled(const std::string& pool);  // an admitted request was dispatched or refused
   void on_finished(const std::string& pool);   // a dispatched request finished
   void tick(Clock::time_point now = Clock::now());
 

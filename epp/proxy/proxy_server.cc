@@ -206,10 +206,10 @@ struct ProxyServer::Impl {
             co_return scheduler.pick(parsed.request, route);
           },
           net::use_awaitable);
-      if (gate != nullptr) {
-        gate->on_scheduled(route.pool);
-      }
       if (pick.status != 200 || pick.ranked.empty()) {
+        if (gate != nullptr) {
+          gate->on_scheduled(route.pool);  // admitted but not dispatched: slot back
+        }
         int status = pick.status != 200 ? pick.status : 503;
         if (pick.detail.empty()) {
           pick.detail = "No ready endpoint";
@@ -306,6 +306,11 @@ struct ProxyServer::Impl {
     const int64_t input_tokens = parsed.request.input_tokens;
     if (is_pod) {
       registry.on_dispatch(pod.name, input_tokens);
+      if (attempt == 1 && gate != nullptr) {
+        // Only now does the dispatch show in the pod's bookkeeping: the queue's in-transit
+        // count covered the request until here, so no slot is counted twice or not at all.
+        gate->on_scheduled(target.route.pool);
+      }
     }
     bool first_token = false;
     const auto dispatched = Clock::now();

@@ -114,6 +114,20 @@ TEST_F(PolicyStack, RuleConfigErrorsAreRefusedAtLoadNamingTheRule) {
   EXPECT_NE(epp.log().find("fastest-wins"), std::string::npos) << epp.log();
 }
 
+TEST_F(PolicyStack, ShippedPolicyExampleLoads) {
+  Process epp(binary("epp/epp"),
+              {"--config", LLMD_SOURCE_DIR "/epp/config/policies-example.yaml", "--host",
+               "127.0.0.1", "--port", "0", "--health-port", std::to_string(free_port()),
+               "--metrics-port", "0"});
+  // Up means the whole file parsed: the pods themselves are not running here.
+  for (int i = 0; i < 100 && epp.log().find("policies:") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(epp.log().find("policies: 3 objectives, 1 model-level routing rules, router queue fcfs"),
+            std::string::npos) << epp.log();
+  EXPECT_TRUE(epp.running()) << epp.log();
+}
+
 struct Latencies {
   std::mutex mu;
   std::map<std::string, std::vector<double>> ms;
@@ -125,10 +139,10 @@ struct Latencies {
     auto& v = ms[cls];
     return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
   }
-  double p90(const std::string& cls) {
+  double quantile(const std::string& cls, double q) {
     auto v = ms[cls];
     std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v[static_cast<std::size_t>(0.9 * static_cast<double>(v.size() - 1))];
+    return v.empty() ? 0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
   }
 };
 
@@ -177,14 +191,16 @@ TEST_F(PolicyStack, RouterQueueServesHigherTiersAndPrioritiesFirstUnderABurst) {
     }
   }
   EXPECT_EQ(failures, 0);
-  std::printf("router queue burst (48 requests, 2 pods x 2 in flight), latency ms:\n"
-              "  strict_priority 1: mean %.0f p90 %.0f\n  priority 10:       mean %.0f p90 %.0f\n"
-              "  plain:             mean %.0f p90 %.0f\n",
-              lat.mean("strict1"), lat.p90("strict1"), lat.mean("priority10"),
-              lat.p90("priority10"), lat.mean("plain"), lat.p90("plain"));
-  EXPECT_LT(lat.mean("strict1"), lat.mean("priority10"));
-  EXPECT_LT(lat.mean("priority10"), lat.mean("plain"));
-  EXPECT_LT(lat.mean("strict1"), 0.6 * lat.mean("plain"));
+  std::printf("router queue burst (48 requests, 2 pods x 2 in flight), latency ms:\n");
+  for (const char* cls : {"strict1", "priority10", "plain"}) {
+    std::printf("  %-10s mean %4.0f  p50 %4.0f  p90 %4.0f\n", cls, lat.mean(cls),
+                lat.quantile(cls, 0.5), lat.quantile(cls, 0.9));
+  }
+  // Medians: the first plain requests found free pods and never waited, which drags the plain
+  // mean down; the median is a request that waited.
+  EXPECT_LT(lat.quantile("strict1", 0.5), lat.quantile("priority10", 0.5));
+  EXPECT_LT(lat.quantile("priority10", 0.5), lat.quantile("plain", 0.5));
+  EXPECT_LT(lat.quantile("strict1", 0.5), 0.6 * lat.quantile("plain", 0.5));
   std::string m = stack_->metrics();
   EXPECT_GT(metric_sum(m, "llmd_epp_router_queue_requests_total{outcome=\"admitted\"}"), 20) << m;
   EXPECT_NE(m.find("llmd_epp_router_queue_pending{tier=\"1\"} 0"), std::string::npos) << m;
