@@ -50,30 +50,6 @@ namespace {
 
 // ---------------------------------------------------------------------------------------------
 // CPU accounting (/proc)
-
-double pid_cpu_seconds(const std::string& stat_path) {
-  std::ifstream in(stat_path);
-  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto close = content.rfind(')');
-  if (close == std::string::npos || close + 2 > content.size()) {
-    return 0;
-  }
-  std::istringstream rest(content.substr(close + 2));
-  std::string field;
-  double utime = 0;
-  double stime = 0;
-  // Fields after the command: state(3) ... utime(14) stime(15).
-  for (int i = 3; rest >> field; ++i) {
-    if (i == 14) {
-      utime = std::stod(field);
-    } else if (i == 15) {
-      stime = std::stod(field);
-      break;
-    }
-  }
-  return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
 struct CpuSample {
   Clock::time_point wall;
   double busy_s = 0;        // whole machine
@@ -84,19 +60,10 @@ struct CpuSample {
 CpuSample cpu_sample(const std::vector<pid_t>& predictors) {
   CpuSample c;
   c.wall = Clock::now();
-  std::ifstream in("/proc/stat");
-  std::string cpu;
-  double v[8] = {};
-  in >> cpu;
-  for (double& x : v) {
-    in >> x;
-  }
-  // user nice system idle iowait irq softirq steal
-  const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
-  c.busy_s = (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / tick;
-  c.self_s = pid_cpu_seconds("/proc/self/stat");
+  c.busy_s = bench::machine_busy_cpu_seconds();
+  c.self_s = bench::process_cpu_seconds("/proc/self/stat");
   for (pid_t p : predictors) {
-    c.predictors_s += pid_cpu_seconds("/proc/" + std::to_string(p) + "/stat");
+    c.predictors_s += bench::process_cpu_seconds("/proc/" + std::to_string(p) + "/stat");
   }
   return c;
 }

@@ -39,6 +39,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "bench/bench_stats.h"
 #include "common/features/feature_json.h"
 #include "common/http/client.h"
 #include "common/testing/synthetic_law.h"
@@ -126,45 +127,14 @@ struct CpuSample {
   double ours_s = 0;  // this process + the optional child
 };
 
-double proc_pid_cpu_s(const std::string& stat_path) {
-  std::ifstream in(stat_path);
-  std::string text;
-  std::getline(in, text);
-  // comm (field 2) may contain spaces: count fields from the closing parenthesis.
-  auto close = text.rfind(')');
-  if (close == std::string::npos) {
-    return 0;
-  }
-  std::istringstream ss(text.substr(close + 2));
-  std::string field;
-  double utime = 0, stime = 0;
-  for (int i = 3; ss >> field; ++i) {
-    if (i == 14) {
-      utime = std::stod(field);
-    } else if (i == 15) {
-      stime = std::stod(field);
-      break;
-    }
-  }
-  return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
 
 CpuSample cpu_sample(pid_t child = -1) {
   CpuSample c;
   c.wall = Clock::now();
-  std::ifstream in("/proc/stat");
-  std::string cpu;
-  double v[8] = {};
-  in >> cpu;
-  for (double& x : v) {
-    in >> x;
-  }
-  // user nice system idle iowait irq softirq steal (guest time is already inside user).
-  const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
-  c.busy_s = (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / tick;
-  c.ours_s = proc_pid_cpu_s("/proc/self/stat");
+  c.busy_s = llmd::bench::machine_busy_cpu_seconds();
+  c.ours_s = llmd::bench::process_cpu_seconds("/proc/self/stat");
   if (child > 0) {
-    c.ours_s += proc_pid_cpu_s("/proc/" + std::to_string(child) + "/stat");
+    c.ours_s += llmd::bench::process_cpu_seconds("/proc/" + std::to_string(child) + "/stat");
   }
   return c;
 }
