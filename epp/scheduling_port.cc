@@ -134,6 +134,11 @@ double EppSchedulingPort::estimate_service_ms(const SchedulingRequest& request,
 }
 
 void EppSchedulingPort::on_completed(const CompletedRequest& done) {
+  if (done.success && !done.upstream_url && !done.continuation_prompt.empty()) {
+    SchedulingRequest continued = done.request;
+    continued.prompt_text = done.continuation_prompt;
+    director_.on_response_complete(continued, done.pod);
+  }
   if (done.rule_id.empty() || done.client_aborted) {
     return;
   }

@@ -31,7 +31,7 @@ class EppSchedulingPort final : public SchedulingPort, public CompletionSink {
   PickResult pick(const SchedulingRequest& request, const Route& route) override;
   double estimate_service_ms(const SchedulingRequest& request, int64_t max_tokens) override;
 
-  // CompletionSink: response times of rule-routed requests.
+  // CompletionSink: the prefix index learns each answer; response times of rule-routed requests.
   void on_completed(const CompletedRequest& done) override;
 
   // Candidates of one pool (pods labelled `pool: <name>`; "" = pods without the label).

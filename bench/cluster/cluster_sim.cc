@@ -22,6 +22,7 @@
 #include "bench/cluster/inprocess_predictor.h"
 #include "bench/sim/sim_engine.h"
 #include "epp/datastore/prefix_index.h"
+#include "epp/features/feature_row.h"
 #include "epp/interface/rng.h"
 #include "epp/plugins/register.h"
 #include "epp/proxy/proxy_types.h"
@@ -404,6 +405,8 @@ class ClusterRun {
     int64_t input_tokens = 0;
     int64_t max_tokens = 0;
     bool first_token = false;
+    int64_t prefill_tokens = 0;  // what it adds to the pod's prefill queue (uncached tokens)
+    epp::SchedulingRequest request;  // as scheduled (feedback and the prefix index need it)
     uint64_t output_seed = 0;
     std::vector<sim::TokenId> question_tokens;
     std::string question;
@@ -596,6 +599,7 @@ class ClusterRun {
     f.input_tokens = static_cast<int64_t>(prompt.size());
     f.max_tokens = tr.max_tokens;
     r.prompt_tokens = f.input_tokens;
+    f.request.input_tokens = f.input_tokens;  // the oracle's bookkeeping (no scheduling request)
 
     sim::SimRequest sreq;
     if (hash_prompts_) {
@@ -626,6 +630,7 @@ class ClusterRun {
       req.slo_ttft_ms = r.slo_ttft_ms;
       req.slo_tpot_ms = r.slo_tpot_ms;
       req.priority = tr.priority;
+      f.request = req;
       auto res = director_->schedule(req, candidates(), rng_);
       if (res.predictions_used) {
         ++result_.cycles_with_predictions;
@@ -653,13 +658,34 @@ class ClusterRun {
     r.pod = pod;
     ++p.requests;
     ++p.dispatched;
-    p.prefill_tokens += f.input_tokens;
+    f.prefill_tokens = epp::uncached_prompt_tokens(f.request, f.picked);
+    p.prefill_tokens += f.prefill_tokens;
     f.pod = pod;
     inflight_.emplace(tr.index, std::move(f));
     if (cfg_.request_timeout_ms > 0) {
       push(now_ + cfg_.request_timeout_ms, EvKind::kTimeout, static_cast<int64_t>(tr.index));
     }
     reschedule(pod);
+  }
+
+  epp::CompletedRequest completed(const InFlight& f, uint64_t id) const {
+    epp::CompletedRequest c;
+    c.request = f.request;
+    c.request.request_id = "req-" + std::to_string(id);
+    c.request.input_tokens = f.input_tokens;
+    c.request.streaming = true;
+    c.pod = f.picked;
+    return c;
+  }
+
+  // The prompt text the next turn sends up to the end of this answer (finish_turn's format).
+  std::string continuation_text(const InFlight& f, int64_t output_tokens) const {
+    std::string text = f.request.prompt_text;
+    for (int64_t k = 0; k < output_tokens; ++k) {
+      text += ' ';
+      text += sim::vocab_word(sim::output_word_index(f.output_seed, k));
+    }
+    return text;
   }
 
   void handle_events(int pod, const std::vector<sim::SimEvent>& events) {
@@ -677,8 +703,15 @@ class ClusterRun {
       if (e.type == sim::EventType::kFirstToken) {
         ++result_.token_events;
         f.first_token = true;
-        p.prefill_tokens = std::max<int64_t>(0, p.prefill_tokens - f.input_tokens);
+        p.prefill_tokens = std::max<int64_t>(0, p.prefill_tokens - f.prefill_tokens);
         p.decode_tokens += f.max_tokens;
+        if (predictor_) {
+          // The TTFT sample leaves at the first token, as the EPP's TrainingFeedback sends it.
+          epp::CompletedRequest first = completed(f, e.request_id);
+          first.first_token = true;
+          first.ttft_ms = e.time_ms - result_.requests[static_cast<std::size_t>(e.request_id)].sent_ms;
+          predictor_->on_first_token(first);
+        }
       } else if (e.type == sim::EventType::kFinished) {
         const std::size_t i = static_cast<std::size_t>(e.request_id);
         auto& r = result_.requests[i];
@@ -693,10 +726,8 @@ class ClusterRun {
         p.dispatched = std::max<int64_t>(0, p.dispatched - 1);
         p.decode_tokens = std::max<int64_t>(0, p.decode_tokens - f.max_tokens);
         if (predictor_) {
-          epp::CompletedRequest done;
-          done.request.input_tokens = f.input_tokens;
-          done.request.streaming = true;
-          done.pod = f.picked;
+          epp::CompletedRequest done = completed(f, e.request_id);
+          done.first_token = true;
           done.success = true;
           done.status = 200;
           done.ttft_ms = r.ttft_ms;
@@ -704,6 +735,12 @@ class ClusterRun {
           done.completion_tokens = st.output_tokens;
           done.cached_tokens = st.cached_tokens;
           predictor_->on_completed(done);
+        }
+        if (director_) {
+          // The EPP's proxy hands the answer to the prefix index (EppSchedulingPort).
+          epp::SchedulingRequest continued = f.request;
+          continued.prompt_text = continuation_text(f, st.output_tokens);
+          director_->on_response_complete(continued, f.picked);
         }
         InFlight moved = std::move(f);
         inflight_.erase(it);
@@ -728,7 +765,7 @@ class ClusterRun {
     if (f.first_token) {
       p.decode_tokens = std::max<int64_t>(0, p.decode_tokens - f.max_tokens);
     } else {
-      p.prefill_tokens = std::max<int64_t>(0, p.prefill_tokens - f.input_tokens);
+      p.prefill_tokens = std::max<int64_t>(0, p.prefill_tokens - f.prefill_tokens);
     }
     reschedule(f.pod);
     fail(static_cast<std::size_t>(id), "timeout");

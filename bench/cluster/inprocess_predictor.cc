@@ -47,14 +47,24 @@ std::optional<std::vector<epp::Prediction>> InProcessPredictor::predict(
   return out;
 }
 
+void InProcessPredictor::buffer(const nlohmann::json& j) {
+  features::TrainingEntry e;
+  json::Loc loc;
+  json::Errors errors;
+  if (features::read_training_entry(j, loc, errors, e)) {
+    buffer_.push_back(e);
+  }
+}
+
+void InProcessPredictor::on_first_token(const epp::CompletedRequest& req) {
+  if (auto j = epp::first_token_entry(req, /*streaming_mode=*/true)) {
+    buffer(*j);
+  }
+}
+
 void InProcessPredictor::on_completed(const epp::CompletedRequest& done) {
-  for (const auto& j : epp::training_entries(done, /*streaming_mode=*/true)) {
-    features::TrainingEntry e;
-    json::Loc loc;
-    json::Errors errors;
-    if (features::read_training_entry(j, loc, errors, e)) {
-      buffer_.push_back(e);
-    }
+  for (const auto& j : epp::completion_entries(done, /*streaming_mode=*/true)) {
+    buffer(j);
   }
 }
 

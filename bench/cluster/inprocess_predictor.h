@@ -1,6 +1,7 @@
 #pragma once
 // The predicted-latency strategies' model loop, in-process and on the virtual clock:
-// completed requests -> training entries (epp::training_entries, exactly what the EPP sends)
+// first tokens and completed requests -> training entries (epp::first_token_entry and
+// epp::completion_entries, exactly what the EPP's TrainingFeedback sends)
 // -> trainer::TrainerService (flushed every virtual second like TrainingFeedback, fitted by
 // train_once every retrain interval) -> the published model files compiled with the predictor's
 // flat-forest path (predictor::compile_model_file into a predictor::ModelStore) -> served to the
@@ -21,7 +22,7 @@
 
 namespace llmd::cluster {
 
-class InProcessPredictor : public epp::PredictionSource {
+class InProcessPredictor : public epp::PredictionSource, public epp::CompletionSink {
  public:
   // `work_dir` receives the trainer's model files (must exist, private to this instance).
   explicit InProcessPredictor(const std::string& work_dir);
@@ -32,8 +33,9 @@ class InProcessPredictor : public epp::PredictionSource {
       const std::vector<features::FeatureInput>& rows,
       std::chrono::steady_clock::time_point deadline) override;
 
-  // A completed request: its training entries are buffered until the next flush().
-  void on_completed(const epp::CompletedRequest& done);
+  // epp::CompletionSink: the request's training entries are buffered until the next flush().
+  void on_first_token(const epp::CompletedRequest& req) override;
+  void on_completed(const epp::CompletedRequest& done) override;
   // Hands the buffered entries to the trainer (TrainingFeedback's periodic flush).
   void flush();
   struct TrainOutcome {
@@ -48,6 +50,7 @@ class InProcessPredictor : public epp::PredictionSource {
 
  private:
   void install(const trainer::PublishedModels& models);
+  void buffer(const nlohmann::json& entry);
 
   prometheus::Registry registry_;
   std::unique_ptr<trainer::TrainerService> trainer_;

@@ -37,6 +37,11 @@ class RequestMetrics : public CompletionSink {
 class CompletionFanout : public CompletionSink {
  public:
   void add(CompletionSink& sink) { sinks_.push_back(&sink); }
+  void on_first_token(const CompletedRequest& req) override {
+    for (auto* s : sinks_) {
+      s->on_first_token(req);
+    }
+  }
   void on_completed(const CompletedRequest& done) override {
     for (auto* s : sinks_) {
       s->on_completed(done);

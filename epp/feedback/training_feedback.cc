@@ -7,46 +7,53 @@
 
 #include "common/features/feature_json.h"
 #include "common/http/client.h"
+#include "epp/features/feature_row.h"
 
 namespace llmd::epp {
 
 using Json = nlohmann::json;
 
-std::vector<Json> training_entries(const CompletedRequest& done, bool streaming_mode) {
+std::optional<Json> first_token_entry(const CompletedRequest& req, bool streaming_mode) {
+  if (!streaming_mode || !req.request.streaming || req.upstream_url || !req.first_token ||
+      !(req.ttft_ms > 0)) {
+    return std::nullopt;
+  }
+  Json ttft = features::feature_input_to_json(feature_row(req.request, req.pod));
+  ttft["actual_ttft_ms"] = req.ttft_ms;
+  ttft["actual_tpot_ms"] = 0.0;
+  if (req.pod.latency) {
+    ttft["predicted_ttft_ms"] = req.pod.latency->predicted_ttft_ms;
+  }
+  return ttft;
+}
+
+std::vector<Json> completion_entries(const CompletedRequest& done, bool streaming_mode) {
   std::vector<Json> out;
-  if (!done.success || done.client_aborted) {
+  if (!done.success || done.client_aborted || done.upstream_url) {
     return out;
   }
-  const Endpoint& pod = done.pod;
-  features::FeatureInput f;
-  f.kv_cache_percentage = std::clamp(pod.metrics.kv_cache_usage, 0.0, 1.0);
-  f.input_token_length = done.request.input_tokens;
-  f.num_request_waiting = pod.metrics.waiting;
-  f.num_request_running = pod.metrics.running;
-  f.num_tokens_generated = 1;
-  f.prefix_cache_score = pod.prefix ? std::clamp(pod.prefix->score(), 0.0, 1.0) : 0.0;
-  f.pod_type = features::pod_type_from_string(pod.role());
-  f.prefill_tokens_in_flight = pod.prefill_tokens_in_flight;
-  f.decode_tokens_in_flight = pod.decode_tokens_in_flight;
-  const bool streaming = streaming_mode && done.request.streaming;
-  Json ttft = features::feature_input_to_json(f);
-  ttft["actual_ttft_ms"] = streaming ? done.ttft_ms : done.e2e_ms;
-  ttft["actual_tpot_ms"] = 0.0;
-  if (pod.latency) {
-    ttft["predicted_ttft_ms"] = pod.latency->predicted_ttft_ms;
+  features::FeatureInput f = feature_row(done.request, done.pod);
+  if (!streaming_mode) {
+    if (done.e2e_ms > 0) {
+      Json ttft = features::feature_input_to_json(f);
+      ttft["actual_ttft_ms"] = done.e2e_ms;
+      ttft["actual_tpot_ms"] = 0.0;
+      if (done.pod.latency) {
+        ttft["predicted_ttft_ms"] = done.pod.latency->predicted_ttft_ms;
+      }
+      out.push_back(std::move(ttft));
+    }
+    return out;
   }
-  if (ttft["actual_ttft_ms"].get<double>() > 0) {
-    out.push_back(std::move(ttft));
-  }
-  if (streaming && done.completion_tokens && *done.completion_tokens > 1 &&
-      done.e2e_ms > done.ttft_ms) {
+  if (done.request.streaming && done.first_token && done.completion_tokens &&
+      *done.completion_tokens > 1 && done.e2e_ms > done.ttft_ms) {
     f.num_tokens_generated = *done.completion_tokens;
     Json tpot = features::feature_input_to_json(f);
     tpot["actual_ttft_ms"] = 0.0;
     tpot["actual_tpot_ms"] =
         (done.e2e_ms - done.ttft_ms) / static_cast<double>(*done.completion_tokens - 1);
-    if (pod.latency) {
-      tpot["predicted_tpot_ms"] = pod.latency->predicted_tpot_ms;
+    if (done.pod.latency) {
+      tpot["predicted_tpot_ms"] = done.pod.latency->predicted_tpot_ms;
     }
     out.push_back(std::move(tpot));
   }
@@ -87,15 +94,27 @@ void TrainingFeedback::stop() {
   }
 }
 
+void TrainingFeedback::on_first_token(const CompletedRequest& req) {
+  if (options_.trainer_url.empty()) {
+    return;
+  }
+  if (auto e = first_token_entry(req, options_.streaming_mode)) {
+    enqueue(std::move(*e));
+  }
+}
+
 void TrainingFeedback::on_completed(const CompletedRequest& done) {
-  if (options_.trainer_url.empty() || done.upstream_url) {
-    return;  // an upstream URL is not a pod of the pool: no features, no sample
+  if (options_.trainer_url.empty()) {
+    return;
   }
-  auto entries = training_entries(done, options_.streaming_mode);
+  for (auto& e : completion_entries(done, options_.streaming_mode)) {
+    enqueue(std::move(e));
+  }
+}
+
+void TrainingFeedback::enqueue(Json entry) {
   std::lock_guard lock(mu_);
-  for (auto& e : entries) {
-    buffer_.push_back(std::move(e));
-  }
+  buffer_.push_back(std::move(entry));
   while (buffer_.size() > options_.max_buffer) {
     buffer_.pop_front();
     ++dropped_;

@@ -1,9 +1,14 @@
 #pragma once
-// Turns completed requests into training samples for the trainer (epp.md section 2 step 8) and
-// sends them to POST /add_training_data_bulk once per interval from its own thread.
-// Streaming: one TTFT entry (first content chunk - dispatch) and one TPOT entry
-// ((e2e - TTFT) / (completion_tokens - 1)) with the dispatch-time features. Non-streaming:
-// TTFT := end-to-end latency, no TPOT. Failed or aborted requests are not samples.
+// Turns requests into training samples for the trainer (epp.md section 2 step 8) and sends them
+// to POST /add_training_data_bulk once per interval from its own thread.
+// Streaming mode (default): the TTFT sample (first content chunk - dispatch) is sent when the
+// first token arrives, not at completion, so the model learns a load level while it lasts; the
+// TPOT sample ((e2e - TTFT) / (tokens - 1), tokens from usage or else the content chunks counted)
+// when the stream ends. Non-streaming requests give no sample in this mode: their end-to-end
+// time is not a TTFT. E2E mode (`streaming_mode = false`, for pools served without streaming):
+// every successful request gives TTFT := end-to-end latency, and no TPOT.
+// Both samples use feature_row() on the Endpoint copy the scheduler picked: the same row the
+// prediction was made from. Failed or aborted requests give no completion sample.
 // The buffer is bounded (oldest dropped, counted); above `max_per_flush` a flush keeps a
 // random sample that preserves the TTFT/TPOT mix; a failed flush is retried once, then dropped
 // and counted.
@@ -31,8 +36,11 @@ struct FeedbackOptions {
   bool streaming_mode = true;
 };
 
-// Pure: the entries of one completed request (empty when it is not a sample).
-std::vector<nlohmann::json> training_entries(const CompletedRequest& done, bool streaming_mode);
+// Pure: the TTFT sample of a request whose first token just arrived (nullopt when it is not a
+// sample: e2e mode, a non-streaming request, an upstream URL, no measured TTFT).
+std::optional<nlohmann::json> first_token_entry(const CompletedRequest& req, bool streaming_mode);
+// Pure: the samples of a finished request (TPOT of a stream; TTFT := e2e in e2e mode).
+std::vector<nlohmann::json> completion_entries(const CompletedRequest& done, bool streaming_mode);
 
 class TrainingFeedback : public CompletionSink {
  public:
@@ -40,6 +48,7 @@ class TrainingFeedback : public CompletionSink {
   ~TrainingFeedback() override;
   void start();
   void stop();  // flushes what is buffered
+  void on_first_token(const CompletedRequest& req) override;
   void on_completed(const CompletedRequest& done) override;
 
   uint64_t sent() const { return sent_.load(); }
@@ -48,6 +57,7 @@ class TrainingFeedback : public CompletionSink {
 
  private:
   void flush();
+  void enqueue(nlohmann::json entry);
   FeedbackOptions options_;
   std::mutex mu_;
   std::condition_variable cv_;

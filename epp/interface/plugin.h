@@ -48,6 +48,9 @@ class DataProducer : public Plugin {
   virtual void produce(CycleContext& ctx, std::vector<Endpoint>& endpoints) const = 0;
   // Called once after a pod was picked (e.g. to insert the prompt's blocks for that pod).
   virtual void on_picked(CycleContext&, const Endpoint&) const {}
+  // Called once when the picked pod finished answering; ctx.request.prompt_text is then the
+  // prompt continued by the generated answer (what the pod's KV cache now holds).
+  virtual void on_response_complete(CycleContext&, const Endpoint&) const {}
 };
 
 struct AdmitDecision {

@@ -224,6 +224,23 @@ std::optional<std::string> upstream_body(const ParsedRequest& parsed,
   return body.dump();
 }
 
+std::string continuation_prompt(const ParsedRequest& parsed, std::string_view generated) {
+  if (generated.empty()) {
+    return {};
+  }
+  if (parsed.chat) {
+    std::string out = parsed.request.prompt_text;
+    out.append(generated);
+    out += ' ';
+    return out;
+  }
+  const auto it = parsed.body.find("prompt");
+  if (it == parsed.body.end() || !it->is_string()) {
+    return {};
+  }
+  return parsed.request.prompt_text + std::string(generated);
+}
+
 std::string target_model(const ParsedRequest& parsed, const nlohmann::json& override_params) {
   if (override_params.is_object() && override_params.contains("model") &&
       override_params["model"].is_string()) {

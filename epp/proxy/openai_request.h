@@ -54,6 +54,11 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
 std::optional<std::string> upstream_body(const ParsedRequest& parsed,
                                          const nlohmann::json& override_params,
                                          bool forward_priority);
+// The prompt text a pod holds after answering `parsed` with `generated`, in the form the next
+// turn will send it: chat = every message's text followed by a space, the answer being the next
+// assistant message; completions = the prompt string continued by the answer. "" when there is
+// no answer or no single conversation (a list of prompts).
+std::string continuation_prompt(const ParsedRequest& parsed, std::string_view generated);
 // The model name the pod will see (after override_params).
 std::string target_model(const ParsedRequest& parsed, const nlohmann::json& override_params);
 int64_t count_words(std::string_view text);

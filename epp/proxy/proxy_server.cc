@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "epp/features/feature_row.h"
 #include "epp/proxy/admission_gate.h"
 #include "epp/proxy/openai_request.h"
 #include "epp/proxy/sse_scanner.h"
@@ -303,7 +304,8 @@ struct ProxyServer::Impl {
     done.rule_id = target.route.rule_id;
     done.target = target.route.target;
     done.upstream_url = !is_pod;
-    const int64_t input_tokens = parsed.request.input_tokens;
+    // What the request adds to the pod's prefill queue: its uncached prompt tokens.
+    const int64_t input_tokens = uncached_prompt_tokens(parsed.request, pod);
     if (is_pod) {
       registry.on_dispatch(pod.name, input_tokens);
       if (attempt == 1 && gate != nullptr) {
@@ -433,10 +435,12 @@ struct ProxyServer::Impl {
       if (parsed.request.streaming) {
         if (scanner.feed(piece)) {
           first_token = true;
+          done.first_token = true;
           done.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - dispatched).count();
           if (is_pod) {
             registry.on_first_token(pod.name, input_tokens, parsed.max_tokens);
           }
+          sink.on_first_token(done);
         }
       } else if (whole.size() < options.body_limit) {
         whole.append(piece);
@@ -456,12 +460,17 @@ struct ProxyServer::Impl {
     done.e2e_ms = std::chrono::duration<double, std::milli>(Clock::now() - dispatched).count();
     if (parsed.request.streaming) {
       done.completion_tokens = scanner.completion_tokens();
+      if (!done.completion_tokens && scanner.content_chunks() > 0) {
+        done.completion_tokens = scanner.content_chunks();  // no usage chunk: count the tokens
+      }
       done.cached_tokens = scanner.cached_tokens();
+      done.continuation_prompt = continuation_prompt(parsed, scanner.generated_text());
     } else {
       Usage u = parse_usage(whole);
       done.completion_tokens = u.completion_tokens;
       done.cached_tokens = u.cached_tokens;
       done.ttft_ms = done.e2e_ms;
+      done.continuation_prompt = continuation_prompt(parsed, u.generated_text);
     }
     const int status = rp.get().result_int();
     finish(ok && status < 400, status);

@@ -60,15 +60,24 @@ struct CompletedRequest {
   int status = 0;
   double ttft_ms = 0;  // streaming: first content chunk; non-streaming: end-to-end
   double e2e_ms = 0;
+  bool first_token = false;  // streaming: a content chunk arrived (ttft_ms is measured)
+  // Usage's completion_tokens, or (a stream without usage) the content chunks counted.
   std::optional<int64_t> completion_tokens;
   std::optional<int64_t> cached_tokens;
+  // The prompt text the pod's KV cache now holds: the request's prompt text followed by the
+  // generated answer, in the form the conversation's next turn will send it ("" = unknown).
+  // The prefix index learns it so the next turn matches the pod that holds the answer.
+  std::string continuation_prompt;
   int attempts = 1;
 };
 
-// Told exactly once per dispatched request, on success, failure or client abort.
+// Told once per dispatched request when its first token arrives (streaming responses only,
+// before on_completed; `ttft_ms` and `first_token` are set), and exactly once per dispatched
+// request on success, failure or client abort.
 class CompletionSink {
  public:
   virtual ~CompletionSink() = default;
+  virtual void on_first_token(const CompletedRequest&) {}
   virtual void on_completed(const CompletedRequest& done) = 0;
 };
 

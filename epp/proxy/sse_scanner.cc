@@ -25,7 +25,9 @@ void read_usage(const Json& usage, std::optional<int64_t>& prompt,
   }
 }
 
-bool has_content(const Json& choices) {
+// Appends the first choice's generated text (completions `text`, chat `delta.content` or
+// `message.content`) to `out` up to the bound; returns whether the event carried any.
+bool append_content(const Json& choices, std::string& out) {
   if (!choices.is_array()) {
     return false;
   }
@@ -33,14 +35,34 @@ bool has_content(const Json& choices) {
     if (!c.is_object()) {
       continue;
     }
-    if (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) {
-      return true;
+    const Json* piece = nullptr;
+    if (c.contains("text") && c["text"].is_string()) {
+      piece = &c["text"];
+    } else {
+      for (const char* key : {"delta", "message"}) {
+        const auto d = c.find(key);
+        if (d != c.end() && d->is_object()) {
+          const auto content = d->find("content");
+          if (content != d->end() && content->is_string()) {
+            piece = &*content;
+            break;
+          }
+        }
+      }
     }
-    const Json& delta = c.value("delta", Json());
-    if (delta.is_object() && delta.contains("content") && delta["content"].is_string() &&
-        !delta["content"].get<std::string>().empty()) {
-      return true;
+    if (piece == nullptr) {
+      continue;
     }
+    const auto& text = piece->get_ref<const std::string&>();
+    if (text.empty()) {
+      continue;
+    }
+    const bool first_choice = !c.contains("index") ||
+                              (c["index"].is_number_integer() && c["index"].get<int64_t>() == 0);
+    if (first_choice && out.size() < SseScanner::kMaxGeneratedText) {
+      out.append(text, 0, SseScanner::kMaxGeneratedText - out.size());
+    }
+    return true;
   }
   return false;
 }
@@ -82,7 +104,11 @@ bool SseScanner::handle_event(std::string_view data) {
   if (j.contains("usage")) {
     read_usage(j["usage"], prompt_tokens_, completion_tokens_, cached_tokens_);
   }
-  if (!saw_content_ && has_content(j.value("choices", Json()))) {
+  if (!append_content(j.value("choices", Json()), text_)) {
+    return false;
+  }
+  ++content_chunks_;
+  if (!saw_content_) {
     saw_content_ = true;
     return true;
   }
@@ -92,9 +118,13 @@ bool SseScanner::handle_event(std::string_view data) {
 Usage parse_usage(std::string_view json_body) {
   Usage u;
   Json j = Json::parse(json_body.begin(), json_body.end(), nullptr, false);
-  if (!j.is_discarded() && j.is_object() && j.contains("usage")) {
+  if (j.is_discarded() || !j.is_object()) {
+    return u;
+  }
+  if (j.contains("usage")) {
     read_usage(j["usage"], u.prompt_tokens, u.completion_tokens, u.cached_tokens);
   }
+  append_content(j.value("choices", Json()), u.generated_text);
   return u;
 }
 

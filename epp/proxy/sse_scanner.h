@@ -1,7 +1,9 @@
 #pragma once
 // Incremental reader of an OpenAI SSE response as it streams through the proxy: notices the
-// first content chunk (TTFT) and picks up the final usage chunk. Pure; fed arbitrary byte
-// splits of the stream.
+// first content chunk (TTFT), counts content chunks (vLLM streams one token per chunk, so this
+// is the token count of a stream without usage), keeps the generated text (bounded; the prefix
+// index learns it) and picks up the final usage chunk. Pure; fed arbitrary byte splits of the
+// stream.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -15,6 +17,10 @@ class SseScanner {
   bool feed(std::string_view bytes);
   bool saw_content() const { return saw_content_; }
   bool saw_done() const { return saw_done_; }
+  int64_t content_chunks() const { return content_chunks_; }
+  // Generated text of the first choice, at most kMaxGeneratedText bytes.
+  const std::string& generated_text() const { return text_; }
+  static constexpr std::size_t kMaxGeneratedText = 64 * 1024;
   std::optional<int64_t> completion_tokens() const { return completion_tokens_; }
   std::optional<int64_t> prompt_tokens() const { return prompt_tokens_; }
   std::optional<int64_t> cached_tokens() const { return cached_tokens_; }
@@ -24,16 +30,19 @@ class SseScanner {
   std::string pending_;
   bool saw_content_ = false;
   bool saw_done_ = false;
+  int64_t content_chunks_ = 0;
+  std::string text_;
   std::optional<int64_t> completion_tokens_;
   std::optional<int64_t> prompt_tokens_;
   std::optional<int64_t> cached_tokens_;
 };
 
-// Usage of a non-streaming response body.
+// Usage and generated text of a non-streaming response body.
 struct Usage {
   std::optional<int64_t> prompt_tokens;
   std::optional<int64_t> completion_tokens;
   std::optional<int64_t> cached_tokens;
+  std::string generated_text;  // first choice's text / message content (bounded as above)
 };
 Usage parse_usage(std::string_view json_body);
 

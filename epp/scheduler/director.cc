@@ -132,4 +132,22 @@ ScheduleResult Director::schedule(const SchedulingRequest& request,
   return finish(metrics_ ? &metrics_->picked : nullptr);
 }
 
+void Director::on_response_complete(const SchedulingRequest& continued,
+                                    const Endpoint& pod) const {
+  PipelineConstPtr pipeline = this->pipeline();
+  if (!pipeline) {
+    return;
+  }
+  Rng rng(0);  // hooks after the response make no random choices
+  CycleContext ctx{continued, rng};
+  for (const auto& p : pipeline->producers) {
+    try {
+      p.plugin->on_response_complete(ctx, pod);
+    } catch (const std::exception& e) {
+      spdlog::warn("producer {} ({}) failed after the response: {}", p.plugin->name(),
+                   p.plugin->type(), e.what());
+    }
+  }
+}
+
 }  // namespace llmd::epp

@@ -51,6 +51,10 @@ class Director {
   ScheduleResult schedule(const SchedulingRequest& request, std::vector<Endpoint> candidates,
                           Rng& rng, std::string_view profile = {}) const;
 
+  // The pod that schedule() picked has answered: `continued` is the request with its prompt
+  // text continued by the generated answer. Tells every producer of the current generation.
+  void on_response_complete(const SchedulingRequest& continued, const Endpoint& pod) const;
+
  private:
   mutable std::mutex mu_;
   PipelineConstPtr pipeline_;  // guarded by mu_

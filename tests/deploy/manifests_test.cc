@@ -1132,7 +1132,8 @@ TEST(DeployConfig, ManifestsShipTheFilesTheLocalStackUses) {
     Json d = load_yaml_documents(read_text(e.path())).at(0);
     if (!d.contains("pool")) pipelines.insert(e.path().filename().string());
   }
-  EXPECT_EQ(pipelines, (std::set<std::string>{"default-pipeline.yaml", "load-prefix.yaml", "round-robin.yaml"}));
+  EXPECT_EQ(pipelines, (std::set<std::string>{"default-pipeline.yaml", "upstream-pipeline.yaml",
+                                              "load-prefix.yaml", "round-robin.yaml"}));
   used.insert(pipelines.begin(), pipelines.end());
   Render& base = cached("base");
   const Json* cm = find_doc(base.docs, "ConfigMap", "epp-config");

@@ -4,6 +4,7 @@
 
 #include "epp/datastore/metrics_parser.h"
 #include "epp/datastore/pod_registry.h"
+#include "epp/features/feature_row.h"
 #include "epp/feedback/training_feedback.h"
 #include "epp/proxy/openai_request.h"
 #include "epp/proxy/sse_scanner.h"
@@ -74,6 +75,48 @@ TEST(SseScanner, FirstContentAndUsageAcrossArbitrarySplits) {
   EXPECT_EQ(*parse_usage(R"({"usage":{"completion_tokens":3}})").completion_tokens, 3);
 }
 
+TEST(SseScanner, CountsContentChunksAndKeepsTheAnswerWithoutUsage) {
+  const std::string stream =
+      "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n"
+      "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"The\"}}]}\n\n"
+      "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" answer\"}}]}\n\n"
+      "data: {\"choices\":[{\"index\":\"x\",\"text\":\" ignored\"}]}\n\n"
+      "data: {\"choices\":[{\"index\":0,\"text\":\".\"}]}\n\n"
+      "data: [DONE]\n\n";
+  SseScanner s;
+  s.feed(stream);
+  EXPECT_FALSE(s.completion_tokens());
+  EXPECT_EQ(s.content_chunks(), 4);  // a chunk of another (or a malformed) choice still counts
+  EXPECT_EQ(s.generated_text(), "The answer.");
+  Usage u = parse_usage(R"({"choices":[{"message":{"role":"assistant","content":"Hi there"}}]})");
+  EXPECT_EQ(u.generated_text, "Hi there");
+  EXPECT_FALSE(u.completion_tokens);
+}
+
+TEST(ContinuationPrompt, ChatAndCompletionsInTheNextTurnsForm) {
+  ParsedRequest chat;
+  ASSERT_FALSE(parse_openai_request(
+      "/v1/chat/completions",
+      R"({"model":"m","messages":[{"role":"user","content":"What is KV?"}]})", {}, {}, chat));
+  const std::string continued = continuation_prompt(chat, "A cache.");
+  ParsedRequest next;
+  ASSERT_FALSE(parse_openai_request(
+      "/v1/chat/completions",
+      R"({"model":"m","messages":[{"role":"user","content":"What is KV?"},)"
+      R"({"role":"assistant","content":"A cache."},{"role":"user","content":"Why?"}]})",
+      {}, {}, next));
+  EXPECT_TRUE(next.request.prompt_text.starts_with(continued));
+  ParsedRequest completion;
+  ASSERT_FALSE(parse_openai_request("/v1/completions", R"({"model":"m","prompt":"Once"})", {}, {},
+                                    completion));
+  EXPECT_EQ(continuation_prompt(completion, " upon"), "Once upon");
+  EXPECT_EQ(continuation_prompt(completion, ""), "");
+  ParsedRequest list;
+  ASSERT_FALSE(parse_openai_request("/v1/completions", R"({"model":"m","prompt":["a","b"]})", {},
+                                    {}, list));
+  EXPECT_EQ(continuation_prompt(list, "x"), "");  // several prompts: no single next turn
+}
+
 TEST(VllmMetrics, BothKvNamesAndCacheConfig) {
   auto m = parse_vllm_metrics(
       "# HELP x\nvllm:num_requests_waiting{model_name=\"m\"} 3\n"
@@ -93,31 +136,96 @@ TEST(VllmMetrics, BothKvNamesAndCacheConfig) {
   EXPECT_FALSE(parse_vllm_metrics("vllm:num_requests_waiting 0\n"));
 }
 
-TEST(TrainingEntries, StreamingGivesTtftAndTpotNonStreamingOnlyE2e) {
+CompletedRequest sample_request() {
   CompletedRequest d;
   d.success = true;
   d.request.streaming = true;
   d.request.input_tokens = 100;
+  d.first_token = true;
   d.ttft_ms = 50;
   d.e2e_ms = 140;
   d.completion_tokens = 10;
   d.pod.metrics.kv_cache_usage = 0.4;
   d.pod.metrics.waiting = 2;
+  d.pod.prefill_tokens_in_flight = 300;
   d.pod.prefix = PrefixCacheMatchInfo{3, 4};
   d.pod.latency = LatencyPredictionInfo{45, 9, 0, 0, true, true};
-  auto e = training_entries(d, true);
-  ASSERT_EQ(e.size(), 2u);
-  EXPECT_DOUBLE_EQ(e[0]["actual_ttft_ms"].get<double>(), 50);
-  EXPECT_DOUBLE_EQ(e[0]["prefix_cache_score"].get<double>(), 0.75);
-  EXPECT_DOUBLE_EQ(e[0]["predicted_ttft_ms"].get<double>(), 45);
-  EXPECT_DOUBLE_EQ(e[1]["actual_tpot_ms"].get<double>(), 10);  // (140-50)/(10-1)
-  EXPECT_EQ(e[1]["num_tokens_generated"], 10);
+  return d;
+}
+
+TEST(TrainingEntries, StreamingSendsTtftAtFirstTokenAndTpotAtCompletion) {
+  CompletedRequest d = sample_request();
+  auto ttft = first_token_entry(d, true);
+  ASSERT_TRUE(ttft);
+  EXPECT_DOUBLE_EQ((*ttft)["actual_ttft_ms"].get<double>(), 50);
+  EXPECT_DOUBLE_EQ((*ttft)["actual_tpot_ms"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ((*ttft)["prefix_cache_score"].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ((*ttft)["predicted_ttft_ms"].get<double>(), 45);
+  EXPECT_EQ((*ttft)["prefill_tokens_in_flight"], 300);
+  EXPECT_EQ((*ttft)["num_tokens_generated"], 1);
+  auto done = completion_entries(d, true);
+  ASSERT_EQ(done.size(), 1u);  // the TTFT sample already left at the first token
+  EXPECT_DOUBLE_EQ(done[0]["actual_tpot_ms"].get<double>(), 10);  // (140-50)/(10-1)
+  EXPECT_DOUBLE_EQ(done[0]["actual_ttft_ms"].get<double>(), 0);
+  EXPECT_EQ(done[0]["num_tokens_generated"], 10);
+  EXPECT_DOUBLE_EQ(done[0]["predicted_tpot_ms"].get<double>(), 9);
+  // The same row as the prediction: everything but the generated tokens agrees.
+  for (const char* key : {"kv_cache_percentage", "input_token_length", "num_request_waiting",
+                          "prefix_cache_score", "prefill_tokens_in_flight"}) {
+    EXPECT_EQ((*ttft)[key], done[0][key]) << key;
+  }
+}
+
+TEST(TrainingEntries, NonStreamingGivesNoTtftSampleInStreamingMode) {
+  CompletedRequest d = sample_request();
   d.request.streaming = false;
-  e = training_entries(d, true);
-  ASSERT_EQ(e.size(), 1u);
-  EXPECT_DOUBLE_EQ(e[0]["actual_ttft_ms"].get<double>(), 140);
+  d.first_token = false;
+  EXPECT_FALSE(first_token_entry(d, true));
+  EXPECT_TRUE(completion_entries(d, true).empty());  // e2e time is not a TTFT
+}
+
+TEST(TrainingEntries, E2eModeSendsEndToEndAsTtftForEveryRequest) {
+  CompletedRequest d = sample_request();
+  EXPECT_FALSE(first_token_entry(d, false));
+  for (bool streaming : {true, false}) {
+    d.request.streaming = streaming;
+    auto e = completion_entries(d, false);
+    ASSERT_EQ(e.size(), 1u);
+    EXPECT_DOUBLE_EQ(e[0]["actual_ttft_ms"].get<double>(), 140);
+    EXPECT_DOUBLE_EQ(e[0]["actual_tpot_ms"].get<double>(), 0);
+  }
+}
+
+TEST(TrainingEntries, FailuresAbortsAndUpstreamUrlsAreNotSamples) {
+  CompletedRequest d = sample_request();
   d.success = false;
-  EXPECT_TRUE(training_entries(d, true).empty());
+  EXPECT_TRUE(completion_entries(d, true).empty());
+  d = sample_request();
+  d.client_aborted = true;
+  EXPECT_TRUE(completion_entries(d, true).empty());
+  d = sample_request();
+  d.upstream_url = true;
+  EXPECT_FALSE(first_token_entry(d, true));
+  EXPECT_TRUE(completion_entries(d, true).empty());
+  d = sample_request();
+  d.completion_tokens = 1;  // one token has no inter-token time
+  EXPECT_TRUE(completion_entries(d, true).empty());
+}
+
+TEST(FeatureRow, ClampsAndCountsUncachedTokens) {
+  SchedulingRequest r;
+  r.input_tokens = 1000;
+  Endpoint e;
+  e.metrics.kv_cache_usage = 1.3;
+  e.metrics.waiting = -1;
+  e.prefix = PrefixCacheMatchInfo{3, 4};
+  auto row = feature_row(r, e);
+  EXPECT_DOUBLE_EQ(row.kv_cache_percentage, 1.0);
+  EXPECT_EQ(row.num_request_waiting, 0);
+  EXPECT_DOUBLE_EQ(row.prefix_cache_score, 0.75);
+  EXPECT_EQ(uncached_prompt_tokens(r, e), 250);
+  e.prefix.reset();
+  EXPECT_EQ(uncached_prompt_tokens(r, e), 1000);
 }
 
 TEST(PodRegistry, StalenessCooldownAndExactInFlight) {

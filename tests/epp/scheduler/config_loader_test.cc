@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "epp/plugins/filter/prefix_cache_affinity/prefix_cache_affinity_filter.h"
+#include "epp/plugins/picker/weighted_random/weighted_random_picker.h"
 #include "epp/plugins/register.h"
 #include "epp/plugins/scorer/latency/latency_scorer.h"
 #include "tests/epp/test_util.h"
@@ -34,11 +35,10 @@ TEST_F(ConfigLoaderTest, LoadsTheShippedConfigurations) {
   }
 }
 
-TEST_F(ConfigLoaderTest, DefaultPipelineHasTheContractShape) {
-  auto r = load_pipeline_file(std::string(LLMD_SOURCE_DIR) + "/epp/config/default-pipeline.yaml",
-                              registry_, services_.handle());
-  ASSERT_TRUE(r.ok()) << r.error;
-  const Pipeline& p = *r.pipeline;
+// Both predicted-latency pipelines have the contract's shape; they differ in the constants the
+// routing benchmark measured (default) or upstream ships (upstream).
+void expect_contract_shape(const Pipeline& p, double loose_threshold, double score_exponent,
+                           bool prefer_idle, LatencyScorer::Strategy strategy) {
   ASSERT_EQ(p.producers.size(), 2u);
   EXPECT_EQ(p.producers[0].plugin->type(), "approx-prefix-cache-producer");
   EXPECT_EQ(p.producers[1].plugin->type(), "predicted-latency-producer");
@@ -51,11 +51,27 @@ TEST_F(ConfigLoaderTest, DefaultPipelineHasTheContractShape) {
   auto loose = std::dynamic_pointer_cast<const Affinity>(prof.filters()[2].plugin);
   ASSERT_TRUE(strict && loose);
   EXPECT_DOUBLE_EQ(strict->config().threshold, 0.99);
-  EXPECT_DOUBLE_EQ(loose->config().threshold, 0.80);
+  EXPECT_DOUBLE_EQ(loose->config().threshold, loose_threshold);
   EXPECT_EQ(prof.filters()[1].plugin->type(), "slo-headroom-tier-filter");
   ASSERT_EQ(prof.scorers().size(), 1u);
-  EXPECT_EQ(prof.scorers()[0].plugin->type(), "latency-scorer");
-  EXPECT_EQ(prof.picker().plugin->type(), "weighted-random-picker");
+  auto scorer = std::dynamic_pointer_cast<const LatencyScorer>(prof.scorers()[0].plugin);
+  ASSERT_TRUE(scorer);
+  EXPECT_EQ(scorer->config().preferIdlePods, prefer_idle);
+  EXPECT_EQ(scorer->strategy(), strategy);
+  auto picker = std::dynamic_pointer_cast<const WeightedRandomPicker>(prof.picker().plugin);
+  ASSERT_TRUE(picker);
+  EXPECT_DOUBLE_EQ(picker->config().scoreExponent, score_exponent);
+}
+
+TEST_F(ConfigLoaderTest, DefaultAndUpstreamPipelinesHaveTheContractShape) {
+  auto d = load_pipeline_file(std::string(LLMD_SOURCE_DIR) + "/epp/config/default-pipeline.yaml",
+                              registry_, services_.handle());
+  ASSERT_TRUE(d.ok()) << d.error;
+  expect_contract_shape(*d.pipeline, 0.70, 10, false, LatencyScorer::Strategy::kMost);
+  auto u = load_pipeline_file(std::string(LLMD_SOURCE_DIR) + "/epp/config/upstream-pipeline.yaml",
+                              registry_, services_.handle());
+  ASSERT_TRUE(u.ok()) << u.error;
+  expect_contract_shape(*u.pipeline, 0.80, 1, true, LatencyScorer::Strategy::kLeast);
 }
 
 TEST_F(ConfigLoaderTest, PartialParametersKeepOtherDefaults) {

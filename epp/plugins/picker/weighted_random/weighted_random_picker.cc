@@ -2,17 +2,31 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "epp/interface/rng.h"
 
 namespace llmd::epp {
 
+std::string WeightedRandomPicker::Config::validate() const {
+  if (!(scoreExponent > 0 && scoreExponent <= 100)) {
+    return param_error("scoreExponent", scoreExponent, "> 0 and <= 100");
+  }
+  return {};
+}
+
 PluginOrError WeightedRandomPicker::create(const std::string& name, const nlohmann::json& params,
                                            const Handle&) {
-  if (auto e = ParamReader(params).finish(); !e.empty()) {
+  Config c;
+  ParamReader r(params);
+  r.get("scoreExponent", c.scoreExponent);
+  if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
   }
-  return {std::make_shared<WeightedRandomPicker>(name), {}};
+  if (auto e = c.validate(); !e.empty()) {
+    return PluginOrError::fail(e);
+  }
+  return {std::make_shared<WeightedRandomPicker>(name, c), {}};
 }
 
 std::size_t WeightedRandomPicker::pick(CycleContext& ctx,
@@ -23,18 +37,18 @@ std::size_t WeightedRandomPicker::pick(CycleContext& ctx,
     auto i = static_cast<std::size_t>(ctx.rng.uniform() * static_cast<double>(scored.size()));
     return std::min(i, scored.size() - 1);
   }
-  std::size_t best = 0;
-  double best_key = -1;
+  // A-Res keys U^(1/w), w = score^k, compared through log(-log U) - k log(score) (smaller
+  // wins): the same order, without underflow of score^k for large k.
+  std::size_t best = scored.size();
+  double best_key = std::numeric_limits<double>::infinity();
   for (std::size_t i = 0; i < scored.size(); ++i) {
     if (!(scored[i].score > 0)) {
       continue;  // zero (or NaN) weight is never picked while another pod has weight
     }
     double u = ctx.rng.uniform();
-    if (u <= 0) {
-      u = 1e-10;  // keep the key positive so a positive weight always beats key -1
-    }
-    double key = std::pow(u, 1.0 / scored[i].score);
-    if (key > best_key) {
+    u = std::clamp(u, 1e-300, 1.0 - 1e-16);  // -log(u) stays positive and finite
+    double key = std::log(-std::log(u)) - config_.scoreExponent * std::log(scored[i].score);
+    if (best == scored.size() || key < best_key) {
       best_key = key;
       best = i;
     }

@@ -84,4 +84,8 @@ void ApproxPrefixCacheProducer::on_picked(CycleContext& ctx, const Endpoint& pic
   }
 }
 
+void ApproxPrefixCacheProducer::on_response_complete(CycleContext& ctx, const Endpoint& pod) const {
+  on_picked(ctx, pod);
+}
+
 }  // namespace llmd::epp

@@ -34,6 +34,8 @@ class ApproxPrefixCacheProducer final : public PluginBase<DataProducer> {
   // DataProducer
   void produce(CycleContext& ctx, std::vector<Endpoint>& endpoints) const override;
   void on_picked(CycleContext& ctx, const Endpoint& picked) const override;
+  // The answer is in the pod's cache too: the next turn, which re-sends it, matches this pod.
+  void on_response_complete(CycleContext& ctx, const Endpoint& pod) const override;
   std::vector<AttributeKey> produces() const override { return {AttributeKey::kPrefixCacheMatch}; }
 
   const Config& config() const { return config_; }

@@ -4,6 +4,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "epp/features/feature_row.h"
+
 namespace llmd::epp {
 
 std::string PredictedLatencyProducer::Config::validate() const {
@@ -39,21 +41,6 @@ PredictedLatencyProducer::PredictedLatencyProducer(std::string name, Config conf
                                                    PredictionSource* source, Handle::Now now)
     : PluginBase(kType, std::move(name)), config_(config), source_(source), now_(std::move(now)) {}
 
-features::FeatureInput PredictedLatencyProducer::features_for(const SchedulingRequest& request,
-                                                              const Endpoint& e) {
-  features::FeatureInput in;
-  in.kv_cache_percentage = e.metrics.kv_cache_usage;
-  in.input_token_length = request.input_tokens;
-  in.num_request_waiting = e.metrics.waiting;
-  in.num_request_running = e.metrics.running;
-  in.num_tokens_generated = 1;  // predicting the first token's and the next token's latency
-  in.prefix_cache_score = e.prefix ? e.prefix->score() : 0.0;
-  in.pod_type = features::pod_type_from_string(e.role());
-  in.prefill_tokens_in_flight = e.prefill_tokens_in_flight;
-  in.decode_tokens_in_flight = e.decode_tokens_in_flight;
-  return in;
-}
-
 LatencyPredictionInfo PredictedLatencyProducer::info_for(const SchedulingRequest& request,
                                                          const Endpoint& e,
                                                          const Prediction& p) const {
@@ -80,7 +67,7 @@ void PredictedLatencyProducer::produce(CycleContext& ctx, std::vector<Endpoint>&
   std::vector<features::FeatureInput> rows;
   rows.reserve(endpoints.size());
   for (const auto& e : endpoints) {
-    rows.push_back(features_for(ctx.request, e));
+    rows.push_back(feature_row(ctx.request, e));
   }
   auto deadline = now_() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                std::chrono::duration<double, std::milli>(

@@ -39,8 +39,6 @@ class PredictedLatencyProducer final : public PluginBase<DataProducer> {
   std::vector<AttributeKey> produces() const override { return {AttributeKey::kLatencyPrediction}; }
   std::vector<AttributeKey> consumes() const override { return {AttributeKey::kPrefixCacheMatch}; }
 
-  // The prediction row for one candidate (also what training feedback must send back).
-  static features::FeatureInput features_for(const SchedulingRequest& request, const Endpoint& e);
   // Headroom and validity of one prediction under the request's SLOs (spec section 2 step 2).
   LatencyPredictionInfo info_for(const SchedulingRequest& request, const Endpoint& e,
                                  const Prediction& p) const;

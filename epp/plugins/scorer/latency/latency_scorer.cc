@@ -71,7 +71,8 @@ PluginOrError LatencyScorer::create(const std::string& name, const nlohmann::jso
       .get("headroomSelectionStrategy", c.headroomSelectionStrategy)
       .get("compositeKvWeight", c.compositeKvWeight)
       .get("compositeQueueWeight", c.compositeQueueWeight)
-      .get("compositePrefixWeight", c.compositePrefixWeight);
+      .get("compositePrefixWeight", c.compositePrefixWeight)
+      .get("preferIdlePods", c.preferIdlePods);
   if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
   }
@@ -114,7 +115,7 @@ std::vector<double> LatencyScorer::score(CycleContext&, std::span<const Endpoint
   std::vector<std::size_t> idle, tpot_only, ttft_only, both;
   for (std::size_t i : neg) {
     const auto& l = *endpoints[i].latency;
-    if (endpoints[i].dispatched == 0) {
+    if (config_.preferIdlePods && endpoints[i].dispatched == 0) {
       idle.push_back(i);
     }
     bool ttft_neg = l.ttft_headroom_ms < 0, tpot_neg = l.tpot_headroom_ms < 0;
@@ -143,6 +144,13 @@ void LatencyScorer::score_bucket(std::span<const Endpoint> endpoints,
     min_p = std::min(min_p, p), max_p = std::max(max_p, p);
   }
   double range_t = max_t - min_t, range_p = max_p - min_p;
+  if (range_t <= kEps && range_p <= kEps && idx.size() > 1) {
+    // No prediction tells these pods apart (e.g. the cold-start constant): the scraped load
+    // and prefix affinity can. `most` spreads, so it prefers free capacity, as does `least`
+    // here: packing onto the fullest pod needs a prediction that says it still fits.
+    score_composite(endpoints, idx, false, out);
+    return;
+  }
   // A dimension where all pods are equal carries no information: give its weight to the other
   // so it does not compress every score towards the middle.
   if (range_t <= kEps && range_p > kEps) {

@@ -1,7 +1,9 @@
 #pragma once
 // latency-scorer: scores candidates by predicted latency headroom (spec section 2 step 5), with
-// the composite KV/queue/prefix fallback when no candidate has a prediction. Stateless and
-// immutable.
+// the composite KV/queue/prefix fallback when no candidate has a prediction, and (we improve)
+// also within a bucket whose predictions are all equal: the trainer's cold-start models predict
+// a constant, and a model that cannot tell the pods apart should not turn the pick into a coin
+// toss when the scraped load can. Stateless and immutable.
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +32,11 @@ class LatencyScorer final : public PluginBase<Scorer> {
     double compositeKvWeight = 1;      // >= 0; composite weights are normalised, sum > 0
     double compositeQueueWeight = 1;   // >= 0
     double compositePrefixWeight = 1;  // >= 0
+    // When no pod meets the SLOs, upstream first prefers pods with nothing in flight from this
+    // EPP, whatever their predictions. Without SLO headers every pod is "negative", so this
+    // overrides predictions and prefix affinity at low load (an idle pod without the cache
+    // beats a busy pod with it). false = rank every negative bucket by its predictions only.
+    bool preferIdlePods = true;
     std::string validate() const;
   };
 

@@ -44,6 +44,38 @@ TEST(WeightedRandomPickerTest, VectorFrequenciesOverTenThousandPicks) {
   }
 }
 
+TEST(WeightedRandomPickerTest, ScoreExponentConcentratesOnTheBest) {
+  WeightedRandomPicker picker("wr", {.scoreExponent = 10});
+  auto eps = pods(4);
+  auto s = scored(eps, {1.0, 0.9, 0.5, 1e-5});
+  Rng rng(3);
+  SchedulingRequest req = testing::request();
+  CycleContext ctx{req, rng};
+  std::vector<int> counts(4, 0);
+  for (int i = 0; i < 10000; ++i) {
+    ++counts[picker.pick(ctx, s)];
+  }
+  // 1 : 0.9^10 = 0.349 : 0.5^10 = 0.001 : ~0 -> 74.1%, 25.8%, 0.07%, 0%.
+  EXPECT_NEAR(counts[0] / 10000.0, 0.741, 0.02);
+  EXPECT_NEAR(counts[1] / 10000.0, 0.258, 0.02);
+  EXPECT_LT(counts[2], 30);
+  EXPECT_EQ(counts[3], 0);
+  // Scores whose 10th power underflows still pick the best of them, not index 0.
+  auto tiny = scored(eps, {1e-40, 1e-35, 1e-39, 1e-38});
+  EXPECT_EQ(picker.pick(ctx, tiny), 1u);
+}
+
+TEST(WeightedRandomPickerTest, ScoreExponentIsValidated) {
+  testing::TestServices services;
+  auto bad = WeightedRandomPicker::create("wr", {{"scoreExponent", 0}}, services.handle());
+  EXPECT_FALSE(bad.plugin);
+  EXPECT_NE(bad.error.find("scoreExponent"), std::string::npos) << bad.error;
+  auto ok = WeightedRandomPicker::create("wr", {{"scoreExponent", 4}}, services.handle());
+  ASSERT_TRUE(ok.plugin) << ok.error;
+  EXPECT_DOUBLE_EQ(
+      std::dynamic_pointer_cast<const WeightedRandomPicker>(ok.plugin)->config().scoreExponent, 4);
+}
+
 TEST(WeightedRandomPickerTest, ZeroScoreIsNeverPickedWhileOthersHaveWeight) {
   WeightedRandomPicker picker("wr");
   auto eps = pods(3);

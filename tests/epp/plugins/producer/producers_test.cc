@@ -51,6 +51,28 @@ TEST_F(ApproxPrefixProducerTest, ScoresLeadingBlocksAfterAPick) {
   EXPECT_EQ(third[0].prefix->matched_blocks, 0u);
 }
 
+TEST_F(ApproxPrefixProducerTest, TheAnswerIsLearnedSoTheNextTurnMatchesInFull) {
+  auto p = make();
+  const std::string turn1(64 * 4, 'q');
+  const std::string answer(64 * 4, 'a');
+  const std::string turn2 = turn1 + answer + std::string(64, 'z');  // 9 blocks
+  SchedulingRequest req = testing::request(turn1);
+  CycleContext ctx{req, rng_};
+  p->on_picked(ctx, pod("b"));
+  auto match = [&] {
+    SchedulingRequest next = testing::request(turn2);
+    CycleContext c{next, rng_};
+    std::vector<Endpoint> eps = {pod("a"), pod("b")};
+    p->produce(c, eps);
+    return eps[1].prefix->matched_blocks;
+  };
+  EXPECT_EQ(match(), 4u);  // only the first prompt
+  SchedulingRequest continued = testing::request(turn1 + answer);
+  CycleContext done{continued, rng_};
+  p->on_response_complete(done, pod("b"));
+  EXPECT_EQ(match(), 8u);  // prompt and answer
+}
+
 TEST_F(ApproxPrefixProducerTest, ShortPromptHasScoreZero) {
   auto p = make();
   SchedulingRequest req = testing::request("too short");

@@ -57,9 +57,30 @@ TEST_F(LatencyScorerTest, VectorBusyVersusIdle) {
                 {0.0, 0.51});
 }
 
-TEST_F(LatencyScorerTest, VectorIdentical) {
+TEST_F(LatencyScorerTest, VectorIdenticalGoesToTheComposite) {
+  // Upstream scores 0.51 each (a coin toss); equal predictions defer to load and prefix.
   auto s = make();
-  expect_scores(score(*s, {predicted("a", 50, 10, 1), predicted("b", 50, 10, 1)}), {0.51, 0.51});
+  const std::vector<Endpoint> eps = {predicted("a", 50, 10, 1), predicted("b", 50, 10, 1)};
+  expect_scores(score(*s, eps), score(*make({{"headroomSelectionStrategy", "composite-only"}}), eps));
+}
+
+TEST_F(LatencyScorerTest, ColdStartConstantPredictionsFollowLoadAndPrefix) {
+  auto s = make();
+  Endpoint full = predicted("full", -10, -10, 3);
+  full.metrics.kv_cache_usage = 0.9;
+  full.metrics.waiting = 4;
+  Endpoint cached = with_prefix(predicted("cached", -10, -10, 3), 4, 4);
+  auto got = score(*s, {full, cached});
+  EXPECT_LT(got[0], got[1]);
+}
+
+TEST_F(LatencyScorerTest, WithoutIdlePreferenceABusyPodWithBetterPredictionWins) {
+  auto s = make({{"preferIdlePods", false}});
+  auto got = score(*s, {predicted("busy", -20, -10, 5), predicted("idle", -50, -10, 0)});
+  EXPECT_GT(got[0], got[1]);
+  auto upstream = make();
+  got = score(*upstream, {predicted("busy", -20, -10, 5), predicted("idle", -50, -10, 0)});
+  EXPECT_EQ(got[0], 0.0);  // upstream: the idle bucket wins whatever the predictions
 }
 
 TEST_F(LatencyScorerTest, VectorThreePositiveLeast) {
