@@ -60,6 +60,11 @@ struct TrainerService::Metrics {
                      .Name("llmd_trainer_live_prediction_ape_percent")
                      .Help("EWMA of |predicted-actual|/actual for predictions reported by the EPP")
                      .Register(r)),
+        live_coverage(prometheus::BuildGauge()
+                          .Name("llmd_trainer_live_prediction_coverage_percent")
+                          .Help("EWMA of the share of actuals at or below the prediction the EPP "
+                                "reported (a p90 model should sit near 90)")
+                          .Register(r)),
         version(prometheus::BuildGauge()
                     .Name("llmd_trainer_model_version")
                     .Help("Version of the latest published model set")
@@ -82,6 +87,7 @@ struct TrainerService::Metrics {
       mape[i] = &gauges.Add({{"target", n}});
       cov[i] = &coverage.Add({{"target", n}});
       live[i] = &live_ape.Add({{"target", n}});
+      live_cov[i] = &live_coverage.Add({{"target", n}});
     }
   }
   prometheus::Family<prometheus::Counter>& ingested;
@@ -90,6 +96,7 @@ struct TrainerService::Metrics {
   prometheus::Family<prometheus::Gauge>& gauges;
   prometheus::Family<prometheus::Gauge>& coverage;
   prometheus::Family<prometheus::Gauge>& live_ape;
+  prometheus::Family<prometheus::Gauge>& live_coverage;
   prometheus::Gauge& version;
   prometheus::Family<prometheus::Counter>& snapshots;
   prometheus::Counter& snapshot_ok;
@@ -102,6 +109,8 @@ struct TrainerService::Metrics {
   std::array<prometheus::Gauge*, 2> cov{};
   std::array<prometheus::Gauge*, 2> live{};
   std::array<double, 2> live_ewma{-1, -1};  // guarded by TrainerService::mu_
+  std::array<prometheus::Gauge*, 2> live_cov{};
+  std::array<double, 2> live_cov_ewma{-1, -1};  // guarded by TrainerService::mu_
 };
 
 TrainerService::TrainerService(TrainerConfig config, prometheus::Registry& registry)
@@ -250,6 +259,10 @@ void TrainerService::add_entries(const std::vector<features::TrainingEntry>& ent
           double& ewma = metrics_->live_ewma[i];
           ewma = ewma < 0 ? ape : 0.98 * ewma + 0.02 * ape;
           metrics_->live[i]->Set(ewma);
+          const double covered = predicted[i] >= actual[i] ? 100.0 : 0.0;
+          double& cov = metrics_->live_cov_ewma[i];
+          cov = cov < 0 ? covered : 0.98 * cov + 0.02 * covered;
+          metrics_->live_cov[i]->Set(cov);
         }
       }
     }

@@ -74,6 +74,26 @@ std::string_view column_name(Column c) {
 
 bool is_categorical(Column c) { return c == C::kPrefillScoreBucket || c == C::kPodTypeCat; }
 
+int monotone_direction(FeatureSet set, Column c) {
+  const bool ttft = set == FeatureSet::kTtft || set == FeatureSet::kTtftNoQueue;
+  switch (c) {
+    case C::kIsQueued:
+    case C::kKvCachePercentage:
+    case C::kInputTokenLength:
+    case C::kNumRequestWaiting:
+    case C::kNumRequestRunning:
+    case C::kPrefillTokensInFlight:
+    case C::kDecodeTokensInFlight:
+      return 1;
+    case C::kEffectiveInputTokens:
+      return ttft ? 1 : 0;
+    case C::kPrefixCacheScore:
+      return ttft ? -1 : 0;
+    default:
+      return 0;
+  }
+}
+
 std::span<const Column> columns(FeatureSet set) {
   switch (set) {
     case FeatureSet::kTtft: return kTtftColumns;

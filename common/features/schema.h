@@ -56,6 +56,15 @@ inline constexpr std::array kAllFeatureSets = {FeatureSet::kTtft, FeatureSet::kT
                                                FeatureSet::kTpot, FeatureSet::kTpotNoQueue};
 std::span<const Column> columns(FeatureSet set);
 std::string_view feature_set_name(FeatureSet set);  // "ttft", "ttft_noqueue", ...
+
+// The direction latency must move in when a column grows, all else equal: +1 (more queue, more
+// KV in use, more tokens in flight, a longer prompt never make a pod faster), -1 (a higher
+// prefix-cache score never makes the first token slower), 0 (no constraint: categoricals, the
+// encoder columns, generated tokens). The trainer passes these to XGBoost as monotone
+// constraints: a router ranks pods by the model, and a tree that learned noise (a pod with
+// more in flight predicted faster) turns that ranking upside down. The categorical
+// prefill_score_bucket cannot be constrained, so the prefix direction holds within a bucket.
+int monotone_direction(FeatureSet set, Column c);
 inline constexpr std::size_t kMaxColumns = 13;
 
 // Derived features (contract section 2).

@@ -1,5 +1,7 @@
 #include "common/model/booster.h"
 
+#include <algorithm>
+
 #include <xgboost/c_api.h>
 
 #include <cstdlib>
@@ -75,6 +77,14 @@ Booster Booster::train(const TrainParams& p, const ColumnInfo& columns, DenseVie
   set("nthread", std::to_string(std::max(1, p.threads)));
   set("seed", std::to_string(p.seed));
   set("verbosity", "0");
+  if (p.monotone && std::any_of(columns.monotone.begin(), columns.monotone.end(),
+                                [](int d) { return d != 0; })) {
+    std::string spec = "(";
+    for (std::size_t i = 0; i < columns.monotone.size(); ++i) {
+      spec += (i ? "," : "") + std::to_string(columns.monotone[i]);
+    }
+    set("monotone_constraints", spec + ")");
+  }
   for (int i = 0; i < p.num_trees; ++i) {
     check(XGBoosterUpdateOneIter(h, i, dm), "XGBoosterUpdateOneIter");
   }

@@ -31,6 +31,7 @@ struct DenseView {
 struct ColumnInfo {
   std::vector<std::string> names;
   std::vector<bool> categorical;
+  std::vector<int> monotone;  // per column: +1, -1 or 0 (none); empty = no constraints
 };
 
 // Contract hyper-parameters (predictor-api.md section 3.2).
@@ -46,6 +47,7 @@ struct TrainParams {
   double reg_lambda = 0.1;
   int threads = 1;
   uint64_t seed = 42;
+  bool monotone = true;  // apply ColumnInfo::monotone (features::monotone_direction)
 };
 
 class Booster {

@@ -106,6 +106,7 @@ ColumnInfo column_info(FeatureSet set) {
   for (auto c : features::columns(set)) {
     info.names.emplace_back(features::column_name(c));
     info.categorical.push_back(features::is_categorical(c));
+    info.monotone.push_back(features::monotone_direction(set, c));
   }
   return info;
 }

@@ -48,6 +48,7 @@ struct StackOptions {
   std::string pipeline = "default-pipeline.yaml";  // in epp/config/, or an absolute path
   std::vector<std::string> pod_labels;  // per pod, an inline YAML map such as "{pool: a}"
   std::string extra_config;             // appended to the EPP config (policies)
+  std::vector<std::string> trainer_args;  // appended to the trainer's command line
 };
 
 class Stack {
@@ -66,7 +67,12 @@ class Stack {
     }
     trainer = std::make_unique<TrainerProcess>(
         dir_.path() + "/trainer",
-        std::vector<std::string>{"--retraining-interval", "0.5", "--min-samples-for-retrain", "20"});
+        [&] {
+          std::vector<std::string> a = {"--retraining-interval", "0.5", "--min-samples-for-retrain",
+                                        "20"};
+          a.insert(a.end(), options_.trainer_args.begin(), options_.trainer_args.end());
+          return a;
+        }());
     for (int i = 0; i < options_.predictors; ++i) {
       uint16_t port = free_port();
       std::string d = dir_.path() + "/p" + std::to_string(i);

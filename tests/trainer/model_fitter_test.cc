@@ -128,6 +128,56 @@ TEST(MeanFit, MapeBelowTenPercentAndTtftGrowsWithInput) {
   }
 }
 
+// A router ranks pods by these predictions: a pod with more queued work must never be predicted
+// faster, nor a better cache hit slower, even where noisy samples say so. Very noisy, few samples: without the constraints the
+// trees learn inversions along the load columns.
+TEST(MonotoneFit, MoreLoadIsNeverPredictedFasterAndACacheHitNeverSlower) {
+  testing::SyntheticLaw law;
+  law.sigma = 0.6;
+  std::mt19937_64 rng(5);
+  auto train = draw(law, Target::kTtft, 400, rng);
+  FitConfig cfg;
+  auto model = fit_target_model(cfg, FeatureSet::kTtft, train, 9);
+  std::mt19937_64 pick(17);
+  int checked = 0;
+  for (int base = 0; base < 40; ++base) {
+    FeatureInput f = law.draw_features(pick);
+    std::vector<FeatureInput> waiting, in_flight, running, prefix;
+    for (int step = 0; step < 12; ++step) {
+      FeatureInput a = f;
+      a.num_request_waiting = step;
+      waiting.push_back(a);
+      FeatureInput b = f;
+      b.prefill_tokens_in_flight = step * 800;
+      in_flight.push_back(b);
+      FeatureInput c = f;
+      c.num_request_running = step * 4;
+      running.push_back(c);
+      FeatureInput d = f;
+      d.prefix_cache_score = step / 11.0;
+      prefix.push_back(d);
+    }
+    for (auto* rows : {&waiting, &in_flight, &running}) {
+      auto p = model->predict(*rows);
+      for (std::size_t i = 1; i < p.size(); ++i, ++checked) {
+        ASSERT_GE(p[i], p[i - 1]) << "base " << base << " step " << i;
+      }
+    }
+    // Within one prefill_score_bucket: the contract's categorical bucket column cannot carry a
+    // monotone constraint, so a step across a bucket boundary may move either way.
+    auto p = model->predict(prefix);
+    for (std::size_t i = 1; i < p.size(); ++i) {
+      if (features::prefill_score_bucket(prefix[i].prefix_cache_score) !=
+          features::prefill_score_bucket(prefix[i - 1].prefix_cache_score)) {
+        continue;
+      }
+      ++checked;
+      ASSERT_LE(p[i], p[i - 1]) << "prefix, base " << base << " step " << i;
+    }
+  }
+  EXPECT_GT(checked, 40 * 3 * 11);
+}
+
 TEST(EmpiricalQuantile, Interpolates) {
   std::vector<double> v = {4, 1, 3, 2, 5};
   EXPECT_DOUBLE_EQ(empirical_quantile(v, 0.5), 3.0);

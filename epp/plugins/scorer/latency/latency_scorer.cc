@@ -46,6 +46,9 @@ std::string LatencyScorer::Config::validate() const {
     return "composite weights (compositeKvWeight, compositeQueueWeight, compositePrefixWeight) "
            "must not all be 0";
   }
+  if (normalization != "minmax" && normalization != "ratio") {
+    return "parameter 'normalization' must be minmax or ratio, got '" + normalization + "'";
+  }
   if (!parse_strategy(headroomSelectionStrategy)) {
     return "parameter 'headroomSelectionStrategy' must be least, most, composite-least, "
            "composite-most or composite-only, got '" + headroomSelectionStrategy + "'";
@@ -72,7 +75,8 @@ PluginOrError LatencyScorer::create(const std::string& name, const nlohmann::jso
       .get("compositeKvWeight", c.compositeKvWeight)
       .get("compositeQueueWeight", c.compositeQueueWeight)
       .get("compositePrefixWeight", c.compositePrefixWeight)
-      .get("preferIdlePods", c.preferIdlePods);
+      .get("preferIdlePods", c.preferIdlePods)
+      .get("normalization", c.normalization);
   if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
   }
@@ -157,6 +161,34 @@ void LatencyScorer::score_bucket(std::span<const Endpoint> endpoints,
     alpha = 0, beta = 1;
   } else if (range_p <= kEps && range_t > kEps) {
     alpha = 1, beta = 0;
+  }
+  if (config_.normalization == "ratio") {
+    // Ratios of the predicted latencies (not of headrooms, whose ratios shrink as the SLO
+    // grows): the lowest prediction scores 1 and a pod predicted twice as slow 0.5, in every
+    // bucket that prefers low latency; packing ("least" on the positive bucket) prefers the
+    // highest prediction that still fits, so it scores prediction / highest prediction. A
+    // dimension whose headrooms do not differ carries no weight (alpha/beta above).
+    const bool pack = !most && idx.size() > 0 && positive(*endpoints[idx.front()].latency);
+    double lo_t = std::numeric_limits<double>::max(), hi_t = 0;
+    double lo_p = lo_t, hi_p = 0;
+    for (std::size_t i : idx) {
+      const auto& l = *endpoints[i].latency;
+      lo_t = std::min(lo_t, l.predicted_ttft_ms), hi_t = std::max(hi_t, l.predicted_ttft_ms);
+      lo_p = std::min(lo_p, l.predicted_tpot_ms), hi_p = std::max(hi_p, l.predicted_tpot_ms);
+    }
+    auto share = [pack](double x, double lo, double hi) {
+      if (pack) {
+        return hi > kEps ? std::max(x, 0.0) / hi : 1.0;
+      }
+      return x > kEps ? std::max(lo, 0.0) / x : 1.0;
+    };
+    for (std::size_t i : idx) {
+      const auto& l = *endpoints[i].latency;
+      double c = alpha * share(l.predicted_ttft_ms, lo_t, hi_t) +
+                 beta * share(l.predicted_tpot_ms, lo_p, hi_p);
+      out[i] = std::clamp(c, 0.01, 1.0);
+    }
+    return;
   }
   for (std::size_t i : idx) {
     double t = std::fabs(endpoints[i].latency->ttft_headroom_ms);

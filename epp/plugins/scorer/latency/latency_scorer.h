@@ -37,6 +37,11 @@ class LatencyScorer final : public PluginBase<Scorer> {
     // overrides predictions and prefix affinity at low load (an idle pod without the cache
     // beats a busy pod with it). false = rank every negative bucket by its predictions only.
     bool preferIdlePods = true;
+    // How a bucket's headrooms become scores. "minmax" (upstream): (h - min) / (max - min), so
+    // 18.0 vs 18.5 ms predicted spans the whole 0..1 range and a sharp picker herds on noise.
+    // "ratio": the blend of min/h ("least") or h/max ("most") per dimension: a pod predicted
+    // 10% slower scores ~0.9, so a picker's concentration follows real differences only.
+    std::string normalization = "minmax";
     std::string validate() const;
   };
 

@@ -64,6 +64,20 @@ TEST_F(LatencyScorerTest, VectorIdenticalGoesToTheComposite) {
   expect_scores(score(*s, eps), score(*make({{"headroomSelectionStrategy", "composite-only"}}), eps));
 }
 
+TEST_F(LatencyScorerTest, RatioNormalizationFollowsRelativeDifferences) {
+  auto s = make({{"normalization", "ratio"}});
+  // No SLO: headroom = -predicted; 18.0 vs 18.5 ms are near-equals, 36 ms is twice as slow.
+  auto got = score(*s, {predicted("a", -18.0, 0, 1), predicted("b", -18.5, 0, 1),
+                        predicted("c", -36.0, 0, 1)});
+  EXPECT_NEAR(got[0], 1.0, 1e-9);
+  EXPECT_NEAR(got[1], 18.0 / 18.5, 1e-9);
+  EXPECT_NEAR(got[2], 0.5, 1e-9);
+  auto minmax = score(*make(), {predicted("a", -18.0, 0, 1), predicted("b", -18.5, 0, 1),
+                                predicted("c", -36.0, 0, 1)});
+  EXPECT_GT(minmax[0] - minmax[1], 0.02);  // upstream stretches 0.5 ms over the range
+  EXPECT_FALSE(LatencyScorer::create("l", {{"normalization", "zscore"}}, services_.handle()).plugin);
+}
+
 TEST_F(LatencyScorerTest, ColdStartConstantPredictionsFollowLoadAndPrefix) {
   auto s = make();
   Endpoint full = predicted("full", -10, -10, 3);
