@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates every benchmark report that backs the README's numbers (about 25 min on 2 cores):
-#   1. bench/results/routing/            virtual-time routing benchmark + PNG plots (~3 min)
+# Regenerates every benchmark report that backs the README's numbers (about 45 min on 2 cores):
+#   1. bench/results/routing/            virtual-time routing benchmark + PNG plots, seeds 1-3,
+#                                        15-s stages (~25 min on 2 cores)
 #   2. bench/results/prediction_scalability.{md,json}   real predictors via the EPP's client (~8 min)
 #   3. bench/results/realstack/          one preset through the real binaries vs virtual time (~10 min)
 # Each step also has its own command (see bench/cluster/README.md); this one runs them in order.
@@ -15,7 +16,8 @@ steps=("$@")
 for step in "${steps[@]}"; do
   case "$step" in
     routing)
-      flock /tmp/llmd-bench.lock "$root/bench/cluster/run_report.sh" ;;
+      flock /tmp/llmd-bench.lock "$root/bench/cluster/run_report.sh" --seeds 1,2,3 \
+        --stage-seconds 15 --strategies rr,lp111,lp322,pl_least,oracle ;;
     scalability)
       cmake --build "$build" -j2 --target prediction_scalability predictor trainer
       (cd "$root" && flock /tmp/llmd-bench.lock "$build/bench/prediction_scalability" \

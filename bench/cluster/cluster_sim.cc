@@ -62,6 +62,7 @@ std::string_view strategy_name(Strategy s) {
     case Strategy::kLoadPrefix322: return "load+prefix(3,2,2)";
     case Strategy::kPredictedLeast: return "predicted-latency";
     case Strategy::kPredictedMost: return "predicted-latency(most)";
+    case Strategy::kPredictedUpstream: return "predicted-latency(upstream)";
     case Strategy::kOracle: return "oracle";
   }
   return "?";
@@ -74,6 +75,7 @@ std::string_view strategy_key(Strategy s) {
     case Strategy::kLoadPrefix322: return "lp322";
     case Strategy::kPredictedLeast: return "pl_least";
     case Strategy::kPredictedMost: return "pl_most";
+    case Strategy::kPredictedUpstream: return "pl_upstream";
     case Strategy::kOracle: return "oracle";
   }
   return "?";
@@ -89,7 +91,8 @@ std::optional<Strategy> parse_strategy(std::string_view key) {
 }
 
 bool uses_predictions(Strategy s) {
-  return s == Strategy::kPredictedLeast || s == Strategy::kPredictedMost;
+  return s == Strategy::kPredictedLeast || s == Strategy::kPredictedMost ||
+         s == Strategy::kPredictedUpstream;
 }
 
 bool is_heuristic(Strategy s) {
@@ -111,9 +114,15 @@ std::optional<std::string> pipeline_yaml(Strategy s, const std::string& dir, std
     case Strategy::kLoadPrefix322: file = "load-prefix.yaml"; break;
     case Strategy::kPredictedLeast:
     case Strategy::kPredictedMost: file = "default-pipeline.yaml"; break;
+    case Strategy::kPredictedUpstream: file = "upstream-pipeline.yaml"; break;
     case Strategy::kOracle: return fail("the oracle has no pipeline");
   }
   const std::string path = (std::filesystem::path(dir) / file).string();
+  if (s == Strategy::kPredictedUpstream && !std::filesystem::exists(path)) {
+    return fail(std::string(strategy_name(s)) + " needs " + path +
+                " (the upstream-faithful pipeline), which does not exist yet; leave pl_upstream "
+                "out of --strategies until it does");
+  }
   auto text = read_text(path);
   if (!text) {
     return fail("cannot read " + path);

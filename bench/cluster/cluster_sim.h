@@ -28,20 +28,29 @@ enum class Strategy {
   kLoadPrefix322,    // the same pipeline with weights prefix 3, queue 2, kv 2 (generated YAML)
   kPredictedLeast,   // epp/config/default-pipeline.yaml (headroomSelectionStrategy least)
   kPredictedMost,    // the same with headroomSelectionStrategy: most
+  kPredictedUpstream,  // epp/config/upstream-pipeline.yaml (the upstream-faithful pipeline)
   kOracle,           // lowest true TTFT, probed on engine copies
 };
 inline constexpr std::array kAllStrategies = {
-    Strategy::kRoundRobin,     Strategy::kLoadPrefix111,  Strategy::kLoadPrefix322,
-    Strategy::kPredictedLeast, Strategy::kPredictedMost, Strategy::kOracle};
+    Strategy::kRoundRobin,     Strategy::kLoadPrefix111,      Strategy::kLoadPrefix322,
+    Strategy::kPredictedLeast, Strategy::kPredictedUpstream, Strategy::kPredictedMost,
+    Strategy::kOracle};
+// What the report runs unless --strategies says otherwise (predicted-latency(most) only on
+// request: without SLO headers it decides exactly like the default pipeline).
+inline constexpr std::array kDefaultStrategies = {
+    Strategy::kRoundRobin,     Strategy::kLoadPrefix111,      Strategy::kLoadPrefix322,
+    Strategy::kPredictedLeast, Strategy::kPredictedUpstream, Strategy::kOracle};
 
 std::string_view strategy_name(Strategy s);  // "round-robin", "load+prefix(1,1,1)", ...
-std::string_view strategy_key(Strategy s);   // file-safe: rr, lp111, lp322, pl_least, pl_most, oracle
+// File-safe: rr, lp111, lp322, pl_least, pl_upstream, pl_most, oracle
+std::string_view strategy_key(Strategy s);
 std::optional<Strategy> parse_strategy(std::string_view key);  // key or name
 bool uses_predictions(Strategy s);
 bool is_heuristic(Strategy s);  // round-robin and load+prefix
 
 // The YAML pipeline of a strategy (null for the oracle), read from `epp_config_dir`; load+prefix
-// (3,2,2) and predicted-latency(most) are derived from the shipped files in code.
+// (3,2,2) and predicted-latency(most) are derived from the shipped files in code. A missing file
+// (upstream-pipeline.yaml before it is written) is an error naming the file.
 std::optional<std::string> pipeline_yaml(Strategy s, const std::string& epp_config_dir,
                                          std::string* error);
 

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <map>
 #include <numeric>
 
 #include "bench/cluster/cluster_sim.h"
@@ -203,21 +205,165 @@ TEST_F(ClusterSimTest, PredictedLatencyTrainsOnItsOwnRequests) {
 
 TEST_F(ClusterSimTest, PipelinesOfEveryStrategyLoad) {
   std::string err;
+  const bool upstream_file =
+      std::filesystem::exists(kEppConfig + "/upstream-pipeline.yaml");
   for (Strategy st : kAllStrategies) {
+    const bool expected =
+        st != Strategy::kOracle && (st != Strategy::kPredictedUpstream || upstream_file);
     auto y = pipeline_yaml(st, kEppConfig, &err);
-    EXPECT_EQ(y.has_value(), st != Strategy::kOracle) << strategy_name(st) << ": " << err;
+    EXPECT_EQ(y.has_value(), expected) << strategy_name(st) << ": " << err;
+    EXPECT_EQ(parse_strategy(strategy_key(st)), st);
+    EXPECT_EQ(parse_strategy(strategy_name(st)), st);
   }
   const auto lp322 = pipeline_yaml(Strategy::kLoadPrefix322, kEppConfig, &err).value();
   EXPECT_NE(lp322.find("weight: 3"), std::string::npos) << lp322;
   EXPECT_NE(lp322.find("weight: 2"), std::string::npos) << lp322;
   const auto most = pipeline_yaml(Strategy::kPredictedMost, kEppConfig, &err).value();
   EXPECT_NE(most.find("headroomSelectionStrategy: most"), std::string::npos) << most;
-  // Every strategy runs end to end on a tiny trace.
+  // Every strategy that has a pipeline runs end to end on a tiny trace.
   const Scenario s = tiny("A", {{30, 2}}, 2);
   const auto trace = make_trace(s);
   for (Strategy st : kAllStrategies) {
+    if (st == Strategy::kPredictedUpstream && !upstream_file) continue;
     const RunResult r = run(s, trace, st);
     EXPECT_EQ(summarize(trace, r).back().ok, trace.requests.size()) << strategy_name(st);
+  }
+}
+
+TEST_F(ClusterSimTest, MissingUpstreamPipelineIsAClearError) {
+  std::string err;
+  EXPECT_FALSE(pipeline_yaml(Strategy::kPredictedUpstream, "/nonexistent-llmd-config", &err));
+  EXPECT_NE(err.find("upstream-pipeline.yaml"), std::string::npos) << err;
+  EXPECT_NE(err.find("does not exist"), std::string::npos) << err;
+}
+
+TEST_F(ClusterSimTest, ClocksFollowTheTimeScale) {
+  Scenario s = tiny("C", {{10, 1}}, 2, 0.1);
+  // Default: the time scale is the length scale.
+  EXPECT_DOUBLE_EQ(s.effective_time_scale(), 0.1);
+  RunConfig c = make_run_config(s, Strategy::kPredictedLeast, kEppConfig);
+  EXPECT_DOUBLE_EQ(c.scrape_interval_ms, 5.0);       // 50 ms real x 0.1
+  EXPECT_DOUBLE_EQ(c.retrain_interval_ms, 1000.0);   // 10 s real x 0.1
+  EXPECT_DOUBLE_EQ(c.pool.kv_scale, 0.1);
+  // Full length keeps the real clocks.
+  s.length_scale = 1.0;
+  c = make_run_config(s, Strategy::kPredictedLeast, kEppConfig);
+  EXPECT_DOUBLE_EQ(c.scrape_interval_ms, 50.0);
+  EXPECT_DOUBLE_EQ(c.retrain_interval_ms, 10000.0);
+  // An explicit time scale wins, and the real-time base is an input.
+  s.time_scale = 0.25;
+  TimeBase base;
+  base.scrape_real_ms = 20;
+  base.retrain_real_s = 2;
+  c = make_run_config(s, Strategy::kRoundRobin, kEppConfig, base);
+  EXPECT_DOUBLE_EQ(c.scrape_interval_ms, 5.0);
+  EXPECT_DOUBLE_EQ(c.retrain_interval_ms, 500.0);
+  EXPECT_DOUBLE_EQ(scrape_interval_ms(s, base), 5.0);
+  EXPECT_DOUBLE_EQ(retrain_interval_ms(s, base), 500.0);
+  // Every scenario of the sets: the derived clocks are the real ones times its scale.
+  for (const auto& set : {default_scenarios({}), holdout_scenarios({})}) {
+    for (const auto& sc : set) {
+      const RunConfig rc = make_run_config(sc, Strategy::kRoundRobin, kEppConfig);
+      EXPECT_DOUBLE_EQ(rc.scrape_interval_ms, 50.0 * sc.effective_time_scale()) << sc.name;
+      EXPECT_DOUBLE_EQ(rc.retrain_interval_ms, 10000.0 * sc.effective_time_scale()) << sc.name;
+    }
+  }
+}
+
+TEST_F(ClusterSimTest, TheRetrainCadenceFollowsTheScale) {
+  // The model loop retrains on the derived interval: 1 virtual s at time scale 0.1.
+  const Scenario s = tiny("C", {{40, 3}, {60, 3}}, 3, 0.1);
+  const auto trace = make_trace(s);
+  const RunResult r = run_cluster(trace, make_run_config(s, Strategy::kPredictedLeast, kEppConfig));
+  ASSERT_GE(r.retrains.size(), 4u);
+  for (std::size_t i = 0; i < r.retrains.size(); ++i) {
+    EXPECT_DOUBLE_EQ(r.retrains[i].time_ms, 1000.0 * static_cast<double>(i + 1));
+  }
+}
+
+TEST_F(ClusterSimTest, ScenarioSetsHonourStageLengthsAndSeeds) {
+  SetOptions o;
+  o.stage_seconds = 30;
+  for (const auto& set : {default_scenarios(o), holdout_scenarios(o)}) {
+    for (const auto& sc : set) {
+      for (const auto& st : sc.stages) {
+        if (!sc.own_stage_length) {
+          EXPECT_DOUBLE_EQ(st.duration_s, 30.0) << sc.name;
+        }
+      }
+    }
+  }
+  const auto def = default_scenarios({});
+  const auto named = [&](const std::string& name) {
+    return *std::find_if(def.begin(), def.end(), [&](const Scenario& s) { return s.name == name; });
+  };
+  EXPECT_DOUBLE_EQ(named("A").stages.front().duration_s, kDefaultStageSeconds);
+  EXPECT_DOUBLE_EQ(named("scale100").stages.front().duration_s, 10.0);
+  // The blog regime: few large pods at full length, >= 4 low/high alternations of 1:5.
+  const Scenario blog = named("blog");
+  EXPECT_LE(blog.pool.num_pods, 8);
+  EXPECT_DOUBLE_EQ(blog.length_scale, 1.0);
+  EXPECT_DOUBLE_EQ(blog.effective_time_scale(), 1.0);
+  ASSERT_GE(blog.stages.size(), 8u);
+  for (std::size_t i = 0; i + 1 < blog.stages.size(); i += 2) {
+    EXPECT_DOUBLE_EQ(blog.stages[i + 1].rate, 5.0 * blog.stages[i].rate);
+  }
+  // Quick: three 5-s stages on small pools, saturation scaled with the pool.
+  SetOptions q;
+  q.quick = true;
+  for (const auto& sc : default_scenarios(q)) {
+    EXPECT_LE(sc.stages.size(), 3u) << sc.name;
+    EXPECT_LE(sc.pool.num_pods, 2) << sc.name;
+    for (const auto& st : sc.stages) EXPECT_DOUBLE_EQ(st.duration_s, 5.0) << sc.name;
+  }
+  // The seed reaches the trace, the engines and the scheduler.
+  Scenario s = named("C");
+  s.seed = 3;
+  const RunConfig c = make_run_config(s, Strategy::kRoundRobin, kEppConfig);
+  EXPECT_EQ(c.seed, 3u);
+  EXPECT_EQ(c.pool.seed, 3u);
+  EXPECT_EQ(make_trace(s).options.seed, 3u);
+}
+
+TEST_F(ClusterSimTest, StagesSplitAtSaturation) {
+  for (const auto& set : {default_scenarios({}), holdout_scenarios({})}) {
+    for (const auto& sc : set) {
+      SCOPED_TRACE(sc.name);
+      ASSERT_GT(sc.saturation_rps, 0);
+      const auto below = below_saturation_stages(sc);
+      const auto over = overload_stages(sc);
+      EXPECT_EQ(below.size() + over.size(), sc.stages.size());
+      EXPECT_FALSE(below.empty());
+      for (int i : below) EXPECT_LE(sc.stages[static_cast<std::size_t>(i)].rate, 0.9 * sc.saturation_rps + 1e-6);
+      for (int i : over) EXPECT_GT(sc.stages[static_cast<std::size_t>(i)].rate, 0.9 * sc.saturation_rps);
+    }
+  }
+  Scenario unknown = tiny("C", {{10, 1}, {20, 1}});
+  EXPECT_TRUE(below_saturation_stages(unknown).empty());
+  EXPECT_TRUE(overload_stages(unknown).empty());
+}
+
+TEST_F(ClusterSimTest, HoldoutShapesDifferFromTheDefaultSet) {
+  const auto def = default_scenarios({});
+  const auto hold = holdout_scenarios({});
+  ASSERT_GE(hold.size(), 4u);
+  int with_slo = 0;
+  for (const auto& h : hold) {
+    with_slo += (h.slo_ttft_ms || h.slo_tpot_ms) ? 1 : 0;
+    for (const auto& d : def) EXPECT_NE(h.name, d.name);
+    const auto trace = make_trace(h);  // every shape generates
+    EXPECT_GT(trace.requests.size(), 0u) << h.name;
+  }
+  EXPECT_GT(with_slo, 0);
+  EXPECT_LT(with_slo, static_cast<int>(hold.size()));
+  // Without shared prefixes: single turn, no system prompt.
+  for (const auto& h : hold) {
+    if (!h.unshared) continue;
+    const auto trace = make_trace(h);
+    for (const auto& r : trace.requests) {
+      ASSERT_EQ(r.turn, 0);
+    }
+    EXPECT_TRUE(trace.system_prompt(0).empty());
   }
 }
 

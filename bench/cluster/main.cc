@@ -1,6 +1,7 @@
 // cluster_sim: the routing-quality benchmark in virtual time (shared/spec/simulator.md section 5).
-// Runs every scenario under every strategy on identical arrivals, in parallel over --threads
-// (each run is single-threaded and deterministic), then writes CSVs and report.md to --out-dir.
+// Runs every scenario under every strategy and seed on identical arrivals (per seed), in
+// parallel over --threads (each run is single-threaded and deterministic), then writes CSVs and
+// report.md to --out-dir.
 // bench/cluster/run_report.sh builds, runs and renders the plots; see bench/cluster/README.md.
 #include <algorithm>
 #include <atomic>
@@ -10,9 +11,12 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cxxopts.hpp>
@@ -20,6 +24,7 @@
 
 #include "bench/cluster/cluster_sim.h"
 #include "bench/cluster/report.h"
+#include "bench/cluster/report_metrics.h"
 #include "bench/cluster/scenarios.h"
 
 using namespace llmd;
@@ -37,6 +42,37 @@ std::vector<std::string> split(const std::string& s, char sep) {
     }
   }
   return out;
+}
+
+std::optional<std::vector<uint64_t>> parse_seeds(const std::string& text) {
+  std::vector<uint64_t> out;
+  for (const auto& item : split(text, ',')) {
+    try {
+      std::size_t used = 0;
+      out.push_back(std::stoull(item, &used));
+      if (used != item.size()) return std::nullopt;
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
+double thread_cpu_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// CPU seconds of the whole process (every thread, XGBoost's OpenMP helpers included).
+double process_cpu_s() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  auto s = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec);
+  };
+  return s(ru.ru_utime) + s(ru.ru_stime);
 }
 
 std::string machine_line() {
@@ -78,20 +114,27 @@ int main(int argc, char** argv) {
   opts.add_options()
     ("out-dir", "Output directory", cxxopts::value<std::string>()->default_value("bench/results/routing"))
     ("scenarios", "Comma list of scenario names, or 'all'", cxxopts::value<std::string>()->default_value("all"))
-    ("strategies", "Comma list (rr, lp111, lp322, pl_least, pl_most, oracle) or 'all'", cxxopts::value<std::string>()->default_value("all"))
+    ("holdout", "Run the hold-out pool shapes instead of the default set")
+    ("strategies", "Comma list (rr, lp111, lp322, pl_least, pl_upstream, pl_most, oracle), 'default' (all but pl_most) or 'all'", cxxopts::value<std::string>()->default_value("default"))
     ("threads", "Runs in parallel", cxxopts::value<int>()->default_value("2"))
-    ("seed", "Seed of traces, engines and scheduling", cxxopts::value<uint64_t>()->default_value("1"))
+    ("seeds", "Comma list of seeds (traces, engines and scheduling); one run per scenario, strategy and seed", cxxopts::value<std::string>()->default_value("1,2,3"))
+    ("seed", "A single seed (replaces --seeds)", cxxopts::value<uint64_t>())
     ("quick", "Small pools and short stages (smoke test)")
+    ("stage-seconds", "Virtual seconds per stage (0 = the set's default; scenarios with their own stage length keep it)", cxxopts::value<double>()->default_value("0"))
+    ("scrape-real-ms", "EPP metrics scrape period in real ms, scaled by each scenario's time scale (0 = exact metrics per decision)", cxxopts::value<double>()->default_value("50"))
+    ("retrain-real-s", "Trainer retraining interval in real s, scaled by each scenario's time scale", cxxopts::value<double>()->default_value("10"))
     ("epp-config-dir", "Directory of the EPP pipeline YAML files", cxxopts::value<std::string>()->default_value(LLMD_SOURCE_DIR "/epp/config"))
     ("oracle-probes", "Oracle: max pods probed per request (0 = all)", cxxopts::value<int>()->default_value("2"))
     ("oracle-horizon-ms", "Oracle: cap on one probe's simulated time (0 = none)", cxxopts::value<double>()->default_value("1000"))
-    ("scrape-ms", "Metrics refresh period (0 = exact metrics per decision)", cxxopts::value<double>()->default_value("50"))
     ("timeout-s", "Client timeout per request (virtual seconds)", cxxopts::value<double>()->default_value("60"))
     ("preset", "Custom scenario: workload preset (replaces --scenarios)", cxxopts::value<std::string>()->default_value(""))
     ("stages", "Custom scenario: rate:duration_s,...", cxxopts::value<std::string>()->default_value(""))
     ("pods", "Custom scenario: pool size", cxxopts::value<int>()->default_value("10"))
     ("slow-pods", "Custom scenario: pods on the slow profile", cxxopts::value<int>()->default_value("0"))
     ("length-scale", "Custom scenario: sequence length scale (KV capacity scales with it)", cxxopts::value<double>()->default_value("0.1"))
+    ("time-scale", "Custom scenario: scale of the scrape and retrain clocks (0 = the length scale)", cxxopts::value<double>()->default_value("0"))
+    ("saturation-rps", "Custom scenario: rate at which round-robin saturates the pool (splits the report into below-saturation and overload stages)", cxxopts::value<double>()->default_value("0"))
+    ("unshared", "Custom scenario: single-turn requests without a system prompt (no shared prefix)")
     ("slo-ttft-ms", "Custom scenario: x-slo-ttft-ms", cxxopts::value<double>())
     ("slo-tpot-ms", "Custom scenario: x-slo-tpot-ms", cxxopts::value<double>())
     ("hash-prompts", "auto | always | never: give engines the prompts' block hashes", cxxopts::value<std::string>()->default_value("auto"))
@@ -111,11 +154,31 @@ int main(int argc, char** argv) {
     return 0;
   }
   spdlog::set_level(spdlog::level::warn);
-  const uint64_t seed = args["seed"].as<uint64_t>();
+  std::vector<uint64_t> seeds;
+  if (args.count("seed")) {
+    seeds = {args["seed"].as<uint64_t>()};
+  } else if (auto parsed = parse_seeds(args["seeds"].as<std::string>())) {
+    seeds = *parsed;
+  } else {
+    std::cerr << "--seeds: expected a comma list of integers\n";
+    return 2;
+  }
   const std::string epp_dir = args["epp-config-dir"].as<std::string>();
+  TimeBase time;
+  time.scrape_real_ms = args["scrape-real-ms"].as<double>();
+  time.retrain_real_s = args["retrain-real-s"].as<double>();
+  if (!(time.scrape_real_ms >= 0) || !(time.retrain_real_s > 0)) {
+    std::cerr << "--scrape-real-ms must be >= 0 and --retrain-real-s > 0\n";
+    return 2;
+  }
+  SetOptions set;
+  set.quick = args.count("quick") > 0;
+  set.stage_seconds = args["stage-seconds"].as<double>();
 
   std::vector<Scenario> scenarios;
+  std::string set_name = args.count("holdout") ? "holdout" : "default";
   if (!args["preset"].as<std::string>().empty()) {
+    set_name = "custom";
     Scenario s;
     s.name = "custom";
     s.preset = args["preset"].as<std::string>();
@@ -130,11 +193,14 @@ int main(int argc, char** argv) {
     s.pool.num_pods = args["pods"].as<int>();
     s.pool.num_slow = args["slow-pods"].as<int>();
     s.length_scale = args["length-scale"].as<double>();
+    s.time_scale = args["time-scale"].as<double>();
+    s.saturation_rps = args["saturation-rps"].as<double>();
+    s.unshared = args.count("unshared") > 0;
     if (args.count("slo-ttft-ms")) s.slo_ttft_ms = args["slo-ttft-ms"].as<double>();
     if (args.count("slo-tpot-ms")) s.slo_tpot_ms = args["slo-tpot-ms"].as<double>();
     scenarios.push_back(s);
   } else {
-    auto all = default_scenarios(args.count("quick") > 0);
+    auto all = args.count("holdout") ? holdout_scenarios(set) : default_scenarios(set);
     const std::string want = args["scenarios"].as<std::string>();
     if (want == "all") {
       scenarios = all;
@@ -148,26 +214,34 @@ int main(int argc, char** argv) {
           }
         }
         if (!found) {
-          std::cerr << "unknown scenario " << name << "\n";
+          std::cerr << "unknown scenario " << name << " in the " << set_name << " set\n";
           return 2;
         }
       }
     }
   }
-  for (auto& s : scenarios) {
-    s.seed = seed;
-  }
   std::vector<Strategy> strategies;
-  if (args["strategies"].as<std::string>() == "all") {
+  if (const std::string want = args["strategies"].as<std::string>(); want == "all") {
     strategies.assign(kAllStrategies.begin(), kAllStrategies.end());
+  } else if (want == "default") {
+    strategies.assign(kDefaultStrategies.begin(), kDefaultStrategies.end());
   } else {
-    for (const auto& k : split(args["strategies"].as<std::string>(), ',')) {
+    for (const auto& k : split(want, ',')) {
       auto s = parse_strategy(k);
       if (!s) {
         std::cerr << "unknown strategy " << k << "\n";
         return 2;
       }
       strategies.push_back(*s);
+    }
+  }
+  // A missing pipeline file (pl_upstream before epp/config/upstream-pipeline.yaml exists)
+  // fails here, before minutes of other runs.
+  for (Strategy s : strategies) {
+    std::string err;
+    if (s != Strategy::kOracle && !pipeline_yaml(s, epp_dir, &err)) {
+      std::cerr << err << "\n";
+      return 2;
     }
   }
 
@@ -182,34 +256,46 @@ int main(int argc, char** argv) {
     ss << in.rdbuf();
     pipeline_override = ss.str();
   }
-  std::vector<ScenarioRuns> all(scenarios.size());
+  // One entry per (scenario, seed), the seeds of a scenario next to each other.
+  std::vector<ScenarioRuns> all;
+  for (const auto& sc : scenarios) {
+    for (uint64_t seed : seeds) {
+      ScenarioRuns sr;
+      sr.scenario = sc;
+      sr.scenario.seed = seed;
+      sr.trace = make_trace(sr.scenario);
+      sr.runs.resize(strategies.size());
+      sr.summaries.resize(strategies.size());
+      sr.cold_share.resize(strategies.size(), 0);
+      sr.cpu_s.resize(strategies.size(), 0);
+      for (std::size_t k = 0; k < strategies.size(); ++k) sr.runs[k].strategy = strategies[k];
+      all.push_back(std::move(sr));
+    }
+  }
   struct Job {
-    std::size_t scenario;
+    std::size_t entry;
     std::size_t strategy;
+    double cost;
   };
   std::vector<Job> jobs;
-  for (std::size_t i = 0; i < scenarios.size(); ++i) {
-    all[i].scenario = scenarios[i];
-    all[i].trace = make_trace(scenarios[i]);
-    all[i].runs.resize(strategies.size());
-    all[i].summaries.resize(strategies.size());
-    const auto& only = scenarios[i].strategies;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const auto& only = all[i].scenario.strategies;
+    // Generated tokens dominate a run's cost; the oracle and the model loop multiply it.
+    double tokens = 0;
+    for (const auto& r : all[i].trace.requests) tokens += static_cast<double>(r.max_tokens);
     for (std::size_t k = 0; k < strategies.size(); ++k) {
-      all[i].runs[k].strategy = strategies[k];
-      if (only.empty() || std::find(only.begin(), only.end(), strategies[k]) != only.end()) {
-        jobs.push_back({i, k});
+      const Strategy s = strategies[k];
+      if (only.empty() || std::find(only.begin(), only.end(), s) != only.end()) {
+        jobs.push_back({i, k, tokens * (s == Strategy::kOracle ? 3 : uses_predictions(s) ? 2 : 1)});
       }
     }
   }
-  // Expensive runs first so the two workers finish together.
-  auto cost = [&](const Job& j) {
-    Strategy s = strategies[j.strategy];
-    return s == Strategy::kOracle ? 3 : uses_predictions(s) ? 2 : 1;
-  };
+  // Expensive runs first so the workers finish together.
   std::stable_sort(jobs.begin(), jobs.end(),
-                   [&](const Job& a, const Job& b) { return cost(a) > cost(b); });
+                   [](const Job& a, const Job& b) { return a.cost > b.cost; });
 
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu_start = process_cpu_s();
   std::atomic<std::size_t> next{0};
   std::mutex out_mu;
   std::atomic<bool> failed{false};
@@ -220,11 +306,10 @@ int main(int argc, char** argv) {
         return;
       }
       const Job job = jobs[j];
-      auto& sr = all[job.scenario];
-      RunConfig cfg = make_run_config(sr.scenario, strategies[job.strategy], epp_dir);
+      auto& sr = all[job.entry];
+      RunConfig cfg = make_run_config(sr.scenario, strategies[job.strategy], epp_dir, time);
       cfg.oracle_max_probes = args["oracle-probes"].as<int>();
       cfg.oracle_horizon_ms = args["oracle-horizon-ms"].as<double>();
-      cfg.scrape_interval_ms = args["scrape-ms"].as<double>();
       cfg.request_timeout_ms = args["timeout-s"].as<double>() * 1000.0;
       cfg.pipeline_override = pipeline_override;
       const std::string hp = args["hash-prompts"].as<std::string>();
@@ -232,16 +317,26 @@ int main(int argc, char** argv) {
                          : hp == "never" ? HashPrompts::kNever
                                          : HashPrompts::kAuto;
       try {
+        const double cpu0 = thread_cpu_s();
         RunResult r = run_cluster(sr.trace, cfg);
+        const double cpu = thread_cpu_s() - cpu0;
         auto sums = summarize(sr.trace, r);
+        const double cold = cold_share(r);
+        const std::string line = one_line(sr.scenario, r, sums.back());
+        // Single requests are only needed for the first seed's prediction plots.
+        if (sr.scenario.seed != seeds.front()) {
+          std::vector<RequestResult>().swap(r.requests);
+        }
         std::lock_guard lock(out_mu);
-        std::cout << one_line(sr.scenario, r, sums.back()) << std::endl;
+        std::cout << line << std::endl;
         sr.runs[job.strategy] = std::move(r);
         sr.summaries[job.strategy] = std::move(sums);
+        sr.cold_share[job.strategy] = cold;
+        sr.cpu_s[job.strategy] = cpu;
       } catch (const std::exception& e) {
         std::lock_guard lock(out_mu);
-        std::cerr << sr.scenario.name << "/" << strategy_name(strategies[job.strategy])
-                  << ": " << e.what() << std::endl;
+        std::cerr << sr.scenario.name << " seed " << sr.scenario.seed << "/"
+                  << strategy_name(strategies[job.strategy]) << ": " << e.what() << std::endl;
         failed = true;
       }
     }
@@ -260,8 +355,10 @@ int main(int argc, char** argv) {
   ReportInfo info;
   info.total_wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  info.total_cpu_s = process_cpu_s() - cpu_start;
   info.threads = threads;
-  info.seed = seed;
+  info.seeds = seeds;
+  info.set_name = set_name;
   for (int i = 0; i < argc; ++i) {
     if (i > 0) {
       info.command += ' ';
@@ -269,12 +366,12 @@ int main(int argc, char** argv) {
     info.command += argv[i];
   }
   info.machine = machine_line();
-  info.scrape_ms = args["scrape-ms"].as<double>();
+  info.time = time;
   info.timeout_s = args["timeout-s"].as<double>();
-  info.retrain_s = RunConfig{}.retrain_interval_ms / 1000.0;
   info.oracle_probes = args["oracle-probes"].as<int>();
   info.oracle_horizon_ms = args["oracle-horizon-ms"].as<double>();
-  std::cout << "total wall time " << info.total_wall_s << " s\n";
+  std::cout << "total wall time " << info.total_wall_s << " s, CPU time " << info.total_cpu_s
+            << " s\n";
   if (!args.count("no-report")) {
     const std::string dir = args["out-dir"].as<std::string>();
     write_outputs(dir, all, info);

@@ -1,9 +1,11 @@
 # Plots of the routing benchmark (bench/cluster). Reads the CSV/.dat files cluster_sim wrote
 # and writes PNGs to <dir>/plots:
 #   latency_<scenario>.png     TTFT p50/p95, TPOT p50 and E2E p95 vs offered load, per strategy
-#   pred_<scenario>.png        predicted-latency: predicted vs actual TTFT over time, windowed
-#                              MAPE and p90 coverage, retraining instants
-#   prediction_quality.png     MAPE and p90 coverage of TTFT/TPOT predictions per stage
+#                              (each stage's percentile averaged over the seeds)
+#   pred_<scenario>.png        predicted-latency on the first seed: predicted vs actual TTFT over
+#                              time, windowed MAPE and p90 coverage, retraining instants
+#   prediction_quality.png     MAPE and p90 coverage of TTFT/TPOT predictions per stage (pooled
+#                              over seeds)
 # Usage: gnuplot -e "dir='bench/results/routing'" bench/cluster/plots.gp
 if (!exists("dir")) dir = "bench/results/routing"
 load dir."/data/lists.gp"
@@ -22,7 +24,7 @@ do for [s in scenarios] {
   xc = value("xcol_".s)
   xl = (xc == 3) ? "offered load (requests/s)" : "stage (alternating low / high load)"
   set output dir."/plots/latency_".s.".png"
-  set multiplot layout 2,2 title "Scenario ".s.": latency vs load per strategy (virtual time)"
+  set multiplot layout 2,2 title "Scenario ".s.": latency vs load per strategy (virtual time, mean over seeds)"
   set xlabel xl
   set logscale y
   set ylabel "TTFT p50 (ms)"
@@ -52,14 +54,20 @@ do for [s in predicted] {
   win = dir."/data/pred_window_".s.".dat"
   rt = dir."/data/retrain_".s.".dat"
   set output dir."/plots/pred_".s.".png"
-  set multiplot layout 2,1 title "Scenario ".s.": predicted-latency, picked pod's predicted (p90 model) vs actual TTFT"
-  set xlabel "virtual time (s); dashed lines: model retrained and published"
+  set multiplot layout 2,1 title "Scenario ".s.": predicted-latency, picked pod's predicted (p90 model) vs actual TTFT (first seed)"
   set ylabel "TTFT (ms)"
   set logscale y
   unset arrow
   rtimes = system("awk '!/^#/ && $2 > 0 {printf \"%s \", $1}' ".rt)
-  do for [t in rtimes] {
-    set arrow from first t+0, graph 0 to first t+0, graph 1 nohead dt 2 lc rgb "#999999"
+  # A line per published model while they are few; with retrains every virtual second they
+  # would hide the data, so the label gives the count instead.
+  if (words(rtimes) <= 40) {
+    set xlabel "virtual time (s); dashed lines: model retrained and published"
+    do for [t in rtimes] {
+      set arrow from first t+0, graph 0 to first t+0, graph 1 nohead dt 2 lc rgb "#999999"
+    }
+  } else {
+    set xlabel sprintf("virtual time (s); %d models published", words(rtimes))
   }
   plot pts using 1:3 with points pt 7 ps 0.25 lc rgb "#c8c8c8" title "actual (sampled requests)", \
        win using 1:2 with lines lw 2 lc rgb "#000000" title "actual, 1-s median", \

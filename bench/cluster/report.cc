@@ -1,14 +1,16 @@
+// report.md: setup, headline over seeds, per-seed verdicts, below-saturation and overload
+// figures, diagnostics, per-stage tables, prediction quality and run costs.
 #include "bench/cluster/report.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <sstream>
+
+#include "bench/cluster/report_metrics.h"
 
 namespace llmd::cluster {
 
@@ -23,15 +25,21 @@ std::string fmt(const char* f, double v) {
 // Milliseconds with a sensible number of digits.
 std::string ms(double v) {
   if (!std::isfinite(v)) return "-";
-  if (v >= 1000) return fmt("%.0f", v);
   if (v >= 100) return fmt("%.0f", v);
   if (v >= 10) return fmt("%.1f", v);
   return fmt("%.2f", v);
 }
-std::string pct(double frac) { return fmt("%.1f%%", 100.0 * frac); }
-std::string num(double v) { return fmt("%.0f", v); }
+std::string pct(double frac) { return std::isfinite(frac) ? fmt("%.1f%%", 100.0 * frac) : "-"; }
+std::string num(double v) { return std::isfinite(v) ? fmt("%.0f", v) : "-"; }
+// Relative difference with one decimal, so that a small loss never reads "+0%".
+std::string rel(double r) { return std::isfinite(r) ? fmt("%+.1f%%", 100.0 * r) : "-"; }
 
-const Summary& total(const std::vector<Summary>& s) { return s.back(); }
+// "mean (min-max)" over seeds; the mean alone for one seed.
+std::string spread(const Spread& s, std::string (*f)(double)) {
+  if (s.n == 0) return "-";
+  if (s.n == 1) return f(s.mean);
+  return f(s.mean) + " (" + f(s.min) + "-" + f(s.max) + ")";
+}
 
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
@@ -40,274 +48,414 @@ std::string utc_now() {
   return buf;
 }
 
-// Index of a strategy in the run list, or -1.
-int find(const ScenarioRuns& sr, Strategy s) {
-  for (std::size_t i = 0; i < sr.runs.size(); ++i) {
-    if (sr.runs[i].strategy == s && !sr.summaries[i].empty()) {
-      return static_cast<int>(i);
+// 1-based stage list with ranges: "1-6", "1,3,5,7".
+std::string stage_list(const std::vector<int>& stages) {
+  std::string out;
+  for (std::size_t i = 0; i < stages.size();) {
+    std::size_t j = i;
+    while (j + 1 < stages.size() && stages[j + 1] == stages[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += std::to_string(stages[i] + 1);
+    if (j > i) {
+      out += j == i + 1 ? ',' : '-';
+      out += std::to_string(stages[j] + 1);
     }
+    i = j + 1;
   }
-  return -1;
+  return out.empty() ? "-" : out;
 }
 
-// Geometric means over the stages of per-stage percentiles.
-struct Headline {
-  double ttft_p50 = 0, ttft_p95 = 0, ttft_p99 = 0, tpot_p50 = 0, e2e_p95 = 0;
-};
-Headline headline(const std::vector<Summary>& sums) {
-  double l[5] = {0, 0, 0, 0, 0};
-  int n = 0;
-  for (const auto& s : sums) {
-    if (s.stage < 0 || s.ttft.n == 0) continue;
-    const double v[5] = {s.ttft.p50, s.ttft.p95, s.ttft.p99, s.tpot.p50, s.e2e.p95};
-    for (int i = 0; i < 5; ++i) l[i] += std::log(std::max(v[i], 1e-3));
-    ++n;
+std::string seeds_text(const std::vector<uint64_t>& seeds) {
+  std::string s;
+  for (auto v : seeds) {
+    if (!s.empty()) s += ", ";
+    s += std::to_string(v);
   }
-  Headline h;
-  if (n == 0) return h;
-  h.ttft_p50 = std::exp(l[0] / n);
-  h.ttft_p95 = std::exp(l[1] / n);
-  h.ttft_p99 = std::exp(l[2] / n);
-  h.tpot_p50 = std::exp(l[3] / n);
-  h.e2e_p95 = std::exp(l[4] / n);
-  return h;
+  return s;
 }
 
-// The headline's ranking metric, lower is better: g-mean over stages of TTFT p95, or with
-// SLOs the whole-run SLO attainment (negated).
-double rank_value(const std::vector<Summary>& sums) {
-  const Summary& t = total(sums);
-  return t.has_slo ? -t.slo_attainment : headline(sums).ttft_p95;
+const std::vector<Summary>* sums_of(const ScenarioRuns& sr, Strategy s) {
+  const int k = find_run(sr, s);
+  return k < 0 ? nullptr : &sr.summaries[static_cast<std::size_t>(k)];
 }
 
-int best_heuristic(const ScenarioRuns& sr) {
-  int best = -1;
-  for (std::size_t i = 0; i < sr.runs.size(); ++i) {
-    if (!is_heuristic(sr.runs[i].strategy) || sr.summaries[i].empty()) continue;
-    if (best < 0 ||
-        rank_value(sr.summaries[i]) < rank_value(sr.summaries[static_cast<std::size_t>(best)])) {
-      best = static_cast<int>(i);
+bool is_predicted(Strategy s) { return uses_predictions(s); }
+
+void setup_section(std::ostream& o, const std::vector<ScenarioGroup>& groups,
+                   const ReportInfo& info) {
+  o << "## Setup\n\n";
+  o << "| scenario | workload | pool | length scale | time scale: scrape / retrain (virtual) | "
+       "stages (req/s x s) | round-robin saturates at (req/s); stages below 0.9x | requests "
+       "(mean over seeds) | SLO |\n|---|---|---|---|---|---|---|---:|---|\n";
+  for (const auto& g : groups) {
+    const Scenario& s = g.scenario();
+    std::string pool = std::to_string(s.pool.num_pods - s.pool.num_slow) + " x h100";
+    if (s.pool.num_slow > 0) pool += " + " + std::to_string(s.pool.num_slow) + " x slow";
+    std::string slo = "-";
+    if (g.has_slo()) {
+      slo = "TTFT " + (s.slo_ttft_ms ? ms(*s.slo_ttft_ms) : "-") + " ms, TPOT " +
+            (s.slo_tpot_ms ? ms(*s.slo_tpot_ms) : "-") + " ms";
     }
+    std::string title = s.title;
+    if (!s.note.empty()) title += " (" + s.note + ")";
+    double requests = 0;
+    for (const auto* sr : g.seeds) requests += static_cast<double>(sr->trace.requests.size());
+    requests /= static_cast<double>(g.seeds.size());
+    const std::string sat =
+        s.saturation_rps > 0 ? fmt("%g", s.saturation_rps) + "; " +
+                                   stage_list(below_saturation_stages(s))
+                             : std::string("unknown");
+    o << "| " << s.name << " | " << title << " | " << pool << " | " << s.length_scale << " | "
+      << s.effective_time_scale() << ": " << fmt("%g ms", scrape_interval_ms(s, info.time))
+      << " / " << fmt("%g s", retrain_interval_ms(s, info.time) / 1000.0) << " | "
+      << workload::format_stages(g.seeds.front()->trace.stages) << " | " << sat << " | "
+      << num(requests) << " | " << slo << " |\n";
   }
-  return best;
+  o << "\n";
+  o << "Scaling (the engine's step-time constants are untouched): prompt, question and output "
+       "lengths are multiplied by the *length scale*, and the KV cache (`num_gpu_blocks`) and "
+       "the conversation length limit by the same factor, so KV pressure, prefix eviction and "
+       "preemption stay as at full length. Requests are then that much shorter, so the EPP's "
+       "and the trainer's clocks are scaled by the *time scale* (= the length scale unless a "
+       "scenario says otherwise): the real stack's "
+    << fmt("%g", info.time.scrape_real_ms) << "-ms metric scrape and "
+    << fmt("%g", info.time.retrain_real_s)
+    << "-s retraining become the virtual intervals shown. Ladders run from ~1/7 to ~1.15x the "
+       "load at which round-robin saturates the pool; *below saturation* are the stages at or "
+       "below 0.9x of it, the others are *overload*. Client timeout "
+    << fmt("%g", info.timeout_s) << " virtual s; oracle: at most "
+    << (info.oracle_probes > 0 ? std::to_string(info.oracle_probes) : std::string("all"))
+    << " pods probed per request (best-estimated first), probe horizon "
+    << (info.oracle_horizon_ms > 0 ? fmt("%g ms", info.oracle_horizon_ms) : std::string("none"))
+    << ".\n\n";
 }
 
-// Share of a run's decisions made before the first trained (non-default) model was published.
-double cold_share(const RunResult& r) {
-  double first = -1;
-  for (const auto& rt : r.retrains) {
-    if (rt.published) {
-      first = rt.time_ms;
-      break;
-    }
-  }
-  std::size_t cold = 0, n = 0;
-  for (const auto& q : r.requests) {
-    if (q.sent_ms < 0) continue;
-    ++n;
-    cold += (first < 0 || q.sent_ms < first) ? 1 : 0;
-  }
-  return n ? static_cast<double>(cold) / static_cast<double>(n) : 0;
-}
-
-// Max/min requests per pod (load spread), over pods of the fast class only when mixed.
-double pod_spread(const RunResult& r) {
-  int64_t lo = -1, hi = 0;
-  for (const auto& p : r.pods) {
-    lo = lo < 0 ? p.requests : std::min(lo, p.requests);
-    hi = std::max(hi, p.requests);
-  }
-  return lo > 0 ? static_cast<double>(hi) / static_cast<double>(lo) : 0;
-}
-
-std::string rel(double a, double b) {  // a vs b, "+12%" means a is 12% higher
-  if (!(b > 0)) return "-";
-  return fmt("%+.0f%%", 100.0 * (a / b - 1.0));
-}
-
-void write_stage_row(std::ostream& o, const std::string& scen, const std::string& strat,
-                     const Summary& s) {
-  o << scen << ',' << strat << ',' << s.stage << ',' << s.rate << ',' << s.duration_s << ','
-    << s.requests << ',' << s.ok << ',' << s.success_rate << ',' << s.ttft.mean << ','
-    << s.ttft.p50 << ',' << s.ttft.p95 << ',' << s.ttft.p99 << ',' << s.tpot.p50 << ','
-    << s.tpot.p99 << ',' << s.ntpot.p50 << ',' << s.ntpot.p99 << ',' << s.e2e.p50 << ','
-    << s.e2e.p95 << ',' << s.output_tokens_per_s << ',' << s.prefix_hit_rate << ','
-    << (s.has_slo ? s.slo_attainment : -1) << ',' << (s.has_slo ? s.goodput_rps : -1) << ','
-    << s.pred_ttft.n << ',' << s.pred_ttft.mape_percent << ',' << s.pred_ttft.coverage_percent
-    << ',' << s.pred_tpot.n << ',' << s.pred_tpot.mape_percent << ','
-    << s.pred_tpot.coverage_percent << '\n';
-}
-
-void write_csvs(const std::filesystem::path& dir, const std::vector<ScenarioRuns>& all) {
-  std::filesystem::create_directories(dir / "data");
-  std::ofstream st(dir / "stages.csv");
-  st << "scenario,strategy,stage,rate,duration_s,requests,ok,success_rate,ttft_mean_ms,"
-        "ttft_p50_ms,ttft_p95_ms,ttft_p99_ms,tpot_p50_ms,tpot_p99_ms,ntpot_p50_ms,ntpot_p99_ms,"
-        "e2e_p50_ms,e2e_p95_ms,output_tokens_per_s,prefix_hit_rate,slo_attainment,goodput_rps,"
-        "pred_ttft_n,pred_ttft_mape_pct,pred_ttft_coverage_pct,pred_tpot_n,pred_tpot_mape_pct,"
-        "pred_tpot_coverage_pct\n";
-  std::ofstream runs(dir / "runs.csv");
-  runs << "scenario,strategy,requests,virtual_s,wall_s,train_wall_s,retrains,cycles,"
-          "cycles_with_predictions,oracle_probes,oracle_truncated,token_events\n";
-  std::ofstream quality(dir / "data" / "quality.dat");
-  for (const auto& sr : all) {
-    const std::string& name = sr.scenario.name;
-    // Ladder file: one block per strategy (gnuplot `index`), rows = stages.
-    std::ofstream lad(dir / "data" / ("ladder_" + name + ".dat"));
-    for (std::size_t k = 0; k < sr.runs.size(); ++k) {
-      const auto& r = sr.runs[k];
-      const auto& sums = sr.summaries[k];
-      if (sums.empty()) continue;
-      for (const auto& s : sums) {
-        write_stage_row(st, name, std::string(strategy_key(r.strategy)), s);
+void headline_section(std::ostream& o, const std::vector<ScenarioGroup>& groups, int nseeds) {
+  o << "## Headline: mean over seeds (min-max)\n\n";
+  o << "*g-mean*: the geometric mean over the scenario's stages of the per-stage percentile "
+       "(every load level counts the same). Each cell is the mean of that value over the "
+    << nseeds
+    << " seed(s), with the spread (min-max) across seeds. *Best heuristic*: per seed, the "
+       "heuristic (round-robin, load+prefix (1,1,1) or (3,2,2)) with the lowest g-mean TTFT "
+       "p95, and for SLO attainment the one with the highest attainment. *vs best heuristic*: "
+       "mean g-mean TTFT p95 against the best heuristic's mean (negative = lower). *Gap "
+       "recovered* (the moonshot): (best heuristic - strategy) / (best heuristic - oracle) on "
+       "the mean g-mean TTFT p95; 100% = as good as the oracle, 0% = no better than the best "
+       "heuristic.\n\n";
+  o << "| scenario | strategy | g-mean TTFT p95 (ms) | g-mean TTFT p50 (ms) | SLO attainment | "
+       "vs best heuristic | gap recovered |\n|---|---|---:|---:|---:|---:|---:|\n";
+  for (const auto& g : groups) {
+    const GroupFigures bh = best_heuristic_figures(g);
+    for (Strategy s : strategies_of(g)) {
+      const GroupFigures f = group_figures(g, s);
+      std::string vs = "", gap = "";
+      if (!is_heuristic(s)) {
+        vs = rel(f.ttft_p95.mean / bh.ttft_p95.mean - 1.0);
+        if (g.has_slo()) vs += fmt(", SLO %+.1f pts", 100.0 * (f.slo.mean - bh.slo.mean));
       }
-      runs << name << ',' << strategy_key(r.strategy) << ',' << r.requests.size() << ','
-           << r.end_ms / 1000.0 << ',' << r.wall_s << ',' << r.train_wall_s << ','
-           << r.retrains.size() << ',' << r.cycles << ',' << r.cycles_with_predictions << ','
-           << r.oracle_probes << ',' << r.oracle_truncated << ',' << r.token_events << '\n';
-      // First row of a block = its title (gnuplot: title columnheader(1)).
-      lad << "\"" << strategy_name(r.strategy) << "\" stage rate ttft_p50 ttft_p95 ttft_p99 "
-             "tpot_p50 tpot_p99 e2e_p50 e2e_p95 out_tok_s prefix_hit success slo_attainment "
-             "ntpot_p50\n";
-      for (const auto& s : sums) {
-        if (s.stage < 0) continue;
-        lad << "- " << s.stage + 1 << ' ' << s.rate << ' ' << s.ttft.p50 << ' ' << s.ttft.p95 << ' '
-            << s.ttft.p99 << ' ' << s.tpot.p50 << ' ' << s.tpot.p99 << ' ' << s.e2e.p50 << ' '
-            << s.e2e.p95 << ' ' << s.output_tokens_per_s << ' ' << s.prefix_hit_rate << ' '
-            << s.success_rate << ' ' << (s.has_slo ? s.slo_attainment : -1) << ' '
-            << s.ntpot.p50 << '\n';
+      if (is_predicted(s)) {
+        const double r = gap_recovered(g, s);
+        gap = std::isfinite(r) ? fmt("%.0f%%", 100.0 * r) : "-";
       }
-      lad << "\n\n";
-      if (r.strategy == Strategy::kPredictedLeast) {
-        quality << "\"" << name << "\" stage rate ttft_mape ttft_cov tpot_mape tpot_cov\n";
-        for (const auto& s : sums) {
-          if (s.stage < 0) continue;
-          quality << "- " << s.stage + 1 << ' ' << s.rate << ' ' << s.pred_ttft.mape_percent << ' '
-                  << s.pred_ttft.coverage_percent << ' ' << s.pred_tpot.mape_percent << ' '
-                  << s.pred_tpot.coverage_percent << '\n';
-        }
-        quality << "\n\n";
-        // Predicted vs actual over time: sampled points and 1-s window medians.
-        std::ofstream pts(dir / "data" / ("pred_points_" + name + ".dat"));
-        pts << "# sent_s predicted_ttft_ms actual_ttft_ms predicted_tpot_ms actual_tpot_ms\n";
-        std::size_t with = 0;
-        for (const auto& q : r.requests) with += (q.ok && q.predicted_ttft_ms >= 0) ? 1 : 0;
-        const std::size_t step = std::max<std::size_t>(1, with / 6000);
-        std::size_t c = 0;
-        for (const auto& q : r.requests) {
-          if (!q.ok || q.predicted_ttft_ms < 0) continue;
-          if (c++ % step != 0) continue;
-          pts << q.sent_ms / 1000.0 << ' ' << q.predicted_ttft_ms << ' ' << q.ttft_ms << ' '
-              << q.predicted_tpot_ms << ' ' << q.tpot_ms << '\n';
-        }
-        std::ofstream win(dir / "data" / ("pred_window_" + name + ".dat"));
-        win << "# t_s actual_ttft_p50 predicted_ttft_p50 actual_ttft_p90 ttft_mape ttft_cov n\n";
-        std::map<long, std::vector<const RequestResult*>> buckets;
-        for (const auto& q : r.requests) {
-          if (!q.ok || q.predicted_ttft_ms < 0) continue;
-          buckets[static_cast<long>(q.sent_ms / 1000.0)].push_back(&q);
-        }
-        for (const auto& [sec, qs] : buckets) {
-          std::vector<double> a, p;
-          double ape = 0;
-          std::size_t cov = 0;
-          for (const auto* q : qs) {
-            a.push_back(q->ttft_ms);
-            p.push_back(q->predicted_ttft_ms);
-            ape += std::fabs(q->predicted_ttft_ms - q->ttft_ms) / q->ttft_ms;
-            cov += q->ttft_ms <= q->predicted_ttft_ms ? 1 : 0;
-          }
-          const Dist da = make_dist(a), dp = make_dist(p);
-          win << sec + 0.5 << ' ' << da.p50 << ' ' << dp.p50 << ' ' << da.p90 << ' '
-              << 100.0 * ape / qs.size() << ' ' << 100.0 * cov / qs.size() << ' ' << qs.size()
-              << '\n';
-        }
-        std::ofstream rt(dir / "data" / ("retrain_" + name + ".dat"));
-        rt << "# t_s published version ttft_samples tpot_samples ensemble wall_s\n";
-        for (const auto& x : r.retrains) {
-          rt << x.time_ms / 1000.0 << ' ' << x.published << ' ' << x.version << ' '
-             << x.ttft_samples << ' ' << x.tpot_samples << ' ' << x.ensemble << ' ' << x.wall_s
-             << '\n';
+      o << "| " << g.name << " | " << strategy_name(s) << " | " << spread(f.ttft_p95, ms)
+        << " | " << spread(f.ttft_p50, ms) << " | " << (g.has_slo() ? spread(f.slo, pct) : "-")
+        << " | " << vs << " | " << gap << " |\n";
+    }
+    o << "| " << g.name << " | *best heuristic (per seed)* | " << spread(bh.ttft_p95, ms) << " | "
+      << spread(bh.ttft_p50, ms) << " | " << (g.has_slo() ? spread(bh.slo, pct) : "-")
+      << " |  |  |\n";
+  }
+  o << "\n";
+}
+
+void verdict_section(std::ostream& o, const std::vector<ScenarioGroup>& groups,
+                     const std::vector<uint64_t>& seeds) {
+  o << "## Per seed: is predicted-latency at least as good as the best heuristic?\n\n";
+  o << "Per scenario and seed: *yes* when predicted-latency's g-mean TTFT p95 is <= the best "
+       "heuristic's and, in SLO scenarios, its SLO attainment is >= the best heuristic's. The "
+       "cell gives the TTFT difference (and the attainment difference in points) and the "
+       "heuristic it is measured against.\n\n";
+  o << "| scenario |";
+  for (auto s : seeds) o << " seed " << s << " |";
+  o << "\n|---|";
+  for (std::size_t i = 0; i < seeds.size(); ++i) o << "---|";
+  o << "\n";
+  for (const auto& g : groups) {
+    o << "| " << g.name << " |";
+    for (auto seed : seeds) {
+      const ScenarioRuns* sr = nullptr;
+      for (const auto* x : g.seeds) sr = x->scenario.seed == seed ? x : sr;
+      const SeedVerdict v = sr ? seed_verdict(*sr, Strategy::kPredictedLeast) : SeedVerdict{};
+      if (!v.present) {
+        o << " - |";
+        continue;
+      }
+      o << ' ' << (v.wins() ? "yes" : "**no**") << ": TTFT p95 " << rel(v.ttft_rel) << " ("
+        << strategy_name(v.best_ttft) << ")";
+      if (std::isfinite(v.slo_pts)) {
+        o << ", SLO " << fmt("%+.1f pts", v.slo_pts) << " (" << strategy_name(v.best_slo) << ")";
+      }
+      o << " |";
+    }
+    o << "\n";
+  }
+  o << "\n";
+  for (Strategy s : {Strategy::kPredictedLeast, Strategy::kPredictedUpstream,
+                     Strategy::kPredictedMost}) {
+    int wins = 0, pairs = 0;
+    std::string lost;
+    for (const auto& g : groups) {
+      for (const auto* sr : g.seeds) {
+        const SeedVerdict v = seed_verdict(*sr, s);
+        if (!v.present) continue;
+        ++pairs;
+        wins += v.wins() ? 1 : 0;
+        if (!v.wins()) {
+          if (!lost.empty()) lost += ", ";
+          lost += g.name + "/" + std::to_string(sr->scenario.seed);
         }
       }
     }
+    if (pairs == 0) continue;
+    o << "**" << strategy_name(s) << "**: at least as good as the best heuristic in **" << wins
+      << " of " << pairs << "** (scenario, seed) pairs";
+    o << (lost.empty() ? ".\n\n" : "; not in " + lost + ".\n\n");
   }
-  // Scenario and strategy lists for the gnuplot script.
-  auto append = [](std::string& list, std::string_view word) {
-    if (!list.empty()) {
-      list += ' ';
-    }
-    list += word;
-  };
-  std::string scen, ladders, pred;
-  for (const auto& sr : all) {
-    append(scen, sr.scenario.name);
-    if (sr.scenario.ladder) {
-      append(ladders, sr.scenario.name);
-    }
-    if (find(sr, Strategy::kPredictedLeast) >= 0) {
-      append(pred, sr.scenario.name);
-    }
-  }
-  std::ofstream lists(dir / "data" / "lists.gp");
-  lists << "scenarios = \"" << scen << "\"\n";
-  lists << "ladders = \"" << ladders << "\"\n";
-  lists << "predicted = \"" << pred << "\"\n";
-  int quality_blocks = 0;
-  for (const auto& sr : all) {
-    int blocks = 0;
-    for (const auto& sums : sr.summaries) blocks += sums.empty() ? 0 : 1;
-    // Ladders plot against the offered rate (column 3), others against the stage (column 2).
-    lists << "nblocks_" << sr.scenario.name << " = " << blocks << "\n";
-    lists << "xcol_" << sr.scenario.name << " = " << (sr.scenario.ladder ? 3 : 2) << "\n";
-    lists << "slo_" << sr.scenario.name << " = "
-          << (sr.scenario.slo_ttft_ms || sr.scenario.slo_tpot_ms ? 1 : 0) << "\n";
-    if (sr.scenario.slo_ttft_ms) {
-      lists << "slottft_" << sr.scenario.name << " = " << *sr.scenario.slo_ttft_ms << "\n";
-    }
-    quality_blocks += find(sr, Strategy::kPredictedLeast) >= 0 ? 1 : 0;
-  }
-  lists << "nquality = " << quality_blocks << "\n";
 }
 
-void stage_table(std::ostream& o, const ScenarioRuns& sr) {
-  const bool slo = sr.scenario.slo_ttft_ms || sr.scenario.slo_tpot_ms;
-  o << "| stage | req/s | strategy | success | TTFT p50 | TTFT p95 | TTFT p99 | TPOT p50 | "
-       "TPOT p99 | NTPOT p50 | E2E p50 | E2E p95 | out tok/s | prefix hit |";
-  if (slo) o << " SLO att. | goodput req/s |";
-  o << " pred. TTFT MAPE / cov. | pred. TPOT MAPE / cov. |\n";
-  o << "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
-  if (slo) o << "---:|---:|";
-  o << "---:|---:|\n";
-  const std::size_t stages = sr.trace.stages.size();
-  for (std::size_t st = 0; st <= stages; ++st) {
-    for (std::size_t k = 0; k < sr.runs.size(); ++k) {
-      if (sr.summaries[k].empty()) continue;
-      const Summary& s = sr.summaries[k][st];
-      o << "| " << (s.stage < 0 ? std::string("**all**") : std::to_string(s.stage + 1)) << " | "
-        << fmt("%.0f", s.rate) << " | " << strategy_name(sr.runs[k].strategy) << " | "
-        << pct(s.success_rate) << " | " << ms(s.ttft.p50) << " | " << ms(s.ttft.p95) << " | "
-        << ms(s.ttft.p99) << " | " << ms(s.tpot.p50) << " | " << ms(s.tpot.p99) << " | "
-        << ms(s.ntpot.p50) << " | " << ms(s.e2e.p50) << " | " << ms(s.e2e.p95) << " | "
-        << num(s.output_tokens_per_s) << " | " << pct(s.prefix_hit_rate) << " |";
-      if (slo) o << ' ' << pct(s.slo_attainment) << " | " << fmt("%.1f", s.goodput_rps) << " |";
-      auto pq = [](const PredictionQuality& q) {
-        return q.n ? fmt("%.0f%%", q.mape_percent) + " / " + fmt("%.0f%%", q.coverage_percent)
-                   : std::string("-");
-      };
-      o << ' ' << pq(s.pred_ttft) << " | " << pq(s.pred_tpot) << " |\n";
+void saturation_section(std::ostream& o, const std::vector<ScenarioGroup>& groups) {
+  o << "## Below saturation and in overload (mean over seeds)\n\n";
+  o << "*Below saturation*: stages at or below 0.9x the rate at which round-robin saturates "
+       "the pool (Setup table): g-mean TTFT p50/p95 over those stages, and the live error of "
+       "the picked pod's predicted TTFT against the actual (MAPE, pooled over those stages' "
+       "requests). *Overload*: the other stages, mean over them of the goodput (requests per "
+       "second of stage time that completed within the client timeout and, with SLO headers, "
+       "met their SLOs), the output tokens/s and the success rate.\n\n";
+  o << "| scenario | strategy | below: TTFT p50 | below: TTFT p95 | below: live TTFT MAPE | "
+       "overload: goodput req/s | overload: out tok/s | overload: success |\n"
+       "|---|---|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& g : groups) {
+    for (Strategy s : strategies_of(g)) {
+      Spread p50, p95, mape, good, tok, ok;
+      for (const auto* sr : g.seeds) {
+        const auto* sums = sums_of(*sr, s);
+        if (sums == nullptr) continue;
+        const RunFigures f = run_figures(sr->scenario, *sums);
+        p50.add(f.below_ttft_p50);
+        p95.add(f.below_ttft_p95);
+        if (f.below_pred_ttft.n > 0) mape.add(f.below_pred_ttft.mape_percent);
+        good.add(f.over_goodput_rps);
+        tok.add(f.over_out_tok_s);
+        ok.add(f.over_success);
+      }
+      o << "| " << g.name << " | " << strategy_name(s) << " | " << ms(p50.mean) << " | "
+        << ms(p95.mean) << " | "
+        << (mape.n ? fmt("%.1f%%", mape.mean) : std::string("-")) << " | "
+        << (good.n ? fmt("%.1f", good.mean) : std::string("-")) << " | " << num(tok.mean)
+        << " | " << pct(ok.mean) << " |\n";
     }
   }
+  o << "\n";
+}
+
+void diagnostics_section(std::ostream& o, const std::vector<ScenarioGroup>& groups) {
+  o << "## Diagnostics: predicted-latency against the best heuristic (mean over seeds)\n\n";
+  o << "*stages won*: stages where predicted-latency's TTFT p95 is below the best heuristic's, "
+       "summed over seeds. *cold*: share of requests routed before the first trained model. "
+       "*pod spread*: max/min requests per pod.\n\n";
+  o << "| scenario | stages won | prefix hit (PL / BH) | live TTFT MAPE | TTFT p90 coverage | "
+       "cold | pod spread (PL / BH) |\n|---|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& g : groups) {
+    int won = 0, stages = 0;
+    Spread hit_pl, hit_bh, mape, cov, cold, sp_pl, sp_bh;
+    for (const auto* sr : g.seeds) {
+      const int pl = find_run(*sr, Strategy::kPredictedLeast);
+      const int bh = best_heuristic_ttft(*sr);
+      if (pl < 0 || bh < 0) continue;
+      const auto& a = sr->summaries[static_cast<std::size_t>(pl)];
+      const auto& b = sr->summaries[static_cast<std::size_t>(bh)];
+      for (std::size_t st = 0; st + 1 < a.size() && st + 1 < b.size(); ++st) {
+        if (a[st].ttft.n == 0 || b[st].ttft.n == 0) continue;
+        ++stages;
+        won += a[st].ttft.p95 < b[st].ttft.p95 ? 1 : 0;
+      }
+      hit_pl.add(a.back().prefix_hit_rate);
+      hit_bh.add(b.back().prefix_hit_rate);
+      mape.add(a.back().pred_ttft.mape_percent);
+      cov.add(a.back().pred_ttft.coverage_percent);
+      cold.add(sr->cold_share[static_cast<std::size_t>(pl)]);
+      sp_pl.add(pod_spread(sr->runs[static_cast<std::size_t>(pl)]));
+      sp_bh.add(pod_spread(sr->runs[static_cast<std::size_t>(bh)]));
+    }
+    if (stages == 0) continue;
+    o << "| " << g.name << " | " << won << " of " << stages << " | " << pct(hit_pl.mean)
+      << " / " << pct(hit_bh.mean) << " | " << fmt("%.0f%%", mape.mean) << " | "
+      << fmt("%.0f%%", cov.mean) << " | " << pct(cold.mean) << " | "
+      << fmt("%.2f", sp_pl.mean) << " / " << fmt("%.2f", sp_bh.mean) << " |\n";
+  }
+  o << "\n";
+}
+
+void stage_section(std::ostream& o, const std::vector<ScenarioGroup>& groups) {
+  o << "## Per scenario and stage (mean over seeds)\n\n";
+  o << "Latencies in ms, each the mean over seeds of the stage's percentile (`stages.csv` has "
+       "every seed). *success*: completed within the client timeout. *out tok/s*: output "
+       "tokens of the stage's requests / time from the stage's start until its last request "
+       "finished (at least the stage's length). *prefix hit*: cached / prompt tokens when the "
+       "engine first scheduled the request. *pred.*: the picked pod's predicted TTFT against "
+       "the actual (MAPE / p90 coverage, pooled over seeds).\n\n";
+  for (const auto& g : groups) {
+    const Scenario& sc = g.scenario();
+    o << "### " << g.name << ": " << sc.title << "\n\n";
+    o << "![latency vs load](plots/latency_" << g.name << ".png)\n";
+    const auto* first = g.seeds.front();
+    if (const int k = find_run(*first, Strategy::kPredictedLeast);
+        k >= 0 && !first->runs[static_cast<std::size_t>(k)].requests.empty()) {
+      o << "![predicted vs actual TTFT (seed " << first->scenario.seed << ")](plots/pred_"
+        << g.name << ".png)\n";
+    }
+    o << "\n| stage | req/s | strategy | success | TTFT p50 | TTFT p95 | TTFT p99 | TPOT p50 | "
+         "E2E p95 | out tok/s | prefix hit |";
+    if (g.has_slo()) o << " SLO att. |";
+    o << " pred. TTFT MAPE / cov. |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|";
+    if (g.has_slo()) o << "---:|";
+    o << "---:|\n";
+    const auto strategies = strategies_of(g);
+    const std::size_t nst = first->trace.stages.size();
+    for (std::size_t st = 0; st <= nst; ++st) {
+      for (Strategy s : strategies) {
+        Spread ok, p50, p95, p99, tpot, e2e, tok, hit, slo;
+        std::size_t n = 0;
+        double mape = 0, cov = 0;
+        int stage = -1;
+        double rate = 0;
+        for (const auto* sr : g.seeds) {
+          const auto* sums = sums_of(*sr, s);
+          if (sums == nullptr) continue;
+          const Summary& x = (*sums)[st];
+          stage = x.stage;
+          rate = x.rate;
+          ok.add(x.success_rate);
+          p50.add(x.ttft.p50);
+          p95.add(x.ttft.p95);
+          p99.add(x.ttft.p99);
+          tpot.add(x.tpot.p50);
+          e2e.add(x.e2e.p95);
+          tok.add(x.output_tokens_per_s);
+          hit.add(x.prefix_hit_rate);
+          if (x.has_slo) slo.add(x.slo_attainment);
+          n += x.pred_ttft.n;
+          mape += x.pred_ttft.mape_percent * static_cast<double>(x.pred_ttft.n);
+          cov += x.pred_ttft.coverage_percent * static_cast<double>(x.pred_ttft.n);
+        }
+        if (ok.n == 0) continue;
+        o << "| " << (stage < 0 ? std::string("**all**") : std::to_string(stage + 1)) << " | "
+          << fmt("%.0f", rate) << " | " << strategy_name(s) << " | " << pct(ok.mean) << " | "
+          << ms(p50.mean) << " | " << ms(p95.mean) << " | " << ms(p99.mean) << " | "
+          << ms(tpot.mean) << " | " << ms(e2e.mean) << " | " << num(tok.mean) << " | "
+          << pct(hit.mean) << " |";
+        if (g.has_slo()) o << ' ' << pct(slo.mean) << " |";
+        o << ' '
+          << (n ? fmt("%.0f%%", mape / static_cast<double>(n)) + " / " +
+                      fmt("%.0f%%", cov / static_cast<double>(n))
+                : std::string("-"))
+          << " |\n";
+      }
+    }
+    o << "\n";
+  }
+}
+
+void quality_section(std::ostream& o, const std::vector<ScenarioGroup>& groups) {
+  o << "## Prediction quality (picked pod, mean over seeds)\n\n";
+  o << "![MAPE and coverage per stage (predicted-latency)](plots/prediction_quality.png)\n\n";
+  o << "The models predict the 90th percentile, so p90 coverage (share of actuals at or below "
+       "the prediction) should be near 90%.\n\n";
+  o << "| scenario | strategy | TTFT MAPE | TTFT p90 coverage | TPOT MAPE | TPOT p90 coverage | "
+       "below saturation: TTFT MAPE |\n|---|---|---:|---:|---:|---:|---:|\n";
+  for (const auto& g : groups) {
+    for (Strategy s : strategies_of(g)) {
+      if (!is_predicted(s)) continue;
+      Spread tm, tc, pm, pc, bm;
+      for (const auto* sr : g.seeds) {
+        const auto* sums = sums_of(*sr, s);
+        if (sums == nullptr) continue;
+        const Summary& t = sums->back();
+        tm.add(t.pred_ttft.mape_percent);
+        tc.add(t.pred_ttft.coverage_percent);
+        pm.add(t.pred_tpot.mape_percent);
+        pc.add(t.pred_tpot.coverage_percent);
+        const RunFigures f = run_figures(sr->scenario, *sums);
+        if (f.below_pred_ttft.n > 0) bm.add(f.below_pred_ttft.mape_percent);
+      }
+      auto p = [](const Spread& x) { return x.n ? fmt("%.1f%%", x.mean) : std::string("-"); };
+      o << "| " << g.name << " | " << strategy_name(s) << " | " << p(tm) << " | " << p(tc)
+        << " | " << p(pm) << " | " << p(pc) << " | " << p(bm) << " |\n";
+    }
+  }
+  o << "\n";
+}
+
+void runs_section(std::ostream& o, const std::vector<ScenarioGroup>& groups) {
+  o << "## Runs (mean over seeds)\n\n";
+  o << "*engine prefix hit*: the engines' own counters (prefix-cache hit tokens / queried "
+       "tokens, including recomputation after preemption), summed over pods. *CPU s*: CPU time "
+       "of the thread that ran it (wall time also counts waiting for a core when the machine "
+       "is busy; XGBoost's OpenMP helper thread, which takes part in training, is not "
+       "counted). *x real time*: virtual seconds simulated per wall second.\n\n";
+  o << "| scenario | strategy | seeds | requests | virtual s | wall s | CPU s | x real time | of "
+       "which training s | retrains (published) | oracle probes / decision | engine prefix hit | "
+       "preemptions |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& g : groups) {
+    for (Strategy s : strategies_of(g)) {
+      Spread req, virt, wall, cpu, train, retrains, published, probes, hit, pre;
+      for (const auto* sr : g.seeds) {
+        const int k = find_run(*sr, s);
+        if (k < 0) continue;
+        const RunResult& r = sr->runs[static_cast<std::size_t>(k)];
+        int pub = 0;
+        for (const auto& x : r.retrains) pub += x.published ? 1 : 0;
+        int64_t q = 0, h = 0, p = 0;
+        for (const auto& pod : r.pods) {
+          q += pod.prefix_queries;
+          h += pod.prefix_hits;
+          p += pod.preemptions;
+        }
+        req.add(static_cast<double>(sr->summaries[static_cast<std::size_t>(k)].back().requests));
+        virt.add(r.end_ms / 1000.0);
+        wall.add(r.wall_s);
+        cpu.add(sr->cpu_s[static_cast<std::size_t>(k)]);
+        train.add(r.train_wall_s);
+        retrains.add(static_cast<double>(r.retrains.size()));
+        published.add(pub);
+        if (r.oracle_probes > 0) {
+          probes.add(static_cast<double>(r.oracle_probes) /
+                     static_cast<double>(std::max<int64_t>(1, r.cycles)));
+        }
+        hit.add(q > 0 ? static_cast<double>(h) / static_cast<double>(q) : 0);
+        pre.add(static_cast<double>(p));
+      }
+      o << "| " << g.name << " | " << strategy_name(s) << " | " << req.n << " | "
+        << num(req.mean) << " | " << num(virt.mean) << " | " << fmt("%.1f", wall.mean) << " | "
+        << fmt("%.1f", cpu.mean) << " | "
+        << fmt("%.1f", wall.mean > 0 ? virt.mean / wall.mean : 0) << " | "
+        << fmt("%.1f", train.mean) << " | " << num(retrains.mean) << " (" << num(published.mean)
+        << ") | " << (probes.n ? fmt("%.2f", probes.mean) : std::string("-")) << " | "
+        << pct(hit.mean) << " | " << num(pre.mean) << " |\n";
+    }
+  }
+  o << "\n";
 }
 
 }  // namespace
 
 std::string one_line(const Scenario& s, const RunResult& r, const Summary& t) {
   std::ostringstream o;
-  o << s.name << " / " << strategy_name(r.strategy) << ": " << r.requests.size() << " req, ok "
-    << pct(t.success_rate) << ", TTFT p50/p95/p99 " << ms(t.ttft.p50) << "/" << ms(t.ttft.p95)
-    << "/" << ms(t.ttft.p99) << " ms, TPOT p50 " << ms(t.tpot.p50) << " ms, E2E p95 "
-    << ms(t.e2e.p95) << " ms, hit " << pct(t.prefix_hit_rate);
+  o << s.name << " seed " << s.seed << " / " << strategy_name(r.strategy) << ": "
+    << r.requests.size() << " req, ok " << pct(t.success_rate) << ", TTFT p50/p95/p99 "
+    << ms(t.ttft.p50) << "/" << ms(t.ttft.p95) << "/" << ms(t.ttft.p99) << " ms, TPOT p50 "
+    << ms(t.tpot.p50) << " ms, E2E p95 " << ms(t.e2e.p95) << " ms, hit "
+    << pct(t.prefix_hit_rate);
   if (t.has_slo) o << ", SLO " << pct(t.slo_attainment);
   if (t.pred_ttft.n) {
     o << ", pred TTFT MAPE " << fmt("%.0f%%", t.pred_ttft.mape_percent) << " cov "
@@ -322,231 +470,37 @@ std::string one_line(const Scenario& s, const RunResult& r, const Summary& t) {
 
 void write_outputs(const std::string& out_dir, const std::vector<ScenarioRuns>& all,
                    const ReportInfo& info) {
-  const std::filesystem::path dir(out_dir);
-  write_csvs(dir, all);
-  std::ofstream o(dir / "report.md");
+  write_data(out_dir, all);
+  const auto groups = group_by_scenario(all);
+  std::ofstream o(std::filesystem::path(out_dir) / "report.md");
   o << "# Routing benchmark: predicted-latency vs heuristics vs oracle (virtual time)\n\n";
   o << "Generated by `bench/cluster/run_report.sh` (`" << info.command << "`) on "
     << utc_now() << ".\n";
-  o << "Machine: " << info.machine << ". Runs in parallel: " << info.threads
-    << ". Seed: " << info.seed << ". Wall time of all runs: " << fmt("%.0f", info.total_wall_s)
-    << " s.\n\n";
+  o << "Scenario set: " << info.set_name << ". Seeds: " << seeds_text(info.seeds)
+    << " (each scenario, strategy and seed is one run). Machine: " << info.machine
+    << ". Runs in parallel: " << info.threads
+    << ". Wall time of all runs: " << fmt("%.0f", info.total_wall_s)
+    << " s (CPU time: " << fmt("%.0f", info.total_cpu_s) << " s).\n\n";
   o << "Every routing decision goes through the real EPP scheduling code "
-       "(`epp::Director` with the pipelines of `epp/config`); predicted-latency's models are "
-       "trained in-process by `trainer::TrainerService` on the run's own completed requests "
-       "and served through the predictor's compiled flat-forest path. Details, scaling and "
-       "caveats: [bench/cluster/README.md](../../cluster/README.md).\n\n";
-
-  // ---- Setup --------------------------------------------------------------------------------
-  o << "## Setup\n\n";
-  o << "| scenario | workload | pool | length scale (KV scale) | stages (req/s x s) | requests | "
-       "SLO |\n|---|---|---|---|---|---:|---|\n";
-  for (const auto& sr : all) {
-    const auto& s = sr.scenario;
-    std::string pool = std::to_string(s.pool.num_pods - s.pool.num_slow) + " x h100";
-    if (s.pool.num_slow > 0) pool += " + " + std::to_string(s.pool.num_slow) + " x slow";
-    std::string slo = "-";
-    if (s.slo_ttft_ms || s.slo_tpot_ms) {
-      slo = "TTFT " + (s.slo_ttft_ms ? ms(*s.slo_ttft_ms) : "-") + " ms, TPOT " +
-            (s.slo_tpot_ms ? ms(*s.slo_tpot_ms) : "-") + " ms";
-    }
-    std::string title = s.title;
-    if (!s.note.empty()) title += " (" + s.note + ")";
-    o << "| " << s.name << " | " << title << " | " << pool << " | " << s.length_scale << " ("
-      << s.length_scale << ") | " << workload::format_stages(sr.trace.stages) << " | "
-      << sr.trace.requests.size() << " | " << slo << " |\n";
-  }
-  o << "\n";
-
-  o << "Scaling (the engine's step-time constants are untouched): pools of 10 pods (scale100: "
-       "100); prompt, question and output lengths multiplied by the *length scale*, and the "
-       "KV cache (`num_gpu_blocks`) and the conversation length limit by the same factor, so "
-       "KV pressure, prefix eviction and preemption stay as at full length; 15-s stages "
-       "(scale100: 10 s). Ladders run from ~1/7 to ~1.15x the load at which round-robin "
-       "saturates the pool. Metrics scraped every "
-    << fmt("%g", info.scrape_ms) << " ms of virtual time; predicted-latency retrained every "
-    << fmt("%g", info.retrain_s) << " virtual s; client timeout " << fmt("%g", info.timeout_s)
-    << " s; oracle: at most "
-    << (info.oracle_probes > 0 ? std::to_string(info.oracle_probes) : std::string("all"))
-    << " pods probed per request (best-estimated first), probe horizon "
-    << (info.oracle_horizon_ms > 0 ? fmt("%g ms", info.oracle_horizon_ms) : std::string("none"))
-    << ".\n\n";
-
-  // ---- Headline -----------------------------------------------------------------------------
-  o << "## Headline: predicted-latency vs the best heuristic vs the oracle\n\n";
-  o << "Latency columns are the **geometric mean over the scenario's stages** of the per-stage "
-       "percentile (every load level counts the same; whole-run percentiles would be decided by "
-       "the saturated top stages alone, where every strategy is equally overloaded). Success, "
-       "output tokens/s, prefix hit and SLO attainment are whole-run values. *Best heuristic* = "
-       "the heuristic (round-robin, load+prefix (1,1,1) or (3,2,2)) with the lowest g-mean "
-       "TTFT p95; in the SLO scenario, the highest SLO attainment. The last column compares "
-       "predicted-latency with it (negative = predicted-latency lower).\n\n";
-  o << "| scenario | strategy | success | TTFT p50 | TTFT p95 | TTFT p99 | TPOT p50 | E2E p95 | "
-       "out tok/s | prefix hit | SLO att. | predicted-latency vs best heuristic |\n";
-  o << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
-  std::vector<std::string> verdicts;
-  for (const auto& sr : all) {
-    const int pl = find(sr, Strategy::kPredictedLeast);
-    const int bh = best_heuristic(sr);
-    const int orc = find(sr, Strategy::kOracle);
-    auto row = [&](int k, const std::string& label, const std::string& cmp) {
-      if (k < 0) return;
-      const auto& sums = sr.summaries[static_cast<std::size_t>(k)];
-      const Summary& t = total(sums);
-      const Headline h = headline(sums);
-      o << "| " << sr.scenario.name << " | " << label << " | " << pct(t.success_rate) << " | "
-        << ms(h.ttft_p50) << " | " << ms(h.ttft_p95) << " | " << ms(h.ttft_p99) << " | "
-        << ms(h.tpot_p50) << " | " << ms(h.e2e_p95) << " | " << num(t.output_tokens_per_s)
-        << " | " << pct(t.prefix_hit_rate) << " | " << (t.has_slo ? pct(t.slo_attainment) : "-")
-        << " | " << cmp << " |\n";
-    };
-    std::string cmp = "-";
-    if (pl >= 0 && bh >= 0) {
-      const auto& psums = sr.summaries[static_cast<std::size_t>(pl)];
-      const auto& bsums = sr.summaries[static_cast<std::size_t>(bh)];
-      const Summary& a = total(psums);
-      const Summary& b = total(bsums);
-      const Headline ha = headline(psums), hb = headline(bsums);
-      if (a.has_slo) {
-        cmp = "SLO att. " + fmt("%+.1f", 100.0 * (a.slo_attainment - b.slo_attainment)) +
-              " pts; TTFT p95 " + rel(ha.ttft_p95, hb.ttft_p95);
-      } else {
-        cmp = "TTFT p50 " + rel(ha.ttft_p50, hb.ttft_p50) + ", p95 " +
-              rel(ha.ttft_p95, hb.ttft_p95) + ", p99 " + rel(ha.ttft_p99, hb.ttft_p99) +
-              "; TPOT p50 " + rel(ha.tpot_p50, hb.tpot_p50) + "; E2E p95 " +
-              rel(ha.e2e_p95, hb.e2e_p95);
-      }
-      const bool wins = rank_value(psums) < rank_value(bsums);
-      // Stage by stage: where is predicted-latency's TTFT p95 below the best heuristic's?
-      int stage_wins = 0, stages = 0;
-      for (std::size_t st = 0; st + 1 < psums.size() && st + 1 < bsums.size(); ++st) {
-        if (psums[st].ttft.n == 0 || bsums[st].ttft.n == 0) continue;
-        ++stages;
-        stage_wins += psums[st].ttft.p95 < bsums[st].ttft.p95 ? 1 : 0;
-      }
-      std::ostringstream v;
-      v << "- **" << sr.scenario.name << "**: predicted-latency "
-        << (wins ? "beats" : "does **not** beat") << " the best heuristic ("
-        << strategy_name(sr.runs[static_cast<std::size_t>(bh)].strategy) << ") on "
-        << (a.has_slo ? "SLO attainment (" + pct(a.slo_attainment) + " vs " +
-                            pct(b.slo_attainment) + ")"
-                      : "g-mean TTFT p95 (" + ms(ha.ttft_p95) + " vs " + ms(hb.ttft_p95) + " ms)")
-        << "; lower TTFT p95 in " << stage_wins << " of " << stages << " stages. Diagnostics: "
-        << "prefix hit " << pct(a.prefix_hit_rate) << " vs " << pct(b.prefix_hit_rate)
-        << "; picked pod's predicted TTFT: MAPE " << fmt("%.0f%%", a.pred_ttft.mape_percent)
-        << ", p90 coverage " << fmt("%.0f%%", a.pred_ttft.coverage_percent) << "; "
-        << pct(cold_share(sr.runs[static_cast<std::size_t>(pl)]))
-        << " of requests routed before the first trained model; requests per pod max/min "
-        << fmt("%.2f", pod_spread(sr.runs[static_cast<std::size_t>(pl)])) << " vs "
-        << fmt("%.2f", pod_spread(sr.runs[static_cast<std::size_t>(bh)])) << ".";
-      if (orc >= 0) {
-        const Headline hc = headline(sr.summaries[static_cast<std::size_t>(orc)]);
-        v << " Oracle g-mean TTFT p95 " << ms(hc.ttft_p95) << " ms.";
-      }
-      verdicts.push_back(v.str());
-    }
-    row(pl, "predicted-latency", cmp);
-    if (bh >= 0) {
-      row(bh, "best heuristic: " + std::string(strategy_name(sr.runs[bh].strategy)), "");
-    }
-    row(orc, "oracle", "");
-  }
-  o << "\n### Verdicts\n\n";
-  for (const auto& v : verdicts) o << v << "\n";
-  o << "\n";
-  if (std::ifstream disc(std::filesystem::path(LLMD_SOURCE_DIR) / "bench/cluster/discussion.md");
-      disc) {
-    o << disc.rdbuf() << "\n";
-  }
-
-  // ---- Per scenario -------------------------------------------------------------------------
-  o << "## Per scenario and stage\n\n";
-  o << "Latencies in ms. *success*: completed within the client timeout. *out tok/s*: output "
-       "tokens of the stage's requests / time from the stage's start until its last request "
-       "finished (at least the stage's length). *prefix hit*: "
-       "cached / prompt tokens when the engine first scheduled the request. *pred.*: the picked "
-       "pod's predicted TTFT/TPOT against the actual (MAPE; p90 coverage = share of actuals at "
-       "or below the prediction, the models predict the 90th percentile).\n\n";
-  for (const auto& sr : all) {
-    o << "### " << sr.scenario.name << ": " << sr.scenario.title << "\n\n";
-    const int pl = find(sr, Strategy::kPredictedLeast);
-    const int pm = find(sr, Strategy::kPredictedMost);
-    if (pl >= 0 && pm >= 0) {
-      const auto& a = sr.runs[static_cast<std::size_t>(pl)].requests;
-      const auto& b = sr.runs[static_cast<std::size_t>(pm)].requests;
-      bool same = a.size() == b.size();
-      for (std::size_t i = 0; same && i < a.size(); ++i) {
-        same = a[i].pod == b[i].pod && a[i].ttft_ms == b[i].ttft_ms;
-      }
-      if (same) {
-        o << "predicted-latency(most) made exactly the decisions of predicted-latency (least): "
-             "without SLO headers no pod has positive headroom, and negative-headroom buckets "
-             "are always scored *least* (epp/plugins/scorer/latency).\n\n";
-      }
-    }
-    o << "![latency vs load](plots/latency_" << sr.scenario.name << ".png)\n";
-    if (find(sr, Strategy::kPredictedLeast) >= 0) {
-      o << "![predicted vs actual TTFT](plots/pred_" << sr.scenario.name << ".png)\n";
-    }
-    o << "\n";
-    stage_table(o, sr);
-    o << "\n";
-  }
-
-  // ---- Prediction quality ---------------------------------------------------------------------
-  o << "## Prediction quality (predicted-latency, least)\n\n";
-  o << "![MAPE and coverage](plots/prediction_quality.png)\n\n";
-  o << "| scenario | stage | req/s | n | TTFT MAPE | TTFT p90 coverage | TPOT MAPE | TPOT p90 "
-       "coverage |\n|---|---|---:|---:|---:|---:|---:|---:|\n";
-  for (const auto& sr : all) {
-    const int pl = find(sr, Strategy::kPredictedLeast);
-    if (pl < 0) continue;
-    for (const auto& s : sr.summaries[static_cast<std::size_t>(pl)]) {
-      o << "| " << sr.scenario.name << " | "
-        << (s.stage < 0 ? std::string("all") : std::to_string(s.stage + 1)) << " | "
-        << fmt("%.0f", s.rate) << " | " << s.pred_ttft.n << " | "
-        << fmt("%.1f%%", s.pred_ttft.mape_percent) << " | "
-        << fmt("%.1f%%", s.pred_ttft.coverage_percent) << " | "
-        << fmt("%.1f%%", s.pred_tpot.mape_percent) << " | "
-        << fmt("%.1f%%", s.pred_tpot.coverage_percent) << " |\n";
+       "(`epp::Director` with the pipelines of `epp/config`); the predicted-latency strategies' "
+       "models are trained in-process by `trainer::TrainerService` on the run's own completed "
+       "requests and served through the predictor's compiled flat-forest path. Details, "
+       "scaling and caveats: [bench/cluster/README.md](../../cluster/README.md).\n\n";
+  setup_section(o, groups, info);
+  headline_section(o, groups, static_cast<int>(info.seeds.size()));
+  verdict_section(o, groups, info.seeds);
+  saturation_section(o, groups);
+  diagnostics_section(o, groups);
+  if (info.set_name == "default") {
+    if (std::ifstream disc(std::filesystem::path(LLMD_SOURCE_DIR) /
+                           "bench/cluster/discussion.md");
+        disc) {
+      o << disc.rdbuf() << "\n";
     }
   }
-  o << "\n";
-
-  // ---- Runs ---------------------------------------------------------------------------------
-  o << "## Runs\n\n";
-  o << "*engine prefix hit*: the engines' own counters (prefix-cache hit tokens / queried "
-       "tokens, including recomputation after preemption), summed over pods. *x real time*: "
-       "virtual seconds simulated per wall second.\n\n";
-  o << "| scenario | strategy | requests | virtual s | wall s | x real time | of which "
-       "training s | retrains (published) | oracle probes / decision | engine prefix hit | "
-       "preemptions |\n"
-       "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-  for (const auto& sr : all) {
-    for (const auto& r : sr.runs) {
-      if (r.requests.empty()) continue;
-      int published = 0;
-      for (const auto& x : r.retrains) published += x.published ? 1 : 0;
-      int64_t q = 0, h = 0, pre = 0;
-      for (const auto& p : r.pods) {
-        q += p.prefix_queries;
-        h += p.prefix_hits;
-        pre += p.preemptions;
-      }
-      o << "| " << sr.scenario.name << " | " << strategy_name(r.strategy) << " | "
-        << r.requests.size() << " | " << fmt("%.0f", r.end_ms / 1000.0) << " | "
-        << fmt("%.1f", r.wall_s) << " | "
-        << fmt("%.1f", r.wall_s > 0 ? r.end_ms / 1000.0 / r.wall_s : 0) << " | "
-        << fmt("%.1f", r.train_wall_s) << " | "
-        << r.retrains.size() << " (" << published << ") | "
-        << (r.oracle_probes > 0 ? fmt("%.2f", static_cast<double>(r.oracle_probes) /
-                                                  static_cast<double>(std::max<int64_t>(1, r.cycles)))
-                                : std::string("-"))
-        << " | " << pct(q > 0 ? static_cast<double>(h) / static_cast<double>(q) : 0) << " | "
-        << pre << " |\n";
-    }
-  }
-  o << "\n";
+  stage_section(o, groups);
+  quality_section(o, groups);
+  runs_section(o, groups);
 }
 
 }  // namespace llmd::cluster

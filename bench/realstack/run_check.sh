@@ -99,8 +99,9 @@ mkdir -p "$out"
 start=$(date +%s)
 
 echo "== cluster_sim (virtual time): preset $preset, stages $stages, $pods pods" >&2
+# --time-scale 1: the stack below scrapes and retrains on simulated time, unscaled.
 vcmd=("$build/bench/cluster/cluster_sim" --preset "$preset" --stages "$stages" --pods "$pods"
-  --seed "$seed" --length-scale "$length_scale" --strategies "${strategies// /,}"
+  --seed "$seed" --length-scale "$length_scale" --time-scale 1 --strategies "${strategies// /,}"
   --threads 2 --out-dir "$run/virtual")
 (cd "$root" && "${vcmd[@]}") > "$run/virtual.log"
 cp "$run/virtual/stages.csv" "$out/virtual_stages.csv"
