@@ -196,9 +196,16 @@ TEST_F(DefaultPipelineTest, FallsBackToCompositeWithoutPredictions) {
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r.predictions_used);
   ASSERT_EQ(r.scores.size(), 2u);
-  // composite: (1 - kv + relQueue 1 (no queues) + prefix 0) / 3 -> full 0.35, empty 0.65
-  EXPECT_NEAR(r.scores[0].score, 0.35, 1e-9);
-  EXPECT_NEAR(r.scores[1].score, 0.65, 1e-9);
+  // composite: (1 - kv + relQueue + prefix 0) / 3; the queue is max(waiting, in flight) = 2 on
+  // both, so relQueue = (2 - 2) / 2 = 0 -> full 0.02, empty 0.32
+  EXPECT_NEAR(r.scores[0].score, 0.02, 1e-9);
+  EXPECT_NEAR(r.scores[1].score, 0.32, 1e-9);
+  // The EPP's own in-flight count outranks a stale empty scrape.
+  Endpoint idle = pod("idle", 0.5, 0), loaded = pod("loaded", 0.5, 0);
+  loaded.dispatched = 6;
+  auto s = director_->schedule(testing::request(), {loaded, idle}, rng);
+  ASSERT_EQ(s.scores.size(), 2u);
+  EXPECT_LT(s.scores[0].score, s.scores[1].score);
 }
 
 TEST_F(DefaultPipelineTest, DeniesHopelessSheddableRequestWith429) {
