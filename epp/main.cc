@@ -51,6 +51,9 @@ int run(int argc, char** argv) {
   o.add("config", "EPP_CONFIG", "epp/config/local-pool.yaml", "Pool + pipeline config (YAML)");
   o.add("host", "EPP_HOST", "0.0.0.0", "Address of all listeners");
   o.add("port", "EPP_PORT", "8080", "Proxy port (OpenAI API)");
+  o.add("drain-timeout", "EPP_DRAIN_TIMEOUT_S", "25",
+        "Seconds requests in flight may take to finish after SIGTERM (below Kubernetes' 30 s "
+        "grace period)");
   o.add("health-port", "EPP_HEALTH_PORT", "9003", "/healthz and /readyz port");
   o.add("metrics-port", "EPP_METRICS_PORT", "9090", "/metrics port");
   o.add("prediction-server-url", "PREDICTION_SERVER_URL", "",
@@ -147,6 +150,8 @@ int run(int argc, char** argv) {
   po.default_prediction = o.boolean("prediction-based-scheduling");
   po.unhealthy_cooldown = std::chrono::milliseconds(o.integer("unhealthy-cooldown-ms", 0));
   po.forward_priority = o.boolean("forward-priority");
+  const std::chrono::milliseconds drain_timeout(
+      static_cast<int64_t>(o.number("drain-timeout", 0, 3600) * 1000));
   ProxyServer proxy(po, port, pods, sinks, &gate);
 
   // Pool gauges computed at scrape time.
@@ -165,7 +170,11 @@ int run(int argc, char** argv) {
   admin.add("GET", "/healthz", [](http::Request&) {
     return http::Response::json(200, nlohmann::json{{"status", "ok"}});
   });
-  admin.add("GET", "/readyz", [&pods](http::Request&) {
+  std::atomic<bool> draining{false};
+  admin.add("GET", "/readyz", [&pods, &draining](http::Request&) {
+    if (draining) {
+      return http::Response::detail(503, "Draining: shutting down");
+    }
     std::size_t ready = pods.ready_count(std::chrono::steady_clock::now());
     if (ready == 0) {
       return http::Response::detail(503, "No ready model server pods");
@@ -280,10 +289,12 @@ int run(int argc, char** argv) {
     sigaddset(&set, SIGTERM);
     int sig = 0;
     sigwait(&set, &sig);
-    spdlog::info("signal {}: shutting down", sig);
+    spdlog::info("signal {}: draining for up to {} s", sig, drain_timeout.count() / 1000.0);
   }
+  // Readiness drops first so the load balancer stops sending; requests in flight finish.
+  draining = true;
+  proxy.drain(drain_timeout);
   stopping = true;
-  proxy.stop();
   proxy_thread.join();
   health.stop();
   metrics_server.stop();

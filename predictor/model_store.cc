@@ -15,7 +15,8 @@ std::shared_ptr<const CompiledModel> compile_one(std::string_view bytes, int64_t
                             std::to_string(features::columns(target->feature_set()).size()));
   }
   return std::make_shared<const CompiledModel>(
-      CompiledModel{std::move(forest), target->transform(), target->feature_set()});
+      CompiledModel{std::move(forest), target->transform(), target->feature_set(),
+                    target->linear_base()});
 }
 
 bool is_gated(const std::string& name) { return name.ends_with("_gated"); }
@@ -25,7 +26,11 @@ bool is_gated(const std::string& name) { return name.ends_with("_gated"); }
 double CompiledModel::predict(const features::FeatureInput& in) const {
   float row[features::kMaxColumns];
   features::fill_row(in, set, row);
-  return transform.to_ms(forest.predict_margin(row));
+  float margin = forest.predict_margin(row);
+  if (linear) {
+    margin += linear->margin(row);
+  }
+  return transform.to_ms(margin);
 }
 
 void CompiledModel::predict_rows(const features::FeatureInput* rows, const uint32_t* index,
@@ -39,6 +44,11 @@ void CompiledModel::predict_rows(const features::FeatureInput* rows, const uint3
     features::fill_row(rows[index[k]], set, &matrix[k * cols]);
   }
   forest.predict_margins(matrix.data(), count, margins.data());
+  if (linear) {
+    for (std::size_t k = 0; k < count; ++k) {
+      margins[k] += linear->margin(&matrix[k * cols]);
+    }
+  }
   for (std::size_t k = 0; k < count; ++k) {
     out[index[k]] = transform.to_ms(margins[k]);
   }

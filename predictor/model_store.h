@@ -25,6 +25,7 @@ struct CompiledModel {
   model::FlatForest forest;
   model::OutputTransform transform;
   features::FeatureSet set;
+  std::optional<model::LinearBase> linear;  // added to the forest's margin
   double predict(const features::FeatureInput& in) const;
   // Milliseconds for rows[index[k]] into out[index[k]], k < count: one matrix, one blocked
   // forest walk (rows walk each tree together, which hides the memory latency of the walk).

@@ -34,6 +34,8 @@ void add_options(config::Options& o) {
         "xgboost (bayesian_ridge and lightgbm are not implemented and are refused)");
   o.add("quantile-alpha", "LATENCY_QUANTILE_ALPHA", "0.9", "Quantile of the quantile objective");
   o.add("objective-type", "LATENCY_OBJECTIVE_TYPE", "quantile", "quantile | mean");
+  o.add("linear-base", "LATENCY_LINEAR_BASE", "false",
+        "Fit trees on top of a sign-constrained linear estimate (ranks pods, extrapolates load)");
   o.add("ensemble-mode", "LATENCY_ENSEMBLE_MODE", "true",
         "Also fit noqueue/queued sub-models when both splits are large enough");
   o.add("min-samples-for-ensemble-split", "LATENCY_MIN_SAMPLES_FOR_ENSEMBLE_SPLIT", "200",
@@ -82,6 +84,7 @@ int run(int argc, char** argv) {
   cfg.objective = *objective;
   cfg.quantile_alpha = o.number("quantile-alpha", 0.01, 0.99);
   cfg.ensemble_mode = o.boolean("ensemble-mode");
+  cfg.linear_base = o.boolean("linear-base");
   cfg.min_samples_for_split = static_cast<std::size_t>(o.integer("min-samples-for-ensemble-split", 1));
   cfg.ttft_model_path = o.str("ttft-model-path");
   cfg.tpot_model_path = o.str("tpot-model-path");
@@ -113,8 +116,9 @@ int run(int argc, char** argv) {
   });
   server.start();
   service.start_background();
-  spdlog::info("trainer listening on {}:{} (objective {}, alpha {}, ensemble {})", server_opts.host,
-               server.port(), o.str("objective-type"), cfg.quantile_alpha, cfg.ensemble_mode);
+  spdlog::info("trainer listening on {}:{} (objective {}, alpha {}, ensemble {}, linear base {})",
+               server_opts.host, server.port(), o.str("objective-type"), cfg.quantile_alpha,
+               cfg.ensemble_mode, cfg.linear_base);
   server.run(true);
   service.stop_background();
   spdlog::info("trainer stopped");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <random>
 
 namespace llmd::trainer {
@@ -78,6 +79,32 @@ model::OutputTransform calibrate(const FitConfig& cfg, const std::vector<float>&
   return t;
 }
 
+// The linear base fitted on `m`'s rows (labels in ms: `ms`) and each row's base margin.
+std::optional<model::LinearBase> fit_base(const FitConfig& cfg, FeatureSet set, const Matrix& m,
+                                          const std::vector<float>& ms, bool log_margin,
+                                          std::vector<float>& margins) {
+  margins.clear();
+  if (!cfg.linear_base) {
+    return std::nullopt;
+  }
+  const std::size_t rows = ms.size();
+  auto base = model::fit_linear_base(set, {m.x.data(), rows, m.cols}, ms, log_margin);
+  margins.resize(rows);
+  for (std::size_t i = 0; i < rows; ++i) {
+    margins[i] = base.margin(&m.x[i * m.cols]);
+  }
+  return base;
+}
+
+std::vector<float> labels_ms(const std::vector<Sample>& samples,
+                             const std::vector<std::size_t>& idx) {
+  std::vector<float> out(idx.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) {
+    out[i] = samples[idx[i]].actual_ms;
+  }
+  return out;
+}
+
 }  // namespace
 
 double empirical_quantile(std::vector<double>& values, double q) {
@@ -105,10 +132,12 @@ model::TargetModelPtr fit_target_model(const FitConfig& cfg, FeatureSet set,
 
   if (cfg.objective == model::Objective::kMean) {
     Matrix m = build(set, samples, all, false);
+    std::vector<float> base_margins;
+    auto base = fit_base(cfg, set, m, m.y, false, base_margins);
     auto booster = model::Booster::train(params, columns, {m.x.data(), all.size(), m.cols}, m.y,
-                                         mean(m.y));
-    return std::make_shared<const model::TargetModel>(std::move(booster), set,
-                                                      model::OutputTransform{}, cfg.objective);
+                                         base ? 0.0 : mean(m.y), base_margins);
+    return std::make_shared<const model::TargetModel>(
+        std::move(booster), set, model::OutputTransform{}, cfg.objective, 0, std::move(base));
   }
 
   std::mt19937_64 rng(seed);
@@ -123,13 +152,20 @@ model::TargetModelPtr fit_target_model(const FitConfig& cfg, FeatureSet set,
     cal_idx = all;
   }
   Matrix fit = build(set, samples, fit_idx, true);
+  std::vector<float> base_margins;
+  auto base = fit_base(cfg, set, fit, labels_ms(samples, fit_idx), true, base_margins);
   auto booster = model::Booster::train(params, columns, {fit.x.data(), fit_idx.size(), fit.cols},
-                                       fit.y, mean(fit.y));
+                                       fit.y, base ? 0.0 : mean(fit.y), base_margins);
   Matrix cal = build(set, samples, cal_idx, true);
   auto margins = booster.predict(columns, {cal.x.data(), cal_idx.size(), cal.cols});
+  if (base) {
+    for (std::size_t i = 0; i < cal_idx.size(); ++i) {
+      margins[i] += base->margin(&cal.x[i * cal.cols]);
+    }
+  }
   auto transform = calibrate(cfg, margins, cal.y);
   return std::make_shared<const model::TargetModel>(std::move(booster), set, std::move(transform),
-                                                    cfg.objective);
+                                                    cfg.objective, 0, std::move(base));
 }
 
 }  // namespace llmd::trainer

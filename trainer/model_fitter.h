@@ -12,6 +12,8 @@
 //      centres and made non-decreasing in total so predictions never fall as the location rises.
 // Log space makes multiplicative noise homoscedastic; the per-group offsets absorb what is left
 // (additive noise matters most at low latency). Mean objective: squared error on ms.
+// With linear_base, a linear estimate in ms is fitted first on the fit rows and the trees start
+// from it (its log1p for the quantile objective).
 #include <cstdint>
 #include <vector>
 
@@ -27,6 +29,9 @@ struct FitConfig {
   double calibration_fraction = 0.2;
   std::size_t max_calibration_groups = 8;
   std::size_t min_rows_per_group = 150;
+  // Trees on top of a sign-constrained linear base (model::LinearBase): ranks pods by the work
+  // ahead of a request and extrapolates past the training window.
+  bool linear_base = false;
 };
 
 model::TargetModelPtr fit_target_model(const FitConfig& config, features::FeatureSet set,

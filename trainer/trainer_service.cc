@@ -19,6 +19,24 @@
 namespace llmd::trainer {
 namespace {
 
+// The /metrics summary of a published base model: gain importance, and for a model on a linear
+// base its coefficients (ms per unit) and intercept; otherwise the booster's base score.
+void describe(const model::TargetModel& m, PublishedModels& out, int target) {
+  const auto columns = model::column_info(m.feature_set());
+  out.importance[target] = m.booster().gain_importance(columns);
+  out.coef[target].clear();
+  if (const auto& base = m.linear_base()) {
+    out.intercept[target] = base->intercept;
+    for (std::size_t c = 0; c < base->coef.size(); ++c) {
+      if (base->coef[c] != 0.0) {
+        out.coef[target].emplace_back(columns.names[c], base->coef[c]);
+      }
+    }
+  } else {
+    out.intercept[target] = m.base_score();
+  }
+}
+
 using features::FeatureSet;
 using Clock = std::chrono::steady_clock;
 
@@ -120,6 +138,7 @@ TrainerService::TrainerService(TrainerConfig config, prometheus::Registry& regis
   fit_config_.objective = config_.objective;
   fit_config_.alpha = config_.quantile_alpha;
   fit_config_.params = config_.params;
+  fit_config_.linear_base = config_.linear_base;
   load_models_at_start();
   load_snapshot_at_start();
 }
@@ -185,8 +204,7 @@ void TrainerService::load_models_at_start() {
   for (Target t : kTargets) {
     model::TargetPredictor& pred = t == Target::kTtft ? next->ttft : next->tpot;
     if (pred.base) {
-      next->importance[static_cast<int>(t)] = pred.base->booster().gain_importance(model::column_info(pred.base->feature_set()));
-      next->intercept[static_cast<int>(t)] = pred.base->base_score();
+      describe(*pred.base, *next, static_cast<int>(t));
       continue;
     }
     const std::string name(target_name(t));
@@ -372,8 +390,7 @@ bool TrainerService::train_once() {
         removed.push_back(gname);
         spdlog::info("{} ensemble inactive: removed gated model", name);
       }
-      next->importance[ti] = pred.base->booster().gain_importance(model::column_info(pred.base->feature_set()));
-      next->intercept[ti] = pred.base->base_score();
+      describe(*pred.base, *next, ti);
       (t == Target::kTtft ? next->ttft : next->tpot) = pred;
       double secs = std::chrono::duration<double>(Clock::now() - started).count();
       metrics_->fit_hist[ti]->Observe(secs);
@@ -522,6 +539,9 @@ std::string TrainerService::reference_metrics_text() const {
     line(fmt::format("{}_intercept{{}} {}", n, m->intercept[i]));
     for (const auto& [feature, gain] : m->importance[i]) {
       line(fmt::format("{}_importance{{feature=\"{}\"}} {}", n, feature, gain));
+    }
+    for (const auto& [feature, coef] : m->coef[i]) {
+      line(fmt::format("{}_coef{{feature=\"{}\"}} {}", n, feature, coef));
     }
   }
   static const char* kRanges[] = {"0.00-0.25", "0.25-0.50", "0.50-0.75", "0.75-1.00"};

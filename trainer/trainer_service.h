@@ -48,6 +48,7 @@ struct TrainerConfig {
   std::string samples_path;  // empty = <dir of ttft model>/training_samples.bin
   double snapshot_interval_sec = 10;
   double default_model_ms = 10.0;
+  bool linear_base = false;  // FitConfig::linear_base
 };
 
 // Published model names, in the order of /models/list.
@@ -68,6 +69,8 @@ struct PublishedModels {
   std::optional<util::SystemTime> last_retrain;
   std::array<std::vector<std::pair<std::string, double>>, 2> importance;
   std::array<double, 2> intercept{};
+  // Linear base coefficients per target (empty without a linear base).
+  std::array<std::vector<std::pair<std::string, double>>, 2> coef;
   bool ensemble_active() const { return ttft.gated != nullptr || tpot.gated != nullptr; }
 };
 

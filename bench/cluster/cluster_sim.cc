@@ -278,7 +278,8 @@ class ClusterRun {
       }
       if (uses_predictions(cfg.strategy)) {
         scratch_ = std::make_unique<ScratchDir>(cfg.work_dir);
-        predictor_ = std::make_unique<InProcessPredictor>(scratch_->str());
+        predictor_ = std::make_unique<InProcessPredictor>(
+            scratch_->str(), InProcessPredictor::FitOverrides{cfg_.linear_base, cfg_.objective});
       }
       epp::register_builtin_plugins(registry_);
       epp::Handle handle{index_, predictor_.get(),

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bench/workload/workload.h"
+#include "common/model/latency_model.h"
 
 namespace llmd::cluster {
 
@@ -83,6 +84,9 @@ struct RunConfig {
   // Replaces the strategy's pipeline YAML (ablations; the strategy still decides whether
   // predictions are trained and served).
   std::string pipeline_override;
+  // Ablation of the trainer's fit (unset = the trainer's defaults).
+  std::optional<bool> linear_base;
+  std::optional<model::Objective> objective;
 };
 
 struct RequestResult {

@@ -9,8 +9,11 @@ namespace llmd::cluster {
 
 namespace {
 
-trainer::TrainerConfig trainer_config(const std::string& dir) {
+trainer::TrainerConfig trainer_config(const std::string& dir,
+                                      const InProcessPredictor::FitOverrides& overrides) {
   trainer::TrainerConfig c;  // the trainer's defaults: quantile p90, ensemble, 500 per bucket
+  c.linear_base = overrides.linear_base.value_or(c.linear_base);
+  c.objective = overrides.objective.value_or(c.objective);
   const std::filesystem::path d(dir);
   c.ttft_model_path = (d / "ttft.ubj").string();
   c.tpot_model_path = (d / "tpot.ubj").string();
@@ -22,8 +25,9 @@ trainer::TrainerConfig trainer_config(const std::string& dir) {
 
 }  // namespace
 
-InProcessPredictor::InProcessPredictor(const std::string& work_dir)
-    : trainer_(std::make_unique<trainer::TrainerService>(trainer_config(work_dir), registry_)) {
+InProcessPredictor::InProcessPredictor(const std::string& work_dir, const FitOverrides& overrides)
+    : trainer_(std::make_unique<trainer::TrainerService>(trainer_config(work_dir, overrides),
+                                                         registry_)) {
   // Cold start: the trainer publishes its constant default models; the predictor serves them.
   install(*trainer_->models());
 }

@@ -25,7 +25,11 @@ namespace llmd::cluster {
 class InProcessPredictor : public epp::PredictionSource, public epp::CompletionSink {
  public:
   // `work_dir` receives the trainer's model files (must exist, private to this instance).
-  explicit InProcessPredictor(const std::string& work_dir);
+  struct FitOverrides {
+    std::optional<bool> linear_base;
+    std::optional<model::Objective> objective;
+  };
+  InProcessPredictor(const std::string& work_dir, const FitOverrides& overrides = {});
   ~InProcessPredictor() override;
 
   // epp::PredictionSource: answers from the models installed last (never times out).

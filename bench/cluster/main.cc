@@ -138,6 +138,8 @@ int main(int argc, char** argv) {
     ("slo-ttft-ms", "Custom scenario: x-slo-ttft-ms", cxxopts::value<double>())
     ("slo-tpot-ms", "Custom scenario: x-slo-tpot-ms", cxxopts::value<double>())
     ("hash-prompts", "auto | always | never: give engines the prompts' block hashes", cxxopts::value<std::string>()->default_value("auto"))
+    ("linear-base", "Ablation: trainer fits on a linear base (true/false; default: the trainer's)", cxxopts::value<std::string>()->default_value(""))
+    ("objective", "Ablation: trainer objective quantile|mean (default: the trainer's)", cxxopts::value<std::string>()->default_value(""))
     ("pipeline-file", "Ablation: use this pipeline YAML instead of the strategies' own", cxxopts::value<std::string>()->default_value(""))
     ("no-report", "Print summaries only")
     ("h,help", "Help");
@@ -312,6 +314,12 @@ int main(int argc, char** argv) {
       cfg.oracle_horizon_ms = args["oracle-horizon-ms"].as<double>();
       cfg.request_timeout_ms = args["timeout-s"].as<double>() * 1000.0;
       cfg.pipeline_override = pipeline_override;
+      if (const auto lb = args["linear-base"].as<std::string>(); !lb.empty()) {
+        cfg.linear_base = lb == "true";
+      }
+      if (const auto ob = args["objective"].as<std::string>(); !ob.empty()) {
+        cfg.objective = model::parse_objective(ob);
+      }
       const std::string hp = args["hash-prompts"].as<std::string>();
       cfg.hash_prompts = hp == "always" ? HashPrompts::kAlways
                          : hp == "never" ? HashPrompts::kNever

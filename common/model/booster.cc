@@ -52,12 +52,21 @@ class DMatrix {
 }  // namespace
 
 Booster Booster::train(const TrainParams& p, const ColumnInfo& columns, DenseView x,
-                       std::span<const float> labels, double base_score) {
+                       std::span<const float> labels, double base_score,
+                       std::span<const float> base_margin) {
   if (labels.size() != x.rows || x.rows == 0) {
     throw ModelError(fmt::format("cannot train on {} rows with {} labels", x.rows, labels.size()));
   }
+  if (!base_margin.empty() && base_margin.size() != x.rows) {
+    throw ModelError(fmt::format("{} base margins for {} rows", base_margin.size(), x.rows));
+  }
   DMatrix dtrain(columns, x);
   check(XGDMatrixSetFloatInfo(dtrain.get(), "label", labels.data(), labels.size()), "set label");
+  if (!base_margin.empty()) {
+    check(XGDMatrixSetFloatInfo(dtrain.get(), "base_margin", base_margin.data(),
+                                base_margin.size()),
+          "set base_margin");
+  }
   DMatrixHandle dm = dtrain.get();
   BoosterHandle h = nullptr;
   check(XGBoosterCreate(&dm, 1, &h), "XGBoosterCreate");

@@ -52,9 +52,12 @@ struct TrainParams {
 
 class Booster {
  public:
-  // Squared-error regression of `labels` on `x`, starting from `base_score`.
+  // Squared-error regression of `labels` on `x`, starting from `base_score`, or from a margin
+  // per row when `base_margin` is given (the trees then fit what it leaves; predict() does not
+  // add it back: the caller does, as LinearBase does).
   static Booster train(const TrainParams& params, const ColumnInfo& columns, DenseView x,
-                       std::span<const float> labels, double base_score);
+                       std::span<const float> labels, double base_score,
+                       std::span<const float> base_margin = {});
   // Loads XGBoost's own model bytes (JSON or UBJSON). Throws ModelError on bad bytes.
   static Booster load(std::string_view bytes);
 

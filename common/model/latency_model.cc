@@ -18,6 +18,7 @@ constexpr const char* kAttrSet = "llmd_feature_set";
 constexpr const char* kAttrTransform = "llmd_transform";
 constexpr const char* kAttrObjective = "llmd_objective";
 constexpr const char* kAttrVersion = "llmd_version";
+constexpr const char* kAttrLinearBase = "llmd_linear_base";
 
 std::optional<FeatureSet> parse_feature_set(std::string_view s) {
   for (FeatureSet set : features::kAllFeatureSets) {
@@ -112,9 +113,10 @@ ColumnInfo column_info(FeatureSet set) {
 }
 
 TargetModel::TargetModel(Booster booster, FeatureSet set, OutputTransform transform,
-                         Objective objective, int64_t version)
+                         Objective objective, int64_t version,
+                         std::optional<LinearBase> linear)
     : booster_(std::move(booster)), set_(set), transform_(std::move(transform)),
-      objective_(objective), version_(version) {}
+      objective_(objective), version_(version), linear_(std::move(linear)) {}
 
 double TargetModel::base_score() const {
   try {
@@ -143,8 +145,12 @@ std::shared_ptr<const TargetModel> TargetModel::load(std::string_view bytes) {
   if (auto v = b.attr(kAttrVersion)) {
     version = std::strtoll(v->c_str(), nullptr, 10);
   }
+  std::optional<LinearBase> linear;
+  if (auto text = b.attr(kAttrLinearBase)) {
+    linear = LinearBase::from_json(*text, features::columns(*set).size());
+  }
   return std::make_shared<const TargetModel>(std::move(b), *set, std::move(transform), objective,
-                                             version);
+                                             version, std::move(linear));
 }
 
 std::string TargetModel::serialize(int64_t version) const {
@@ -154,6 +160,9 @@ std::string TargetModel::serialize(int64_t version) const {
   copy.set_attr(kAttrTransform, transform_.to_json());
   copy.set_attr(kAttrObjective, std::string(objective_name(objective_)));
   copy.set_attr(kAttrVersion, std::to_string(version));
+  if (linear_) {
+    copy.set_attr(kAttrLinearBase, linear_->to_json());
+  }
   return copy.save();
 }
 
@@ -162,8 +171,14 @@ std::vector<float> TargetModel::predict_margin(std::span<const FeatureInput> row
     return {};
   }
   std::vector<float> x = build_matrix(set_, rows);
-  return booster_.predict(column_info(set_),
-                          DenseView{x.data(), rows.size(), features::columns(set_).size()});
+  const std::size_t cols = features::columns(set_).size();
+  std::vector<float> margins = booster_.predict(column_info(set_), DenseView{x.data(), rows.size(), cols});
+  if (linear_) {
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      margins[i] += linear_->margin(&x[i * cols]);
+    }
+  }
+  return margins;
 }
 
 std::vector<double> TargetModel::predict(std::span<const FeatureInput> rows) const {

@@ -1,7 +1,8 @@
 #pragma once
 // A fitted latency model as published by the trainer and served by predictors.
 //
-// A TargetModel is one XGBoost booster plus the map from its raw output to milliseconds:
+// A TargetModel is one XGBoost booster, optionally on top of a linear base (the trees then fit
+// what the base leaves; margin = trees + base), plus the map from the margin to milliseconds:
 //   - mean objective:      ms = margin                       (squared error on ms)
 //   - quantile objective:  ms = expm1(margin + q(margin))    (location-scale in log space:
 //     the booster fits E[log1p(ms)], q is the calibrated alpha-quantile of the residual,
@@ -19,6 +20,7 @@
 
 #include "common/features/schema.h"
 #include "common/model/booster.h"
+#include "common/model/linear_base.h"
 
 namespace llmd::model {
 
@@ -44,7 +46,8 @@ ColumnInfo column_info(features::FeatureSet set);
 class TargetModel {
  public:
   TargetModel(Booster booster, features::FeatureSet set, OutputTransform transform,
-              Objective objective, int64_t version = 0);
+              Objective objective, int64_t version = 0,
+              std::optional<LinearBase> linear = std::nullopt);
   // Loads bytes written by serialize(); throws ModelError when they are not a valid model.
   static std::shared_ptr<const TargetModel> load(std::string_view bytes);
   std::string serialize(int64_t version) const;
@@ -57,10 +60,11 @@ class TargetModel {
   // Base score of the booster (in the booster's output space).
   double base_score() const;
   const Booster& booster() const { return booster_; }
+  const std::optional<LinearBase>& linear_base() const { return linear_; }
 
   // Milliseconds per row (via XGBoost's own predictor).
   std::vector<double> predict(std::span<const features::FeatureInput> rows) const;
-  // Raw booster output per row.
+  // Margin per row: booster output plus the linear base's margin.
   std::vector<float> predict_margin(std::span<const features::FeatureInput> rows) const;
 
  private:
@@ -69,6 +73,7 @@ class TargetModel {
   OutputTransform transform_;
   Objective objective_;
   int64_t version_ = 0;
+  std::optional<LinearBase> linear_;
 };
 using TargetModelPtr = std::shared_ptr<const TargetModel>;
 

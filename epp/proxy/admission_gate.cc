@@ -84,6 +84,27 @@ void AdmissionGate::configure(std::optional<RouterQueueConfig> config) {
   }
 }
 
+void AdmissionGate::close(const std::string& detail) {
+  std::vector<Woken> wakes;
+  {
+    std::lock_guard lock(mu_);
+    closed_ = detail;
+    for (auto& [name, q] : pools_) {
+      for (auto& [id, w] : q->waiters) {
+        wakes.push_back({std::move(w.first), AdmissionVerdict{503, detail}});
+        if (metrics_) metrics_->count("shutdown");
+      }
+      q->waiters.clear();
+      while (q->queue.pop()) {
+      }
+    }
+    update_metrics();
+  }
+  for (auto& [wake, verdict] : wakes) {
+    wake(verdict);
+  }
+}
+
 bool AdmissionGate::enabled() const {
   std::lock_guard lock(mu_);
   return config_.has_value();
@@ -126,6 +147,10 @@ AdmissionGate::Ticket AdmissionGate::enter(const AdmissionRequest& request, Wake
   Ticket ticket;
   {
     std::lock_guard lock(mu_);
+    if (closed_) {
+      ticket.verdict = {503, *closed_};
+      return ticket;
+    }
     PoolQueue& q = pool_queue(request.pool);
     if (!config_) {
       ++q.in_transit;
@@ -194,6 +219,7 @@ void AdmissionGate::cancel(uint64_t id) {
   for (auto& [name, q] : pools_) {
     if (q->waiters.erase(id) > 0) {
       q->queue.remove(id);
+      if (metrics_) metrics_->count("cancelled");
       update_metrics();
       return;
     }

@@ -70,6 +70,8 @@ class AdmissionGate {
   };
   Ticket enter(const AdmissionRequest& request, Wake wake, Clock::time_point now = Clock::now());
   void cancel(uint64_t id);  // the waiter gave up; no wake follows
+  // Shutdown: every waiter and every later enter() is answered 503 with `detail`.
+  void close(const std::string& detail);
 
   void on_scheduled(const std::string& pool);  // an admitted request was dispatched or refused
   void on_finished(const std::string& pool);   // a dispatched request finished
@@ -94,6 +96,7 @@ class AdmissionGate {
   std::optional<RouterQueueConfig> config_;           // guarded by mu_
   std::map<std::string, std::unique_ptr<PoolQueue>> pools_;  // guarded by mu_
   uint64_t next_id_ = 1;                              // guarded by mu_
+  std::optional<std::string> closed_;                 // guarded by mu_; set by close()
 };
 
 }  // namespace llmd::epp

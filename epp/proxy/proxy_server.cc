@@ -47,6 +47,10 @@ http::response<http::string_body> json_error(int status, const std::string& deta
   res.set(http::field::content_type, "application/json");
   res.set(http::field::server, "llmd-epp");
   res.body() = nlohmann::json{{"detail", detail}}.dump();
+  if (status == 429 || status == 503) {
+    // Without it, SDKs retry at once; a second is the scale of a queue turning over.
+    res.set(http::field::retry_after, "1");
+  }
   res.keep_alive(keep_alive);
   res.prepare_payload();
   return res;
@@ -69,6 +73,19 @@ std::pair<std::string, std::string> split_address(const std::string& address) {
   return {address.substr(0, colon), address.substr(colon + 1)};
 }
 
+// nginx's code for a request whose client went away before an answer.
+constexpr int kClientClosedRequest = 499;
+
+// An OpenAI-style error as one SSE event, for a stream the pod broke off.
+std::string mid_stream_error_event() {
+  nlohmann::json e = {{"error",
+                       {{"message", "The model server failed while streaming the response"},
+                        {"type", "upstream_error"},
+                        {"param", nullptr},
+                        {"code", 502}}}};
+  return "data: " + e.dump() + "\n\n";
+}
+
 }  // namespace
 
 struct ProxyServer::Impl {
@@ -86,6 +103,17 @@ struct ProxyServer::Impl {
   tcp::acceptor acceptor;
   net::thread_pool pool;
   std::atomic<bool> stopped{false};
+  std::atomic<bool> draining{false};  // no new requests; those in flight finish
+  std::atomic<int> active{0};         // requests between their read and their last byte
+
+  // Counts a request as active for drain() for as long as it lives (RAII in the coroutine).
+  struct ActiveRequest {
+    explicit ActiveRequest(std::atomic<int>& n) : n_(n) { ++n_; }
+    ~ActiveRequest() { --n_; }
+    ActiveRequest(const ActiveRequest&) = delete;
+    ActiveRequest& operator=(const ActiveRequest&) = delete;
+    std::atomic<int>& n_;
+  };
 
   net::awaitable<void> accept_loop() {
     while (!stopped) {
@@ -132,8 +160,16 @@ struct ProxyServer::Impl {
           }
           break;
         }
+        if (draining) {
+          // Arrived on a kept-alive connection after the drain began: send it elsewhere.
+          auto res = json_error(503, "EPP is shutting down", parser.get().version(), false);
+          stream.expires_after(std::chrono::seconds(5));
+          beast::error_code wec;
+          co_await http::async_write(stream, res, redirect(wec));
+          break;
+        }
         bool keep = co_await handle(stream, parser.release());
-        if (!keep) {
+        if (!keep || draining) {
           break;
         }
       }
@@ -146,6 +182,7 @@ struct ProxyServer::Impl {
 
   // Returns whether the client connection stays open.
   net::awaitable<bool> handle(beast::tcp_stream& client, http::request<http::string_body> req) {
+    ActiveRequest counted(active);
     const auto received = Clock::now();
     const bool keep_alive = req.keep_alive();
     const std::string target(req.target());
@@ -194,7 +231,11 @@ struct ProxyServer::Impl {
       pick.ranked.push_back(*route.upstream);  // no scheduling, no retry target
     } else {
       if (gate != nullptr) {
-        AdmissionVerdict verdict = co_await admit(parsed, route);
+        AdmissionVerdict verdict = co_await admit(client, parsed, route);
+        if (verdict.status == kClientClosedRequest) {
+          spdlog::debug("request {}: client disconnected while queued", headers.request_id);
+          co_return false;
+        }
         if (verdict.status != 200) {
           co_return co_await reply_error(verdict.status, verdict.detail);
         }
@@ -230,7 +271,7 @@ struct ProxyServer::Impl {
       if (outcome == Outcome::kDone) {
         co_return keep_alive;
       }
-      if (outcome == Outcome::kClientGone) {
+      if (outcome == Outcome::kClientGone || outcome == Outcome::kAborted) {
         co_return false;
       }
       spdlog::warn("request {}: {} failed before the first byte (attempt {})",
@@ -239,8 +280,10 @@ struct ProxyServer::Impl {
     co_return co_await reply_error(502, "Upstream model server failed");
   }
 
-  // Waits in the router queue when every pod of the route's pool is saturated.
-  net::awaitable<AdmissionVerdict> admit(const ParsedRequest& parsed, const Route& route) {
+  // Waits in the router queue when every pod of the route's pool is saturated. A client that
+  // disconnects meanwhile leaves the queue (kClientClosedRequest): it is never dispatched.
+  net::awaitable<AdmissionVerdict> admit(beast::tcp_stream& client, const ParsedRequest& parsed,
+                                         const Route& route) {
     AdmissionRequest ar;
     ar.pool = route.pool;
     ar.strict_priority = parsed.request.strict_priority;
@@ -259,8 +302,17 @@ struct ProxyServer::Impl {
     auto verdict = std::make_shared<std::optional<AdmissionVerdict>>();
     // The gate wakes us from any thread: hop onto this coroutine's strand first; the timer
     // wait below started before that handler can run (both on the same strand).
-    auto ticket = gate->enter(ar, [executor, timer, verdict](AdmissionVerdict v) {
-      net::post(executor, [timer, verdict, v] {
+    AdmissionGate* g = gate;
+    const std::string pool_name = route.pool;
+    auto ticket = gate->enter(ar, [executor, timer, verdict, g, pool_name](AdmissionVerdict v) {
+      net::post(executor, [timer, verdict, v, g, pool_name] {
+        if (verdict->has_value()) {
+          // The client left first; an admission that raced with it gives its slot back.
+          if (v.status == 200) {
+            g->on_scheduled(pool_name);
+          }
+          return;
+        }
         *verdict = v;
         timer->cancel();
       });
@@ -268,13 +320,34 @@ struct ProxyServer::Impl {
     if (!ticket.queued) {
       co_return ticket.verdict;
     }
+    // Watch the idle client socket while queued: readable with nothing to read is its FIN.
+    // (Bytes of a pipelined next request also make it readable: then stop watching.)
+    const uint64_t id = ticket.id;
+    client.socket().async_wait(
+        tcp::socket::wait_read, [&client, timer, verdict, g, id](beast::error_code wec) {
+          if (wec == net::error::operation_aborted || verdict->has_value()) {
+            return;
+          }
+          beast::error_code aec;
+          if (!wec && client.socket().available(aec) > 0 && !aec) {
+            return;
+          }
+          g->cancel(id);
+          *verdict = AdmissionVerdict{kClientClosedRequest, "client disconnected while queued"};
+          timer->cancel();
+        });
     timer->expires_after(gate->max_wait() + std::chrono::seconds(1));
     beast::error_code ec;
     co_await timer->async_wait(redirect(ec));
     if (!verdict->has_value()) {
       // Only when the gate never answered (it always does by its own timeout): give up.
       gate->cancel(ticket.id);
-      co_return AdmissionVerdict{503, "router queue: no answer"};
+      *verdict = AdmissionVerdict{503, "router queue: no answer"};
+    }
+    if ((*verdict)->status != kClientClosedRequest) {
+      // Ends the watch above: its handler sees a verdict and touches nothing.
+      beast::error_code cec;
+      client.socket().cancel(cec);
     }
     co_return **verdict;
   }
@@ -286,7 +359,8 @@ struct ProxyServer::Impl {
     const std::string& model;
   };
 
-  enum class Outcome { kDone, kRetryable, kClientGone };
+  // kAborted: the response started but could not be completed; the connection must close.
+  enum class Outcome { kDone, kRetryable, kClientGone, kAborted };
 
   net::awaitable<Outcome> forward(beast::tcp_stream& client,
                                   const http::request<http::string_body>& req,
@@ -455,6 +529,22 @@ struct ProxyServer::Impl {
         co_return Outcome::kClientGone;
       }
     }
+    if (!ok) {
+      // The pod failed after the response started. A clean end would pass a truncated answer
+      // off as complete: a stream gets an error event, and neither kind of body gets its
+      // terminating chunk, so every HTTP client reports an incomplete response.
+      spdlog::warn("request {}: pod {} ({}) failed mid-response", request_id, pod.name,
+                   pod.address);
+      if (parsed.request.streaming) {
+        const std::string event = mid_stream_error_event();
+        beast::error_code eec;
+        co_await net::async_write(client, http::make_chunk(net::buffer(event)), redirect(eec));
+      }
+      mark_unhealthy();
+      done.e2e_ms = ms_since(dispatched);
+      finish(false, 502);
+      co_return Outcome::kAborted;
+    }
     beast::error_code lec;
     co_await net::async_write(client, http::make_chunk_last(), redirect(lec));
     done.e2e_ms = std::chrono::duration<double, std::milli>(Clock::now() - dispatched).count();
@@ -523,6 +613,37 @@ void ProxyServer::run() {
     t.join();
   }
 }
+
+void ProxyServer::drain(std::chrono::milliseconds timeout) {
+  auto& i = *impl_;
+  if (i.draining.exchange(true)) {
+    return;
+  }
+  net::post(i.ioc, [&i] {
+    beast::error_code ec;
+    i.acceptor.close(ec);
+  });
+  if (i.gate != nullptr) {
+    i.gate->close("EPP is shutting down");
+  }
+  const auto deadline = Clock::now() + timeout;
+  int last_logged = -1;
+  while (i.active > 0 && Clock::now() < deadline) {
+    if (i.active != last_logged) {
+      last_logged = i.active;
+      spdlog::info("draining: {} requests in flight", last_logged);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (i.active > 0) {
+    spdlog::warn("drain timeout after {} ms: {} requests cut", timeout.count(), i.active.load());
+  } else {
+    spdlog::info("drained: no request in flight");
+  }
+  stop();
+}
+
+int ProxyServer::active_requests() const { return impl_->active; }
 
 void ProxyServer::stop() {
   if (impl_->stopped.exchange(true)) {

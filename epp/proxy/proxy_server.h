@@ -46,6 +46,11 @@ class ProxyServer {
   uint16_t port() const;
   void run();            // blocks until stop()
   void stop();           // thread-safe, idempotent
+  // Graceful stop, blocking (call from a thread that does not run the server): stops
+  // accepting, answers queued requests and new requests on kept-alive connections 503, lets
+  // requests in flight (streams included) finish for up to `timeout`, then stop().
+  void drain(std::chrono::milliseconds timeout);
+  int active_requests() const;  // requests read and not yet answered in full
 
  private:
   struct Impl;

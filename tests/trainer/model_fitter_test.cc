@@ -184,5 +184,50 @@ TEST(EmpiricalQuantile, Interpolates) {
   EXPECT_DOUBLE_EQ(empirical_quantile(v, 0.9), 4.6);
 }
 
+// Trees are flat outside their training window; a linear base is not. Train with queues of at
+// most 12 waiting / 8,000 prefill tokens in flight, ask about three times that.
+TEST(LinearBaseFit, ExtrapolatesPastTheTrainingWindowForBothObjectives) {
+  testing::SyntheticLaw law;
+  law.inflight_signal = true;
+  std::mt19937_64 rng(21);
+  auto train = draw(law, Target::kTtft, 1500, rng);
+  FeatureInput edge;
+  edge.input_token_length = 1000;
+  edge.num_request_waiting = 12;
+  edge.prefill_tokens_in_flight = 8000;
+  FeatureInput beyond = edge;
+  beyond.num_request_waiting = 36;
+  beyond.prefill_tokens_in_flight = 24000;
+  const double truth_gain = law.ttft_mean(beyond) - law.ttft_mean(edge);  // 1,280 ms
+  for (auto objective : {model::Objective::kMean, model::Objective::kQuantile}) {
+    FitConfig cfg;
+    cfg.objective = objective;
+    auto trees = fit_target_model(cfg, FeatureSet::kTtft, train, 3);
+    cfg.linear_base = true;
+    auto based = fit_target_model(cfg, FeatureSet::kTtft, train, 3);
+    ASSERT_TRUE(based->linear_base().has_value());
+    auto t = trees->predict(std::vector{edge, beyond});
+    auto b = based->predict(std::vector{edge, beyond});
+    EXPECT_LT(t[1] - t[0], 0.1 * truth_gain) << model::objective_name(objective);
+    EXPECT_GT(b[1] - b[0], 0.5 * truth_gain) << model::objective_name(objective);
+    // Inside the window the base costs no accuracy.
+    std::mt19937_64 fresh_rng(22);
+    auto fresh = draw(law, Target::kTtft, 400, fresh_rng);
+    std::vector<FeatureInput> rows;
+    std::vector<double> actual;
+    for (const auto& s : fresh) {
+      rows.push_back(s.features);
+      actual.push_back(s.actual_ms);
+    }
+    auto mape = [&](const model::TargetModel& m) {
+      auto p = m.predict(rows);
+      double sum = 0;
+      for (std::size_t i = 0; i < p.size(); ++i) sum += std::abs(p[i] - actual[i]) / actual[i];
+      return sum / static_cast<double>(p.size());
+    };
+    EXPECT_LT(mape(*based), mape(*trees) * 1.1) << model::objective_name(objective);
+  }
+}
+
 }  // namespace
 }  // namespace llmd::trainer

@@ -1,0 +1,164 @@
+// The request lifecycle through the real binaries: what a client sees when a pod breaks off a
+// response, and what happens to a request whose client leaves while it waits in the queue.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <thread>
+
+#include "tests/common/http_test_util.h"
+#include "tests/e2e/stack_fixture.h"
+
+namespace llmd::testing {
+namespace {
+
+using http::testing::RawSocket;
+
+class LifecycleStack : public ::testing::Test {
+ protected:
+  void start(StackOptions o) {
+    stack_ = std::make_unique<Stack>(std::move(o));
+    ASSERT_TRUE(stack_->ready) << stack_->logs();
+  }
+  void TearDown() override {
+    if (HasFailure() && stack_) {
+      std::string logs = stack_->logs();
+      std::cerr << logs.substr(logs.size() > 30000 ? logs.size() - 30000 : 0);
+    }
+  }
+  void fault(int pod, const std::string& body) {
+    http::HttpClient c("127.0.0.1", stack_->pod_port(pod));
+    ASSERT_EQ(c.post("/admin/fault", body).status, 200);
+  }
+  std::string raw_request(const std::string& prompt, int max_tokens, bool stream) {
+    Json body = {{"model", stack_->model}, {"prompt", prompt}, {"max_tokens", max_tokens},
+                 {"stream", stream}};
+    const std::string text = body.dump();
+    return "POST /v1/completions HTTP/1.1\r\nHost: epp\r\nContent-Type: application/json\r\n"
+           "Content-Length: " + std::to_string(text.size()) + "\r\n\r\n" + text;
+  }
+  // Polls the EPP's metrics until the sum of `prefix` reaches `want` (up to 10 s).
+  double wait_metric(const std::string& prefix, double want) {
+    double v = 0;
+    for (int i = 0; i < 100; ++i) {
+      v = metric_sum(stack_->metrics(), prefix);
+      if (v >= want) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return v;
+  }
+  std::unique_ptr<Stack> stack_;
+};
+
+TEST_F(LifecycleStack, PodThatClosesMidStreamIsAnErrorTheClientSees) {
+  StackOptions o;
+  o.pods = 2;
+  o.predictors = 1;
+  start(o);
+  fault(0, R"({"mode":"close","after_tokens":3})");
+  fault(1, R"({"mode":"close","after_tokens":3})");
+  RawSocket sock(stack_->epp_port);
+  ASSERT_TRUE(sock.connected());
+  ASSERT_TRUE(sock.send_all(raw_request(words(30, "cut"), 20, true)));
+  while (sock.read_some() > 0) {
+  }
+  const std::string& got = sock.buffered();
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  EXPECT_NE(got.find("data: {\"error\""), std::string::npos) << "an error event: " << got;
+  EXPECT_EQ(got.find("[DONE]"), std::string::npos) << got;
+  EXPECT_FALSE(got.ends_with("0\r\n\r\n")) << "no terminating chunk: the body is incomplete";
+  // Counted as a failure of the pod, not as a 200.
+  const std::string m = stack_->metrics();
+  EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"200\""), 0) << m;
+  EXPECT_GE(metric_sum(m, "llmd_epp_requests_total{code=\"502\""), 1) << m;
+}
+
+TEST_F(LifecycleStack, ClientThatDisconnectsWhileQueuedIsNeverDispatched) {
+  StackOptions o;
+  o.pods = 1;
+  o.predictors = 1;
+  // One request in flight saturates the pod: everything else waits in the router queue.
+  o.extra_config = "routerQueue:\n  policy: fcfs\n  routerQueueThreshold: {inFlightRequests: 1}\n"
+                   "  timeoutMs: 60000\n";
+  start(o);
+  int long_status = 0;
+  std::thread long_request([&] {
+    http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(120));
+    Json body = {{"model", stack_->model}, {"prompt", words(20, "long")}, {"max_tokens", 300}};
+    long_status = c.post("/v1/completions", body.dump()).status;
+  });
+  ASSERT_GE(wait_metric("llmd_epp_router_queue_requests_total{outcome=\"immediate\"}", 1), 1);
+  {
+    std::vector<std::unique_ptr<RawSocket>> waiting;
+    for (int i = 0; i < 3; ++i) {
+      waiting.push_back(std::make_unique<RawSocket>(stack_->epp_port));
+      ASSERT_TRUE(waiting.back()->send_all(raw_request(words(20, "gone" + std::to_string(i)), 4,
+                                                       i % 2 == 0)));
+    }
+    ASSERT_GE(wait_metric("llmd_epp_router_queue_pending{", 3), 3) << stack_->metrics();
+  }  // the three clients hang up
+  EXPECT_GE(wait_metric("llmd_epp_router_queue_requests_total{outcome=\"cancelled\"}", 3), 3);
+  long_request.join();
+  EXPECT_EQ(long_status, 200);
+  ASSERT_EQ(stack_->complete(words(10, "after"), 2).status, 200);
+  const std::string m = stack_->metrics();
+  EXPECT_EQ(metric_sum(m, "llmd_epp_router_queue_pending{"), 0) << m;
+  EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{"), 2) << "only two requests were dispatched";
+  http::HttpClient pod("127.0.0.1", stack_->pod_port(0));
+  EXPECT_EQ(metric_sum(pod.get("/metrics").body, "vllm:e2e_request_latency_seconds_count"), 2)
+      << "the pod never saw the requests whose clients left";
+}
+
+TEST_F(LifecycleStack, SigtermLetsEveryStreamInFlightFinishAndExitsZero) {
+  StackOptions o;
+  o.pods = 2;
+  o.predictors = 1;
+  start(o);
+  constexpr int kStreams = 16;
+  std::vector<std::thread> clients;
+  std::vector<http::ClientResponse> got(kStreams);
+  for (int i = 0; i < kStreams; ++i) {
+    clients.emplace_back([&, i] {
+      http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(60));
+      Json body = {{"model", stack_->model}, {"prompt", words(30, "s" + std::to_string(i))},
+                   {"max_tokens", 200}, {"stream", true}};
+      got[i] = c.post("/v1/completions", body.dump());
+    });
+  }
+  // Every stream is running on a pod before the signal.
+  auto running = [&] {
+    double n = 0;
+    for (int p = 0; p < o.pods; ++p) {
+      http::HttpClient pod("127.0.0.1", stack_->pod_port(p));
+      n += metric_sum(pod.get("/metrics").body, "vllm:num_requests_running");
+    }
+    return n;
+  };
+  for (int i = 0; i < 200 && running() < kStreams; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(running(), kStreams);
+  ASSERT_EQ(::kill(stack_->epp->pid(), SIGTERM), 0);
+  // Readiness drops at once, so a load balancer stops sending.
+  int ready_status = 200;
+  for (int i = 0; i < 50 && ready_status == 200; ++i) {
+    http::HttpClient h("127.0.0.1", stack_->health_port, std::chrono::seconds(2));
+    ready_status = h.get("/readyz").status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(ready_status, 503);
+  for (auto& t : clients) {
+    t.join();
+  }
+  for (int i = 0; i < kStreams; ++i) {
+    EXPECT_EQ(got[i].status, 200) << i << ": " << got[i].error;
+    EXPECT_NE(got[i].body.find("data: [DONE]"), std::string::npos) << i;
+  }
+  EXPECT_EQ(stack_->epp->terminate(std::chrono::seconds(30)), 0) << "the EPP exits 0 after the drain";
+  EXPECT_NE(stack_->epp->log().find("drained: no request in flight"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace llmd::testing
