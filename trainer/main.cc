@@ -34,7 +34,7 @@ void add_options(config::Options& o) {
         "xgboost (bayesian_ridge and lightgbm are not implemented and are refused)");
   o.add("quantile-alpha", "LATENCY_QUANTILE_ALPHA", "0.9", "Quantile of the quantile objective");
   o.add("objective-type", "LATENCY_OBJECTIVE_TYPE", "quantile", "quantile | mean");
-  o.add("linear-base", "LATENCY_LINEAR_BASE", "false",
+  o.add("linear-base", "LATENCY_LINEAR_BASE", "true",
         "Fit trees on top of a sign-constrained linear estimate (ranks pods, extrapolates load)");
   o.add("ensemble-mode", "LATENCY_ENSEMBLE_MODE", "true",
         "Also fit noqueue/queued sub-models when both splits are large enough");

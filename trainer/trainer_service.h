@@ -48,7 +48,7 @@ struct TrainerConfig {
   std::string samples_path;  // empty = <dir of ttft model>/training_samples.bin
   double snapshot_interval_sec = 10;
   double default_model_ms = 10.0;
-  bool linear_base = false;  // FitConfig::linear_base
+  bool linear_base = true;  // FitConfig::linear_base
 };
 
 // Published model names, in the order of /models/list.

@@ -7,6 +7,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <limits>
 #include <random>
@@ -116,15 +117,28 @@ struct ProxyServer::Impl {
   };
 
   net::awaitable<void> accept_loop() {
-    while (!stopped) {
+    // Out of file descriptors (EMFILE/ENFILE) the pending connection stays in the backlog and
+    // the listener stays readable: retrying at once would spin a core. Back off instead,
+    // 10 ms doubling to 1 s, until an accept succeeds.
+    std::chrono::milliseconds backoff{0};
+    net::steady_timer pause(ioc);
+    while (!stopped && !draining) {
       beast::error_code ec;
       tcp::socket socket = co_await acceptor.async_accept(net::make_strand(ioc), redirect(ec));
       if (ec) {
-        if (stopped) {
+        if (stopped || draining || ec == net::error::operation_aborted) {
           co_return;
         }
+        backoff = std::clamp(backoff * 2, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+        if (backoff == std::chrono::milliseconds(1000) || backoff == std::chrono::milliseconds(10)) {
+          spdlog::warn("proxy accept failed: {}; retrying in {} ms", ec.message(), backoff.count());
+        }
+        pause.expires_after(backoff);
+        beast::error_code tec;
+        co_await pause.async_wait(redirect(tec));
         continue;
       }
+      backoff = std::chrono::milliseconds(0);
       socket.set_option(tcp::no_delay(true));
       net::co_spawn(socket.get_executor(), session(beast::tcp_stream(std::move(socket))),
                     net::detached);

@@ -4,6 +4,8 @@
 
 #include <signal.h>
 
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "tests/common/http_test_util.h"
@@ -158,6 +160,55 @@ TEST_F(LifecycleStack, SigtermLetsEveryStreamInFlightFinishAndExitsZero) {
   }
   EXPECT_EQ(stack_->epp->terminate(std::chrono::seconds(30)), 0) << "the EPP exits 0 after the drain";
   EXPECT_NE(stack_->epp->log().find("drained: no request in flight"), std::string::npos);
+}
+
+// CPU seconds (user + system) the process has used so far.
+double cpu_seconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::istringstream rest(text.substr(text.rfind(')') + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i >= 14) {
+      ticks += std::stod(field);  // utime, stime
+    }
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+TEST_F(LifecycleStack, OutOfFileDescriptorsTheProxyBacksOffAndRecovers) {
+  StackOptions o;
+  o.pods = 2;
+  o.predictors = 1;
+  o.epp_max_open_files = 64;
+  start(o);
+  ASSERT_EQ(stack_->complete(words(10, "before"), 2).status, 200);
+  // Idle connections until the EPP can accept no more (its listener then stays readable).
+  std::vector<std::unique_ptr<RawSocket>> idle;
+  for (int i = 0; i < 80; ++i) {
+    idle.push_back(std::make_unique<RawSocket>(stack_->epp_port, 1));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_NE(stack_->epp->log().find("proxy accept failed"), std::string::npos)
+      << "the descriptor limit was reached";
+  const double cpu0 = cpu_seconds(stack_->epp->pid());
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const double busy = cpu_seconds(stack_->epp->pid()) - cpu0;
+  EXPECT_LT(busy, 0.5) << "no accept spin while out of descriptors (CPU s in 2 s)";
+  idle.clear();
+  // Recovers: once descriptors are free, requests are served again (the scraper may need a
+  // moment to reconnect to the pods).
+  int status = 0;
+  for (int i = 0; i < 50 && status != 200; ++i) {
+    http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(5));
+    Json body = {{"model", stack_->model}, {"prompt", words(10, "after")}, {"max_tokens", 2}};
+    status = c.post("/v1/completions", body.dump()).status;
+    if (status != 200) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  EXPECT_EQ(status, 200);
 }
 
 }  // namespace

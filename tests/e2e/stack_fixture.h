@@ -49,6 +49,7 @@ struct StackOptions {
   std::vector<std::string> pod_labels;  // per pod, an inline YAML map such as "{pool: a}"
   std::string extra_config;             // appended to the EPP config (policies)
   std::vector<std::string> trainer_args;  // appended to the trainer's command line
+  int epp_max_open_files = 0;             // > 0: the EPP's RLIMIT_NOFILE
 };
 
 class Stack {
@@ -104,7 +105,8 @@ class Stack {
         "http://127.0.0.1:" + std::to_string(trainer->port), "--upstream-first-byte-timeout-ms",
         "2000", "--log-level", "debug"};
     args.insert(args.end(), options_.epp_args.begin(), options_.epp_args.end());
-    epp = std::make_unique<Process>(binary("epp/epp"), args);
+    epp = std::make_unique<Process>(binary("epp/epp"), args, std::vector<std::string>{},
+                                    options_.epp_max_open_files);
     ready = trainer->ready && epp->wait_http_ok(health_port, "/readyz");
     for (auto p : predictor_ports) {
       ready = ready && predictors[0]->wait_http_ok(p, "/readyz");

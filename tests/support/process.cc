@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -49,7 +50,8 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-Process::Process(std::string exe, std::vector<std::string> args, std::vector<std::string> env) {
+Process::Process(std::string exe, std::vector<std::string> args, std::vector<std::string> env,
+                 int max_open_files) {
   static int counter = 0;
   log_path_ = "/tmp/llmd-proc-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".log";
   pid_ = ::fork();
@@ -59,6 +61,10 @@ Process::Process(std::string exe, std::vector<std::string> args, std::vector<std
     ::dup2(fd, 2);
     for (const auto& e : env) {
       ::putenv(const_cast<char*>(e.c_str()));
+    }
+    if (max_open_files > 0) {
+      rlimit lim{static_cast<rlim_t>(max_open_files), static_cast<rlim_t>(max_open_files)};
+      ::setrlimit(RLIMIT_NOFILE, &lim);
     }
     std::vector<char*> argv;
     argv.push_back(exe.data());

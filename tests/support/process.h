@@ -28,7 +28,9 @@ class TempDir {
 
 class Process {
  public:
-  Process(std::string exe, std::vector<std::string> args, std::vector<std::string> env = {});
+  // `max_open_files` > 0 lowers the child's RLIMIT_NOFILE (descriptor exhaustion tests).
+  Process(std::string exe, std::vector<std::string> args, std::vector<std::string> env = {},
+          int max_open_files = 0);
   ~Process();
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
