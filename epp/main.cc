@@ -65,6 +65,8 @@ int run(int argc, char** argv) {
         "Default of the x-prediction-based-scheduling header");
   o.add("prediction-deadline-ms", "PREDICTION_DEADLINE_MS", "50", "Wait for predictions at most this");
   o.add("coalesce-window-us", "PREDICTION_COALESCE_WINDOW_US", "1000", "Coalescing window");
+  o.add("coalesce-adaptive", "PREDICTION_COALESCE_ADAPTIVE", "true",
+        "Send a batch at once while none is in flight (the window runs only while one is)");
   o.add("io-threads", "EPP_IO_THREADS", "2", "Proxy I/O threads");
   o.add("scheduler-threads", "EPP_SCHEDULER_THREADS", "16", "Scheduling threads");
   o.add("scraper-threads", "EPP_SCRAPER_THREADS", "2", "Metric scraper threads");
@@ -100,6 +102,7 @@ int run(int argc, char** argv) {
     pc.replica_urls = *list;
     pc.request_deadline = std::chrono::milliseconds(o.integer("prediction-deadline-ms", 1, 60000));
     pc.coalesce_window = std::chrono::microseconds(o.integer("coalesce-window-us", 0, 1000000));
+    pc.adaptive_coalescing = o.boolean("coalesce-adaptive");
     predictions = std::make_unique<predictor_client::PredictorClient>(pc, registry);
   } else {
     spdlog::warn("no PREDICTION_SERVER_URL: scheduling with the composite fallback only");

@@ -29,7 +29,7 @@ bool Coalescer::front_due(Clock::time_point now) const {
   }
   const Pending& front = pending_.front();
   return front.oversized || pending_rows_ >= config_.max_rows ||
-         now - front.submitted >= config_.window;
+         (config_.adaptive && in_flight_.empty()) || now - front.submitted >= config_.window;
 }
 
 std::optional<Clock::time_point> Coalescer::next_due() const {
@@ -37,7 +37,8 @@ std::optional<Clock::time_point> Coalescer::next_due() const {
     return std::nullopt;
   }
   const Pending& front = pending_.front();
-  if (front.oversized || pending_rows_ >= config_.max_rows) {
+  if (front.oversized || pending_rows_ >= config_.max_rows ||
+      (config_.adaptive && in_flight_.empty())) {
     return front.submitted;
   }
   return front.submitted + config_.window;

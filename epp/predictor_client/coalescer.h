@@ -5,7 +5,10 @@
 //
 // Rules:
 // - A batch opens at the first pending submission and is due when `window` has passed since
-//   that submission, or as soon as the pending rows reach `max_rows`.
+//   that submission, or as soon as the pending rows reach `max_rows`. Adaptive (default): it
+//   is also due at once while no batch is in flight. Waiting only pays while a batch is on the
+//   wire (its answer frees the way for one bigger batch); at low load the window would be pure
+//   added latency on every request, at high load batches still merge.
 // - Callers are packed first-come first-served and a caller's rows are never split across
 //   batches, except for a caller that alone has more than `max_rows` rows: it gets batches of
 //   its own (chunks of `max_rows`, due at once) and its slice is reassembled from all of them.
@@ -56,6 +59,7 @@ class Coalescer {
   struct Config {
     std::chrono::microseconds window{1000};  // > 0
     std::size_t max_rows = 10000;            // >= 1
+    bool adaptive = true;                    // due at once while nothing is in flight
   };
 
   explicit Coalescer(Config config);

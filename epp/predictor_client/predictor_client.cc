@@ -76,7 +76,8 @@ struct PredictorClient::Impl {
       : config(std::move(cfg)),
         transport(std::move(t)),
         metrics(registry, config.replica_urls),
-        coalescer(Coalescer::Config{config.coalesce_window, config.max_coalesced_rows}),
+        coalescer(Coalescer::Config{config.coalesce_window, config.max_coalesced_rows,
+                                    config.adaptive_coalescing}),
         replicas(config.replica_urls.size()),
         rng(r ? std::move(r) : std::make_unique<Rng>(std::random_device{}())) {
     dispatcher = std::thread([this] { dispatcher_loop(); });
@@ -128,7 +129,7 @@ struct PredictorClient::Impl {
     waiters.emplace(ticket, &waiter);
     // The dispatcher already sleeps until the open window's end; wake it only when this
     // submission opens a window or makes a batch due at once.
-    if (opens_window || coalescer.pending_rows() >= config.max_coalesced_rows) {
+    if (opens_window || coalescer.next_due() <= now) {
       dispatcher_cv.notify_one();
     }
     std::optional<std::vector<Prediction>> result;
@@ -189,7 +190,10 @@ struct PredictorClient::Impl {
       dispatch(lk, *channel, batch);
       const bool was_full = in_progress == config.max_concurrent_dispatches;
       --in_progress;
-      if (was_full && coalescer.pending_callers() > 0) {
+      // A freed slot, or (adaptive window) the end of the last batch in flight, may make the
+      // pending rows due now.
+      if (coalescer.pending_callers() > 0 &&
+          (was_full || coalescer.next_due() <= Clock::now())) {
         dispatcher_cv.notify_one();
       }
     }

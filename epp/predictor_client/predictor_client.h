@@ -44,6 +44,9 @@ struct PredictorClientConfig {
   std::vector<std::string> replica_urls;
   // Coalescing window, opened by the first pending submission. Default 1 ms; > 0.
   std::chrono::microseconds coalesce_window{1000};
+  // Adaptive window: a batch goes at once while no batch is in flight; the window only runs
+  // while one is (Coalescer::Config::adaptive).
+  bool adaptive_coalescing = true;
   // Rows per POST; a batch is sent at once when pending rows reach it. Default 10000, which is
   // the predictor's bulk limit; 1..10000.
   std::size_t max_coalesced_rows = 10000;

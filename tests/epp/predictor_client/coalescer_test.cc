@@ -31,8 +31,35 @@ class CoalescerTest : public ::testing::Test {
  protected:
   Clock::time_point t0_ = Clock::time_point() + std::chrono::hours(1);
   Clock::time_point far_ = t0_ + std::chrono::seconds(10);
-  Coalescer c_{Coalescer::Config{microseconds(1000), 100}};
+  // The fixed window (the adaptive rule is tested on its own below).
+  Coalescer c_{Coalescer::Config{microseconds(1000), 100, false}};
 };
+
+TEST(AdaptiveCoalescerTest, IdleSendsAtOnceBusyAccumulatesUntilTheWindowOrTheAnswer) {
+  const auto t0 = Clock::time_point() + std::chrono::hours(1);
+  const auto far = t0 + std::chrono::seconds(10);
+  Coalescer c(Coalescer::Config{microseconds(1000), 100, true});
+  // Nothing in flight: no reason to wait.
+  c.submit(rows(2, 0), t0, far);
+  EXPECT_EQ(*c.next_due(), t0);
+  auto first = c.take_ready(t0);
+  ASSERT_EQ(first.size(), 1u);
+  // One batch on the wire: later callers accumulate into one batch...
+  c.submit(rows(1, 10), t0 + microseconds(100), far);
+  c.submit(rows(1, 20), t0 + microseconds(300), far);
+  EXPECT_EQ(*c.next_due(), t0 + microseconds(1100));
+  EXPECT_TRUE(c.take_ready(t0 + microseconds(400)).empty());
+  // ...which leaves as soon as the batch in flight is answered (before the window ends).
+  c.deliver(first[0].id, answer(first[0]));
+  EXPECT_EQ(*c.next_due(), t0 + microseconds(100));
+  auto second = c.take_ready(t0 + microseconds(500));
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].callers, 2u);
+  // Busy for longer than the window: the window still bounds the wait.
+  c.submit(rows(1, 30), t0 + microseconds(600), far);
+  EXPECT_TRUE(c.take_ready(t0 + microseconds(1599)).empty());
+  EXPECT_EQ(c.take_ready(t0 + microseconds(1600)).size(), 1u);
+}
 
 TEST_F(CoalescerTest, EmptySubmissionIsNeverBatched) {
   EXPECT_EQ(c_.submit({}, t0_, far_), kEmptyTicket);

@@ -69,6 +69,7 @@ TEST(PredictorClient, ConcurrentCallersShareOnePost) {
   auto transport = std::make_shared<FakeTransport>();
   auto c = config(1);
   c.coalesce_window = std::chrono::hours(1);  // only the row count can close the batch
+  c.adaptive_coalescing = false;
   c.max_coalesced_rows = 100;
   PredictorClient client(c, registry, transport);
 
@@ -95,6 +96,19 @@ TEST(PredictorClient, ConcurrentCallersShareOnePost) {
   EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_batch_callers", "", "", true), 4.0);
   EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_batch_rows", "", "", true), 100.0);
   EXPECT_EQ(transport->invalid_bodies(), 0);
+}
+
+TEST(PredictorClient, AdaptiveWindowSendsAtOnceWhenNothingIsInFlight) {
+  prometheus::Registry registry;
+  auto transport = std::make_shared<FakeTransport>();
+  auto c = config(1);
+  c.coalesce_window = std::chrono::hours(1);  // a fixed window would outlast the deadline
+  PredictorClient client(c, registry, transport);
+  for (int i = 0; i < 3; ++i) {
+    auto rows = make_rows(3, 7 + i);
+    expect_own_predictions(client.predict(rows), rows);
+  }
+  EXPECT_EQ(transport->posts().size(), 3u);
 }
 
 TEST(PredictorClient, WindowClosesABatchForASingleCaller) {
