@@ -70,6 +70,10 @@ int run(int argc, char** argv) {
   o.add("io-threads", "EPP_IO_THREADS", "2", "Proxy I/O threads");
   o.add("scheduler-threads", "EPP_SCHEDULER_THREADS", "16", "Scheduling threads");
   o.add("scraper-threads", "EPP_SCRAPER_THREADS", "2", "Metric scraper threads");
+  o.add("header-timeout-ms", "EPP_HEADER_TIMEOUT_MS", "10000",
+        "Time a client has to send a request's headers once it started");
+  o.add("idle-timeout-ms", "EPP_IDLE_TIMEOUT_MS", "60000",
+        "Keep-alive idle time between requests, and the bound of a body upload");
   o.add("upstream-first-byte-timeout-ms", "EPP_UPSTREAM_FIRST_BYTE_TIMEOUT_MS", "30000",
         "A pod that sends no response header within this is treated as failed");
   o.add("unhealthy-cooldown-ms", "EPP_UNHEALTHY_COOLDOWN_MS", "5000",
@@ -148,6 +152,8 @@ int run(int argc, char** argv) {
   po.io_threads = static_cast<int>(o.integer("io-threads", 1, 64));
   po.scheduler_threads = static_cast<int>(o.integer("scheduler-threads", 1, 1024));
   po.body_limit = static_cast<std::size_t>(o.integer("max-body-bytes", 1024));
+  po.header_timeout = std::chrono::milliseconds(o.integer("header-timeout-ms", 1, 3600000));
+  po.idle_timeout = std::chrono::milliseconds(o.integer("idle-timeout-ms", 1, 86400000));
   po.upstream_first_byte_timeout =
       std::chrono::milliseconds(o.integer("upstream-first-byte-timeout-ms", 10));
   po.default_prediction = o.boolean("prediction-based-scheduling");

@@ -152,10 +152,33 @@ struct ProxyServer::Impl {
       while (!stopped) {
         http::request_parser<http::string_body> parser;
         parser.body_limit(options.body_limit);
-        stream.expires_after(options.idle_timeout);
         beast::error_code ec;
-        co_await http::async_read(stream, buffer, parser, redirect(ec));
+        if (buffer.size() == 0) {
+          // Between requests a kept-alive connection may idle...
+          stream.expires_after(options.idle_timeout);
+          const std::size_t n =
+              co_await stream.async_read_some(buffer.prepare(4096), redirect(ec));
+          buffer.commit(n);
+          if (ec) {
+            break;  // closed, reset or idle: nothing to answer
+          }
+        }
+        // ...but once a request has begun, its headers must arrive within the header timeout
+        // (a slow-headers client cannot hold a connection), and the body within the idle one.
+        stream.expires_after(options.header_timeout);
+        co_await http::async_read_header(stream, buffer, parser, redirect(ec));
+        if (!ec) {
+          stream.expires_after(options.idle_timeout);
+          co_await http::async_read(stream, buffer, parser, redirect(ec));
+        }
         if (ec == http::error::end_of_stream || ec == net::error::eof) {
+          break;
+        }
+        if (ec == http::error::header_limit) {
+          auto res = json_error(431, "Request header fields too large", 11, false);
+          stream.expires_after(std::chrono::seconds(5));
+          beast::error_code wec;
+          co_await http::async_write(stream, res, redirect(wec));
           break;
         }
         if (ec == http::error::body_limit) {
@@ -203,9 +226,12 @@ struct ProxyServer::Impl {
     const std::string path = target.substr(0, target.find('?'));
     if (req.method() != http::verb::post ||
         (path != "/v1/completions" && path != "/v1/chat/completions")) {
-      auto res = json_error(path == "/v1/completions" || path == "/v1/chat/completions" ? 405 : 404,
-                            "Use POST /v1/completions or /v1/chat/completions", req.version(),
-                            keep_alive);
+      const bool known = path == "/v1/completions" || path == "/v1/chat/completions";
+      auto res = json_error(known ? 405 : 404, "Use POST /v1/completions or /v1/chat/completions",
+                            req.version(), keep_alive);
+      if (known) {
+        res.set(http::field::allow, "POST");
+      }
       beast::error_code ec;
       co_await http::async_write(client, res, redirect(ec));
       co_return !ec && keep_alive;
@@ -283,7 +309,7 @@ struct ProxyServer::Impl {
       auto outcome = co_await forward(client, req, parsed, up, headers.request_id, received,
                                       attempt + 1);
       if (outcome == Outcome::kDone) {
-        co_return keep_alive;
+        co_return keep_alive && req.version() >= 11;  // HTTP/1.0 bodies end with the connection
       }
       if (outcome == Outcome::kClientGone || outcome == Outcome::kAborted) {
         co_return false;
@@ -487,8 +513,18 @@ struct ProxyServer::Impl {
     }
     head.set("x-gateway-destination-endpoint", pod.address);
     head.set("x-request-id", request_id);
-    head.chunked(true);
-    head.keep_alive(req.keep_alive());
+    // HTTP/1.0 has no chunked encoding: the body is sent as it comes and ends with the
+    // connection (so a broken-off body is as visible as a missing last chunk).
+    const bool chunked = req.version() >= 11;
+    head.chunked(chunked);
+    head.keep_alive(chunked && req.keep_alive());
+    auto send_piece = [&](std::string_view bytes, beast::error_code& wec) -> net::awaitable<void> {
+      if (chunked) {
+        co_await net::async_write(client, http::make_chunk(net::buffer(bytes)), redirect(wec));
+      } else {
+        co_await net::async_write(client, net::buffer(bytes), redirect(wec));
+      }
+    };
     http::response_serializer<http::empty_body> sr{head};
     client.expires_after(options.upstream_idle_timeout);
     beast::error_code hwec;
@@ -535,8 +571,7 @@ struct ProxyServer::Impl {
       }
       client.expires_after(options.upstream_idle_timeout);
       beast::error_code cwec;
-      co_await net::async_write(client, http::make_chunk(net::buffer(piece)),
-                                                   redirect(cwec));
+      co_await send_piece(piece, cwec);
       if (cwec) {
         done.client_aborted = true;
         finish(false, 499);
@@ -552,7 +587,7 @@ struct ProxyServer::Impl {
       if (parsed.request.streaming) {
         const std::string event = mid_stream_error_event();
         beast::error_code eec;
-        co_await net::async_write(client, http::make_chunk(net::buffer(event)), redirect(eec));
+        co_await send_piece(event, eec);
       }
       mark_unhealthy();
       done.e2e_ms = ms_since(dispatched);
@@ -560,7 +595,9 @@ struct ProxyServer::Impl {
       co_return Outcome::kAborted;
     }
     beast::error_code lec;
-    co_await net::async_write(client, http::make_chunk_last(), redirect(lec));
+    if (chunked) {
+      co_await net::async_write(client, http::make_chunk_last(), redirect(lec));
+    }
     done.e2e_ms = std::chrono::duration<double, std::milli>(Clock::now() - dispatched).count();
     if (parsed.request.streaming) {
       done.completion_tokens = scanner.completion_tokens();

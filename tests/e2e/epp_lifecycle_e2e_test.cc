@@ -211,5 +211,51 @@ TEST_F(LifecycleStack, OutOfFileDescriptorsTheProxyBacksOffAndRecovers) {
   EXPECT_EQ(status, 200);
 }
 
+TEST_F(LifecycleStack, HttpEdgesHeaderTimeoutAllowAndHttp10) {
+  StackOptions o;
+  o.pods = 1;
+  o.predictors = 1;
+  o.epp_args = {"--header-timeout-ms", "300"};
+  start(o);
+  {
+    // Headers that never finish: dropped after the header timeout, not the 60-s idle timeout.
+    RawSocket slow(stack_->epp_port, 5);
+    ASSERT_TRUE(slow.send_all("POST /v1/completions HTTP/1.1\r\nHost: epp\r\n"));
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_TRUE(slow.wait_for_close());
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(4));
+  }
+  {
+    // An idle kept-alive connection is not cut by the (short) header timeout.
+    RawSocket idle(stack_->epp_port, 5);
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    ASSERT_TRUE(idle.send_all(raw_request(words(10, "idle"), 2, false)));
+    auto res = idle.read_response();
+    ASSERT_TRUE(res.has_value());
+    EXPECT_EQ(res->rfind("HTTP/1.1 200", 0), 0u) << *res;
+  }
+  {
+    RawSocket get(stack_->epp_port);
+    ASSERT_TRUE(get.send_all("GET /v1/completions HTTP/1.1\r\nHost: epp\r\n\r\n"));
+    auto res = get.read_response();
+    ASSERT_TRUE(res.has_value());
+    EXPECT_EQ(res->rfind("HTTP/1.1 405", 0), 0u) << *res;
+    EXPECT_NE(res->find("Allow: POST"), std::string::npos) << *res;
+  }
+  {
+    // HTTP/1.0 has no chunked encoding: the stream arrives as is and ends with the connection.
+    RawSocket old(stack_->epp_port);
+    std::string request = raw_request(words(10, "old"), 4, true);
+    request.replace(request.find("HTTP/1.1"), 8, "HTTP/1.0");
+    ASSERT_TRUE(old.send_all(request));
+    while (old.read_some() > 0) {
+    }
+    const std::string& got = old.buffered();
+    EXPECT_EQ(got.rfind("HTTP/1.0 200", 0), 0u) << got;
+    EXPECT_EQ(got.find("Transfer-Encoding"), std::string::npos) << got;
+    EXPECT_TRUE(got.ends_with("data: [DONE]\n\n")) << got;
+  }
+}
+
 }  // namespace
 }  // namespace llmd::testing
