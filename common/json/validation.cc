@@ -58,7 +58,49 @@ void Errors::add_at(std::string_view type, const Loc& loc, std::string_view fiel
 
 Json Errors::body() const { return Json{{"detail", details_}}; }
 
+std::size_t find_excess_depth(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character, whatever it is
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        in_string = true;
+        break;
+      case '[':
+      case '{':
+        if (++depth > max_depth) {
+          return i;
+        }
+        break;
+      case ']':
+      case '}':
+        --depth;
+        break;
+      default:
+        break;
+    }
+  }
+  return std::string_view::npos;
+}
+
 std::optional<Json> parse_body(std::string_view body, Errors& errors) {
+  if (const std::size_t at = find_excess_depth(body); at != std::string_view::npos) {
+    errors.add_raw(Json{{"type", "json_invalid"},
+                        {"loc", Json::array({"body", static_cast<int64_t>(at)})},
+                        {"msg", "JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                                    " levels"},
+                        {"input", Json::object()}});
+    return std::nullopt;
+  }
   try {
     return Json::parse(body.begin(), body.end());
   } catch (const nlohmann::json::parse_error& e) {

@@ -1,5 +1,7 @@
 #include "epp/proxy/openai_request.h"
 
+#include "common/json/validation.h"
+
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -72,6 +74,10 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
                                                 const InboundHeaders& headers,
                                                 const RequestDefaults& defaults,
                                                 ParsedRequest& out) {
+  if (json::find_excess_depth(body) != std::string_view::npos) {
+    return "request body is nested deeper than " + std::to_string(json::kMaxJsonDepth) +
+           " levels";
+  }
   try {
     out.body = Json::parse(body.begin(), body.end());
   } catch (const Json::exception&) {
@@ -175,7 +181,9 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
     r.subject = *headers.subject;
   }
   if (headers.metadata && !headers.metadata->empty()) {
-    Json m = Json::parse(*headers.metadata, nullptr, false);
+    Json m = json::find_excess_depth(*headers.metadata) == std::string_view::npos
+                 ? Json::parse(*headers.metadata, nullptr, false)
+                 : Json(Json::value_t::discarded);
     if (!m.is_object()) {
       return "header x-metadata must be a JSON object of strings, e.g. {\"tier\":\"gold\"}";
     }

@@ -1,5 +1,7 @@
 #include "epp/proxy/sse_scanner.h"
 
+#include "common/json/validation.h"
+
 #include <nlohmann/json.hpp>
 
 namespace llmd::epp {
@@ -97,6 +99,9 @@ bool SseScanner::handle_event(std::string_view data) {
     saw_done_ = true;
     return false;
   }
+  if (json::find_excess_depth(data) != std::string_view::npos) {
+    return false;  // no event of the OpenAI API nests that deep
+  }
   Json j = Json::parse(data.begin(), data.end(), nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     return false;
@@ -117,6 +122,9 @@ bool SseScanner::handle_event(std::string_view data) {
 
 Usage parse_usage(std::string_view json_body) {
   Usage u;
+  if (json::find_excess_depth(json_body) != std::string_view::npos) {
+    return u;
+  }
   Json j = Json::parse(json_body.begin(), json_body.end(), nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     return u;

@@ -103,3 +103,31 @@ TEST(Time, Rfc3339RoundTripAndOffsets) {
 
 }  // namespace
 }  // namespace llmd
+
+namespace llmd::json {
+namespace {
+
+TEST(JsonDepth, FindsTheFirstBracketPastTheLimitAndSkipsStrings) {
+  EXPECT_EQ(find_excess_depth(R"({"a": [1, {"b": 2}]})", 3), std::string_view::npos);
+  EXPECT_EQ(find_excess_depth(R"({"a": [1, {"b": 2}]})", 2), 10u);
+  // Brackets inside strings, escaped quotes included, do not count.
+  EXPECT_EQ(find_excess_depth(R"({"a": "[[[[\"[[[[", "b": "]]]"})", 1), std::string_view::npos);
+  EXPECT_EQ(find_excess_depth(R"(["\\", [[1]]])", 2), 8u);
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_EQ(find_excess_depth(deep), static_cast<std::size_t>(kMaxJsonDepth));
+  EXPECT_EQ(find_excess_depth(std::string(64, '[') + std::string(64, ']')), std::string_view::npos);
+}
+
+TEST(JsonDepth, ParseBodyRefusesDeepNestingWithAJsonInvalidDetail) {
+  Errors errors;
+  const std::string body = "{\"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_FALSE(parse_body(body, errors).has_value());
+  ASSERT_FALSE(errors.empty());
+  const auto detail = errors.body()["detail"][0];
+  EXPECT_EQ(detail["type"], "json_invalid");
+  EXPECT_NE(detail["msg"].get<std::string>().find("deeper than 64"), std::string::npos);
+  EXPECT_LT(errors.body().dump().size(), 400u) << "the error never echoes the input";
+}
+
+}  // namespace
+}  // namespace llmd::json
