@@ -3,6 +3,7 @@
 #include "common/json/validation.h"
 
 #include <cctype>
+#include <cstdint>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -42,17 +43,49 @@ std::optional<int64_t> parse_int(const std::optional<std::string>& text, const c
   return static_cast<int64_t>(v);
 }
 
-void append_content(const Json& content, std::string& out) {
+// Priorities travel to vLLM negated and are compared as int64 here: the int32 range keeps
+// both exact (INT64_MIN cannot be negated; 2^64-1 is not an int64).
+bool in_priority_range(const Json& v) {
+  if (!v.is_number_integer()) {
+    return false;
+  }
+  if (v.is_number_unsigned()) {
+    return v.get<uint64_t>() <= static_cast<uint64_t>(INT32_MAX);
+  }
+  const int64_t x = v.get<int64_t>();
+  return x >= INT32_MIN && x <= INT32_MAX;
+}
+
+// The text of a message's content (a string or a list of parts); an error names the field
+// when a part has the wrong shape (the EPP reads it, so it answers for it).
+std::optional<std::string> append_content(const Json& content, std::size_t message,
+                                          std::string& out) {
   if (content.is_string()) {
     out += content.get<std::string>();
   } else if (content.is_array()) {
-    for (const auto& part : content) {
-      if (part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
-          part["text"].is_string()) {
-        out += part["text"].get<std::string>();
+    for (std::size_t k = 0; k < content.size(); ++k) {
+      const Json& part = content[k];
+      const std::string where =
+          "messages[" + std::to_string(message) + "].content[" + std::to_string(k) + "]";
+      if (!part.is_object()) {
+        return "field '" + where + "' must be an object";
+      }
+      const auto type = part.find("type");
+      if (type == part.end() || !type->is_string()) {
+        return "field '" + where + ".type' (string) is required";
+      }
+      if (*type == "text") {
+        const auto text = part.find("text");
+        if (text == part.end() || !text->is_string()) {
+          return "field '" + where + ".text' (string) is required for a text part";
+        }
+        out += text->get<std::string>();
       }
     }
+  } else if (!content.is_null()) {
+    return "field 'messages[" + std::to_string(message) + "].content' must be a string or a list";
   }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -99,9 +132,15 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
     if (!messages.is_array() || messages.empty()) {
       return "field 'messages' (non-empty list) is required for chat completions";
     }
-    for (const auto& m : messages) {
-      if (m.is_object() && m.contains("content")) {
-        append_content(m["content"], r.prompt_text);
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      const Json& m = messages[i];
+      if (!m.is_object()) {
+        return "field 'messages[" + std::to_string(i) + "]' must be an object";
+      }
+      if (m.contains("content")) {
+        if (auto error = append_content(m["content"], i, r.prompt_text)) {
+          return error;
+        }
         r.prompt_text += ' ';
       }
     }
@@ -120,10 +159,30 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
     }
   }
   r.input_tokens = count_words(r.prompt_text);
-  r.streaming = out.body.value("stream", false) == true;
+  // Every field the EPP reads is type-checked: a wrong type is the client's error (400 naming
+  // the field), never an exception that drops the connection.
+  if (const auto s = out.body.find("stream"); s != out.body.end() && !s->is_null()) {
+    if (!s->is_boolean()) {
+      return "field 'stream' must be a boolean";
+    }
+    r.streaming = s->get<bool>();
+  }
+  if (const auto so = out.body.find("stream_options"); so != out.body.end() && !so->is_null()) {
+    if (!so->is_object()) {
+      return "field 'stream_options' must be an object";
+    }
+    if (const auto u = so->find("include_usage"); u != so->end() && !u->is_null() &&
+                                                   !u->is_boolean()) {
+      return "field 'stream_options.include_usage' must be a boolean";
+    }
+  }
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
-    if (out.body.contains(key) && out.body[key].is_number_integer()) {
-      out.max_tokens = out.body[key].get<int64_t>();
+    if (const auto m = out.body.find(key); m != out.body.end() && !m->is_null()) {
+      if (!m->is_number_integer() || m->get<int64_t>() < 0 ||
+          (m->is_number_unsigned() && m->get<uint64_t>() > INT64_MAX)) {
+        return std::string("field '") + key + "' must be a non-negative integer";
+      }
+      out.max_tokens = m->get<int64_t>();
     }
   }
   const Objective* objective = nullptr;
@@ -139,15 +198,17 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
     const Json& hints = out.body["nvext"].value("agent_hints", Json());
     if (hints.is_object()) {
       if (hints.contains("priority")) {
-        if (!hints["priority"].is_number_integer()) {
-          return "field 'nvext.agent_hints.priority' must be an integer";
+        if (!in_priority_range(hints["priority"])) {
+          return "field 'nvext.agent_hints.priority' must be an integer in [-2147483648, "
+                 "2147483647]";
         }
         r.priority = hints["priority"].get<int64_t>();
       }
       if (hints.contains("strict_priority")) {
-        if (!hints["strict_priority"].is_number_integer() ||
+        if (!in_priority_range(hints["strict_priority"]) ||
             hints["strict_priority"].get<int64_t>() < 0) {
-          return "field 'nvext.agent_hints.strict_priority' must be an unsigned integer";
+          return "field 'nvext.agent_hints.strict_priority' must be an integer in [0, "
+                 "2147483647]";
         }
         r.strict_priority = hints["strict_priority"].get<int64_t>();
       }
@@ -156,11 +217,14 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
   out.vllm_priority_in_body = out.body.contains("priority") && !out.body["priority"].is_null();
   std::optional<std::string> error;
   if (auto p = parse_int(headers.priority, "x-dynamo-request-priority", error)) {
+    if (*p < INT32_MIN || *p > INT32_MAX) {
+      return "header x-dynamo-request-priority must be an integer in [-2147483648, 2147483647]";
+    }
     r.priority = *p;
   }
   if (auto p = parse_int(headers.strict_priority, "x-dynamo-request-strict-priority", error)) {
-    if (*p < 0) {
-      return "header x-dynamo-request-strict-priority must be an unsigned integer";
+    if (*p < 0 || *p > INT32_MAX) {
+      return "header x-dynamo-request-strict-priority must be an integer in [0, 2147483647]";
     }
     r.strict_priority = *p;
   }

@@ -35,6 +35,18 @@ TEST(Hardening, DeeplyNestedJsonIsRefusedByEveryServer) {
   std::string deep_extra = ok.dump();
   deep_extra.insert(deep_extra.size() - 1, ",\"nvext\":{},\"extra\":" + deep);
   EXPECT_EQ(epp.post("/v1/completions", deep_extra).status, 400);
+  // Wrong types in fields the EPP reads: a 400 that names the field, on a live connection.
+  for (const char* bad : {R"("stream": "yes")", R"("stream": 1)", R"("max_tokens": "8")"}) {
+    auto r = epp.post("/v1/completions", "{\"model\": \"" + stack.model +
+                                             "\", \"prompt\": \"hi\", " + bad + "}");
+    EXPECT_EQ(r.status, 400) << bad << ": " << r.body;
+    EXPECT_NE(r.body.find("field '"), std::string::npos) << r.body;
+  }
+  auto part = epp.request("POST", "/v1/chat/completions",
+                          "{\"model\": \"" + stack.model +
+                              "\", \"messages\": [{\"role\": \"user\", \"content\": "
+                              "[{\"type\": 5}]}]}");
+  EXPECT_EQ(part.status, 400) << part.body;
   // Everyone is still up; 64 levels are still accepted where a field allows nesting.
   EXPECT_EQ(trainer.get("/healthz").status, 200);
   EXPECT_EQ(predictor.get("/healthz").status, 200);

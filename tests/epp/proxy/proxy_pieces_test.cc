@@ -54,6 +54,45 @@ TEST(OpenAiRequest, BadInputGivesAMessage) {
   EXPECT_NE(e->find("x-slo-ttft-ms"), std::string::npos);
 }
 
+// Every field the EPP reads: a wrong type is a 400 naming the field (it used to throw and drop
+// the connection), out-of-range priorities are refused instead of wrapping.
+TEST(OpenAiRequest, WrongTypesAndRangesNameTheField) {
+  auto error = [](std::string_view path, std::string_view body, InboundHeaders h = {}) {
+    ParsedRequest p;
+    return parse_openai_request(path, body, h, RequestDefaults{}, p).value_or("");
+  };
+  const std::string c = "/v1/completions", chat = "/v1/chat/completions";
+  for (const char* stream : {R"("yes")", "1", "{}"}) {
+    EXPECT_NE(error(c, std::string(R"({"model":"m","prompt":"x","stream":)") + stream + "}")
+                  .find("'stream'"), std::string::npos) << stream;
+  }
+  EXPECT_NE(error(c, R"({"model":"m","prompt":"x","stream":true,"stream_options":1})")
+                .find("'stream_options'"), std::string::npos);
+  EXPECT_NE(error(c, R"({"model":"m","prompt":"x","stream_options":{"include_usage":"y"}})")
+                .find("include_usage"), std::string::npos);
+  EXPECT_NE(error(c, R"({"model":"m","prompt":"x","max_tokens":"9"})").find("'max_tokens'"),
+            std::string::npos);
+  EXPECT_NE(error(c, R"({"model":"m","prompt":"x","max_tokens":-1})").find("'max_tokens'"),
+            std::string::npos);
+  EXPECT_NE(error(chat, R"({"model":"m","messages":[{"role":"user","content":[{"type":5}]}]})")
+                .find("messages[0].content[0].type"), std::string::npos);
+  EXPECT_NE(error(chat, R"({"model":"m","messages":["hi"]})").find("messages[0]"),
+            std::string::npos);
+  EXPECT_NE(error(chat, R"({"model":"m","messages":[{"role":"user","content":7}]})")
+                .find("messages[0].content"), std::string::npos);
+  EXPECT_NE(error(c, R"({"model":"m","prompt":"x","nvext":{"agent_hints":{"priority":18446744073709551615}}})")
+                .find("priority"), std::string::npos);
+  EXPECT_NE(error(c, R"({"model":"m","prompt":"x","nvext":{"agent_hints":{"priority":-9223372036854775808}}})")
+                .find("priority"), std::string::npos);
+  InboundHeaders h;
+  h.priority = "-9223372036854775808";
+  EXPECT_NE(error(c, R"({"model":"m","prompt":"x"})", h).find("x-dynamo-request-priority"),
+            std::string::npos);
+  // Nulls are absent fields; valid shapes still parse.
+  EXPECT_EQ(error(c, R"({"model":"m","prompt":"x","stream":null,"max_tokens":null})"), "");
+  EXPECT_EQ(error(chat, R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{}},{"type":"text","text":"hi"}]}]})"), "");
+}
+
 TEST(SseScanner, FirstContentAndUsageAcrossArbitrarySplits) {
   const std::string stream =
       "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
