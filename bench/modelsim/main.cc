@@ -41,6 +41,7 @@ void add_options(config::Options& o) {
   o.add("write-timeout-ms", "MODELSIM_WRITE_TIMEOUT_MS", "30000",
         "Connection dropped when the client does not read for this long");
   o.add("max-connections", "MODELSIM_MAX_CONNECTIONS", "8192", "Open connections, all pods");
+  o.add("api-key", "MODELSIM_API_KEY", "", "Require 'Authorization: Bearer <key>' on /v1/* (vLLM's --api-key)");
   o.add("log-level", "LOG_LEVEL", "info", "trace | debug | info | warn | error");
 }
 
@@ -87,6 +88,7 @@ int run(int argc, char** argv) {
   cfg.time_scale = o.number("time-scale", 1e-3, 1e4);
   cfg.protocol.model_name = cfg.engine.model_name;
   cfg.protocol.default_max_tokens = o.integer("default-max-tokens", 1, 1 << 24);
+  cfg.api_key = o.str("api-key");
   cfg.server.host = o.str("host");
   cfg.server.io_threads = static_cast<int>(o.integer("io-threads", 1, 64));
   cfg.server.body_limit = static_cast<std::size_t>(o.integer("max-body-bytes", 1024));

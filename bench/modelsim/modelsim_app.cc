@@ -144,6 +144,12 @@ struct ModelSim::Impl {
     const bool get = req.method == "GET" || req.method == "HEAD";
     const bool post = req.method == "POST";
 
+    if (!config.api_key.empty() && path.starts_with("/v1/") &&
+        req.header("authorization") != "Bearer " + config.api_key) {
+      return stream->respond(http::Response::json(
+          401, nlohmann::json{{"error", {{"message", "Unauthorized"}, {"type", "invalid_request_error"},
+                                         {"param", nullptr}, {"code", 401}}}}));
+    }
     if (path == "/v1/completions" || path == "/v1/chat/completions") {
       if (!post) {
         return stream->respond(http::Response::detail(405, "Method Not Allowed"));

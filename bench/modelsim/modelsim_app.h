@@ -24,6 +24,8 @@ struct ModelSimConfig {
   double time_scale = 1.0;            // 10 = ten times faster than real time
   ProtocolConfig protocol;
   StreamServerOptions server;
+  // Like vLLM's --api-key: /v1/* requests without "Authorization: Bearer <key>" get 401.
+  std::string api_key;
 };
 
 class ModelSim {

@@ -74,6 +74,24 @@ std::pair<std::string, std::string> split_address(const std::string& address) {
   return {address.substr(0, colon), address.substr(colon + 1)};
 }
 
+// Headers that describe one connection, not the message (RFC 9110 section 7.6.1).
+bool is_hop_by_hop(http::field f) {
+  switch (f) {
+    case http::field::connection:
+    case http::field::keep_alive:
+    case http::field::proxy_authenticate:
+    case http::field::proxy_authorization:
+    case http::field::proxy_connection:
+    case http::field::te:
+    case http::field::trailer:
+    case http::field::transfer_encoding:
+    case http::field::upgrade:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // nginx's code for a request whose client went away before an answer.
 constexpr int kClientClosedRequest = 499;
 
@@ -475,6 +493,16 @@ struct ProxyServer::Impl {
     upstream.socket().set_option(tcp::no_delay(true));
     const std::string path = target.route.base_path + std::string(req.target());
     http::request<http::string_body> up{http::verb::post, path, 11};
+    // End-to-end client headers travel on (Authorization for pods started with --api-key,
+    // OpenAI-Organization, trace context, ...); hop-by-hop ones and those the EPP sets do not.
+    for (const auto& field : req) {
+      if (!is_hop_by_hop(field.name()) && field.name() != http::field::host &&
+          field.name() != http::field::content_length &&
+          field.name() != http::field::content_type && field.name() != http::field::expect &&
+          !beast::iequals(field.name_string(), "x-request-id")) {
+        up.insert(field.name(), field.name_string(), field.value());
+      }
+    }
     up.set(http::field::host, pod.address);
     up.set(http::field::content_type, "application/json");
     up.set("x-request-id", request_id);
@@ -504,12 +532,12 @@ struct ProxyServer::Impl {
     // Headers to the client; the body follows chunked as it arrives.
     http::response<http::empty_body> head{rp.get().result(), req.version()};
     for (const auto& field : rp.get()) {
-      if (field.name() == http::field::content_length ||
-          field.name() == http::field::transfer_encoding ||
-          field.name() == http::field::connection) {
+      // A pod's cookies are not the router's to hand out (they would pin or leak sessions).
+      if (field.name() == http::field::content_length || is_hop_by_hop(field.name()) ||
+          field.name() == http::field::set_cookie) {
         continue;
       }
-      head.set(field.name_string(), field.value());
+      head.insert(field.name(), field.name_string(), field.value());
     }
     head.set("x-gateway-destination-endpoint", pod.address);
     head.set("x-request-id", request_id);

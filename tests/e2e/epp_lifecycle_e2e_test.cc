@@ -257,5 +257,23 @@ TEST_F(LifecycleStack, HttpEdgesHeaderTimeoutAllowAndHttp10) {
   }
 }
 
+TEST_F(LifecycleStack, ClientAuthorizationReachesPodsStartedWithAnApiKey) {
+  StackOptions o;
+  o.pods = 2;
+  o.predictors = 1;
+  o.modelsim_args = {"--api-key", "sk-pool"};
+  start(o);
+  auto with_key = stack_->complete(words(10, "auth"), 2, false,
+                                   {{"Authorization", "Bearer sk-pool"}});
+  EXPECT_EQ(with_key.status, 200) << with_key.body;
+  auto streamed = stack_->complete(words(10, "auth"), 2, true,
+                                   {{"Authorization", "Bearer sk-pool"}});
+  EXPECT_EQ(streamed.status, 200) << streamed.body;
+  // Without it the pod's own 401 passes through as the pod wrote it.
+  auto without = stack_->complete(words(10, "auth"), 2);
+  EXPECT_EQ(without.status, 401) << without.body;
+  EXPECT_NE(without.body.find("Unauthorized"), std::string::npos) << without.body;
+}
+
 }  // namespace
 }  // namespace llmd::testing
