@@ -101,15 +101,28 @@ RequestMetrics::Children& RequestMetrics::children(const std::string& model,
   return *c;
 }
 
+const std::string& RequestMetrics::label(const std::string& model, bool served) {
+  if (served_models_.count(model) > 0) {
+    return model;
+  }
+  if (served && served_models_.size() < kMaxModelLabels) {
+    return *served_models_.insert(model).first;
+  }
+  return kOtherModel;
+}
+
 void RequestMetrics::on_rejected(const std::string& model, int status) {
   std::lock_guard lock(mu_);
-  children(model, model).code(status).Increment();
+  const std::string& m = label(model, false);
+  children(m, m).code(status).Increment();
 }
 
 void RequestMetrics::on_completed(const CompletedRequest& done) {
   std::lock_guard lock(mu_);
-  Children& c = children(done.request.model,
-                         done.target_model.empty() ? done.request.model : done.target_model);
+  const bool served = done.success;
+  Children& c = children(label(done.request.model, served),
+                         label(done.target_model.empty() ? done.request.model : done.target_model,
+                               served));
   c.code(done.status).Increment();
   if (!done.success) {
     return;

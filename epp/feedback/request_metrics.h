@@ -3,6 +3,7 @@
 // SLO thresholds and violations, requests by code. Labels model_name (requested model) and
 // target_model_name (model actually served, the same unless a routing rule rewrote it).
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -31,6 +32,15 @@ class RequestMetrics : public CompletionSink {
   std::mutex mu_;
   // (model_name, target_model_name) -> children; guarded by mu_
   std::map<std::pair<std::string, std::string>, std::unique_ptr<Children>> by_model_;
+  // Model names that label their own series: those a pod has answered successfully, at most
+  // kMaxModelLabels. Any other name (a typo, a scan of 10,000 names) is counted as "other",
+  // so clients cannot grow /metrics without bound. Guarded by mu_.
+  std::set<std::string> served_models_;
+  const std::string& label(const std::string& model, bool served);
+
+ public:
+  static constexpr std::size_t kMaxModelLabels = 256;
+  static inline const std::string kOtherModel = "other";
 };
 
 // Fans one completion out to several sinks (feedback, metrics, ...).
