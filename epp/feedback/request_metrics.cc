@@ -11,6 +11,8 @@ const prometheus::Histogram::BucketBoundaries kSeconds = {
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 const prometheus::Histogram::BucketBoundaries kTpotSeconds = {
     0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28};
+const prometheus::Histogram::BucketBoundaries kDelaySeconds = {
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 constexpr const char* kPrefix = "inference_objective_request_";
 }  // namespace
 
@@ -25,7 +27,13 @@ struct RequestMetrics::Families {
     auto counter = [&](const std::string& name, const std::string& help) {
       return &prometheus::BuildCounter().Name(kPrefix + name).Help(help).Register(r);
     };
-    ttft = hist("ttft_seconds", "Observed time to first token");
+    ttft = hist("ttft_seconds",
+                "Observed time to first token, from the request's arrival at the EPP");
+    dispatch_delay = &prometheus::BuildHistogram()
+                          .Name("llmd_epp_dispatch_delay_seconds")
+                          .Help("Arrival at the EPP to dispatch to a pod: router queue and "
+                                "scheduling (included in the TTFT)")
+                          .Register(r);
     ttft_gauge = gauge("ttft_seconds_gauge", "Last observed time to first token");
     predicted_ttft = hist("predicted_ttft_seconds", "Predicted TTFT of the picked pod");
     predicted_ttft_gauge = gauge("predicted_ttft_seconds_gauge", "Last predicted TTFT");
@@ -44,7 +52,8 @@ struct RequestMetrics::Families {
                     .Help("Requests by model and HTTP status")
                     .Register(r);
   }
-  prometheus::Family<prometheus::Histogram>*ttft, *predicted_ttft, *tpot, *predicted_tpot;
+  prometheus::Family<prometheus::Histogram>*ttft, *predicted_ttft, *tpot, *predicted_tpot,
+      *dispatch_delay;
   prometheus::Family<prometheus::Gauge>*ttft_gauge, *predicted_ttft_gauge, *tpot_gauge,
       *predicted_tpot_gauge, *ttft_violation, *tpot_violation, *ttft_threshold, *tpot_threshold;
   prometheus::Family<prometheus::Counter>*ttft_violation_total, *tpot_violation_total, *requests;
@@ -57,6 +66,7 @@ struct RequestMetrics::Children {
     predicted_ttft = &f.predicted_ttft->Add(l, kSeconds);
     tpot = &f.tpot->Add(l, kTpotSeconds);
     predicted_tpot = &f.predicted_tpot->Add(l, kTpotSeconds);
+    dispatch_delay = &f.dispatch_delay->Add({{"model_name", model}}, kDelaySeconds);
     ttft_gauge = &f.ttft_gauge->Add(l);
     predicted_ttft_gauge = &f.predicted_ttft_gauge->Add(l);
     tpot_gauge = &f.tpot_gauge->Add(l);
@@ -70,7 +80,7 @@ struct RequestMetrics::Children {
     requests = f.requests;
     model_name = model;
   }
-  prometheus::Histogram *ttft, *predicted_ttft, *tpot, *predicted_tpot;
+  prometheus::Histogram *ttft, *predicted_ttft, *tpot, *predicted_tpot, *dispatch_delay;
   prometheus::Gauge *ttft_gauge, *predicted_ttft_gauge, *tpot_gauge, *predicted_tpot_gauge,
       *ttft_violation, *tpot_violation, *ttft_threshold, *tpot_threshold;
   prometheus::Counter *ttft_violation_total, *tpot_violation_total;
@@ -127,7 +137,8 @@ void RequestMetrics::on_completed(const CompletedRequest& done) {
   if (!done.success) {
     return;
   }
-  const double ttft_s = done.ttft_ms / 1000.0;
+  const double ttft_s = (done.dispatch_delay_ms + done.ttft_ms) / 1000.0;
+  c.dispatch_delay->Observe(done.dispatch_delay_ms / 1000.0);
   c.ttft->Observe(ttft_s);
   c.ttft_gauge->Set(ttft_s);
   std::optional<double> tpot_s;

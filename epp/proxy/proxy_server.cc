@@ -42,12 +42,27 @@ std::string new_request_id() {
   return fmt::format("{:016x}{:016x}", rng(), rng());
 }
 
+// The error object of the OpenAI API ({"error": {message, type, param, code}}), which the
+// official SDKs parse into their exception; errors a pod writes pass through untouched.
+std::string openai_error_body(int status, const std::string& message) {
+  const char* type = status == 429   ? "rate_limit_error"
+                     : status == 404 ? "not_found_error"
+                     : status == 401 ? "authentication_error"
+                     : status < 500  ? "invalid_request_error"
+                     : status == 503 ? "service_unavailable_error"
+                                     : "server_error";
+  return nlohmann::json{{"error",
+                         {{"message", message}, {"type", type}, {"param", nullptr},
+                          {"code", status}}}}
+      .dump();
+}
+
 http::response<http::string_body> json_error(int status, const std::string& detail,
                                              unsigned version, bool keep_alive) {
   http::response<http::string_body> res{static_cast<http::status>(status), version};
   res.set(http::field::content_type, "application/json");
   res.set(http::field::server, "llmd-epp");
-  res.body() = nlohmann::json{{"detail", detail}}.dump();
+  res.body() = openai_error_body(status, detail);
   if (status == 429 || status == 503) {
     // Without it, SDKs retry at once; a second is the scale of a queue turning over.
     res.set(http::field::retry_after, "1");
@@ -448,6 +463,7 @@ struct ProxyServer::Impl {
     }
     bool first_token = false;
     const auto dispatched = Clock::now();
+    done.dispatch_delay_ms = std::chrono::duration<double, std::milli>(dispatched - received).count();
     auto finish = [&](bool success, int status) {
       if (is_pod) {
         registry.on_finished(pod.name, input_tokens, parsed.max_tokens, first_token);

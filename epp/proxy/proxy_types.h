@@ -58,7 +58,10 @@ struct CompletedRequest {
   bool success = false;
   bool client_aborted = false;
   int status = 0;
-  double ttft_ms = 0;  // streaming: first content chunk; non-streaming: end-to-end
+  double ttft_ms = 0;  // from dispatch; streaming: first content chunk; non-streaming: end-to-end
+  // Arrival at the EPP -> dispatch to the pod (router queue, scheduling, earlier attempts).
+  // Clients see ttft_ms plus this; the pod's latency (what the models learn) is ttft_ms alone.
+  double dispatch_delay_ms = 0;
   double e2e_ms = 0;
   bool first_token = false;  // streaming: a content chunk arrived (ttft_ms is measured)
   // Usage's completion_tokens, or (a stream without usage) the content chunks counted.

@@ -59,6 +59,11 @@ TEST_F(EppStack, StreamingAndNonStreamingSucceedAndFeedbackTrainsAModel) {
   EXPECT_GT(metric_sum(m, "inference_objective_request_ttft_seconds_count{"), 50);
   EXPECT_GT(metric_sum(m, "inference_objective_request_tpot_seconds_count{"), 0);
   EXPECT_GT(metric_sum(m, "llmd_epp_predictor_batch_rows_count"), 0);
+  // The client-facing TTFT counts the EPP's own time: every request's dispatch delay is
+  // observed, and the TTFT sum covers it.
+  EXPECT_EQ(metric_sum(m, "llmd_epp_dispatch_delay_seconds_count{"), 60);
+  EXPECT_GT(metric_sum(m, "inference_objective_request_ttft_seconds_sum{"),
+            metric_sum(m, "llmd_epp_dispatch_delay_seconds_sum{"));
 }
 
 TEST_F(EppStack, RepeatedConversationSticksToThePodHoldingItsPrefix) {
@@ -188,7 +193,12 @@ TEST_F(EppSheddingStack, UnreachableSloShedsSheddableRequestButServesNormalOne) 
     t.join();
   }
   EXPECT_EQ(shed.status, 429) << shed.body;
-  EXPECT_TRUE(Json::parse(shed.body)["detail"].is_string());
+  // OpenAI's error object, which the SDKs turn into their RateLimitError, and a retry hint.
+  const Json shed_error = Json::parse(shed.body)["error"];
+  EXPECT_TRUE(shed_error["message"].is_string()) << shed.body;
+  EXPECT_EQ(shed_error["type"], "rate_limit_error");
+  EXPECT_EQ(shed_error["code"], 429);
+  EXPECT_EQ(shed.header("retry-after"), "1");
   EXPECT_EQ(normal.status, 200) << normal.body;
 }
 
