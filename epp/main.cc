@@ -141,7 +141,7 @@ int run(int argc, char** argv) {
   sinks.add(request_metrics);
 
   EppSchedulingPort port(director, pods, predictions.get());
-  port.set_policies(file_cfg.objectives, file_cfg.load_balancing);
+  port.set_config(file_cfg.objectives, file_cfg.load_balancing, director.pipeline());
   AdmissionGate gate([&port](const std::string& pool) { return port.pool_candidates(pool); },
                      &registry);
   gate.configure(file_cfg.router_queue);
@@ -260,8 +260,7 @@ int run(int argc, char** argv) {
           continue;
         }
         pods.set_pods(next.pods);
-        director.set_pipeline(l.pipeline);
-        port.set_policies(next.objectives, next.load_balancing);
+        port.set_config(next.objectives, next.load_balancing, l.pipeline);
         gate.configure(next.router_queue);
         spdlog::info("config reloaded: {} pods, {} objectives, {} routing rules, router queue {}",
                      next.pods.size(), next.objectives->size(),

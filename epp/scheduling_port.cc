@@ -17,35 +17,50 @@ Rng& thread_rng() {
 
 EppSchedulingPort::EppSchedulingPort(Director& director, PodRegistry& registry,
                                      PredictionSource* predictions)
-    : director_(director), registry_(registry), predictions_(predictions),
-      objectives_(std::make_shared<ObjectiveTable>()) {}
+    : director_(director), registry_(registry), predictions_(predictions) {
+  auto first = std::make_shared<SchedulingGeneration>();
+  first->objectives = std::make_shared<ObjectiveTable>();
+  first->pipeline = director_.pipeline();
+  generation_ = std::move(first);
+}
 
-void EppSchedulingPort::set_policies(std::shared_ptr<const ObjectiveTable> objectives,
-                                     std::optional<routing::LoadBalancingConfig> rules) {
-  std::lock_guard lock(mu_);
-  objectives_ = objectives ? std::move(objectives) : std::make_shared<ObjectiveTable>();
-  if (!rules) {
-    router_.reset();
-  } else if (router_) {
-    router_->reconfigure(std::move(*rules));
-  } else {
-    router_ = std::make_shared<routing::LatencyRouter>(std::move(*rules));
+void EppSchedulingPort::set_config(std::shared_ptr<const ObjectiveTable> objectives,
+                                   std::optional<routing::LoadBalancingConfig> rules,
+                                   PipelineConstPtr pipeline) {
+  const SchedulingGenerationPtr current = generation();
+  auto next = std::make_shared<SchedulingGeneration>();
+  next->id = current->id + 1;
+  next->objectives = objectives ? std::move(objectives) : std::make_shared<ObjectiveTable>();
+  next->pipeline = pipeline ? std::move(pipeline) : current->pipeline;
+  if (rules) {
+    // The router is the rules' response-time statistics, which outlive a generation: it is
+    // reconfigured in place (its rule set swaps atomically inside it) and shared.
+    if (current->router) {
+      current->router->reconfigure(std::move(*rules));
+      next->router = current->router;
+    } else {
+      next->router = std::make_shared<routing::LatencyRouter>(std::move(*rules));
+    }
   }
+  director_.set_pipeline(next->pipeline);
+  std::lock_guard lock(mu_);
+  generation_ = std::move(next);
 }
 
 std::shared_ptr<routing::LatencyRouter> EppSchedulingPort::latency_router() const {
   std::lock_guard lock(mu_);
-  return router_;
+  return generation_->router;
 }
 
-std::shared_ptr<const ObjectiveTable> EppSchedulingPort::objectives() {
+SchedulingGenerationPtr EppSchedulingPort::generation() {
   std::lock_guard lock(mu_);
-  return objectives_;
+  return generation_;
 }
 
-Route EppSchedulingPort::route(const SchedulingRequest& request) {
+Route EppSchedulingPort::route(const SchedulingRequest& request,
+                               const SchedulingGeneration& config) {
   Route out;
-  auto router = latency_router();
+  const auto& router = config.router;
   if (!router) {
     return out;
   }
@@ -77,9 +92,11 @@ std::vector<Endpoint> EppSchedulingPort::pool_candidates(const std::string& pool
   return all;
 }
 
-PickResult EppSchedulingPort::pick(const SchedulingRequest& request, const Route& route) {
+PickResult EppSchedulingPort::pick(const SchedulingRequest& request, const Route& route,
+                                   const SchedulingGeneration& config) {
   auto candidates = pool_candidates(route.pool);
-  ScheduleResult r = director_.schedule(request, std::move(candidates), thread_rng());
+  ScheduleResult r =
+      director_.schedule(config.pipeline, request, std::move(candidates), thread_rng());
   const auto now = std::chrono::steady_clock::now();
   for (const auto& s : r.scores) {
     if (s.predicted_ttft_ms) {

@@ -19,16 +19,19 @@ class EppSchedulingPort final : public SchedulingPort, public CompletionSink {
  public:
   EppSchedulingPort(Director& director, PodRegistry& registry, PredictionSource* predictions);
 
-  // Reload: new objectives and routing rules (nullopt = no rules). Rule statistics of
-  // (rule, target) pairs that survive are kept.
-  void set_policies(std::shared_ptr<const ObjectiveTable> objectives,
-                    std::optional<routing::LoadBalancingConfig> rules);
+  // Start-up and reload: one new generation of objectives, routing rules (nullopt = none) and
+  // pipeline, published at once (requests in flight keep theirs). Rule statistics of
+  // (rule, target) pairs that survive are kept. Also makes `pipeline` the director's current
+  // one (for the callbacks after a response).
+  void set_config(std::shared_ptr<const ObjectiveTable> objectives,
+                  std::optional<routing::LoadBalancingConfig> rules, PipelineConstPtr pipeline);
   std::shared_ptr<routing::LatencyRouter> latency_router() const;
 
   // SchedulingPort
-  std::shared_ptr<const ObjectiveTable> objectives() override;
-  Route route(const SchedulingRequest& request) override;
-  PickResult pick(const SchedulingRequest& request, const Route& route) override;
+  SchedulingGenerationPtr generation() override;
+  Route route(const SchedulingRequest& request, const SchedulingGeneration& config) override;
+  PickResult pick(const SchedulingRequest& request, const Route& route,
+                  const SchedulingGeneration& config) override;
   double estimate_service_ms(const SchedulingRequest& request, int64_t max_tokens) override;
 
   // CompletionSink: the prefix index learns each answer; response times of rule-routed requests.
@@ -41,9 +44,8 @@ class EppSchedulingPort final : public SchedulingPort, public CompletionSink {
   Director& director_;
   PodRegistry& registry_;
   PredictionSource* predictions_;  // null: no predictor configured
-  mutable std::mutex mu_;
-  std::shared_ptr<const ObjectiveTable> objectives_;  // guarded by mu_
-  std::shared_ptr<routing::LatencyRouter> router_;    // guarded by mu_; null = no rules
+  mutable std::mutex mu_;  // guards only the pointer swap
+  SchedulingGenerationPtr generation_;
 };
 
 }  // namespace llmd::epp

@@ -289,7 +289,8 @@ struct ProxyServer::Impl {
       co_return !ec && keep_alive;
     };
     ParsedRequest parsed;
-    const auto objectives = scheduler.objectives();
+    const SchedulingGenerationPtr config = scheduler.generation();
+    const auto& objectives = config->objectives;
     RequestDefaults defaults{options.default_prediction, objectives.get()};
     if (auto error = parse_openai_request(path, req.body(), headers, defaults, parsed)) {
       co_return co_await reply_error(400, *error);
@@ -298,7 +299,7 @@ struct ProxyServer::Impl {
       spdlog::debug("request {}: unknown objective '{}', using defaults", headers.request_id,
                     parsed.request.objective);
     }
-    const Route route = scheduler.route(parsed.request);
+    const Route route = scheduler.route(parsed.request, *config);
     PickResult pick;
     if (route.upstream) {
       pick.ranked.push_back(*route.upstream);  // no scheduling, no retry target
@@ -317,8 +318,8 @@ struct ProxyServer::Impl {
       // resumes on its own executor, so the pick runs in a coroutine spawned on the pool.)
       pick = co_await net::co_spawn(
           pool,
-          [this, &parsed, &route]() -> net::awaitable<PickResult> {
-            co_return scheduler.pick(parsed.request, route);
+          [this, &parsed, &route, &config]() -> net::awaitable<PickResult> {
+            co_return scheduler.pick(parsed.request, route, *config);
           },
           net::use_awaitable);
       if (pick.status != 200 || pick.ranked.empty()) {

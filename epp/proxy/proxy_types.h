@@ -35,15 +35,33 @@ struct Route {
   nlohmann::json override_params;    // merged into the forwarded body (null = none)
 };
 
-// Thread-safe. route() and objectives() are quick (run on I/O threads); pick() and
+struct Pipeline;
+namespace routing {
+class LatencyRouter;
+}
+
+// One configuration generation: everything a request's scheduling reads from the config,
+// swapped as a whole on reload. A request takes the generation once when it arrives and uses
+// it to the end, so it never sees the objectives of one file and the pipeline of the next.
+// Immutable (the router's response-time statistics are its own, thread-safe state).
+struct SchedulingGeneration {
+  uint64_t id = 0;
+  std::shared_ptr<const ObjectiveTable> objectives;  // never null
+  std::shared_ptr<routing::LatencyRouter> router;    // null: no model-level routing rules
+  std::shared_ptr<const Pipeline> pipeline;          // never null
+};
+using SchedulingGenerationPtr = std::shared_ptr<const SchedulingGeneration>;
+
+// Thread-safe. generation() and route() are quick (run on I/O threads); pick() and
 // estimate_service_ms() may block on predictions and run on a scheduling thread.
 class SchedulingPort {
  public:
   virtual ~SchedulingPort() = default;
-  // The objectives of the current configuration generation (never null).
-  virtual std::shared_ptr<const ObjectiveTable> objectives() = 0;
-  virtual Route route(const SchedulingRequest& request) = 0;
-  virtual PickResult pick(const SchedulingRequest& request, const Route& route) = 0;
+  // The current configuration generation (never null).
+  virtual SchedulingGenerationPtr generation() = 0;
+  virtual Route route(const SchedulingRequest& request, const SchedulingGeneration& config) = 0;
+  virtual PickResult pick(const SchedulingRequest& request, const Route& route,
+                          const SchedulingGeneration& config) = 0;
   // Predicted service time (ms) of the request on an idle pod, for the wspt queue policy.
   virtual double estimate_service_ms(const SchedulingRequest& request, int64_t max_tokens) = 0;
 };

@@ -34,9 +34,15 @@ PipelineConstPtr Director::pipeline() const {
 ScheduleResult Director::schedule(const SchedulingRequest& request,
                                   std::vector<Endpoint> candidates, Rng& rng,
                                   std::string_view profile_name) const {
+  return schedule(this->pipeline(), request, std::move(candidates), rng, profile_name);
+}
+
+ScheduleResult Director::schedule(const PipelineConstPtr& pipeline,
+                                  const SchedulingRequest& request,
+                                  std::vector<Endpoint> candidates, Rng& rng,
+                                  std::string_view profile_name) const {
   using Clock = std::chrono::steady_clock;
   auto cycle_start = Clock::now();
-  PipelineConstPtr pipeline = this->pipeline();  // this generation serves the whole request
   ScheduleResult result;
   std::optional<SchedulingRequest> without_predictions;
   if (pipeline && pipeline->predictions_ignored && request.prediction_enabled) {

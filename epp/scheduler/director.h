@@ -50,6 +50,11 @@ class Director {
   // `profile` empty = the pipeline's default (first) profile.
   ScheduleResult schedule(const SchedulingRequest& request, std::vector<Endpoint> candidates,
                           Rng& rng, std::string_view profile = {}) const;
+  // The same with the generation the caller took when the request arrived (the EPP's
+  // SchedulingGeneration), so a reload mid-request cannot mix configurations.
+  ScheduleResult schedule(const PipelineConstPtr& pipeline, const SchedulingRequest& request,
+                          std::vector<Endpoint> candidates, Rng& rng,
+                          std::string_view profile = {}) const;
 
   // The pod that schedule() picked has answered: `continued` is the request with its prompt
   // text continued by the generated answer. Tells every producer of the current generation.

@@ -237,6 +237,24 @@ TEST_F(DefaultPipelineTest, ReloadSwapsGenerationForLaterRequests) {
   EXPECT_NE(old, director_->pipeline());
 }
 
+// The EPP's requests carry the generation they took on arrival: a reload in between does not
+// change the pipeline that schedules them.
+TEST_F(DefaultPipelineTest, RequestsScheduleWithTheGenerationTheyTook) {
+  auto rr = load_pipeline_file(std::string(LLMD_SOURCE_DIR) + "/epp/config/round-robin.yaml",
+                               registry_, services_.handle());
+  ASSERT_TRUE(rr.ok()) << rr.error;
+  const PipelineConstPtr taken = rr.pipeline;  // the request arrived under round-robin
+  director_->set_pipeline(director_->pipeline());  // ...then a reload (another generation)
+  FixedRng rng;
+  std::vector<std::string> got;
+  for (int i = 0; i < 4; ++i) {
+    got.push_back(
+        director_->schedule(taken, testing::request(), {pod("a"), pod("b")}, rng).picked->name);
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{"a", "b", "a", "b"}));
+  EXPECT_NE(taken, director_->pipeline());
+}
+
 TEST_F(DefaultPipelineTest, LoadPrefixHeuristicPrefersCachedIdlePod) {
   auto lp = load_pipeline_file(std::string(LLMD_SOURCE_DIR) + "/epp/config/load-prefix.yaml",
                                registry_, services_.handle());
