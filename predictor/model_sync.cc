@@ -105,10 +105,17 @@ bool ModelSync::sync_model(const std::string& name, std::string& error) {
   }
   auto it = seen_.find(name);
   if (it != seen_.end()) {
-    bool newer = remote.version > 0 ? remote.version > it->second.version
-                                    : remote.last_modified != it->second.last_modified;
-    if (!newer) {
+    // Any change is taken, not only a higher version: a trainer that restarted without its
+    // model files publishes from version 1 again, and a predictor waiting for "newer than 28"
+    // would serve its stale models forever.
+    const bool changed = remote.version != it->second.version ||
+                         remote.last_modified != it->second.last_modified;
+    if (!changed) {
       return true;
+    }
+    if (remote.version < it->second.version) {
+      spdlog::warn("{} model version went back from {} to {} (trainer restarted without its "
+                   "models?): taking it", name, it->second.version, remote.version);
     }
   }
   auto dl = client.get(url->base_path + "/model/" + name + "/download");

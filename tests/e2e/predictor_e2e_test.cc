@@ -294,5 +294,37 @@ TEST(PredictorResilience, KilledTrainerLeavesPredictorServingAndLocalModelsSurvi
   EXPECT_EQ(Json::parse(p.post("/predict", row).body)["ttft_ms"], before["ttft_ms"]);
 }
 
+// A trainer that comes back without its model files publishes from version 1 again: the
+// predictors follow it instead of waiting for a version above the one they hold.
+TEST(PredictorResilience, FollowsATrainerThatRestartedWithoutItsModels) {
+  TempDir tdir, fresh_dir, pdir;
+  auto trainer = std::make_unique<TrainerProcess>(
+      tdir.path(), std::vector<std::string>{"--retraining-interval", "0.3"});
+  ASSERT_TRUE(trainer->ready);
+  ASSERT_EQ(trainer->post("/add_training_data_bulk", training_body(SyntheticLaw{}, 500, 2)).status, 202);
+  // A trained version (> 1), so that the reset goes backwards.
+  ASSERT_TRUE(wait_until([&] { return trainer->get_json("/model/ttft/info")["version"].get<int64_t>() > 1; },
+                         std::chrono::seconds(60)));
+  const uint16_t trainer_port = trainer->port;
+  PredictorProcess p(pdir.path(), trainer_port);
+  ASSERT_TRUE(p.started);
+  ASSERT_TRUE(wait_until([&] {
+    return p.client->get("/status").status == 200 &&
+           p.get_json("/status")["model_versions"].value("ttft", 0) > 1;
+  }, std::chrono::seconds(30))) << p.process->log();
+  trainer->process->kill_now();
+  trainer.reset();
+  TrainerProcess again(fresh_dir.path(), {"--retraining-interval", "60"}, trainer_port);
+  ASSERT_TRUE(again.ready);
+  ASSERT_EQ(again.get_json("/model/ttft/info")["version"], 1);
+  EXPECT_TRUE(wait_until([&] {
+    return p.get_json("/status")["model_versions"].value("ttft", 0) == 1 &&
+           p.get_json("/status")["model_versions"].value("tpot", 0) == 1;
+  }, std::chrono::seconds(10))) << p.get_json("/status").dump();
+  Json row = feature_row(0.5, 2000, 1, 10, 0.2);
+  EXPECT_EQ(Json::parse(p.post("/predict", row).body)["ttft_ms"],
+            Json::parse(again.post("/predict", row).body)["ttft_ms"]);
+}
+
 }  // namespace
 }  // namespace llmd::testing
