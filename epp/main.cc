@@ -51,6 +51,8 @@ int run(int argc, char** argv) {
   o.add("config", "EPP_CONFIG", "epp/config/local-pool.yaml", "Pool + pipeline config (YAML)");
   o.add("host", "EPP_HOST", "0.0.0.0", "Address of all listeners");
   o.add("port", "EPP_PORT", "8080", "Proxy port (OpenAI API)");
+  o.add("admin-token", "LLMD_ADMIN_TOKEN", "",
+        "Bearer token the trainer requires on /add_training_data_bulk (its --admin-token)");
   o.add("drain-timeout", "EPP_DRAIN_TIMEOUT_S", "25",
         "Seconds requests in flight may take to finish after SIGTERM (below Kubernetes' 30 s "
         "grace period)");
@@ -134,6 +136,7 @@ int run(int argc, char** argv) {
   FeedbackOptions fo;
   fo.trainer_url = o.str("training-server-url");
   fo.streaming_mode = o.boolean("streaming-mode");
+  fo.admin_token = o.str("admin-token");
   TrainingFeedback feedback(fo);
   RequestMetrics request_metrics(registry);
   CompletionFanout sinks;

@@ -22,7 +22,10 @@ namespace {
 
 int run(int argc, char** argv) {
   config::Options o("predictor", "Latency prediction server (batched TTFT/TPOT predictions)");
-  o.add("host", "PREDICT_HOST", "0.0.0.0", "Address to listen on");
+  o.add("host", "PREDICT_HOST", "127.0.0.1",
+        "Address to listen on (loopback by default: a sidecar of the EPP; 0.0.0.0 opens it)");
+  o.add("admin-token", "LLMD_ADMIN_TOKEN", "",
+        "Bearer token required on POST /reload (empty: none)");
   o.add("port", "PREDICT_PORT", "8001", "Port to listen on");
   o.add("training-server-url", "TRAINING_SERVER_URL", "http://127.0.0.1:8000",
         "Trainer to sync models from (empty = local models only)");
@@ -73,6 +76,7 @@ int run(int argc, char** argv) {
   info.sync_interval_sec = sync_cfg.interval_sec;
   info.training_server_url = url;
   info.max_bulk_rows = static_cast<std::size_t>(o.integer("max-bulk-rows", 1, 1000000));
+  info.admin_token = o.str("admin-token");
 
   http::ServerOptions server_opts;
   server_opts.host = o.str("host");

@@ -232,7 +232,12 @@ http::Router make_router(ModelStore& store, ModelSync& sync, const PredictorInfo
   add("POST", "/predict/bulk", [](Handlers& x, Request& q) { return x.bulk(q, false); });
   add("POST", "/predict/bulk/strict", [](Handlers& x, Request& q) { return x.bulk(q, true); });
   add("GET", "/status", [](Handlers& x, Request& q) { return x.status(q); });
-  add("POST", "/reload", [](Handlers& x, Request& q) { return x.reload(q); });
+  add("POST", "/reload", [token = info.admin_token](Handlers& x, Request& q) {
+    if (auto refused = http::require_bearer(token, q)) {
+      return *refused;
+    }
+    return x.reload(q);
+  });
   add("GET", "/healthz", [](Handlers&, Request&) {
     return Response::json(200, Json{{"status", "ok"}, {"service", "latency-predictor"}});
   });

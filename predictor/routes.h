@@ -20,6 +20,7 @@ struct PredictorInfo {
   double sync_interval_sec = 10;
   std::string training_server_url;
   std::size_t max_bulk_rows = 10000;
+  std::string admin_token;  // non-empty: POST /reload needs "Authorization: Bearer <token>"
 };
 
 http::Router make_router(ModelStore& store, ModelSync& sync, const PredictorInfo& info,

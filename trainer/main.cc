@@ -19,7 +19,10 @@ using namespace llmd;
 namespace {
 
 void add_options(config::Options& o) {
-  o.add("host", "TRAINING_HOST", "0.0.0.0", "Address to listen on");
+  o.add("host", "TRAINING_HOST", "127.0.0.1",
+        "Address to listen on (loopback by default: a sidecar of the EPP; 0.0.0.0 opens it)");
+  o.add("admin-token", "LLMD_ADMIN_TOKEN", "",
+        "Bearer token required on /add_training_data_bulk, /flush and /model/export (empty: none)");
   o.add("port", "TRAINING_PORT", "8000", "Port to listen on");
   o.add("io-threads", "TRAINING_IO_THREADS", "2", "HTTP io threads");
   o.add("retraining-interval", "LATENCY_RETRAINING_INTERVAL_SEC", "10",
@@ -105,6 +108,7 @@ int run(int argc, char** argv) {
   server_opts.server_name = "llmd-trainer";
   trainer::RouteLimits limits;
   limits.max_bulk_entries = static_cast<std::size_t>(o.integer("max-bulk-entries", 1));
+  limits.admin_token = o.str("admin-token");
 
   prometheus::Registry registry;
   trainer::TrainerService service(cfg, registry);

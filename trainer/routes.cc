@@ -316,7 +316,15 @@ http::Router make_router(TrainerService& service, prometheus::Registry& registry
   auto add = [&](const char* method, const char* path, auto fn) {
     http_metrics->add(r, method, path, [h, fn](Request& req) { return fn(*h, req); });
   };
-  add("POST", "/add_training_data_bulk", [](Handlers& x, Request& q) { return x.add_training_data(q); });
+  auto admin = [&](const char* method, const char* path, auto fn) {
+    http_metrics->add(r, method, path, [h, fn, token = limits.admin_token](Request& req) {
+      if (auto refused = http::require_bearer(token, req)) {
+        return *refused;
+      }
+      return fn(*h, req);
+    });
+  };
+  admin("POST", "/add_training_data_bulk", [](Handlers& x, Request& q) { return x.add_training_data(q); });
   add("GET", "/healthz", [](Handlers&, Request&) { return Response::json(200, Json{{"status", "ok"}}); });
   add("GET", "/readyz", [](Handlers&, Request&) { return Response::json(200, Json{{"status", "ready"}}); });
   add("GET", "/", [](Handlers& x, Request&) {
@@ -328,11 +336,11 @@ http::Router make_router(TrainerService& service, prometheus::Registry& registry
                                                     "and retrains XGBoost latency models."}});
   });
   add("POST", "/predict", [](Handlers& x, Request& q) { return x.predict(q); });
-  add("POST", "/flush", [](Handlers& x, Request& q) { return x.flush(q); });
+  admin("POST", "/flush", [](Handlers& x, Request& q) { return x.flush(q); });
   add("GET", "/data/status", [](Handlers& x, Request& q) { return x.data_status(q); });
   add("GET", "/model/download/info", [](Handlers& x, Request& q) { return x.download_info(q); });
   add("GET", "/models/list", [](Handlers& x, Request& q) { return x.models_list(q); });
-  add("GET", "/model/export", [](Handlers& x, Request& q) { return x.export_bundle(q); });
+  admin("GET", "/model/export", [](Handlers& x, Request& q) { return x.export_bundle(q); });
   add("GET", "/model/ttft/xgb/json", [](Handlers& x, Request&) { return x.trees(Target::kTtft); });
   add("GET", "/model/tpot/xgb/json", [](Handlers& x, Request&) { return x.trees(Target::kTpot); });
   add("GET", "/model/{name}/info", [](Handlers& x, Request& q) { return x.model_info(q); });

@@ -15,6 +15,9 @@ class TrainerService;
 
 struct RouteLimits {
   std::size_t max_bulk_entries = 100000;
+  // Non-empty: the mutating endpoints (/add_training_data_bulk, /flush, /model/export) need
+  // "Authorization: Bearer <admin_token>".
+  std::string admin_token;
 };
 
 http::Router make_router(TrainerService& service, prometheus::Registry& registry,

@@ -68,4 +68,23 @@ Response Response::detail(int status, std::string_view message) {
   return json(status, nlohmann::json{{"detail", std::string(message)}});
 }
 
+std::optional<Response> require_bearer(const std::string& token, const Request& req) {
+  if (token.empty()) {
+    return std::nullopt;
+  }
+  const std::string_view got = req.header("authorization");
+  // Constant-time comparison: the time to refuse does not tell how much of the token matched.
+  const std::string want = "Bearer " + token;
+  unsigned diff = got.size() != want.size() ? 1u : 0u;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    diff |= static_cast<unsigned>(want[i] ^ (i < got.size() ? got[i] : 0));
+  }
+  if (diff == 0) {
+    return std::nullopt;
+  }
+  Response r = Response::detail(401, "This endpoint needs 'Authorization: Bearer <admin token>'");
+  r.headers.push_back({"www-authenticate", "Bearer"});
+  return r;
+}
+
 }  // namespace llmd::http

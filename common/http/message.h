@@ -1,6 +1,7 @@
 #pragma once
 // Plain HTTP request/response values. Transport-free: handlers and routers see only these,
 // so they are unit-testable without sockets. Beast types never leave server.cc / client.cc.
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -29,6 +30,11 @@ struct Request {
   std::string_view header(std::string_view name) const;
   std::string_view param(std::string_view name) const;
 };
+
+// Bearer-token check of an admin endpoint: nullopt when `token` is empty (no token configured)
+// or the request carries "Authorization: Bearer <token>"; else the 401 to answer.
+struct Response;
+std::optional<Response> require_bearer(const std::string& token, const Request& req);
 
 struct Response {
   int status = 200;

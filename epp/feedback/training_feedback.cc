@@ -145,8 +145,13 @@ void TrainingFeedback::flush() {
   }
   const std::string body = Json{{"entries", batch}}.dump();
   http::HttpClient client(url->host, url->port, std::chrono::seconds(5));
+  std::vector<http::Header> headers;
+  if (!options_.admin_token.empty()) {
+    headers.push_back({"Authorization", "Bearer " + options_.admin_token});
+  }
   for (int attempt = 0; attempt < 2; ++attempt) {
-    auto r = client.post(url->base_path + "/add_training_data_bulk", body);
+    auto r = client.request("POST", url->base_path + "/add_training_data_bulk", body,
+                            "application/json", headers);
     if (r.status == 202) {
       sent_ += batch.size();
       return;

@@ -34,6 +34,7 @@ struct FeedbackOptions {
   std::size_t max_buffer = 50000;
   std::size_t max_per_flush = 10000;
   bool streaming_mode = true;
+  std::string admin_token;  // sent as "Authorization: Bearer" when the trainer requires one
 };
 
 // Pure: the TTFT sample of a request whose first token just arrived (nullopt when it is not a

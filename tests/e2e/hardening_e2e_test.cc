@@ -2,6 +2,8 @@
 // keeps serving.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "tests/e2e/stack_fixture.h"
 
 namespace llmd::testing {
@@ -53,6 +55,69 @@ TEST(Hardening, DeeplyNestedJsonIsRefusedByEveryServer) {
   Json fine = ok;
   fine["extra"] = Json::parse(nested(60));
   EXPECT_EQ(epp.post("/v1/completions", fine.dump()).status, 200);
+}
+
+}  // namespace
+}  // namespace llmd::testing
+
+namespace llmd::testing {
+namespace {
+
+// The mutating endpoints need the admin token once one is configured; the EPP sends it with
+// its feedback, so training goes on.
+TEST(Hardening, AdminTokenGuardsMutatingEndpointsAndTheEppSendsIt) {
+  StackOptions o;
+  o.pods = 1;
+  o.predictors = 1;
+  o.trainer_args = {"--admin-token", "s3cret"};
+  o.epp_args = {"--admin-token", "s3cret"};
+  Stack stack(o);
+  ASSERT_TRUE(stack.ready) << stack.logs();
+  http::HttpClient trainer("127.0.0.1", stack.trainer->port);
+  const std::vector<http::Header> good = {{"Authorization", "Bearer s3cret"}};
+  const std::vector<http::Header> bad = {{"Authorization", "Bearer s3cre7"}};
+  auto flush = trainer.request("POST", "/flush", "{}", "application/json");
+  EXPECT_EQ(flush.status, 401) << flush.body;
+  EXPECT_EQ(flush.header("www-authenticate"), "Bearer");
+  EXPECT_EQ(trainer.request("POST", "/flush", "{}", "application/json", bad).status, 401);
+  EXPECT_EQ(trainer.post("/add_training_data_bulk", R"({"entries": []})").status, 401);
+  EXPECT_EQ(trainer.get("/model/export").status, 401);
+  // Reads stay open (predictors sync, dashboards scrape).
+  EXPECT_EQ(trainer.get("/model/ttft/info").status, 200);
+  EXPECT_EQ(trainer.get("/metrics").status, 200);
+  http::HttpClient predictor("127.0.0.1", stack.predictor_ports[0]);
+  EXPECT_EQ(predictor.post("/reload", "").status, 200) << "the predictor has no token here";
+  // Feedback with the token is accepted: the trainer counts the EPP's samples.
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_EQ(stack.complete(words(20, "t" + std::to_string(i)), 4, true).status, 200);
+  }
+  int samples = 0;
+  for (int i = 0; i < 50 && samples < 10; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Json s = stack.trainer->get_json("/data/status");
+    samples = s["training_data"]["ttft_samples"].get<int>() + s["test_data"]["ttft_samples"].get<int>();
+  }
+  EXPECT_EQ(samples, 10);
+  EXPECT_EQ(trainer.request("POST", "/flush", "{}", "application/json", good).status, 200);
+}
+
+TEST(Hardening, PredictorReloadNeedsItsToken) {
+  TempDir dir;
+  TrainerProcess trainer(dir.path() + "/t");
+  ASSERT_TRUE(trainer.ready);
+  const uint16_t port = free_port();
+  Process p(binary("predictor/predictor"),
+            {"--port", std::to_string(port), "--training-server-url",
+             "http://127.0.0.1:" + std::to_string(trainer.port), "--admin-token", "k",
+             "--local-ttft-model-path", dir.file("ttft.ubj"), "--local-tpot-model-path",
+             dir.file("tpot.ubj"), "--local-ttft-gated-model-path", dir.file("ttft_gated.bin"),
+             "--local-tpot-gated-model-path", dir.file("tpot_gated.bin")});
+  // No --host: the default is loopback, which this client reaches.
+  ASSERT_TRUE(p.wait_http_ok(port, "/healthz"));
+  http::HttpClient c("127.0.0.1", port);
+  EXPECT_EQ(c.post("/reload", "").status, 401);
+  EXPECT_EQ(c.request("POST", "/reload", "", "application/json", {{"Authorization", "Bearer k"}}).status,
+            200);
 }
 
 }  // namespace
