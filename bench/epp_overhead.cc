@@ -164,7 +164,8 @@ int main(int argc, char** argv) {
         "# EPP added latency (client send -> pod receives the forwarded request)\n\n"
         "{} on {} cores. Fake pods answer instantly; {} predictor replicas with a trained "
         "200-tree model; the EPP asks for a prediction for every candidate pod of every request "
-        "through its 1 ms coalescer. The load generator, the EPP, the predictors and the fake "
+        "through its coalescer (adaptive: a batch leaves at once while none is in flight, else "
+        "within 1 ms). The load generator, the EPP, the predictors and the fake "
         "pods share the same 2 cores. {} s per step.\n\n"
         "| pods | offered rps | achieved rps | p50 ms | p90 ms | p99 ms | errors | rows/batch | "
         "callers/batch | predictions used |\n|---|---|---|---|---|---|---|---|---|---|\n",
