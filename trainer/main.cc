@@ -37,6 +37,9 @@ void add_options(config::Options& o) {
         "xgboost (bayesian_ridge and lightgbm are not implemented and are refused)");
   o.add("quantile-alpha", "LATENCY_QUANTILE_ALPHA", "0.9", "Quantile of the quantile objective");
   o.add("objective-type", "LATENCY_OBJECTIVE_TYPE", "quantile", "quantile | mean");
+  o.add("durable-ingest", "LATENCY_DURABLE_INGEST", "true",
+        "Log and fsync every ingested batch before the 202 (<samples-path>.log), so acknowledged "
+        "samples survive a crash");
   o.add("linear-base", "LATENCY_LINEAR_BASE", "true",
         "Fit trees on top of a sign-constrained linear estimate (ranks pods, extrapolates load)");
   o.add("ensemble-mode", "LATENCY_ENSEMBLE_MODE", "true",
@@ -88,6 +91,7 @@ int run(int argc, char** argv) {
   cfg.quantile_alpha = o.number("quantile-alpha", 0.01, 0.99);
   cfg.ensemble_mode = o.boolean("ensemble-mode");
   cfg.linear_base = o.boolean("linear-base");
+  cfg.durable_ingest = o.boolean("durable-ingest");
   cfg.min_samples_for_split = static_cast<std::size_t>(o.integer("min-samples-for-ensemble-split", 1));
   cfg.ttft_model_path = o.str("ttft-model-path");
   cfg.tpot_model_path = o.str("tpot-model-path");

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "common/features/feature_json.h"
@@ -81,7 +82,13 @@ class Handlers {
     if (!errors.empty()) {
       return Response::json(422, errors.body());
     }
-    s_.add_entries(entries);
+    try {
+      s_.add_entries(entries);
+    } catch (const std::runtime_error& e) {
+      // Not on disk: no 202 (the client keeps the samples and may retry).
+      spdlog::error("ingest not persisted: {}", e.what());
+      return Response::detail(503, std::string("samples not persisted: ") + e.what());
+    }
     return Response::json(202, Json{{"message", fmt::format("Accepted {} training samples.",
                                                             entries.size())}});
   }

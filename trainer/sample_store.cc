@@ -50,7 +50,8 @@ BucketKey bucket_of(const features::FeatureInput& f) {
 
 SampleStore::SampleStore(SampleStoreConfig config) : config_(config), rng_(config.seed) {}
 
-void SampleStore::add(const features::FeatureInput& f, double ttft_ms, double tpot_ms) {
+void SampleStore::add(const features::FeatureInput& f, double ttft_ms, double tpot_ms,
+                      std::vector<Placement>* placed) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
   const bool test = u(rng_) < config_.test_ratio;
   const double values[2] = {ttft_ms, tpot_ms};
@@ -59,8 +60,12 @@ void SampleStore::add(const features::FeatureInput& f, double ttft_ms, double tp
     if (!(values[ti] > 0.0)) {
       continue;
     }
-    restore(t, test, Sample{f, static_cast<float>(values[ti])});
+    const Sample s{f, static_cast<float>(values[ti])};
+    restore(t, test, s);
     ++generation_[ti];
+    if (placed != nullptr) {
+      placed->push_back({t, test, s});
+    }
   }
 }
 

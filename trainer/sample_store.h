@@ -56,8 +56,16 @@ class SampleStore {
  public:
   explicit SampleStore(SampleStoreConfig config);
 
-  // Adds one observation; `ttft_ms`/`tpot_ms` of 0 means not observed.
-  void add(const features::FeatureInput& f, double ttft_ms, double tpot_ms);
+  // Where add() put a sample: what restore() needs to put it there again (the sample log).
+  struct Placement {
+    Target target;
+    bool test;
+    Sample sample;
+  };
+  // Adds one observation; `ttft_ms`/`tpot_ms` of 0 means not observed. Appends the samples it
+  // stored to `placed` when given.
+  void add(const features::FeatureInput& f, double ttft_ms, double tpot_ms,
+           std::vector<Placement>* placed = nullptr);
   // Re-inserts a persisted sample where it was (no random split).
   void restore(Target t, bool test, const Sample& s);
 

@@ -221,20 +221,46 @@ void TrainerService::load_models_at_start() {
 
 void TrainerService::load_snapshot_at_start() {
   const std::string path = samples_path();
-  auto bytes = util::read_file(path);
-  if (!bytes) {
-    return;
+  bool rewrite = false;  // compact what was restored into a fresh snapshot and empty the log
+  {
+    std::lock_guard lock(mu_);
+    if (auto bytes = util::read_file(path)) {
+      auto result = decode_snapshot(*bytes, store_);
+      if (!result.ok || !result.complete) {
+        // Keep the damaged file for inspection; what was intact is restored.
+        spdlog::error("sample snapshot {}: {}; restored {} samples before the damage", path,
+                      result.error, result.samples);
+        std::error_code ec;
+        std::filesystem::rename(path, path + ".corrupt", ec);
+        rewrite = true;
+      } else {
+        spdlog::info("restored {} samples from {}", result.samples, path);
+      }
+    }
+    if (config_.durable_ingest) {
+      if (auto log = util::read_file(path + ".log")) {
+        auto result = replay_sample_log(*log, store_);
+        if (result.samples > 0 || !result.complete) {
+          spdlog::info("replayed {} samples from the sample log{}", result.samples,
+                       result.complete ? "" : " (" + result.error + ")");
+          rewrite = true;
+        }
+      }
+    }
+    snapshot_generation_ = change_counter_;
   }
-  std::lock_guard lock(mu_);
-  auto result = decode_snapshot(*bytes, store_);
-  if (!result.ok) {
-    spdlog::error("sample snapshot {} skipped: {}; starting with no samples", path, result.error);
-    std::error_code ec;
-    std::filesystem::rename(path, path + ".corrupt", ec);
-    return;
+  if (config_.durable_ingest) {
+    std::lock_guard log_lock(log_mu_);
+    try {
+      log_ = std::make_unique<SampleLog>(path + ".log");
+    } catch (const std::exception& e) {
+      // Serving without durability beats not serving: every ingest will say so (503).
+      spdlog::error("{}", e.what());
+    }
+    if (rewrite && log_) {
+      snapshot_locked(true);
+    }
   }
-  spdlog::info("restored {} samples from {}", result.samples, path);
-  snapshot_generation_ = change_counter_;
 }
 
 void TrainerService::publish(std::shared_ptr<PublishedModels> next,
@@ -264,9 +290,25 @@ std::shared_ptr<const PublishedModels> TrainerService::models() const {
 }
 
 void TrainerService::add_entries(const std::vector<features::TrainingEntry>& entries) {
-  std::lock_guard lock(mu_);
+  std::lock_guard log_lock(log_mu_);
+  std::vector<SampleStore::Placement> placed;
+  {
+    std::lock_guard lock(mu_);
+    add_entries_locked(entries, config_.durable_ingest ? &placed : nullptr);
+  }
+  if (!config_.durable_ingest || placed.empty()) {
+    return;
+  }
+  if (!log_) {
+    throw std::runtime_error("the sample log is not open");
+  }
+  log_->append(encode_log_entry(placed));
+}
+
+void TrainerService::add_entries_locked(const std::vector<features::TrainingEntry>& entries,
+                                        std::vector<SampleStore::Placement>* placed) {
   for (const auto& e : entries) {
-    store_.add(e.features, e.actual_ttft_ms, e.actual_tpot_ms);
+    store_.add(e.features, e.actual_ttft_ms, e.actual_tpot_ms, placed);
     const double actual[2] = {e.actual_ttft_ms, e.actual_tpot_ms};
     const double predicted[2] = {e.predicted_ttft_ms, e.predicted_tpot_ms};
     for (int i = 0; i < 2; ++i) {
@@ -289,18 +331,24 @@ void TrainerService::add_entries(const std::vector<features::TrainingEntry>& ent
 }
 
 FlushResult TrainerService::flush(bool training, bool test, bool metrics) {
-  std::lock_guard lock(mu_);
-  auto cleared = store_.clear(training, test);
+  std::lock_guard log_lock(log_mu_);
   FlushResult r;
-  r.training = cleared.training;
-  r.test = cleared.test;
-  if (metrics) {
-    for (auto& q : evals_) {
-      q.clear();
+  {
+    std::lock_guard lock(mu_);
+    auto cleared = store_.clear(training, test);
+    r.training = cleared.training;
+    r.test = cleared.test;
+    if (metrics) {
+      for (auto& q : evals_) {
+        q.clear();
+      }
+      r.metrics_cleared = true;
     }
-    r.metrics_cleared = true;
+    ++change_counter_;
   }
-  ++change_counter_;
+  if (log_) {
+    snapshot_locked(true);
+  }
   return r;
 }
 
@@ -431,6 +479,11 @@ bool TrainerService::train_once() {
 }
 
 bool TrainerService::snapshot(bool force) {
+  std::lock_guard log_lock(log_mu_);
+  return snapshot_locked(force);
+}
+
+bool TrainerService::snapshot_locked(bool force) {
   std::string bytes;
   uint64_t counter = 0;
   {
@@ -449,6 +502,13 @@ bool TrainerService::snapshot(bool force) {
     return false;
   }
   metrics_->snapshot_ok.Increment();
+  if (log_) {
+    try {
+      log_->reset();  // the snapshot holds everything the log held
+    } catch (const std::exception& e) {
+      spdlog::error("{} (the log keeps growing until the next snapshot)", e.what());
+    }
+  }
   std::lock_guard lock(mu_);
   snapshot_generation_ = counter;
   return true;

@@ -24,6 +24,7 @@
 #include "common/util/time.h"
 #include "trainer/evaluation.h"
 #include "trainer/model_fitter.h"
+#include "trainer/persistence.h"
 #include "trainer/sample_store.h"
 
 namespace prometheus {
@@ -49,6 +50,9 @@ struct TrainerConfig {
   double snapshot_interval_sec = 10;
   double default_model_ms = 10.0;
   bool linear_base = true;  // FitConfig::linear_base
+  // Every acknowledged sample is in the sample log (<samples_path>.log, fsynced per request)
+  // until the next snapshot holds it.
+  bool durable_ingest = true;
 };
 
 // Published model names, in the order of /models/list.
@@ -102,7 +106,12 @@ class TrainerService {
   // Stops the threads and writes a final snapshot. Idempotent.
   void stop_background();
 
+  // Stores the entries and, with durable ingestion, appends them to the sample log and syncs
+  // it before returning: an entry acknowledged after this returned survives a crash. Throws
+  // std::runtime_error when the log cannot be written (the entries are then in memory only).
   void add_entries(const std::vector<features::TrainingEntry>& entries);
+  // Clears and, with durable ingestion, rewrites the snapshot at once (the log must not bring
+  // flushed samples back after a restart).
   FlushResult flush(bool training, bool test, bool metrics);
   DataStatus data_status() const;
   std::array<std::deque<Evaluation>, 2> evaluations() const;
@@ -127,12 +136,21 @@ class TrainerService {
                const std::vector<std::string>& removed);
   void training_loop();
   void snapshot_loop();
+  // Writes the snapshot and empties the log; `log_mu_` held.
+  bool snapshot_locked(bool force);
+  void add_entries_locked(const std::vector<features::TrainingEntry>& entries,
+                          std::vector<SampleStore::Placement>* placed);  // mu_ held
   std::string samples_path() const;
 
   TrainerConfig config_;
   std::unique_ptr<Metrics> metrics_;
   FitConfig fit_config_;
 
+  // Lock order: log_mu_ before mu_. log_mu_ keeps the log in the store's order: an entry is
+  // logged in the same critical section that stored it, and a snapshot (which empties the
+  // log) cannot fall between the two.
+  std::mutex log_mu_;
+  std::unique_ptr<SampleLog> log_;                 // guarded by log_mu_; null = not durable
   mutable std::mutex mu_;
   SampleStore store_;                              // guarded by mu_
   std::array<std::deque<Evaluation>, 2> evals_;    // guarded by mu_

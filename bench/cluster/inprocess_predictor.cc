@@ -13,6 +13,7 @@ trainer::TrainerConfig trainer_config(const std::string& dir,
                                       const InProcessPredictor::FitOverrides& overrides) {
   trainer::TrainerConfig c;  // the trainer's defaults: quantile p90, ensemble, 500 per bucket
   c.linear_base = overrides.linear_base.value_or(c.linear_base);
+  c.durable_ingest = false;  // a scratch directory nobody restarts from
   c.objective = overrides.objective.value_or(c.objective);
   const std::filesystem::path d(dir);
   c.ttft_model_path = (d / "ttft.ubj").string();

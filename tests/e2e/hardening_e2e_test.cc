@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "common/util/files.h"
 #include "tests/e2e/stack_fixture.h"
 
 namespace llmd::testing {
@@ -118,6 +119,88 @@ TEST(Hardening, PredictorReloadNeedsItsToken) {
   EXPECT_EQ(c.post("/reload", "").status, 401);
   EXPECT_EQ(c.request("POST", "/reload", "", "application/json", {{"Authorization", "Bearer k"}}).status,
             200);
+}
+
+}  // namespace
+}  // namespace llmd::testing
+
+namespace llmd::testing {
+namespace {
+
+// `n` valid entries spread over many buckets (no FIFO window evicts any of them).
+Json entries(int n, int offset) {
+  Json list = Json::array();
+  for (int i = offset; i < offset + n; ++i) {
+    list.push_back({{"kv_cache_percentage", (i % 20) / 20.0},
+                    {"input_token_length", 100 + i % 50},
+                    {"num_request_waiting", i % 10},
+                    {"num_request_running", i % 7},
+                    {"num_tokens_generated", 1 + i % 30},
+                    {"prefix_cache_score", (i % 4) / 4.0},
+                    {"actual_ttft_ms", 10.0 + i % 100},
+                    {"actual_tpot_ms", 5.0 + i % 10}});
+  }
+  return Json{{"entries", list}};
+}
+
+int ttft_samples(TrainerProcess& t) {
+  Json s = t.get_json("/data/status");
+  return s["training_data"]["ttft_samples"].get<int>() + s["test_data"]["ttft_samples"].get<int>();
+}
+
+TEST(Durability, EveryAcknowledgedSampleSurvivesKill9) {
+  TempDir dir;
+  const std::vector<std::string> args = {"--snapshot-interval", "3600", "--retraining-interval",
+                                         "3600"};
+  int acknowledged = 0;
+  uint16_t port = 0;
+  {
+    TrainerProcess t(dir.path(), args);
+    ASSERT_TRUE(t.ready);
+    port = t.port;
+    for (int b = 0; b < 20; ++b) {
+      if (t.post("/add_training_data_bulk", entries(50, 50 * b)).status == 202) {
+        acknowledged += 50;
+      }
+    }
+    ASSERT_EQ(ttft_samples(t), acknowledged);
+    t.process->kill_now();  // no snapshot was ever written
+  }
+  EXPECT_EQ(acknowledged, 1000);
+  TrainerProcess again(dir.path(), args, port);
+  ASSERT_TRUE(again.ready);
+  EXPECT_EQ(ttft_samples(again), acknowledged) << again.process->log();
+  // The replayed log was compacted into a snapshot: a second crash loses nothing either.
+  again.process->kill_now();
+  TrainerProcess third(dir.path(), args, port);
+  ASSERT_TRUE(third.ready);
+  EXPECT_EQ(ttft_samples(third), acknowledged);
+}
+
+TEST(Durability, ASnapshotCutInTheMiddleRestoresTheRecordsBeforeTheCut) {
+  TempDir dir;
+  const std::vector<std::string> args = {"--snapshot-interval", "3600", "--retraining-interval",
+                                         "3600"};
+  int before = 0;
+  {
+    TrainerProcess t(dir.path(), args);
+    ASSERT_TRUE(t.ready);
+    for (int b = 0; b < 10; ++b) {
+      ASSERT_EQ(t.post("/add_training_data_bulk", entries(1000, 1000 * b)).status, 202);
+    }
+    before = ttft_samples(t);
+    ASSERT_EQ(t.process->terminate(), 0);  // final snapshot, empty log
+  }
+  const std::string snapshot = dir.file("training_samples.bin");
+  auto bytes = util::read_file(snapshot);
+  ASSERT_TRUE(bytes.has_value());
+  util::write_file_atomic(snapshot, bytes->substr(0, bytes->size() / 2));
+  TrainerProcess again(dir.path(), args);
+  ASSERT_TRUE(again.ready);
+  const int restored = ttft_samples(again);
+  EXPECT_GE(restored, 4096) << "the intact blocks before the cut";
+  EXPECT_LT(restored, before);
+  EXPECT_NE(again.process->log().find("before the damage"), std::string::npos);
 }
 
 }  // namespace

@@ -158,7 +158,7 @@ TEST(TrainerPersistence, RestartKeepsSamplesAndModels) {
   EXPECT_DOUBLE_EQ(p["tpot_ms"].get<double>(), prediction["tpot_ms"].get<double>());
 }
 
-TEST(TrainerPersistence, CorruptOrTruncatedSnapshotIsSkippedNotFatal) {
+TEST(TrainerPersistence, CorruptOrTruncatedSnapshotIsNotFatal) {
   TempDir dir;
   {
     TrainerProcess t(dir.path());
@@ -173,7 +173,7 @@ TEST(TrainerPersistence, CorruptOrTruncatedSnapshotIsSkippedNotFatal) {
     TrainerProcess t(dir.path());
     ASSERT_TRUE(t.ready) << t.process->log();
     EXPECT_EQ(t.get_json("/data/status")["training_data"]["total_samples"], 0);
-    EXPECT_NE(t.process->log().find("truncated snapshot"), std::string::npos) << t.process->log();
+    EXPECT_NE(t.process->log().find("snapshot cut or damaged"), std::string::npos) << t.process->log();
   }
   std::string garbage = *bytes;
   garbage[garbage.size() / 2] ^= 0x5a;
