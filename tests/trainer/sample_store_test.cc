@@ -125,16 +125,20 @@ SampleStore empty_store() {
   return SampleStore(cfg);
 }
 
+// Decodes `bytes` (a snapshot, or a sample log when `log`) into a fresh store; checks that the
+// count it reports is what the store holds.
+SnapshotLoad load_into_fresh(const std::string& bytes, bool log) {
+  SampleStore s = empty_store();
+  auto r = log ? replay_sample_log(bytes, s) : decode_snapshot(bytes, s);
+  EXPECT_EQ(total(s), r.samples);
+  return r;
+}
+
 TEST(Snapshot, DamageKeepsEveryIntactBlockBeforeIt) {
   const std::string bytes = encode_snapshot(filled(10000));
   constexpr std::size_t kRecord = 87;  // bytes per record
   const std::size_t header = 12, block = 8 + kBlockRecords * kRecord;
-  auto restore = [](const std::string& b) {
-    SampleStore s = empty_store();
-    auto r = decode_snapshot(b, s);
-    EXPECT_EQ(total(s), r.samples);
-    return r;
-  };
+  auto restore = [](const std::string& b) { return load_into_fresh(b, false); };
   auto whole = restore(bytes);
   EXPECT_TRUE(whole.ok && whole.complete) << whole.error;
   EXPECT_EQ(whole.samples, 10000u);
@@ -180,12 +184,7 @@ TEST(SampleLog, ReplayStopsAtATornOrDamagedEntry) {
     log += encode_log_entry(batch);
     ends.push_back(log.size());
   }
-  auto replay = [](const std::string& bytes) {
-    SampleStore s = empty_store();
-    auto r = replay_sample_log(bytes, s);
-    EXPECT_EQ(total(s), r.samples);
-    return r;
-  };
+  auto replay = [](const std::string& bytes) { return load_into_fresh(bytes, true); };
   auto all = replay(log);
   EXPECT_TRUE(all.complete) << all.error;
   EXPECT_EQ(all.samples, 30u);  // 3 batches x 5 rows x 2 targets
