@@ -1,5 +1,6 @@
 #include "epp/datastore/metrics_parser.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <string>
@@ -36,6 +37,27 @@ std::optional<int64_t> label_of(std::string_view line, std::string_view label) {
   return v;
 }
 
+// A string label's value with Prometheus' escapes (\\, \", \n) undone.
+std::optional<std::string> string_label(std::string_view line, std::string_view label) {
+  const std::string needle = std::string(label) + "=\"";
+  auto pos = line.find(needle);
+  if (pos == std::string_view::npos) {
+    return std::nullopt;
+  }
+  std::string out;
+  for (pos += needle.size(); pos < line.size(); ++pos) {
+    char c = line[pos];
+    if (c == '"') {
+      return out;
+    }
+    if (c == '\\' && pos + 1 < line.size()) {
+      c = line[++pos] == 'n' ? '\n' : line[pos];
+    }
+    out += c;
+  }
+  return std::nullopt;  // unterminated
+}
+
 bool is_metric(std::string_view line, std::string_view name) {
   return line.starts_with(name) && line.size() > name.size() &&
          (line[name.size()] == '{' || line[name.size()] == ' ');
@@ -61,6 +83,11 @@ std::optional<PodMetrics> parse_vllm_metrics(std::string_view text) {
       waiting = value_of(line);
     } else if (is_metric(line, "vllm:num_requests_running")) {
       running = value_of(line);
+      if (auto model = string_label(line, "model_name");
+          model && !model->empty() &&
+          std::find(m.models.begin(), m.models.end(), *model) == m.models.end()) {
+        m.models.push_back(std::move(*model));
+      }
     } else if (is_metric(line, "vllm:kv_cache_usage_perc")) {
       kv = value_of(line);
     } else if (is_metric(line, "vllm:gpu_cache_usage_perc")) {

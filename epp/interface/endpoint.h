@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "epp/attributes/latency_prediction_info.h"
 #include "epp/attributes/prefix_cache_match_info.h"
@@ -19,6 +20,9 @@ struct PodMetrics {
   int64_t running = 0;        // vllm:num_requests_running
   int64_t block_size = 16;    // vllm:cache_config_info{block_size}
   int64_t num_gpu_blocks = 31250;
+  // Models the pod serves: the model_name labels of vllm:num_requests_running (for
+  // GET /v1/models through the EPP).
+  std::vector<std::string> models;
   std::chrono::steady_clock::time_point scraped_at{};
 };
 

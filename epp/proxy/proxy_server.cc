@@ -11,6 +11,7 @@
 #include <atomic>
 #include <limits>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -257,6 +258,13 @@ struct ProxyServer::Impl {
     const bool keep_alive = req.keep_alive();
     const std::string target(req.target());
     const std::string path = target.substr(0, target.find('?'));
+    if (req.method() == http::verb::get &&
+        (path == "/v1/models" || path.starts_with("/v1/models/"))) {
+      auto res = models_response(path, req.version(), keep_alive);
+      beast::error_code ec;
+      co_await http::async_write(client, res, redirect(ec));
+      co_return !ec && keep_alive;
+    }
     if (req.method() != http::verb::post ||
         (path != "/v1/completions" && path != "/v1/chat/completions")) {
       const bool known = path == "/v1/completions" || path == "/v1/chat/completions";
@@ -352,6 +360,44 @@ struct ProxyServer::Impl {
                    headers.request_id, pod.name, attempt + 1);
     }
     co_return co_await reply_error(502, "Upstream model server failed");
+  }
+
+  // GET /v1/models (and /v1/models/{id}) in vLLM's shape: the models the ready pods serve, as
+  // their metrics name them, so SDKs and benchmark tools can discover what to ask for.
+  http::response<http::string_body> models_response(const std::string& path, unsigned version,
+                                                    bool keep_alive) {
+    std::set<std::string> models;
+    for (const auto& pod : registry.candidates(Clock::now())) {
+      models.insert(pod.metrics.models.begin(), pod.metrics.models.end());
+    }
+    const auto created = std::chrono::duration_cast<std::chrono::seconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+    auto card = [created](const std::string& id) {
+      return nlohmann::json{{"id", id},          {"object", "model"}, {"created", created},
+                            {"owned_by", "vllm"}, {"root", id},       {"parent", nullptr},
+                            {"permission", nlohmann::json::array()}};
+    };
+    http::response<http::string_body> res{http::status::ok, version};
+    res.set(http::field::content_type, "application/json");
+    res.set(http::field::server, "llmd-epp");
+    if (path == "/v1/models") {
+      nlohmann::json data = nlohmann::json::array();
+      for (const auto& m : models) {
+        data.push_back(card(m));
+      }
+      res.body() = nlohmann::json{{"object", "list"}, {"data", data}}.dump();
+    } else {
+      const std::string id = path.substr(std::string_view("/v1/models/").size());
+      if (models.count(id) == 0) {
+        res = json_error(404, "The model '" + id + "' does not exist", version, keep_alive);
+      } else {
+        res.body() = card(id).dump();
+      }
+    }
+    res.keep_alive(keep_alive);
+    res.prepare_payload();
+    return res;
   }
 
   // Waits in the router queue when every pod of the route's pool is saturated. A client that

@@ -66,6 +66,23 @@ TEST_F(EppStack, StreamingAndNonStreamingSucceedAndFeedbackTrainsAModel) {
             metric_sum(m, "llmd_epp_dispatch_delay_seconds_sum{"));
 }
 
+// Model discovery as the OpenAI SDKs do it (client.models.list / retrieve).
+TEST_F(EppStack, ModelsListsWhatThePodsServe) {
+  auto list = stack_->client->get("/v1/models");
+  ASSERT_EQ(list.status, 200) << list.body;
+  const Json body = Json::parse(list.body);
+  EXPECT_EQ(body["object"], "list");
+  ASSERT_EQ(body["data"].size(), 1u) << list.body;
+  EXPECT_EQ(body["data"][0]["id"], stack_->model);
+  EXPECT_EQ(body["data"][0]["object"], "model");
+  auto one = stack_->client->get("/v1/models/" + stack_->model);
+  ASSERT_EQ(one.status, 200) << one.body;
+  EXPECT_EQ(Json::parse(one.body)["id"], stack_->model);
+  auto missing = stack_->client->get("/v1/models/no-such-model");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(Json::parse(missing.body)["error"]["type"], "not_found_error");
+}
+
 TEST_F(EppStack, RepeatedConversationSticksToThePodHoldingItsPrefix) {
   const std::string conversation = words(400, "ctx");
   auto first = stack_->complete(conversation, 4);

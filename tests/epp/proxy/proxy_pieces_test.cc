@@ -156,6 +156,17 @@ TEST(ContinuationPrompt, ChatAndCompletionsInTheNextTurnsForm) {
   EXPECT_EQ(continuation_prompt(list, "x"), "");  // several prompts: no single next turn
 }
 
+TEST(VllmMetrics, ServedModelNamesFromTheRunningGauge) {
+  auto m = parse_vllm_metrics(
+      "vllm:num_requests_waiting{model_name=\"a\"} 0\n"
+      "vllm:num_requests_running{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B\"} 1\n"
+      "vllm:num_requests_running{engine=\"1\",model_name=\"odd \\\"name\\\\\"} 1\n"
+      "vllm:num_requests_running{engine=\"2\",model_name=\"meta-llama/Llama-3.1-8B\"} 1\n"
+      "vllm:kv_cache_usage_perc 0.1\n");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->models, (std::vector<std::string>{"meta-llama/Llama-3.1-8B", "odd \"name\\"}));
+}
+
 TEST(VllmMetrics, BothKvNamesAndCacheConfig) {
   auto m = parse_vllm_metrics(
       "# HELP x\nvllm:num_requests_waiting{model_name=\"m\"} 3\n"
