@@ -30,6 +30,29 @@ bool check_range(double v, std::string_view field, Loc& loc, Errors& errors, Num
   return true;
 }
 
+// The echo of a client value in an error: itself when small, else a description of it.
+Json bounded(const Json& input) {
+  if (input.is_primitive() && !input.is_string()) {
+    return input;
+  }
+  if (input.is_string()) {
+    const auto& s = input.get_ref<const std::string&>();
+    return s.size() <= Errors::kMaxInputBytes
+               ? input
+               : Json(s.substr(0, Errors::kMaxInputBytes) +
+                      fmt::format("... ({} bytes)", s.size()));
+  }
+  // Containers: dump only when the element count makes a small dump possible.
+  if (input.size() <= Errors::kMaxInputBytes / 2) {
+    std::string text = input.dump();
+    if (text.size() <= Errors::kMaxInputBytes) {
+      return input;
+    }
+  }
+  return Json(fmt::format("<{} with {} {}>", input.is_object() ? "object" : "array",
+                          input.size(), input.is_object() ? "keys" : "elements"));
+}
+
 }  // namespace
 
 Json Loc::to_json() const {
@@ -44,19 +67,54 @@ Json Loc::to_json() const {
   return out;
 }
 
+bool Errors::full() {
+  if (details_.size() < kMaxListed) {
+    return false;
+  }
+  ++omitted_;
+  return true;
+}
+
 void Errors::add(std::string_view type, const Loc& loc, std::string_view msg, const Json& input) {
+  if (full()) {
+    return;
+  }
   details_.push_back(
-      Json{{"type", type}, {"loc", loc.to_json()}, {"msg", msg}, {"input", input}});
+      Json{{"type", type}, {"loc", loc.to_json()}, {"msg", msg}, {"input", bounded(input)}});
+}
+
+void Errors::add_raw(Json detail) {
+  if (full()) {
+    return;
+  }
+  if (auto it = detail.find("input"); it != detail.end()) {
+    *it = bounded(*it);
+  }
+  details_.push_back(std::move(detail));
 }
 
 void Errors::add_at(std::string_view type, const Loc& loc, std::string_view field,
                     std::string_view msg, const Json& input) {
+  if (full()) {
+    return;
+  }
   Json l = loc.to_json();
   l.push_back(field);
-  details_.push_back(Json{{"type", type}, {"loc", std::move(l)}, {"msg", msg}, {"input", input}});
+  details_.push_back(
+      Json{{"type", type}, {"loc", std::move(l)}, {"msg", msg}, {"input", bounded(input)}});
 }
 
-Json Errors::body() const { return Json{{"detail", details_}}; }
+Json Errors::body() const {
+  if (omitted_ == 0) {
+    return Json{{"detail", details_}};
+  }
+  Json all = details_;
+  all.push_back(Json{{"type", "too_many_errors"},
+                     {"loc", Json::array({"body"})},
+                     {"msg", fmt::format("{} more errors not listed", omitted_)},
+                     {"input", nullptr}});
+  return Json{{"detail", std::move(all)}};
+}
 
 std::size_t find_excess_depth(std::string_view text, int max_depth) {
   int depth = 0;

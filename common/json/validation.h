@@ -47,20 +47,29 @@ struct NumberRange {
   std::optional<double> le;  // inclusive upper bound
 };
 
+// The errors of one request. Bounded, whatever the request: at most kMaxListed details (then
+// one "too_many_errors" detail with the count of the others), and each echoed `input` at most
+// kMaxInputBytes of JSON (a larger one is replaced by a short description). A body of 100,000
+// empty entries used to produce an 83 MB answer.
 class Errors {
  public:
+  static constexpr std::size_t kMaxListed = 50;
+  static constexpr std::size_t kMaxInputBytes = 1024;
+
   void add(std::string_view type, const Loc& loc, std::string_view msg, const Json& input);
   void add_at(std::string_view type, const Loc& loc, std::string_view field, std::string_view msg,
               const Json& input);
-  void add_raw(Json detail) { details_.push_back(std::move(detail)); }
-  bool empty() const { return details_.empty(); }
-  std::size_t size() const { return details_.size(); }
+  void add_raw(Json detail);
+  bool empty() const { return details_.empty() && omitted_ == 0; }
+  std::size_t size() const { return details_.size() + omitted_; }
   // {"detail": [...]}
   Json body() const;
   const Json& details() const { return details_; }
 
  private:
+  bool full();  // counts the error as omitted when the list is full
   Json details_ = Json::array();
+  std::size_t omitted_ = 0;
 };
 
 // Deepest nesting of objects and arrays any client JSON may have. Parsing is iterative, but

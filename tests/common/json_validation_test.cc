@@ -131,3 +131,34 @@ TEST(JsonDepth, ParseBodyRefusesDeepNestingWithAJsonInvalidDetail) {
 
 }  // namespace
 }  // namespace llmd::json
+
+namespace llmd::json {
+namespace {
+
+TEST(ErrorBudget, ListsAtMostFiftyAndCountsTheRestAndNeverEchoesLargeInputs) {
+  Errors errors;
+  Loc loc;
+  for (int i = 0; i < 100000; ++i) {
+    LocScope item(loc, static_cast<int64_t>(i));
+    errors.add("missing", loc, "Field required", Json::object());
+  }
+  EXPECT_EQ(errors.size(), 100000u);
+  const Json body = errors.body();
+  ASSERT_EQ(body["detail"].size(), Errors::kMaxListed + 1);
+  EXPECT_EQ(body["detail"].back()["type"], "too_many_errors");
+  EXPECT_EQ(body["detail"].back()["msg"], "99950 more errors not listed");
+  EXPECT_LT(body.dump().size(), 10000u);
+
+  Errors big;
+  big.add("string_type", loc, "Input should be a valid number", Json(std::string(1 << 20, 'x')));
+  Json many = Json::array();
+  for (int i = 0; i < 5000; ++i) many.push_back(i);
+  big.add_at("float_type", loc, "f", "Input should be a valid number", many);
+  const std::string text = big.body().dump();
+  EXPECT_LT(text.size(), 3000u);
+  EXPECT_NE(text.find("(1048576 bytes)"), std::string::npos);
+  EXPECT_NE(text.find("<array with 5000 elements>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace llmd::json
