@@ -1,5 +1,7 @@
 #include "trainer/routes.h"
 
+#include "common/model/flat_forest.h"
+
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -296,7 +298,11 @@ class Handlers {
     if (!pred.base) {
       return Response::detail(404, fmt::format("{} model not available", target_name(t)));
     }
-    return Response::text(200, pred.base->booster().dump_trees_json(), "application/json");
+    return Response::text(
+        200,
+        model::dump_trees_json(pred.base->booster().save(),
+                               model::column_info(pred.base->feature_set()).names),
+        "application/json");
   }
 
   Response export_bundle(Request&) {

@@ -24,6 +24,13 @@ namespace {
 void describe(const model::TargetModel& m, PublishedModels& out, int target) {
   const auto columns = model::column_info(m.feature_set());
   out.importance[target] = m.booster().gain_importance(columns);
+  if (out.importance[target].empty()) {
+    // A model without splits (the cold-start constant): every column at 0, so that clients
+    // that look for the *_importance lines (the reference always has them) find them.
+    for (const auto& name : columns.names) {
+      out.importance[target].emplace_back(name, 0.0);
+    }
+  }
   out.coef[target].clear();
   if (const auto& base = m.linear_base()) {
     out.intercept[target] = base->intercept;
@@ -211,6 +218,7 @@ void TrainerService::load_models_at_start() {
     pred.base = model::make_constant_model(base_set(t), config_.default_model_ms, config_.objective);
     pred.gated = nullptr;
     next->files[name] = make_file(pred.base->serialize(next->version), next->version);
+    describe(*pred.base, *next, static_cast<int>(t));
     next->intercept[static_cast<int>(t)] = config_.default_model_ms;
     written.push_back(name);
     spdlog::info("no usable {} model: using the default model ({} ms)", name,

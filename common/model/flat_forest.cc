@@ -678,3 +678,59 @@ void FlatForest::predict_margins(const float* rows, std::size_t n, float* out) c
 }
 
 }  // namespace llmd::model
+
+namespace llmd::model {
+namespace {
+
+// One node of XGBoost's JSON dump schema (JsonGenerator, no stats), recursively; depth is
+// bounded by the tree's own (checked) size.
+json dump_node(const RawTree& t, std::size_t id, uint32_t depth,
+               const std::vector<std::string>& names) {
+  const int64_t left = t.left[id];
+  if (left == -1) {
+    return json{{"nodeid", id}, {"leaf", t.cond[id]}};
+  }
+  const auto l = static_cast<std::size_t>(left);
+  const auto r = static_cast<std::size_t>(t.right[id]);
+  if (l >= t.n || r >= t.n || l <= id || r <= id) {
+    fail(fmt::format("node {} has children outside the tree", id));
+  }
+  const auto f = static_cast<std::size_t>(t.feature[id]);
+  const std::string name = f < names.size() ? names[f] : "f" + std::to_string(f);
+  const std::size_t missing = t.default_left[id] != 0 ? l : r;
+  json node;
+  if (is_categorical_split(t, id)) {
+    // Listed categories go right, and XGBoost's dump calls that branch "yes".
+    node = json{{"nodeid", id},    {"depth", depth}, {"split", name},
+                {"split_condition", t.cats[id]},   {"yes", r}, {"no", l}, {"missing", missing}};
+  } else {
+    node = json{{"nodeid", id}, {"depth", depth}, {"split", name}, {"split_condition", t.cond[id]},
+                {"yes", l},     {"no", r},         {"missing", missing}};
+  }
+  node["children"] = json::array({dump_node(t, l, depth + 1, names), dump_node(t, r, depth + 1, names)});
+  return node;
+}
+
+}  // namespace
+
+std::string dump_trees_json(std::string_view ubj_bytes, const std::vector<std::string>& names) {
+  try {
+    const json root = json::from_ubjson(ubj_bytes);
+    const json& trees = member(member(member(member(root, "learner", "model"), "gradient_booster",
+                                             "learner"),
+                                      "model", "gradient_booster"),
+                               "trees", "model");
+    if (!trees.is_array()) {
+      fail("trees is not an array");
+    }
+    json out = json::array();
+    for (const json& tree : trees) {
+      out.push_back(dump_node(read_tree(tree), 0, 0, names));
+    }
+    return out.dump();
+  } catch (const json::exception& e) {
+    throw ModelError(std::string("tree dump: malformed model: ") + e.what());
+  }
+}
+
+}  // namespace llmd::model

@@ -21,6 +21,7 @@
 // Immutable after construction: every method is const and safe to call from any thread.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -104,5 +105,13 @@ class FlatForest {
   std::size_t raw_first_ = 0;  // first raw column; 0 when categorical nodes are derived
   float base_score_ = 0.0f;
 };
+
+// XGBoost's JSON tree dump (one object per tree, the schema of XGBoosterDumpModelEx "json"
+// without stats) of UBJSON model bytes, with `names` for the split features. XGBoost 1.7's own
+// dump refuses models whose trees split a categorical column both ways ("f11 in feature map is
+// categorical but tree node is numerical"), which the trainer's hist fits produce; this one
+// follows the evaluation contract above (a tree without category storage splits numerically).
+// Throws ModelError for bytes that are not such a model.
+std::string dump_trees_json(std::string_view ubj_bytes, const std::vector<std::string>& names);
 
 }  // namespace llmd::model

@@ -96,6 +96,10 @@ TEST_F(TrainerApi, ModelInfoDownloadAndLiteralRoutes) {
   auto trees = trainer_->get("/model/ttft/xgb/json");
   ASSERT_EQ(trees.status, 200);
   EXPECT_TRUE(Json::parse(trees.body).is_array());
+  // Clients check for the reference's importance (or coef) lines, cold start included.
+  const std::string metrics = trainer_->get("/metrics").body;
+  EXPECT_NE(metrics.find("ttft_importance{"), std::string::npos);
+  EXPECT_NE(metrics.find("tpot_importance{"), std::string::npos);
 }
 
 TEST_F(TrainerApi, BulkIngestExactMessageAndEmptyList) {

@@ -193,6 +193,13 @@ TEST(TrainerExport, SeedBundleStartsANewTrainer) {
   ASSERT_TRUE(t.ready);
   ASSERT_EQ(t.post("/add_training_data_bulk", training_body(law, 800, 5)).status, 202);
   ASSERT_TRUE(wait_for_version(t, 1, std::chrono::seconds(60))) << t.process->log();
+  // A trained model (categorical prefill_score_bucket splits, linear base) still dumps its
+  // trees for native-tree clients, and /metrics lists the line's coefficients.
+  auto trees = t.get("/model/ttft/xgb/json");
+  ASSERT_EQ(trees.status, 200) << trees.body.substr(0, 300);
+  EXPECT_EQ(Json::parse(trees.body).size(), 200u);
+  EXPECT_NE(t.get("/metrics").body.find("ttft_coef{feature=\"num_request_waiting\"}"),
+            std::string::npos);
   auto r = t.get("/model/export");
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.header("content-type"), "application/gzip");

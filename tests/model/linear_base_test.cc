@@ -6,6 +6,9 @@
 #include <limits>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
+#include "common/model/flat_forest.h"
 #include "common/model/latency_model.h"
 
 namespace llmd::model {
@@ -136,6 +139,78 @@ TEST(LinearBaseTest, TargetModelCarriesTheBaseThroughSerialization) {
   auto b = loaded->predict(rows);
   EXPECT_EQ(a, b);
   EXPECT_GT(b[1], b[0] + 300) << "the linear part extrapolates past the window";
+}
+
+}  // namespace
+}  // namespace llmd::model
+
+namespace llmd::model {
+namespace {
+
+// The reference's tree-dump route (the Go EPP's native-tree mode) must work for every model the
+// trainer publishes, including those that split on the categorical prefill_score_bucket, which
+// XGBoost 1.7's own dump refuses.
+// Ours against XGBoost's own dump (with stats, and "f<i>" where ours names the column).
+void expect_same_dump(const nlohmann::json& ours, const nlohmann::json& theirs,
+                      const std::vector<std::string>& names) {
+  if (theirs.is_array()) {
+    ASSERT_EQ(ours.size(), theirs.size());
+    for (std::size_t i = 0; i < theirs.size(); ++i) {
+      expect_same_dump(ours[i], theirs[i], names);
+    }
+    return;
+  }
+  for (const auto& [key, value] : theirs.items()) {
+    if (key == "cover" || key == "gain") {
+      continue;  // stats: not part of the dump the route serves
+    }
+    ASSERT_TRUE(ours.contains(key)) << key << " in " << theirs.dump().substr(0, 200);
+    if (key == "children") {
+      expect_same_dump(ours[key], value, names);
+    } else if (key == "split") {
+      EXPECT_EQ(ours[key], names.at(std::stoul(value.get<std::string>().substr(1))));
+    } else if (value.is_number_float()) {
+      EXPECT_NEAR(ours[key].get<double>(), value.get<double>(),
+                  1e-6 * (1 + std::abs(value.get<double>())))
+          << key;
+    } else {
+      EXPECT_EQ(ours[key], value) << key;
+    }
+  }
+}
+
+TEST(TreeDump, MatchesXgboostOnNumericModelsAndDumpsCategoricalOnes) {
+  const auto info = column_info(FeatureSet::kTtft);
+  const std::size_t cols = info.names.size();
+  std::vector<float> x, y_numeric, y_bucket;
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int i = 0; i < 2000; ++i) {
+    FeatureInput f;
+    f.prefix_cache_score = u(rng);
+    f.input_token_length = 100 + static_cast<int64_t>(u(rng) * 1000);
+    f.num_request_waiting = static_cast<int64_t>(u(rng) * 5);
+    std::vector<float> row(cols);
+    features::fill_row(f, FeatureSet::kTtft, row.data());
+    x.insert(x.end(), row.begin(), row.end());
+    y_numeric.push_back(static_cast<float>(5 + 0.1 * f.input_token_length + 20 * f.num_request_waiting));
+    // Depends on the bucket only: the trees must split on the categorical column.
+    y_bucket.push_back(static_cast<float>(10 + 40 * features::prefill_score_bucket(f.prefix_cache_score)));
+  }
+  TrainParams p;
+  p.num_trees = 5;
+  ColumnInfo numeric_info = info;
+  numeric_info.categorical.assign(cols, false);
+  Booster numeric = Booster::train(p, numeric_info, {x.data(), y_numeric.size(), cols}, y_numeric, 0.0);
+  expect_same_dump(nlohmann::json::parse(dump_trees_json(numeric.save(), info.names)),
+                   nlohmann::json::parse(numeric.dump_trees_json()), info.names);
+
+  Booster categorical = Booster::train(p, info, {x.data(), y_bucket.size(), cols}, y_bucket, 0.0);
+  EXPECT_THROW(categorical.dump_trees_json(), ModelError) << "XGBoost 1.7's dump refuses it";
+  const auto dump = nlohmann::json::parse(dump_trees_json(categorical.save(), info.names));
+  ASSERT_EQ(dump.size(), 5u);
+  EXPECT_NE(dump.dump().find("prefill_score_bucket"), std::string::npos);
+  EXPECT_THROW(dump_trees_json("not a model", info.names), ModelError);
 }
 
 }  // namespace
