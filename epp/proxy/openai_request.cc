@@ -56,6 +56,45 @@ bool in_priority_range(const Json& v) {
   return x >= INT32_MIN && x <= INT32_MAX;
 }
 
+// Token ids as the prefix index's text: one word per id, so the word count is the token count
+// and requests that share leading ids share a prefix.
+bool append_token_ids(const Json& ids, std::string& out) {
+  for (const auto& id : ids) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0) {
+      return false;
+    }
+    out += std::to_string(id.get<int64_t>());
+    out += ' ';
+  }
+  return true;
+}
+
+// The completions API's prompt forms (as vLLM accepts them): a string, a list of strings, a
+// list of token ids, or a list of token-id lists. Batched prompts are scheduled as one request.
+std::optional<std::string> prompt_text(const Json& prompt, std::string& out) {
+  const char* kShape =
+      "field 'prompt' must be a string, a list of strings, a list of token ids or a list of "
+      "token-id lists";
+  if (prompt.is_string()) {
+    out = prompt.get<std::string>();
+    return std::nullopt;
+  }
+  if (!prompt.is_array() || prompt.empty()) {
+    return std::string(kShape);
+  }
+  if (prompt[0].is_number()) {
+    return append_token_ids(prompt, out) ? std::nullopt : std::optional<std::string>(kShape);
+  }
+  for (const auto& p : prompt) {
+    if (p.is_string()) {
+      out += p.get<std::string>() + " ";
+    } else if (!p.is_array() || p.empty() || !append_token_ids(p, out)) {
+      return std::string(kShape);
+    }
+  }
+  return std::nullopt;
+}
+
 // The text of a message's content (a string or a list of parts); an error names the field
 // when a part has the wrong shape (the EPP reads it, so it answers for it).
 std::optional<std::string> append_content(const Json& content, std::size_t message,
@@ -146,16 +185,8 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
     }
   } else {
     const Json& prompt = out.body.value("prompt", Json());
-    if (prompt.is_string()) {
-      r.prompt_text = prompt.get<std::string>();
-    } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_string()) {
-      for (const auto& p : prompt) {
-        if (p.is_string()) {
-          r.prompt_text += p.get<std::string>() + " ";
-        }
-      }
-    } else {
-      return "field 'prompt' (string) is required for completions";
+    if (auto error = prompt_text(prompt, r.prompt_text)) {
+      return error;
     }
   }
   r.input_tokens = count_words(r.prompt_text);

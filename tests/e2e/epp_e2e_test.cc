@@ -83,6 +83,27 @@ TEST_F(EppStack, ModelsListsWhatThePodsServe) {
   EXPECT_EQ(Json::parse(missing.body)["error"]["type"], "not_found_error");
 }
 
+// Token-id prompts (what benchmark tools and pre-tokenizing clients send) are scheduled, and
+// the prefix index follows them: repeats of one id sequence stay on one pod.
+TEST_F(EppStack, TokenIdPromptsAreRoutedWithAffinity) {
+  Json ids = Json::array();
+  for (int i = 0; i < 400; ++i) {
+    ids.push_back(1000 + i);
+  }
+  std::map<std::string, int> pods;
+  for (int i = 0; i < 10; ++i) {
+    Json body = {{"model", stack_->model}, {"prompt", ids}, {"max_tokens", 2}};
+    auto r = stack_->client->post("/v1/completions", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    ++pods[std::string(r.header("x-gateway-destination-endpoint"))];
+  }
+  int most = 0;
+  for (const auto& [pod, n] : pods) {
+    most = std::max(most, n);
+  }
+  EXPECT_GE(most, 9) << "one id sequence should stay on the pod that cached it";
+}
+
 TEST_F(EppStack, RepeatedConversationSticksToThePodHoldingItsPrefix) {
   const std::string conversation = words(400, "ctx");
   auto first = stack_->complete(conversation, 4);

@@ -93,6 +93,28 @@ TEST(OpenAiRequest, WrongTypesAndRangesNameTheField) {
   EXPECT_EQ(error(chat, R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{}},{"type":"text","text":"hi"}]}]})"), "");
 }
 
+TEST(OpenAiRequest, TokenIdPromptsAndPromptLists) {
+  auto parse = [](std::string_view body, ParsedRequest& p) {
+    return parse_openai_request("/v1/completions", body, InboundHeaders{}, RequestDefaults{}, p);
+  };
+  ParsedRequest ids;
+  ASSERT_FALSE(parse(R"({"model":"m","prompt":[101,2023,2003]})", ids));
+  EXPECT_EQ(ids.request.prompt_text, "101 2023 2003 ");
+  EXPECT_EQ(ids.request.input_tokens, 3);
+  ParsedRequest lists;
+  ASSERT_FALSE(parse(R"({"model":"m","prompt":[[1,2],[3]]})", lists));
+  EXPECT_EQ(lists.request.input_tokens, 3);
+  ParsedRequest strings;
+  ASSERT_FALSE(parse(R"({"model":"m","prompt":["a b","c"]})", strings));
+  EXPECT_EQ(strings.request.input_tokens, 3);
+  for (const char* bad : {R"([1,"x"])", R"([-1])", R"([1.5])", "[]", R"([[]])", R"([{}])", "7"}) {
+    ParsedRequest p;
+    auto e = parse(std::string(R"({"model":"m","prompt":)") + bad + "}", p);
+    ASSERT_TRUE(e) << bad;
+    EXPECT_NE(e->find("'prompt'"), std::string::npos) << *e;
+  }
+}
+
 TEST(SseScanner, FirstContentAndUsageAcrossArbitrarySplits) {
   const std::string stream =
       "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
