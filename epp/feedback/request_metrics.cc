@@ -49,14 +49,21 @@ struct RequestMetrics::Families {
     tpot_threshold = gauge("tpot_slo_threshold_seconds", "TPOT SLO of the last request with one");
     requests = &prometheus::BuildCounter()
                     .Name("llmd_epp_requests_total")
-                    .Help("Requests by model and HTTP status")
+                    .Help("Client requests by model and the HTTP status the client got (the "
+                          "EPP's own answers included, once per request)")
                     .Register(r);
+    pod_attempts = &prometheus::BuildCounter()
+                        .Name("llmd_epp_pod_attempts_total")
+                        .Help("Requests sent to pods, retries included, by the pod's status "
+                              "(502/504: no answer)")
+                        .Register(r);
   }
   prometheus::Family<prometheus::Histogram>*ttft, *predicted_ttft, *tpot, *predicted_tpot,
       *dispatch_delay;
   prometheus::Family<prometheus::Gauge>*ttft_gauge, *predicted_ttft_gauge, *tpot_gauge,
       *predicted_tpot_gauge, *ttft_violation, *tpot_violation, *ttft_threshold, *tpot_threshold;
-  prometheus::Family<prometheus::Counter>*ttft_violation_total, *tpot_violation_total, *requests;
+  prometheus::Family<prometheus::Counter>*ttft_violation_total, *tpot_violation_total, *requests,
+      *pod_attempts;
 };
 
 struct RequestMetrics::Children {
@@ -133,6 +140,10 @@ void RequestMetrics::on_completed(const CompletedRequest& done) {
   Children& c = children(label(done.request.model, served),
                          label(done.target_model.empty() ? done.request.model : done.target_model,
                                served));
+  families_->pod_attempts->Add({{"code", std::to_string(done.status)}}).Increment();
+  if (done.before_response) {
+    return;  // the client gets the retry's status, or the EPP's own answer (on_rejected)
+  }
   c.code(done.status).Increment();
   if (!done.success) {
     return;

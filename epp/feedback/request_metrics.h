@@ -21,8 +21,8 @@ class RequestMetrics : public CompletionSink {
   explicit RequestMetrics(prometheus::Registry& registry);
   ~RequestMetrics() override;
   void on_completed(const CompletedRequest& done) override;
-  // Requests answered without dispatch (shed, no pods, bad request).
-  void on_rejected(const std::string& model, int status);
+  // Requests answered without dispatch (shed, no pods, bad request, every pod failed).
+  void on_rejected(const std::string& model, int status) override;
 
  private:
   struct Families;
@@ -55,6 +55,11 @@ class CompletionFanout : public CompletionSink {
   void on_completed(const CompletedRequest& done) override {
     for (auto* s : sinks_) {
       s->on_completed(done);
+    }
+  }
+  void on_rejected(const std::string& model, int status) override {
+    for (auto* s : sinks_) {
+      s->on_rejected(model, status);
     }
   }
 

@@ -209,6 +209,7 @@ struct ProxyServer::Impl {
           break;
         }
         if (ec == http::error::header_limit) {
+          sink.on_rejected("", 431);
           auto res = json_error(431, "Request header fields too large", 11, false);
           stream.expires_after(std::chrono::seconds(5));
           beast::error_code wec;
@@ -216,15 +217,31 @@ struct ProxyServer::Impl {
           break;
         }
         if (ec == http::error::body_limit) {
+          sink.on_rejected("", 413);
           auto res = json_error(413, "Request body too large", 11, false);
           stream.expires_after(std::chrono::seconds(5));
           beast::error_code wec;
           co_await http::async_write(stream, res, redirect(wec));
+          // Lingering close: the client is still uploading. Closing now would reset the
+          // connection and destroy the 413 in its receive buffer (SDKs then report a broken
+          // pipe and upload again); read and drop the rest first, bounded in bytes and time.
+          beast::error_code sec;
+          stream.socket().shutdown(tcp::socket::shutdown_send, sec);
+          std::size_t drained = 0;
+          char sink_buf[16384];
+          while (!wec && drained < 4 * options.body_limit) {
+            beast::error_code rec;
+            drained += co_await stream.async_read_some(net::buffer(sink_buf), redirect(rec));
+            if (rec) {
+              break;
+            }
+          }
           break;
         }
         if (ec) {
           if (ec != beast::error::timeout && ec != net::error::operation_aborted) {
-            auto res = json_error(400, "Malformed HTTP request", 11, false);
+            sink.on_rejected("", 400);
+          auto res = json_error(400, "Malformed HTTP request", 11, false);
             stream.expires_after(std::chrono::seconds(5));
             beast::error_code wec;
           co_await http::async_write(stream, res, redirect(wec));
@@ -233,6 +250,7 @@ struct ProxyServer::Impl {
         }
         if (draining) {
           // Arrived on a kept-alive connection after the drain began: send it elsewhere.
+          sink.on_rejected("", 503);
           auto res = json_error(503, "EPP is shutting down", parser.get().version(), false);
           stream.expires_after(std::chrono::seconds(5));
           beast::error_code wec;
@@ -268,6 +286,7 @@ struct ProxyServer::Impl {
     if (req.method() != http::verb::post ||
         (path != "/v1/completions" && path != "/v1/chat/completions")) {
       const bool known = path == "/v1/completions" || path == "/v1/chat/completions";
+      sink.on_rejected("", known ? 405 : 404);
       auto res = json_error(known ? 405 : 404, "Use POST /v1/completions or /v1/chat/completions",
                             req.version(), keep_alive);
       if (known) {
@@ -289,14 +308,15 @@ struct ProxyServer::Impl {
     headers.strict_priority = header_opt(req, "x-dynamo-request-strict-priority");
     // GCC 12 destroys temporaries inside a co_await full-expression twice: callers pass named
     // strings or literals only (string_view keeps the argument trivially destructible).
+    ParsedRequest parsed;
     auto reply_error = [&](int status, std::string_view detail) -> net::awaitable<bool> {
+      sink.on_rejected(parsed.request.model, status);
       auto res = json_error(status, std::string(detail), req.version(), keep_alive);
       res.set("x-request-id", headers.request_id);
       beast::error_code ec;
       co_await http::async_write(client, res, redirect(ec));
       co_return !ec && keep_alive;
     };
-    ParsedRequest parsed;
     const SchedulingGenerationPtr config = scheduler.generation();
     const auto& objectives = config->objectives;
     RequestDefaults defaults{options.default_prediction, objectives.get()};
@@ -550,6 +570,7 @@ struct ProxyServer::Impl {
     if (rec) {
       spdlog::warn("connect to pod {} ({}) failed: {}", pod.name, pod.address, rec.message());
       mark_unhealthy();
+      done.before_response = true;
       finish(false, 502);
       co_return Outcome::kRetryable;
     }
@@ -589,6 +610,7 @@ struct ProxyServer::Impl {
       spdlog::warn("pod {} ({}) failed: {}", pod.name, pod.address,
                    hec ? hec.message() : "HTTP " + std::to_string(status));
       mark_unhealthy();
+      done.before_response = true;
       finish(false, status);
       co_return Outcome::kRetryable;
     }

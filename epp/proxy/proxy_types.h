@@ -75,6 +75,9 @@ struct CompletedRequest {
   bool upstream_url = false; // forwarded to an upstream URL (not a pool pod)
   bool success = false;
   bool client_aborted = false;
+  // The attempt failed before any byte reached the client: the proxy retries on another pod or
+  // answers itself (CompletionSink::on_rejected), so this status is not what the client got.
+  bool before_response = false;
   int status = 0;
   double ttft_ms = 0;  // from dispatch; streaming: first content chunk; non-streaming: end-to-end
   // Arrival at the EPP -> dispatch to the pod (router queue, scheduling, earlier attempts).
@@ -100,6 +103,9 @@ class CompletionSink {
   virtual ~CompletionSink() = default;
   virtual void on_first_token(const CompletedRequest&) {}
   virtual void on_completed(const CompletedRequest& done) = 0;
+  // The EPP answered a client itself with `status` (400, 413, 429, 503, or 502 when no pod
+  // answered): once per such answer, `model` empty when the body was not read.
+  virtual void on_rejected(const std::string& /*model*/, int /*status*/) {}
 };
 
 }  // namespace llmd::epp

@@ -275,5 +275,34 @@ TEST_F(LifecycleStack, ClientAuthorizationReachesPodsStartedWithAnApiKey) {
   EXPECT_NE(without.body.find("Unauthorized"), std::string::npos) << without.body;
 }
 
+// One count per client request with the status the client got; pod attempts apart.
+TEST_F(LifecycleStack, RequestCountsAreWhatClientsGotAndPodAttemptsApart) {
+  StackOptions o;
+  o.pods = 2;
+  o.predictors = 1;
+  o.epp_args = {"--max-body-bytes", "4096"};
+  start(o);
+  fault(0, R"({"mode":"error","duration_ms":60000})");
+  fault(1, R"({"mode":"error","duration_ms":60000})");
+  // Both pods answer 500: the first request tries both (two attempts) and the client gets one
+  // 502; both pods are then cooling down, so the second is answered 503 by the EPP itself.
+  EXPECT_EQ(stack_->complete(words(10, "e0"), 2).status, 502);
+  EXPECT_EQ(stack_->complete(words(10, "e1"), 2).status, 503);
+  // A body over the limit: the client reads the 413 (no reset while it is still uploading).
+  http::HttpClient big("127.0.0.1", stack_->epp_port);
+  Json body = {{"model", stack_->model}, {"prompt", std::string(200000, 'x')}, {"max_tokens", 2}};
+  auto r = big.post("/v1/completions", body.dump());
+  EXPECT_EQ(r.status, 413) << r.error;
+  EXPECT_EQ(Json::parse(r.body)["error"]["code"], 413);
+  EXPECT_EQ(stack_->complete("{", 2, false, {}, Json{{"prompt", 7}}).status, 400);
+  const std::string m = stack_->metrics();
+  EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"502\""), 1) << m;
+  EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"503\""), 1);
+  EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"413\""), 1);
+  EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"400\""), 1);
+  EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"500\""), 0);
+  EXPECT_EQ(metric_sum(m, "llmd_epp_pod_attempts_total{code=\"500\"}"), 2);
+}
+
 }  // namespace
 }  // namespace llmd::testing
