@@ -3,6 +3,8 @@
 # loopback (modelsim pool, trainer, predictors, EPP), sends a short multi-turn workload through
 # the EPP, prints what happened and stops everything again.
 #   WORKLOAD=A STAGES=8:20,16:20 PODS=4 scripts/run-stack.sh
+# Ports (all loopback): POD_BASE_PORT (9100..), TRAINER_PORT (8000), PREDICTOR_PORTS ("8001 8002"),
+# EPP_PORT (8080), EPP_HEALTH_PORT (9003), EPP_METRICS_PORT (9090).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -15,6 +17,8 @@ POD_BASE_PORT=${POD_BASE_PORT:-9100}
 TRAINER_PORT=${TRAINER_PORT:-8000}
 PREDICTOR_PORTS=${PREDICTOR_PORTS:-"8001 8002"}
 EPP_PORT=${EPP_PORT:-8080}
+EPP_HEALTH_PORT=${EPP_HEALTH_PORT:-9003}
+EPP_METRICS_PORT=${EPP_METRICS_PORT:-9090}
 WORKLOAD=${WORKLOAD:-A}
 STAGES=${STAGES:-"6:20,12:20"}
 PIDS=()
@@ -70,12 +74,13 @@ done
   echo "stalenessMs: 2000"
   echo "pipeline: $ROOT/epp/config/default-pipeline.yaml"
 } > "$RUN_DIR/pool.yaml"
-echo "== epp on 127.0.0.1:$EPP_PORT (health :9003, metrics :9090), predictors $URLS"
+echo "== epp on 127.0.0.1:$EPP_PORT (health :$EPP_HEALTH_PORT, metrics :$EPP_METRICS_PORT), predictors $URLS"
 build/epp/epp --config "$RUN_DIR/pool.yaml" --host 127.0.0.1 --port "$EPP_PORT" \
+  --health-port "$EPP_HEALTH_PORT" --metrics-port "$EPP_METRICS_PORT" \
   --prediction-server-url "$URLS" --training-server-url "http://127.0.0.1:$TRAINER_PORT" \
   > "$RUN_DIR/epp.log" 2>&1 &
 PIDS+=($!)
-wait_ok "http://127.0.0.1:9003/readyz" epp
+wait_ok "http://127.0.0.1:$EPP_HEALTH_PORT/readyz" epp
 
 MODEL=$(curl -s "http://127.0.0.1:$POD_BASE_PORT/v1/models" | sed -E 's/.*"id":"([^"]+)".*/\1/')
 echo "== one request through the EPP (note x-gateway-destination-endpoint)"
@@ -97,4 +102,4 @@ curl -s "http://127.0.0.1:$TRAINER_PORT/metrics" | grep -E '^(ttft|tpot)_(covera
 echo "== prediction error as the EPP saw it (EWMA of |predicted-actual|/actual, %)"
 curl -s "http://127.0.0.1:$TRAINER_PORT/metrics" | grep -E '^llmd_trainer_live_prediction_ape_percent' || true
 echo "== EPP metrics (excerpt)"
-curl -s http://127.0.0.1:9090/metrics | grep -E '^(inference_objective_request_(ttft|predicted_ttft)_seconds_(sum|count)|llmd_epp_scheduling_predictions_total|llmd_epp_pool)' || true
+curl -s "http://127.0.0.1:$EPP_METRICS_PORT/metrics" | grep -E '^(inference_objective_request_(ttft|predicted_ttft)_seconds_(sum|count)|llmd_epp_scheduling_predictions_total|llmd_epp_pool)' || true
