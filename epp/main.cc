@@ -84,6 +84,8 @@ int run(int argc, char** argv) {
         "Forward a non-zero soft priority to the pod as vLLM's `priority` (lower = first; the "
         "pods need --scheduling-policy priority)");
   o.add("max-body-bytes", "EPP_MAX_BODY_BYTES", "16777216", "Largest accepted request body");
+  o.add("body-budget-bytes", "EPP_BODY_BUDGET_BYTES", "268435456",
+        "Request bodies held at once (503 + Retry-After beyond)");
   o.add("reload-check-ms", "EPP_RELOAD_CHECK_MS", "1000", "How often config files are checked");
   o.add("log-level", "LOG_LEVEL", "info", "trace | debug | info | warn | error");
   if (!o.parse(argc, argv)) {
@@ -155,6 +157,7 @@ int run(int argc, char** argv) {
   po.io_threads = static_cast<int>(o.integer("io-threads", 1, 64));
   po.scheduler_threads = static_cast<int>(o.integer("scheduler-threads", 1, 1024));
   po.body_limit = static_cast<std::size_t>(o.integer("max-body-bytes", 1024));
+  po.body_budget = static_cast<std::size_t>(o.integer("body-budget-bytes", 1024));
   po.header_timeout = std::chrono::milliseconds(o.integer("header-timeout-ms", 1, 3600000));
   po.idle_timeout = std::chrono::milliseconds(o.integer("idle-timeout-ms", 1, 86400000));
   po.upstream_first_byte_timeout =

@@ -140,6 +140,44 @@ struct ProxyServer::Impl {
   std::atomic<bool> stopped{false};
   std::atomic<bool> draining{false};  // no new requests; those in flight finish
   std::atomic<int> active{0};         // requests between their read and their last byte
+  std::atomic<std::size_t> body_bytes{0};  // Content-Length of the requests being served
+
+  // A request's share of the body budget, returned when the request is done.
+  struct BodyReservation {
+    BodyReservation(std::atomic<std::size_t>& total, std::size_t n) : total_(total), n_(n) {}
+    ~BodyReservation() { total_ -= n_; }
+    BodyReservation(const BodyReservation&) = delete;
+    BodyReservation& operator=(const BodyReservation&) = delete;
+    std::atomic<std::size_t>& total_;
+    std::size_t n_;
+  };
+  // Reserves `n` bytes, or nothing when that would pass the budget.
+  std::optional<std::size_t> reserve_body(std::size_t n) {
+    std::size_t held = body_bytes.load();
+    do {
+      if (held + n > options.body_budget) {
+        return std::nullopt;
+      }
+    } while (!body_bytes.compare_exchange_weak(held, held + n));
+    return n;
+  }
+
+  // Reads and drops what a client still sends after an early final answer (bounded), so that
+  // closing does not reset the connection and destroy the answer before the client read it.
+  net::awaitable<void> linger(beast::tcp_stream& stream) {
+    beast::error_code sec;
+    stream.socket().shutdown(tcp::socket::shutdown_send, sec);
+    stream.expires_after(std::chrono::seconds(5));
+    std::size_t drained = 0;
+    char scratch[16384];
+    while (drained < 4 * options.body_limit) {
+      beast::error_code rec;
+      drained += co_await stream.async_read_some(net::buffer(scratch), redirect(rec));
+      if (rec) {
+        break;
+      }
+    }
+  }
 
   // Counts a request as active for drain() for as long as it lives (RAII in the coroutine).
   struct ActiveRequest {
@@ -201,7 +239,26 @@ struct ProxyServer::Impl {
         // (a slow-headers client cannot hold a connection), and the body within the idle one.
         stream.expires_after(options.header_timeout);
         co_await http::async_read_header(stream, buffer, parser, redirect(ec));
+        std::optional<BodyReservation> reservation;
         if (!ec) {
+          const std::size_t length =
+              static_cast<std::size_t>(parser.content_length().value_or(0));
+          if (length <= options.body_limit) {  // larger ones get their 413 from the parser
+            if (auto n = reserve_body(length)) {
+              reservation.emplace(body_bytes, *n);
+            } else {
+              sink.on_rejected("", 503);
+              auto res = json_error(503, "EPP is at its request-body memory budget, retry",
+                                    parser.get().version(), false);
+              stream.expires_after(std::chrono::seconds(5));
+              beast::error_code wec;
+              co_await http::async_write(stream, res, redirect(wec));
+              if (!wec) {
+                co_await linger(stream);
+              }
+              break;
+            }
+          }
           stream.expires_after(options.idle_timeout);
           co_await http::async_read(stream, buffer, parser, redirect(ec));
         }
@@ -222,19 +279,10 @@ struct ProxyServer::Impl {
           stream.expires_after(std::chrono::seconds(5));
           beast::error_code wec;
           co_await http::async_write(stream, res, redirect(wec));
-          // Lingering close: the client is still uploading. Closing now would reset the
-          // connection and destroy the 413 in its receive buffer (SDKs then report a broken
-          // pipe and upload again); read and drop the rest first, bounded in bytes and time.
-          beast::error_code sec;
-          stream.socket().shutdown(tcp::socket::shutdown_send, sec);
-          std::size_t drained = 0;
-          char sink_buf[16384];
-          while (!wec && drained < 4 * options.body_limit) {
-            beast::error_code rec;
-            drained += co_await stream.async_read_some(net::buffer(sink_buf), redirect(rec));
-            if (rec) {
-              break;
-            }
+          // The client is still uploading: SDKs that see a reset instead of the 413 report a
+          // broken pipe and upload again.
+          if (!wec) {
+            co_await linger(stream);
           }
           break;
         }

@@ -24,6 +24,11 @@ struct ProxyOptions {
   int io_threads = 2;
   int scheduler_threads = 8;
   std::size_t body_limit = 16 * 1024 * 1024;
+  // Request bodies held at once (from their headers to the end of their response), across all
+  // connections; a request that would exceed it gets 503 + Retry-After before its body is read.
+  // Bounds the memory that large concurrent uploads can take (a parsed body costs a few times
+  // its size).
+  std::size_t body_budget = 256 * 1024 * 1024;
   std::chrono::milliseconds header_timeout{10000};
   std::chrono::milliseconds idle_timeout{60000};
   std::chrono::milliseconds upstream_connect_timeout{2000};

@@ -304,5 +304,36 @@ TEST_F(LifecycleStack, RequestCountsAreWhatClientsGotAndPodAttemptsApart) {
   EXPECT_EQ(metric_sum(m, "llmd_epp_pod_attempts_total{code=\"500\"}"), 2);
 }
 
+// Bodies held at once are bounded: past the budget a request gets 503 + Retry-After before its
+// body is read, and is served again once memory is free.
+TEST_F(LifecycleStack, RequestBodiesBeyondTheBudgetGetA503UntilMemoryIsFree) {
+  StackOptions o;
+  o.pods = 1;
+  o.predictors = 1;
+  o.epp_args = {"--body-budget-bytes", "200000"};
+  start(o);
+  const std::string big = words(30000, "b");  // ~117 KB: two do not fit in 200 KB
+  int long_status = 0;
+  std::thread holder([&] {
+    http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(60));
+    Json body = {{"model", stack_->model}, {"prompt", big}, {"max_tokens", 300}, {"stream", true}};
+    long_status = c.post("/v1/completions", body.dump()).status;
+  });
+  http::HttpClient pod("127.0.0.1", stack_->pod_port(0));
+  for (int i = 0; i < 300 && metric_sum(pod.get("/metrics").body, "vllm:num_requests_running") < 1;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  http::HttpClient c("127.0.0.1", stack_->epp_port);
+  Json second = {{"model", stack_->model}, {"prompt", big}, {"max_tokens", 2}};
+  auto refused = c.post("/v1/completions", second.dump());
+  EXPECT_EQ(refused.status, 503) << refused.error;
+  EXPECT_EQ(refused.header("retry-after"), "1");
+  holder.join();
+  EXPECT_EQ(long_status, 200);
+  http::HttpClient after("127.0.0.1", stack_->epp_port);
+  EXPECT_EQ(after.post("/v1/completions", second.dump()).status, 200);
+}
+
 }  // namespace
 }  // namespace llmd::testing
