@@ -129,7 +129,9 @@ struct PredictorClient::Impl {
     waiters.emplace(ticket, &waiter);
     // The dispatcher already sleeps until the open window's end; wake it only when this
     // submission opens a window or makes a batch due at once.
-    if (opens_window || coalescer.next_due() <= now) {
+    // (A fresh clock: `now` was read before the lock, so another caller's submission time, which
+    // next_due() may return, can be later than it.)
+    if (opens_window || coalescer.next_due() <= Clock::now()) {
       dispatcher_cv.notify_one();
     }
     std::optional<std::vector<Prediction>> result;
@@ -147,11 +149,20 @@ struct PredictorClient::Impl {
     return result;
   }
 
+  // Batches that may start now: the configured cap and the replicas' AIMD windows (with no
+  // healthy replica, batches go and fail at once: callers must not wait for their deadline).
+  std::size_t room() const {
+    const std::size_t windows =
+        replicas.healthy_count() == 0 ? config.max_concurrent_dispatches : replicas.capacity();
+    const std::size_t cap = std::min(config.max_concurrent_dispatches, windows);
+    return cap > in_progress ? cap - in_progress : 0;
+  }
+
   // Dispatcher thread.
   void dispatcher_loop() {
     std::unique_lock lk(mu);
     while (!stopping) {
-      std::size_t capacity = config.max_concurrent_dispatches - in_progress;
+      std::size_t capacity = room();
       if (capacity > 0) {
         auto batches = coalescer.take_ready(Clock::now(), capacity);
         for (auto& b : batches) {
@@ -165,7 +176,7 @@ struct PredictorClient::Impl {
         for (std::size_t i = 0; i < batches.size(); ++i) {
           sender_cv.notify_one();
         }
-        capacity = config.max_concurrent_dispatches - in_progress;
+        capacity = room();
       }
       const auto due = coalescer.next_due();
       if (!due || capacity == 0) {
@@ -188,12 +199,10 @@ struct PredictorClient::Impl {
       Batch batch = std::move(send_queue.front());
       send_queue.pop_front();
       dispatch(lk, *channel, batch);
-      const bool was_full = in_progress == config.max_concurrent_dispatches;
       --in_progress;
-      // A freed slot, or (adaptive window) the end of the last batch in flight, may make the
-      // pending rows due now.
-      if (coalescer.pending_callers() > 0 &&
-          (was_full || coalescer.next_due() <= Clock::now())) {
+      // A freed slot (cap or window), or (adaptive window) the end of the last batch in
+      // flight, may let pending rows go now.
+      if (coalescer.pending_callers() > 0) {
         dispatcher_cv.notify_one();
       }
     }
@@ -237,9 +246,11 @@ struct PredictorClient::Impl {
       std::optional<std::vector<Prediction>> predictions;
       ErrorKind kind = ErrorKind::kTransport;
       bool replica_fault = true;
+      bool timed_out = false;
       switch (response.outcome) {
         case TransportResponse::Outcome::kTimeout:
           kind = ErrorKind::kTimeout;
+          timed_out = true;
           break;
         case TransportResponse::Outcome::kError:
           kind = ErrorKind::kTransport;
@@ -264,12 +275,16 @@ struct PredictorClient::Impl {
       lk.lock();
       replicas.end(*replica);
       if (predictions) {
+        replicas.on_answer(*replica);
         complete(coalescer.deliver(batch.id, *predictions));
         return;
       }
       metrics.error(kind);
       last_error = kind;
-      if (replica_fault && replicas.mark_unhealthy(*replica)) {
+      // A slow batch narrows the replica's window (fewer batches, each bigger) instead of
+      // taking it out: only a replica that keeps timing out is marked unhealthy.
+      const bool unhealthy = timed_out ? replicas.on_timeout(*replica) : replica_fault;
+      if (unhealthy && replicas.mark_unhealthy(*replica)) {
         metrics.replica_healthy[*replica]->Set(0);
         lk.unlock();
         spdlog::warn("predictor replica {} marked unhealthy ({}: {}); probing /readyz",
@@ -421,6 +436,11 @@ PredictorClient::Stats PredictorClient::stats() const {
 bool PredictorClient::replica_healthy(std::size_t replica) const {
   std::lock_guard lk(impl_->mu);
   return impl_->replicas.healthy(replica);
+}
+
+double PredictorClient::replica_window(std::size_t replica) const {
+  std::lock_guard lk(impl_->mu);
+  return impl_->replicas.window(replica);
 }
 
 std::size_t PredictorClient::replica_count() const { return impl_->config.replica_urls.size(); }

@@ -104,6 +104,7 @@ class PredictorClient final : public PredictionSource {
   };
   Stats stats() const;
   bool replica_healthy(std::size_t replica) const;
+  double replica_window(std::size_t replica) const;  // AIMD batches-in-flight window
   std::size_t replica_count() const;
   const PredictorClientConfig& config() const;
 

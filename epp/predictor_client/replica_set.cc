@@ -49,9 +49,16 @@ ReplicaSet::ReplicaSet(std::size_t count) : replicas_(count) { ties_.reserve(cou
 std::optional<std::size_t> ReplicaSet::choose(Rng& rng, std::optional<std::size_t> exclude) {
   int best = INT_MAX;
   ties_.clear();
+  bool any_room = false;
   for (std::size_t i = 0; i < replicas_.size(); ++i) {
     const State& r = replicas_[i];
-    if (!r.healthy || (exclude && *exclude == i)) {
+    any_room = any_room || (r.healthy && !(exclude && *exclude == i) &&
+                            r.outstanding < static_cast<int>(r.window));
+  }
+  for (std::size_t i = 0; i < replicas_.size(); ++i) {
+    const State& r = replicas_[i];
+    if (!r.healthy || (exclude && *exclude == i) ||
+        (any_room && r.outstanding >= static_cast<int>(r.window))) {
       continue;
     }
     if (r.outstanding < best) {
@@ -81,6 +88,26 @@ void ReplicaSet::end(std::size_t replica) {
   }
 }
 
+void ReplicaSet::on_answer(std::size_t replica) {
+  State& r = replicas_[replica];
+  r.window = std::min(kMaxWindow, r.window + 1.0 / r.window);
+  r.timeouts_in_a_row = 0;
+}
+
+bool ReplicaSet::on_timeout(std::size_t replica) {
+  State& r = replicas_[replica];
+  r.window = std::max(1.0, r.window / 2);
+  return ++r.timeouts_in_a_row >= kTimeoutsToUnhealthy;
+}
+
+std::size_t ReplicaSet::capacity() const {
+  std::size_t total = 0;
+  for (const State& r : replicas_) {
+    total += r.healthy ? static_cast<std::size_t>(r.window) : 0;
+  }
+  return total;
+}
+
 bool ReplicaSet::mark_unhealthy(std::size_t replica) {
   const bool changed = replicas_[replica].healthy;
   replicas_[replica].healthy = false;
@@ -88,8 +115,13 @@ bool ReplicaSet::mark_unhealthy(std::size_t replica) {
 }
 
 bool ReplicaSet::mark_healthy(std::size_t replica) {
-  const bool changed = !replicas_[replica].healthy;
-  replicas_[replica].healthy = true;
+  State& r = replicas_[replica];
+  const bool changed = !r.healthy;
+  r.healthy = true;
+  if (changed) {
+    r.window = kInitialWindow;
+    r.timeouts_in_a_row = 0;
+  }
   return changed;
 }
 

@@ -2,6 +2,7 @@
 // health and probing, deadlines and late answers. No sleeps and no timing asserts: tests that
 // must not wait for a deadline use a 60 s deadline and check that no deadline error occurred.
 #include "epp/predictor_client/predictor_client.h"
+#include "epp/predictor_client/replica_set.h"
 
 #include <atomic>
 #include <future>
@@ -190,13 +191,35 @@ TEST(PredictorClient, FailsOverWhenTheFirstReplicaTimesOut) {
   expect_own_predictions(client.predict(rows), rows);
   EXPECT_EQ(errors(registry, "timeout"), 1);
   EXPECT_EQ(errors(registry, "deadline"), 0);
-  EXPECT_FALSE(client.replica_healthy(0));
+  // One slow batch narrows the replica's window; it stays in (a cliff otherwise: under
+  // overload every replica times out once and every call falls back).
+  EXPECT_TRUE(client.replica_healthy(0));
+  EXPECT_EQ(client.replica_window(0), ReplicaSet::kInitialWindow / 2);
   EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_dispatch_seconds", "replica",
                          "http://predictor-0:8001"),
             1);
   EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_dispatch_seconds", "replica",
                          "http://predictor-1:8001"),
             1);
+}
+
+TEST(PredictorClient, AReplicaThatKeepsTimingOutIsTakenOut) {
+  prometheus::Registry registry;
+  auto transport = std::make_shared<FakeTransport>(
+      [](std::size_t replica, const std::string& path, const auto& rows) {
+        if (replica == 0 && path != "/readyz") {
+          return TransportResponse::timeout();
+        }
+        return FakeTransport::healthy(replica, path, rows);
+      });
+  PredictorClient client(config(2), registry, transport, std::make_unique<FixedRng>(0.0));
+  for (int i = 0; i < ReplicaSet::kTimeoutsToUnhealthy; ++i) {
+    EXPECT_TRUE(client.replica_healthy(0)) << i;
+    auto rows = make_rows(5, 10 * i);
+    expect_own_predictions(client.predict(rows), rows);  // retried on replica 1
+  }
+  EXPECT_FALSE(client.replica_healthy(0));
+  EXPECT_EQ(errors(registry, "timeout"), ReplicaSet::kTimeoutsToUnhealthy);
 }
 
 TEST(PredictorClient, ShortAnswerIsRetriedOnTheOtherReplica) {
