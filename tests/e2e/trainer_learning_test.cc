@@ -195,9 +195,11 @@ TEST(TrainerExport, SeedBundleStartsANewTrainer) {
   ASSERT_TRUE(wait_for_version(t, 1, std::chrono::seconds(60))) << t.process->log();
   // A trained model (categorical prefill_score_bucket splits, linear base) still dumps its
   // trees for native-tree clients, and /metrics lists the line's coefficients.
-  auto trees = t.get("/model/ttft/xgb/json");
-  ASSERT_EQ(trees.status, 200) << trees.body.substr(0, 300);
-  EXPECT_EQ(Json::parse(trees.body).size(), 200u);
+  for (const char* target : {"ttft", "tpot"}) {
+    auto trees = t.get(std::string("/model/") + target + "/xgb/json");
+    ASSERT_EQ(trees.status, 200) << target << ": " << trees.body.substr(0, 300);
+    EXPECT_EQ(Json::parse(trees.body).size(), 200u) << target;
+  }
   EXPECT_NE(t.get("/metrics").body.find("ttft_coef{feature=\"num_request_waiting\"}"),
             std::string::npos);
   auto r = t.get("/model/export");
