@@ -335,5 +335,43 @@ TEST_F(LifecycleStack, RequestBodiesBeyondTheBudgetGetA503UntilMemoryIsFree) {
   EXPECT_EQ(after.post("/v1/completions", second.dump()).status, 200);
 }
 
+// Every status the EPP writes itself is an OpenAI error object (the SDKs build their exception
+// from it), with Retry-After where retrying later helps.
+TEST_F(LifecycleStack, EveryEppErrorIsAnOpenAiErrorObject) {
+  StackOptions o;
+  o.pods = 1;
+  o.predictors = 1;
+  o.epp_args = {"--max-body-bytes", "4096"};
+  start(o);
+  fault(0, R"({"mode":"error","duration_ms":60000})");
+  http::HttpClient c("127.0.0.1", stack_->epp_port);
+  const std::string ok_body =
+      Json{{"model", stack_->model}, {"prompt", "hi"}, {"max_tokens", 2}}.dump();
+  struct Case {
+    int status;
+    const char* type;
+    http::ClientResponse got;
+  };
+  std::vector<Case> cases = {
+      {400, "invalid_request_error", c.post("/v1/completions", "{not json")},
+      {404, "not_found_error", c.post("/v1/embeddings", ok_body)},
+      {405, "invalid_request_error", c.get("/v1/chat/completions")},
+      {413, "invalid_request_error",
+       c.post("/v1/completions", Json{{"model", stack_->model}, {"prompt", std::string(9000, 'x')}}.dump())},
+      {502, "server_error", c.post("/v1/completions", ok_body)},  // the only pod answers 500
+      {503, "service_unavailable_error", c.post("/v1/completions", ok_body)},  // it cools down
+  };
+  for (const auto& k : cases) {
+    ASSERT_EQ(k.got.status, k.status) << k.got.body << k.got.error;
+    const Json e = Json::parse(k.got.body)["error"];
+    EXPECT_TRUE(e["message"].is_string()) << k.status;
+    EXPECT_EQ(e["type"], k.type) << k.status;
+    EXPECT_TRUE(e.contains("param")) << k.status;
+    EXPECT_EQ(e["code"], k.status);
+    EXPECT_EQ(k.got.header("content-type"), "application/json") << k.status;
+    EXPECT_EQ(!k.got.header("retry-after").empty(), k.status == 503 || k.status == 429) << k.status;
+  }
+}
+
 }  // namespace
 }  // namespace llmd::testing
