@@ -16,6 +16,35 @@ namespace {
 
 using http::testing::RawSocket;
 
+// Joins the test's client threads on every exit path (a failed ASSERT returns early; a joinable
+// std::thread would then terminate the test binary instead of reporting the failure).
+class JoinAll {
+ public:
+  explicit JoinAll(std::vector<std::thread>& threads) : threads_(threads) {}
+  ~JoinAll() {
+    for (auto& t : threads_) {
+      if (t.joinable()) {
+        t.join();
+      }
+    }
+  }
+  JoinAll(const JoinAll&) = delete;
+  JoinAll& operator=(const JoinAll&) = delete;
+
+ private:
+  std::vector<std::thread>& threads_;
+};
+
+// Sum of a modelsim metric over the stack's pods.
+double pod_metric(Stack& stack, int pods, const std::string& prefix) {
+  double n = 0;
+  for (int p = 0; p < pods; ++p) {
+    http::HttpClient pod("127.0.0.1", stack.pod_port(p));
+    n += metric_sum(pod.get("/metrics").body, prefix);
+  }
+  return n;
+}
+
 class LifecycleStack : public ::testing::Test {
  protected:
   void start(StackOptions o) {
@@ -86,12 +115,20 @@ TEST_F(LifecycleStack, ClientThatDisconnectsWhileQueuedIsNeverDispatched) {
                    "  timeoutMs: 60000\n";
   start(o);
   int long_status = 0;
-  std::thread long_request([&] {
+  std::vector<std::thread> threads;
+  JoinAll join(threads);
+  threads.emplace_back([&] {
     http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(120));
-    Json body = {{"model", stack_->model}, {"prompt", words(20, "long")}, {"max_tokens", 300}};
+    // Streamed: its headers come at once (the stack's first-byte timeout is 2 s).
+    Json body = {{"model", stack_->model}, {"prompt", words(20, "long")}, {"max_tokens", 600},
+                 {"stream", true}};
     long_status = c.post("/v1/completions", body.dump()).status;
   });
-  ASSERT_GE(wait_metric("llmd_epp_router_queue_requests_total{outcome=\"immediate\"}", 1), 1);
+  // The long request runs on the pod (a loaded CI machine may take a while to get there).
+  for (int i = 0; i < 500 && pod_metric(*stack_, 1, "vllm:num_requests_running") < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(pod_metric(*stack_, 1, "vllm:num_requests_running"), 1);
   {
     std::vector<std::unique_ptr<RawSocket>> waiting;
     for (int i = 0; i < 3; ++i) {
@@ -102,7 +139,7 @@ TEST_F(LifecycleStack, ClientThatDisconnectsWhileQueuedIsNeverDispatched) {
     ASSERT_GE(wait_metric("llmd_epp_router_queue_pending{", 3), 3) << stack_->metrics();
   }  // the three clients hang up
   EXPECT_GE(wait_metric("llmd_epp_router_queue_requests_total{outcome=\"cancelled\"}", 3), 3);
-  long_request.join();
+  threads.front().join();
   EXPECT_EQ(long_status, 200);
   ASSERT_EQ(stack_->complete(words(10, "after"), 2).status, 200);
   const std::string m = stack_->metrics();
@@ -120,6 +157,7 @@ TEST_F(LifecycleStack, SigtermLetsEveryStreamInFlightFinishAndExitsZero) {
   start(o);
   constexpr int kStreams = 16;
   std::vector<std::thread> clients;
+  JoinAll join(clients);
   std::vector<http::ClientResponse> got(kStreams);
   for (int i = 0; i < kStreams; ++i) {
     clients.emplace_back([&, i] {
@@ -130,14 +168,7 @@ TEST_F(LifecycleStack, SigtermLetsEveryStreamInFlightFinishAndExitsZero) {
     });
   }
   // Every stream is running on a pod before the signal.
-  auto running = [&] {
-    double n = 0;
-    for (int p = 0; p < o.pods; ++p) {
-      http::HttpClient pod("127.0.0.1", stack_->pod_port(p));
-      n += metric_sum(pod.get("/metrics").body, "vllm:num_requests_running");
-    }
-    return n;
-  };
+  auto running = [&] { return pod_metric(*stack_, o.pods, "vllm:num_requests_running"); };
   for (int i = 0; i < 200 && running() < kStreams; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -314,22 +345,23 @@ TEST_F(LifecycleStack, RequestBodiesBeyondTheBudgetGetA503UntilMemoryIsFree) {
   start(o);
   const std::string big = words(30000, "b");  // ~117 KB: two do not fit in 200 KB
   int long_status = 0;
-  std::thread holder([&] {
+  std::vector<std::thread> threads;
+  JoinAll join(threads);
+  threads.emplace_back([&] {
     http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(60));
-    Json body = {{"model", stack_->model}, {"prompt", big}, {"max_tokens", 300}, {"stream", true}};
+    Json body = {{"model", stack_->model}, {"prompt", big}, {"max_tokens", 600}, {"stream", true}};
     long_status = c.post("/v1/completions", body.dump()).status;
   });
-  http::HttpClient pod("127.0.0.1", stack_->pod_port(0));
-  for (int i = 0; i < 300 && metric_sum(pod.get("/metrics").body, "vllm:num_requests_running") < 1;
-       ++i) {
+  for (int i = 0; i < 500 && pod_metric(*stack_, 1, "vllm:num_requests_running") < 1; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  ASSERT_EQ(pod_metric(*stack_, 1, "vllm:num_requests_running"), 1);
   http::HttpClient c("127.0.0.1", stack_->epp_port);
   Json second = {{"model", stack_->model}, {"prompt", big}, {"max_tokens", 2}};
   auto refused = c.post("/v1/completions", second.dump());
   EXPECT_EQ(refused.status, 503) << refused.error;
   EXPECT_EQ(refused.header("retry-after"), "1");
-  holder.join();
+  threads.front().join();
   EXPECT_EQ(long_status, 200);
   http::HttpClient after("127.0.0.1", stack_->epp_port);
   EXPECT_EQ(after.post("/v1/completions", second.dump()).status, 200);
