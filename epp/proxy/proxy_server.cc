@@ -217,6 +217,21 @@ struct ProxyServer::Impl {
     }
   }
 
+  // The EPP's own last answer on a connection that then closes (counted as a client request);
+  // with `linger`, what the client still uploads is drained first (see linger()).
+  // `detail` is a literal or a named string (GCC 12 coroutine temporaries, see handle()).
+  net::awaitable<void> answer_and_close(beast::tcp_stream& stream, int status,
+                                        std::string_view detail, unsigned version, bool drain) {
+    sink.on_rejected("", status);
+    auto res = json_error(status, std::string(detail), version, false);
+    stream.expires_after(std::chrono::seconds(5));
+    beast::error_code wec;
+    co_await http::async_write(stream, res, redirect(wec));
+    if (drain && !wec) {
+      co_await linger(stream);
+    }
+  }
+
   // One client connection: requests in order, keep-alive.
   net::awaitable<void> session(beast::tcp_stream stream) {
     beast::flat_buffer buffer;
@@ -247,15 +262,9 @@ struct ProxyServer::Impl {
             if (auto n = reserve_body(length)) {
               reservation.emplace(body_bytes, *n);
             } else {
-              sink.on_rejected("", 503);
-              auto res = json_error(503, "EPP is at its request-body memory budget, retry",
-                                    parser.get().version(), false);
-              stream.expires_after(std::chrono::seconds(5));
-              beast::error_code wec;
-              co_await http::async_write(stream, res, redirect(wec));
-              if (!wec) {
-                co_await linger(stream);
-              }
+              co_await answer_and_close(stream, 503,
+                                        "EPP is at its request-body memory budget, retry",
+                                        parser.get().version(), true);
               break;
             }
           }
@@ -266,43 +275,25 @@ struct ProxyServer::Impl {
           break;
         }
         if (ec == http::error::header_limit) {
-          sink.on_rejected("", 431);
-          auto res = json_error(431, "Request header fields too large", 11, false);
-          stream.expires_after(std::chrono::seconds(5));
-          beast::error_code wec;
-          co_await http::async_write(stream, res, redirect(wec));
+          co_await answer_and_close(stream, 431, "Request header fields too large", 11, false);
           break;
         }
         if (ec == http::error::body_limit) {
-          sink.on_rejected("", 413);
-          auto res = json_error(413, "Request body too large", 11, false);
-          stream.expires_after(std::chrono::seconds(5));
-          beast::error_code wec;
-          co_await http::async_write(stream, res, redirect(wec));
           // The client is still uploading: SDKs that see a reset instead of the 413 report a
           // broken pipe and upload again.
-          if (!wec) {
-            co_await linger(stream);
-          }
+          co_await answer_and_close(stream, 413, "Request body too large", 11, true);
           break;
         }
         if (ec) {
           if (ec != beast::error::timeout && ec != net::error::operation_aborted) {
-            sink.on_rejected("", 400);
-          auto res = json_error(400, "Malformed HTTP request", 11, false);
-            stream.expires_after(std::chrono::seconds(5));
-            beast::error_code wec;
-          co_await http::async_write(stream, res, redirect(wec));
+            co_await answer_and_close(stream, 400, "Malformed HTTP request", 11, false);
           }
           break;
         }
         if (draining) {
           // Arrived on a kept-alive connection after the drain began: send it elsewhere.
-          sink.on_rejected("", 503);
-          auto res = json_error(503, "EPP is shutting down", parser.get().version(), false);
-          stream.expires_after(std::chrono::seconds(5));
-          beast::error_code wec;
-          co_await http::async_write(stream, res, redirect(wec));
+          co_await answer_and_close(stream, 503, "EPP is shutting down", parser.get().version(),
+                                    false);
           break;
         }
         bool keep = co_await handle(stream, parser.release());

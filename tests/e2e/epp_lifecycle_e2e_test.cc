@@ -45,22 +45,8 @@ double pod_metric(Stack& stack, int pods, const std::string& prefix) {
   return n;
 }
 
-class LifecycleStack : public ::testing::Test {
+class LifecycleStack : public StackTest {
  protected:
-  void start(StackOptions o) {
-    stack_ = std::make_unique<Stack>(std::move(o));
-    ASSERT_TRUE(stack_->ready) << stack_->logs();
-  }
-  void TearDown() override {
-    if (HasFailure() && stack_) {
-      std::string logs = stack_->logs();
-      std::cerr << logs.substr(logs.size() > 30000 ? logs.size() - 30000 : 0);
-    }
-  }
-  void fault(int pod, const std::string& body) {
-    http::HttpClient c("127.0.0.1", stack_->pod_port(pod));
-    ASSERT_EQ(c.post("/admin/fault", body).status, 200);
-  }
   std::string raw_request(const std::string& prompt, int max_tokens, bool stream) {
     Json body = {{"model", stack_->model}, {"prompt", prompt}, {"max_tokens", max_tokens},
                  {"stream", stream}};
@@ -80,7 +66,6 @@ class LifecycleStack : public ::testing::Test {
     }
     return v;
   }
-  std::unique_ptr<Stack> stack_;
 };
 
 TEST_F(LifecycleStack, PodThatClosesMidStreamIsAnErrorTheClientSees) {

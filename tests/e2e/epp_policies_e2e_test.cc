@@ -17,24 +17,7 @@
 namespace llmd::testing {
 namespace {
 
-class PolicyStack : public ::testing::Test {
- protected:
-  void start(StackOptions o) {
-    stack_ = std::make_unique<Stack>(std::move(o));
-    ASSERT_TRUE(stack_->ready) << stack_->logs();
-  }
-  void TearDown() override {
-    if (HasFailure() && stack_) {
-      std::string logs = stack_->logs();
-      std::cerr << logs.substr(logs.size() > 30000 ? logs.size() - 30000 : 0);
-    }
-  }
-  void fault(int pod, const std::string& body) {
-    http::HttpClient c("127.0.0.1", stack_->pod_port(pod));
-    ASSERT_EQ(c.post("/admin/fault", body).status, 200);
-  }
-  std::unique_ptr<Stack> stack_;
-};
+class PolicyStack : public StackTest {};
 
 // Pods 0-1 form pool "a"; pod 3 is reached as an upstream URL (pods 2-3 are in pool "b", which
 // the rule does not use, so the EPP scrapes but never schedules them).

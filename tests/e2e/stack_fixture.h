@@ -1,6 +1,8 @@
 #pragma once
 // The whole local stack on loopback: modelsim pods, trainer, predictors and the EPP, real
 // binaries on free ports, always stopped. Used by the EPP end-to-end tests.
+#include <gtest/gtest.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -177,6 +179,27 @@ class Stack {
   std::unique_ptr<http::HttpClient> client;
   std::string model;
   bool ready = false;
+};
+
+// A test that starts its own Stack with start(); on failure it prints the stack's logs.
+class StackTest : public ::testing::Test {
+ protected:
+  void start(StackOptions o) {
+    stack_ = std::make_unique<Stack>(std::move(o));
+    ASSERT_TRUE(stack_->ready) << stack_->logs();
+  }
+  void TearDown() override {
+    if (HasFailure() && stack_) {
+      std::string logs = stack_->logs();
+      std::cerr << logs.substr(logs.size() > 30000 ? logs.size() - 30000 : 0);
+    }
+  }
+  // Sets a modelsim fault on pod `pod` (modelsim's POST /admin/fault body).
+  void fault(int pod, const std::string& body) {
+    http::HttpClient c("127.0.0.1", stack_->pod_port(pod));
+    ASSERT_EQ(c.post("/admin/fault", body).status, 200);
+  }
+  std::unique_ptr<Stack> stack_;
 };
 
 // Sum of all samples of a Prometheus metric line prefix, e.g. "x_count{".
