@@ -315,13 +315,9 @@ void SampleLog::append(const std::string& entry) {
 }
 
 void SampleLog::reset() {
-  // A fresh file renamed over the old one: a crash leaves either the old log (replayed on top
-  // of the new snapshot: duplicates at worst, never a loss) or the new empty one.
-  const std::string fresh = path_ + ".new";
-  util::write_file_atomic(fresh, sample_log_header());
-  if (std::rename(fresh.c_str(), path_.c_str()) != 0) {
-    throw std::runtime_error(fmt::format("cannot replace sample log: {}", std::strerror(errno)));
-  }
+  // A fresh file renamed over the old one (write_file_atomic): a crash leaves either the old
+  // log (replayed on top of the new snapshot: duplicates at worst, never a loss) or the new one.
+  util::write_file_atomic(path_, sample_log_header());
   ::close(fd_);
   fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   if (fd_ < 0) {

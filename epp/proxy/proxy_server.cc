@@ -58,6 +58,12 @@ std::string openai_error_body(int status, const std::string& message) {
       .dump();
 }
 
+// A stream the pod broke off ends with the same error object as one SSE event.
+std::string mid_stream_error_event() {
+  return "data: " +
+         openai_error_body(502, "The model server failed while streaming the response") + "\n\n";
+}
+
 http::response<http::string_body> json_error(int status, const std::string& detail,
                                              unsigned version, bool keep_alive) {
   http::response<http::string_body> res{static_cast<http::status>(status), version};
@@ -111,15 +117,6 @@ bool is_hop_by_hop(http::field f) {
 // nginx's code for a request whose client went away before an answer.
 constexpr int kClientClosedRequest = 499;
 
-// An OpenAI-style error as one SSE event, for a stream the pod broke off.
-std::string mid_stream_error_event() {
-  nlohmann::json e = {{"error",
-                       {{"message", "The model server failed while streaming the response"},
-                        {"type", "upstream_error"},
-                        {"param", nullptr},
-                        {"code", 502}}}};
-  return "data: " + e.dump() + "\n\n";
-}
 
 }  // namespace
 
