@@ -70,7 +70,6 @@ int run(int argc, char** argv) {
   o.add("coalesce-adaptive", "PREDICTION_COALESCE_ADAPTIVE", "true",
         "Send a batch at once while none is in flight (the window runs only while one is)");
   o.add("io-threads", "EPP_IO_THREADS", "2", "Proxy I/O threads");
-  o.add("scheduler-threads", "EPP_SCHEDULER_THREADS", "16", "Scheduling threads");
   o.add("scraper-threads", "EPP_SCRAPER_THREADS", "2", "Metric scraper threads");
   o.add("header-timeout-ms", "EPP_HEADER_TIMEOUT_MS", "10000",
         "Time a client has to send a request's headers once it started");
@@ -155,7 +154,6 @@ int run(int argc, char** argv) {
   po.host = o.str("host");
   po.port = static_cast<uint16_t>(o.integer("port", 0, 65535));
   po.io_threads = static_cast<int>(o.integer("io-threads", 1, 64));
-  po.scheduler_threads = static_cast<int>(o.integer("scheduler-threads", 1, 1024));
   po.body_limit = static_cast<std::size_t>(o.integer("max-body-bytes", 1024));
   po.body_budget = static_cast<std::size_t>(o.integer("body-budget-bytes", 1024));
   po.header_timeout = std::chrono::milliseconds(o.integer("header-timeout-ms", 1, 3600000));

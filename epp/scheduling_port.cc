@@ -1,5 +1,6 @@
 #include "epp/scheduling_port.h"
 
+#include <atomic>
 #include <random>
 
 #include <fmt/format.h>
@@ -92,11 +93,18 @@ std::vector<Endpoint> EppSchedulingPort::pool_candidates(const std::string& pool
   return all;
 }
 
-PickResult EppSchedulingPort::pick(const SchedulingRequest& request, const Route& route,
-                                   const SchedulingGeneration& config) {
-  auto candidates = pool_candidates(route.pool);
-  ScheduleResult r =
-      director_.schedule(config.pipeline, request, std::move(candidates), thread_rng());
+void EppSchedulingPort::pick_async(const SchedulingRequest& request, const Route& route,
+                                   const SchedulingGeneration& config, Rng& rng, Resume resume,
+                                   std::function<void(PickResult)> done) {
+  director_.schedule_async(config.pipeline, request, pool_candidates(route.pool), rng,
+                           std::move(resume),
+                           [this, &request, &route, done = std::move(done)](ScheduleResult r) {
+                             done(to_pick_result(request, route, std::move(r)));
+                           });
+}
+
+PickResult EppSchedulingPort::to_pick_result(const SchedulingRequest& request, const Route& route,
+                                             ScheduleResult r) {
   const auto now = std::chrono::steady_clock::now();
   for (const auto& s : r.scores) {
     if (s.predicted_ttft_ms) {
@@ -131,23 +139,38 @@ PickResult EppSchedulingPort::pick(const SchedulingRequest& request, const Route
   return out;
 }
 
-double EppSchedulingPort::estimate_service_ms(const SchedulingRequest& request,
-                                              int64_t max_tokens) {
-  if (predictions_ != nullptr && request.prediction_enabled) {
-    // One row: this request on an idle pod without a prefix hit.
-    features::FeatureInput row;
-    row.input_token_length = request.input_tokens;
-    row.num_tokens_generated = 1;
-    auto p = predictions_->predict({row}, std::chrono::steady_clock::now() +
-                                              std::chrono::milliseconds(20));
-    if (p && p->size() == 1) {
-      return (*p)[0].ttft_ms + (*p)[0].tpot_ms * static_cast<double>(std::max<int64_t>(0, max_tokens - 1));
-    }
-  }
+void EppSchedulingPort::estimate_service_ms_async(const SchedulingRequest& request,
+                                                  int64_t max_tokens, Resume resume,
+                                                  std::function<void(double)> done) {
   // No model yet: relative cost in the spirit of Dynamo's token-count WSPT (prefill is cheap
   // per token, each decode step costs a forward pass).
-  return 0.05 * static_cast<double>(request.input_tokens) +
-         10.0 * static_cast<double>(std::max<int64_t>(1, max_tokens));
+  const double heuristic = 0.05 * static_cast<double>(request.input_tokens) +
+                           10.0 * static_cast<double>(std::max<int64_t>(1, max_tokens));
+  if (predictions_ == nullptr || !request.prediction_enabled) {
+    done(heuristic);
+    return;
+  }
+  // One row: this request on an idle pod without a prefix hit.
+  features::FeatureInput row;
+  row.input_token_length = request.input_tokens;
+  row.num_tokens_generated = 1;
+  auto inline_call = std::make_shared<std::atomic<bool>>(true);
+  predictions_->predict_async(
+      {row}, std::chrono::steady_clock::now() + std::chrono::milliseconds(20),
+      [max_tokens, heuristic, inline_call, resume = std::move(resume),
+       done = std::move(done)](PredictionResult p) {
+        double ms = heuristic;
+        if (p && p->size() == 1) {
+          ms = (*p)[0].ttft_ms +
+               (*p)[0].tpot_ms * static_cast<double>(std::max<int64_t>(0, max_tokens - 1));
+        }
+        if (*inline_call || !resume) {
+          done(ms);
+        } else {
+          resume([done, ms] { done(ms); });
+        }
+      });
+  *inline_call = false;
 }
 
 void EppSchedulingPort::on_completed(const CompletedRequest& done) {

@@ -30,9 +30,11 @@ class EppSchedulingPort final : public SchedulingPort, public CompletionSink {
   // SchedulingPort
   SchedulingGenerationPtr generation() override;
   Route route(const SchedulingRequest& request, const SchedulingGeneration& config) override;
-  PickResult pick(const SchedulingRequest& request, const Route& route,
-                  const SchedulingGeneration& config) override;
-  double estimate_service_ms(const SchedulingRequest& request, int64_t max_tokens) override;
+  void pick_async(const SchedulingRequest& request, const Route& route,
+                  const SchedulingGeneration& config, Rng& rng, Resume resume,
+                  std::function<void(PickResult)> done) override;
+  void estimate_service_ms_async(const SchedulingRequest& request, int64_t max_tokens,
+                                 Resume resume, std::function<void(double)> done) override;
 
   // CompletionSink: the prefix index learns each answer; response times of rule-routed requests.
   void on_completed(const CompletedRequest& done) override;
@@ -41,6 +43,9 @@ class EppSchedulingPort final : public SchedulingPort, public CompletionSink {
   std::vector<Endpoint> pool_candidates(const std::string& pool) const;
 
  private:
+  PickResult to_pick_result(const SchedulingRequest& request, const Route& route,
+                            ScheduleResult r);
+
   Director& director_;
   PodRegistry& registry_;
   PredictionSource* predictions_;  // null: no predictor configured

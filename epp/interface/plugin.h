@@ -6,6 +6,7 @@
 // Threading: a loaded pipeline is immutable and shared by all scheduling threads, so plugin
 // methods are const and must be thread-safe; mutable shared state (e.g. the prefix index) lives
 // behind the Handle with its own synchronisation.
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -46,6 +47,15 @@ struct CycleContext {
 class DataProducer : public Plugin {
  public:
   virtual void produce(CycleContext& ctx, std::vector<Endpoint>& endpoints) const = 0;
+  // A producer that waits for I/O (predictions) overrides this instead of blocking a thread
+  // in produce(): it writes its attribute, then calls `done` exactly once, on any thread,
+  // possibly inline. `ctx` and `endpoints` stay alive and untouched by others until then.
+  // The default runs produce() inline.
+  virtual void produce_async(CycleContext& ctx, std::vector<Endpoint>& endpoints,
+                             std::function<void()> done) const {
+    produce(ctx, endpoints);
+    done();
+  }
   // Called once after a pod was picked (e.g. to insert the prompt's blocks for that pod).
   virtual void on_picked(CycleContext&, const Endpoint&) const {}
   // Called once when the picked pod finished answering; ctx.request.prompt_text is then the

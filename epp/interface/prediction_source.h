@@ -2,6 +2,7 @@
 // Where predicted-latency-producer gets its numbers: the coalescing predictor client in
 // production, a fake in tests, the in-process model in the virtual-time simulator.
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -14,15 +15,26 @@ struct Prediction {
   double tpot_ms = 0;
 };
 
+using PredictionResult = std::optional<std::vector<Prediction>>;
+using PredictionCallback = std::function<void(PredictionResult)>;
+
 class PredictionSource {
  public:
   virtual ~PredictionSource() = default;
   // One prediction per row, in order, or nullopt when none arrived before `deadline`
-  // (predictors down, overloaded, cold). Blocks the calling scheduling thread at most until
-  // the deadline. Thread-safe.
-  virtual std::optional<std::vector<Prediction>> predict(
-      const std::vector<features::FeatureInput>& rows,
-      std::chrono::steady_clock::time_point deadline) = 0;
+  // (predictors down, overloaded, cold). Blocks the calling thread at most until the
+  // deadline. Thread-safe.
+  virtual PredictionResult predict(const std::vector<features::FeatureInput>& rows,
+                                   std::chrono::steady_clock::time_point deadline) = 0;
+  // The same without blocking the caller: `done` runs exactly once, on a thread of the
+  // source's choosing (possibly inline, before predict_async returns), by the deadline.
+  // The default answers inline through predict(): right for in-process sources, which never
+  // wait (the simulator's model, test fakes); the predictor client overrides it.
+  virtual void predict_async(std::vector<features::FeatureInput> rows,
+                             std::chrono::steady_clock::time_point deadline,
+                             PredictionCallback done) {
+    done(predict(rows, deadline));
+  }
 };
 
 }  // namespace llmd::epp

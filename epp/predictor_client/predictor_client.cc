@@ -31,6 +31,19 @@ struct Waiter {
   std::optional<std::vector<Prediction>> result;
 };
 
+// One predict_async() call: its callback runs once, outside the mutex, with the answer, or
+// with nullopt at its deadline (the dispatcher watches deadlines).
+struct AsyncWaiter {
+  PredictionCallback callback;
+  Clock::time_point deadline;
+};
+
+// A callback ready to run, collected under the mutex and run after it is released.
+struct ReadyCallback {
+  PredictionCallback callback;
+  PredictionResult result;
+};
+
 std::chrono::milliseconds attempt_timeout(std::chrono::milliseconds limit,
                                           Clock::duration remaining) {
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(remaining);
@@ -94,6 +107,11 @@ struct PredictorClient::Impl {
         waiter->cv.notify_one();
       }
       waiters.clear();
+      for (auto& [ticket, waiter] : async_waiters) {
+        ready.push_back({std::move(waiter.callback), std::nullopt});
+      }
+      async_waiters.clear();
+      run_ready(lk);
       callers_gone_cv.wait(lk, [this] { return active_callers == 0; });
     }
     dispatcher_cv.notify_all();
@@ -149,6 +167,73 @@ struct PredictorClient::Impl {
     return result;
   }
 
+  void predict_async(std::vector<features::FeatureInput> rows, Clock::time_point deadline,
+                     PredictionCallback done) {
+    if (rows.empty()) {
+      done(std::vector<Prediction>{});
+      return;
+    }
+    const auto now = Clock::now();
+    deadline = std::min(deadline, now + config.request_deadline);
+    if (deadline <= now) {
+      metrics.error(ErrorKind::kDeadline);
+      done(std::nullopt);
+      return;
+    }
+    std::unique_lock lk(mu);
+    if (stopping) {
+      lk.unlock();
+      done(std::nullopt);
+      return;
+    }
+    const bool opens_window = coalescer.pending_callers() == 0;
+    const Ticket ticket = coalescer.submit(std::move(rows), now, deadline);
+    const bool earliest = async_waiters.empty() || deadline < earliest_async_deadline();
+    async_waiters.emplace(ticket, AsyncWaiter{std::move(done), deadline});
+    // As in predict(); the dispatcher also wakes for the earliest async deadline.
+    if (opens_window || earliest || coalescer.next_due() <= Clock::now()) {
+      dispatcher_cv.notify_one();
+    }
+  }
+
+  Clock::time_point earliest_async_deadline() const {
+    auto t = Clock::time_point::max();
+    for (const auto& [ticket, w] : async_waiters) {
+      t = std::min(t, w.deadline);
+    }
+    return t;
+  }
+
+  // Async callers past their deadline give up (their rows leave the coalescer). Under `mu`.
+  void expire_async(Clock::time_point now) {
+    for (auto it = async_waiters.begin(); it != async_waiters.end();) {
+      if (it->second.deadline > now) {
+        ++it;
+        continue;
+      }
+      coalescer.cancel(it->first);
+      metrics.error(ErrorKind::kDeadline);
+      ready.push_back({std::move(it->second.callback), std::nullopt});
+      it = async_waiters.erase(it);
+    }
+  }
+
+  // Runs the collected callbacks without `mu` (they may schedule work, post, or call back in).
+  // Called and returns with `lk` held; true when it released it.
+  bool run_ready(std::unique_lock<std::mutex>& lk) {
+    if (ready.empty()) {
+      return false;
+    }
+    std::vector<ReadyCallback> batch;
+    batch.swap(ready);
+    lk.unlock();
+    for (auto& r : batch) {
+      r.callback(std::move(r.result));
+    }
+    lk.lock();
+    return true;
+  }
+
   // Batches that may start now: the configured cap and the replicas' AIMD windows (with no
   // healthy replica, batches go and fail at once: callers must not wait for their deadline).
   std::size_t room() const {
@@ -178,11 +263,19 @@ struct PredictorClient::Impl {
         }
         capacity = room();
       }
+      expire_async(Clock::now());
+      if (run_ready(lk)) {
+        continue;  // the lock was released: what to wait for may have changed
+      }
+      auto wake = async_waiters.empty() ? Clock::time_point::max() : earliest_async_deadline();
       const auto due = coalescer.next_due();
-      if (!due || capacity == 0) {
+      if (due && capacity > 0) {
+        wake = std::min(wake, *due);
+      }
+      if (wake == Clock::time_point::max()) {
         dispatcher_cv.wait(lk);  // woken by a submission or by a sender freeing a slot
       } else {
-        dispatcher_cv.wait_until(lk, *due);
+        dispatcher_cv.wait_until(lk, wake);
       }
     }
   }
@@ -200,6 +293,7 @@ struct PredictorClient::Impl {
       send_queue.pop_front();
       dispatch(lk, *channel, batch);
       --in_progress;
+      run_ready(lk);
       // A freed slot (cap or window), or (adaptive window) the end of the last batch in
       // flight, may let pending rows go now.
       if (coalescer.pending_callers() > 0) {
@@ -301,11 +395,17 @@ struct PredictorClient::Impl {
     complete(coalescer.fail(batch.id, last_error));
   }
 
-  // Wakes the callers of finished tickets. Called with `mu` held.
+  // Wakes the callers of finished tickets (async ones: their callbacks are queued for
+  // run_ready). Called with `mu` held.
   void complete(std::vector<Completion> done) {
     for (auto& c : done) {
       auto it = waiters.find(c.ticket);
       if (it == waiters.end()) {
+        auto a = async_waiters.find(c.ticket);
+        if (a != async_waiters.end()) {
+          ready.push_back({std::move(a->second.callback), std::move(c.predictions)});
+          async_waiters.erase(a);
+        }
         continue;
       }
       Waiter* w = it->second;
@@ -369,6 +469,8 @@ struct PredictorClient::Impl {
   ReplicaSet replicas;                           // guarded by mu
   std::unique_ptr<Rng> rng;                      // guarded by mu
   std::unordered_map<Ticket, Waiter*> waiters;   // guarded by mu
+  std::unordered_map<Ticket, AsyncWaiter> async_waiters;  // guarded by mu
+  std::vector<ReadyCallback> ready;              // guarded by mu; run by run_ready
   std::deque<Batch> send_queue;                  // guarded by mu
   std::size_t in_progress = 0;                   // batches queued or being sent; guarded by mu
   bool stopping = false;                         // guarded by mu
@@ -413,6 +515,12 @@ std::optional<std::vector<Prediction>> PredictorClient::predict(
   return impl_->predict(rows, deadline);
 }
 
+void PredictorClient::predict_async(std::vector<features::FeatureInput> rows,
+                                    std::chrono::steady_clock::time_point deadline,
+                                    PredictionCallback done) {
+  impl_->predict_async(std::move(rows), deadline, std::move(done));
+}
+
 std::optional<std::vector<Prediction>> PredictorClient::predict(
     const std::vector<features::FeatureInput>& rows) {
   return impl_->predict(rows, Clock::now() + impl_->config.request_deadline);
@@ -426,7 +534,7 @@ std::size_t PredictorClient::probe_now() {
 PredictorClient::Stats PredictorClient::stats() const {
   std::lock_guard lk(impl_->mu);
   Stats s;
-  s.waiting_callers = impl_->waiters.size();
+  s.waiting_callers = impl_->waiters.size() + impl_->async_waiters.size();
   s.pending_rows = impl_->coalescer.pending_rows();
   s.batches_in_progress = impl_->in_progress;
   s.sender_threads = impl_->senders.size();

@@ -1,14 +1,17 @@
 #pragma once
 // PredictorClient: the EPP's PredictionSource backed by predictor replicas (epp.md section 3).
 //
-// predict() hands the caller's rows to a Coalescer and blocks the calling scheduling thread on
-// its own condition variable until its slice of a batch answer arrives, the batch fails, or its
-// deadline passes (then it returns nullopt and whatever arrives later is discarded).
+// predict_async() hands the caller's rows to a Coalescer and returns; the caller's callback
+// runs once with its slice of a batch answer, or nullopt when the batch fails or its deadline
+// passes (whatever arrives later is discarded). predict() does the same and blocks the calling
+// thread on its own condition variable (for callers without an event loop).
 //
 // Threads (all started by the constructor or lazily, all joined by the destructor):
-// - callers: any number of scheduling threads in predict(); they only submit, wait and cancel.
+// - callers: any thread in predict_async() (submits and returns) or predict() (submits, waits,
+//   cancels).
 // - dispatcher (1): wakes at the end of each coalescing window (or when rows reach
-//   max_coalesced_rows), cuts batches and queues them for senders. It cuts only as many
+//   max_coalesced_rows) and at the earliest async caller's deadline (its callback then gets
+//   nullopt), cuts batches and queues them for senders. It cuts only as many
 //   batches as there are free dispatch slots, so under overload rows keep coalescing into
 //   larger batches instead of piling up as small ones.
 // - senders (up to max_concurrent_dispatches, started on demand): each owns one transport
@@ -87,6 +90,11 @@ class PredictorClient final : public PredictionSource {
   std::optional<std::vector<Prediction>> predict(
       const std::vector<features::FeatureInput>& rows,
       std::chrono::steady_clock::time_point deadline) override;
+  // The same without blocking: `done` runs once on a sender thread (the answer), on the
+  // dispatcher thread (the deadline), or inline (no rows, deadline already past, stopping).
+  void predict_async(std::vector<features::FeatureInput> rows,
+                     std::chrono::steady_clock::time_point deadline,
+                     PredictionCallback done) override;
 
   // predict() with the configured request_deadline from now.
   std::optional<std::vector<Prediction>> predict(const std::vector<features::FeatureInput>& rows);

@@ -117,6 +117,40 @@ bool is_hop_by_hop(http::field f) {
 // nginx's code for a request whose client went away before an answer.
 constexpr int kClientClosedRequest = 499;
 
+// Awaits a callback-style operation without holding a thread: `start(done)` begins it, and
+// done(T), called once on any thread, resumes the coroutine on its own executor.
+// `start` is taken by reference and every object is named: GCC 12 destroys non-trivial
+// temporaries of a co_await full-expression twice (see handle()).
+template <typename T, typename Start>
+net::awaitable<T> await_callback(Start& start) {
+  auto executor = co_await net::this_coro::executor;
+  auto initiation = [executor, &start](auto handler) {
+    auto h = std::make_shared<decltype(handler)>(std::move(handler));
+    start([executor, h](T value) {
+      net::post(executor, [h, value = std::move(value)]() mutable {
+        // The handler owns the coroutine's stack while it runs: move it out, so the copies
+        // of `h` that the scheduler may still drop on its own threads hold an empty one.
+        auto handler = std::move(*h);
+        handler(std::move(value));
+      });
+    });
+  };
+  T result = co_await net::async_initiate<const net::use_awaitable_t<>&, void(T)>(
+      initiation, net::use_awaitable);
+  co_return result;
+}
+
+// Continues a scheduling step on the request's strand.
+template <typename Executor>
+SchedulingPort::Resume resume_on(Executor executor) {
+  return [executor](std::function<void()> f) { net::post(executor, std::move(f)); };
+}
+
+uint64_t new_seed() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
+
 
 }  // namespace
 
@@ -124,7 +158,7 @@ struct ProxyServer::Impl {
   Impl(ProxyOptions o, SchedulingPort& s, PodRegistry& r, CompletionSink& k, AdmissionGate* g)
       : options(std::move(o)), scheduler(s), registry(r), sink(k), gate(g),
         ioc(options.io_threads),
-        acceptor(ioc), pool(static_cast<std::size_t>(options.scheduler_threads)) {}
+        acceptor(ioc) {}
 
   ProxyOptions options;
   SchedulingPort& scheduler;
@@ -133,7 +167,6 @@ struct ProxyServer::Impl {
   AdmissionGate* gate;  // null: no router queue
   net::io_context ioc;
   tcp::acceptor acceptor;
-  net::thread_pool pool;
   std::atomic<bool> stopped{false};
   std::atomic<bool> draining{false};  // no new requests; those in flight finish
   std::atomic<int> active{0};         // requests between their read and their last byte
@@ -378,14 +411,15 @@ struct ProxyServer::Impl {
           co_return co_await reply_error(verdict.status, verdict.detail);
         }
       }
-      // Scheduling may wait for predictions: run it off the I/O threads. (An awaitable always
-      // resumes on its own executor, so the pick runs in a coroutine spawned on the pool.)
-      pick = co_await net::co_spawn(
-          pool,
-          [this, &parsed, &route, &config]() -> net::awaitable<PickResult> {
-            co_return scheduler.pick(parsed.request, route, *config);
-          },
-          net::use_awaitable);
+      // Scheduling may wait for predictions: the coroutine is suspended meanwhile (no thread
+      // waits); the cycle continues on this strand when they arrive.
+      Rng rng(new_seed());
+      auto executor = co_await net::this_coro::executor;
+      auto start_pick = [this, &parsed, &route, &config, &rng, executor](auto done) {
+        scheduler.pick_async(parsed.request, route, *config, rng, resume_on(executor),
+                             std::move(done));
+      };
+      pick = co_await await_callback<PickResult>(start_pick);
       if (pick.status != 200 || pick.ranked.empty()) {
         if (gate != nullptr) {
           gate->on_scheduled(route.pool);  // admitted but not dispatched: slot back
@@ -466,12 +500,12 @@ struct ProxyServer::Impl {
     ar.priority = parsed.request.priority;
     ar.slo_ttft_ms = parsed.request.slo_ttft_ms;
     if (gate->needs_service_estimate()) {
-      ar.predicted_service_ms = co_await net::co_spawn(
-          pool,
-          [this, &parsed]() -> net::awaitable<double> {
-            co_return scheduler.estimate_service_ms(parsed.request, parsed.max_tokens);
-          },
-          net::use_awaitable);
+      auto executor = co_await net::this_coro::executor;
+      auto start_estimate = [this, &parsed, executor](auto done) {
+        scheduler.estimate_service_ms_async(parsed.request, parsed.max_tokens,
+                                            resume_on(executor), std::move(done));
+      };
+      ar.predicted_service_ms = co_await await_callback<double>(start_estimate);
     }
     auto executor = co_await net::this_coro::executor;
     auto timer = std::make_shared<net::steady_timer>(executor);
@@ -778,10 +812,7 @@ ProxyServer::ProxyServer(ProxyOptions options, SchedulingPort& scheduler, PodReg
                          CompletionSink& sink, AdmissionGate* gate)
     : impl_(std::make_unique<Impl>(std::move(options), scheduler, registry, sink, gate)) {}
 
-ProxyServer::~ProxyServer() {
-  stop();
-  impl_->pool.join();
-}
+ProxyServer::~ProxyServer() { stop(); }
 
 void ProxyServer::start() {
   auto& i = *impl_;

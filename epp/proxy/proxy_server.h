@@ -6,8 +6,8 @@
 // the client is retried once on the next-ranked pod. Beast/Asio stay in proxy_server.cc.
 //
 // Threading: `io_threads` run one io_context; each client connection is a coroutine on its own
-// strand; scheduling runs on a separate pool of `scheduler_threads` so waiting for predictions
-// never blocks I/O.
+// strand. Scheduling runs on that strand too: waiting for predictions suspends the coroutine
+// (the predictor client's callback posts the cycle back), so no thread blocks on a predictor.
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -22,7 +22,6 @@ struct ProxyOptions {
   std::string host = "0.0.0.0";
   uint16_t port = 8080;
   int io_threads = 2;
-  int scheduler_threads = 8;
   std::size_t body_limit = 16 * 1024 * 1024;
   // Request bodies held at once (from their headers to the end of their response), across all
   // connections; a request that would exceed it gets 503 + Retry-After before its body is read.

@@ -2,6 +2,7 @@
 // What the proxy needs from the rest of the EPP, as small interfaces so the proxy can be tested
 // with fakes and the scheduler without sockets.
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "epp/interface/endpoint.h"
 #include "epp/interface/request.h"
+#include "epp/interface/rng.h"
 #include "epp/objectives/objectives.h"
 
 namespace llmd::epp {
@@ -52,18 +54,23 @@ struct SchedulingGeneration {
 };
 using SchedulingGenerationPtr = std::shared_ptr<const SchedulingGeneration>;
 
-// Thread-safe. generation() and route() are quick (run on I/O threads); pick() and
-// estimate_service_ms() may block on predictions and run on a scheduling thread.
+// Thread-safe; nothing here blocks. generation() and route() answer at once. pick_async() and
+// estimate_service_ms_async() may wait for predictions: they return at once and call `done`
+// exactly once, through `resume` when the answer comes later (the proxy posts onto the
+// request's strand), or inline. `request`, `route`, `config` and `rng` must outlive `done`.
 class SchedulingPort {
  public:
+  using Resume = std::function<void(std::function<void()>)>;
   virtual ~SchedulingPort() = default;
   // The current configuration generation (never null).
   virtual SchedulingGenerationPtr generation() = 0;
   virtual Route route(const SchedulingRequest& request, const SchedulingGeneration& config) = 0;
-  virtual PickResult pick(const SchedulingRequest& request, const Route& route,
-                          const SchedulingGeneration& config) = 0;
+  virtual void pick_async(const SchedulingRequest& request, const Route& route,
+                          const SchedulingGeneration& config, Rng& rng, Resume resume,
+                          std::function<void(PickResult)> done) = 0;
   // Predicted service time (ms) of the request on an idle pod, for the wspt queue policy.
-  virtual double estimate_service_ms(const SchedulingRequest& request, int64_t max_tokens) = 0;
+  virtual void estimate_service_ms_async(const SchedulingRequest& request, int64_t max_tokens,
+                                         Resume resume, std::function<void(double)> done) = 0;
 };
 
 struct CompletedRequest {

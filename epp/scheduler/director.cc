@@ -1,5 +1,6 @@
 #include "epp/scheduler/director.h"
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 
@@ -37,68 +38,146 @@ ScheduleResult Director::schedule(const SchedulingRequest& request,
   return schedule(this->pipeline(), request, std::move(candidates), rng, profile_name);
 }
 
+// One scheduling cycle, from its candidates to its result. Owned by the chain of producer
+// continuations (shared_ptr), touched by one thread at a time: producers run one after another.
+struct Director::Cycle {
+  Cycle(PipelineConstPtr p, const SchedulingRequest& r, std::vector<Endpoint> c, Rng& g,
+        Resume res, ScheduleCallback d)
+      : pipeline(std::move(p)),
+        request_without_predictions(
+            pipeline && pipeline->predictions_ignored && r.prediction_enabled
+                ? std::optional<SchedulingRequest>(r)
+                : std::nullopt),
+        ctx{request_without_predictions ? *request_without_predictions : r, g},
+        candidates(std::move(c)),
+        resume(std::move(res)),
+        done(std::move(d)) {
+    if (request_without_predictions) {
+      request_without_predictions->prediction_enabled = false;
+    }
+  }
+
+  PipelineConstPtr pipeline;
+  // A pipeline configured to ignore predictions never asks for them.
+  std::optional<SchedulingRequest> request_without_predictions;
+  CycleContext ctx;
+  std::vector<Endpoint> candidates;
+  Resume resume;
+  ScheduleCallback done;
+  const Profile* profile = nullptr;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ScheduleResult result;
+};
+
 ScheduleResult Director::schedule(const PipelineConstPtr& pipeline,
                                   const SchedulingRequest& request,
                                   std::vector<Endpoint> candidates, Rng& rng,
                                   std::string_view profile_name) const {
-  using Clock = std::chrono::steady_clock;
-  auto cycle_start = Clock::now();
-  ScheduleResult result;
-  std::optional<SchedulingRequest> without_predictions;
-  if (pipeline && pipeline->predictions_ignored && request.prediction_enabled) {
-    without_predictions = request;
-    without_predictions->prediction_enabled = false;
+  std::optional<ScheduleResult> out;
+  schedule_async(pipeline, request, std::move(candidates), rng, {},
+                 [&out](ScheduleResult r) { out = std::move(r); }, profile_name);
+  if (!out) {
+    // Only a producer that answers later (the predictor client) gets here: callers that may
+    // meet one use schedule_async.
+    spdlog::error("director: schedule() with an asynchronous producer; use schedule_async");
+    ScheduleResult r;
+    r.reason = "scheduler is not configured";
+    return r;
   }
-  CycleContext ctx{without_predictions ? *without_predictions : request, rng};
+  return std::move(*out);
+}
+
+void Director::schedule_async(PipelineConstPtr pipeline, const SchedulingRequest& request,
+                              std::vector<Endpoint> candidates, Rng& rng, Resume resume,
+                              ScheduleCallback done, std::string_view profile_name) const {
+  auto cycle = std::make_shared<Cycle>(std::move(pipeline), request, std::move(candidates), rng,
+                                       std::move(resume), std::move(done));
+  Cycle& c = *cycle;
+  auto finish_early = [&](prometheus::Counter* outcome) {
+    count(outcome);
+    if (metrics_ != nullptr) {
+      observe_since(&metrics_->scheduling_duration, c.start);
+      count(&metrics_->without_predictions);
+    }
+    c.done(std::move(c.result));
+  };
+  const Profile* profile = profile_name.empty() || !c.pipeline
+                               ? nullptr
+                               : c.pipeline->profile(profile_name);
+  if (!c.pipeline || c.pipeline->profiles.empty() || (!profile_name.empty() && profile == nullptr)) {
+    // Cannot happen with a loaded pipeline and a known profile name: a wiring bug.
+    spdlog::error("director: no pipeline or unknown profile '{}'", profile_name);
+    c.result.reason = "scheduler is not configured";
+    return finish_early(metrics_ ? &metrics_->no_candidates : nullptr);
+  }
+  c.profile = profile != nullptr ? profile : &c.pipeline->profiles.front();
+  c.result.profile = c.profile->name();
+  if (c.candidates.empty()) {
+    c.result.reason = "no ready endpoints";
+    return finish_early(metrics_ ? &metrics_->no_candidates : nullptr);
+  }
+  run_producer(std::move(cycle), 0);
+}
+
+// Runs producer `index`, then (when it is done, on whatever thread finished it) the next one,
+// and after the last one the rest of the cycle.
+void Director::run_producer(std::shared_ptr<Cycle> cycle, std::size_t index) const {
+  Cycle& c = *cycle;
+  if (index == c.pipeline->producers.size()) {
+    finish_cycle(c);
+    return;
+  }
+  const auto& p = c.pipeline->producers[index];
+  const auto start = std::chrono::steady_clock::now();
+  auto called = std::make_shared<std::atomic<bool>>(false);
+  auto next = [this, cycle, index, called, start, duration = p.duration](bool inline_call) {
+    *called = true;
+    observe_since(duration, start);
+    if (inline_call || !cycle->resume) {
+      run_producer(cycle, index + 1);
+    } else {
+      cycle->resume([this, cycle, index] { run_producer(cycle, index + 1); });
+    }
+  };
+  // Inline answers continue on this stack; later ones go through `resume`.
+  auto running = std::make_shared<std::atomic<bool>>(true);
+  try {
+    p.plugin->produce_async(c.ctx, c.candidates, [next, running] { next(*running); });
+  } catch (const std::exception& e) {
+    // A failed producer never fails the request; its attribute may stay absent.
+    spdlog::warn("producer {} ({}) failed: {}", p.plugin->name(), p.plugin->type(), e.what());
+    count(metrics_ ? &metrics_->producer_failures : nullptr);
+    if (!*called) {
+      *running = false;
+      next(true);
+      return;
+    }
+  }
+  *running = false;
+}
+
+void Director::finish_cycle(Cycle& c) const {
+  ScheduleResult& result = c.result;
   auto finish = [&](prometheus::Counter* outcome) {
     count(outcome);
     if (metrics_ != nullptr) {
-      observe_since(&metrics_->scheduling_duration, cycle_start);
+      observe_since(&metrics_->scheduling_duration, c.start);
       count(result.predictions_used ? &metrics_->with_predictions
                                     : &metrics_->without_predictions);
     }
-    return std::move(result);
+    c.done(std::move(result));
   };
-
-  const Profile* profile = profile_name.empty() || !pipeline ? nullptr
-                                                             : pipeline->profile(profile_name);
-  if (!pipeline || pipeline->profiles.empty() || (!profile_name.empty() && profile == nullptr)) {
-    // Cannot happen with a loaded pipeline and a known profile name: a wiring bug.
-    spdlog::error("director: no pipeline or unknown profile '{}'", profile_name);
-    result.reason = "scheduler is not configured";
-    return finish(metrics_ ? &metrics_->no_candidates : nullptr);
-  }
-  if (profile == nullptr) {
-    profile = &pipeline->profiles.front();
-  }
-  result.profile = profile->name();
-  if (candidates.empty()) {
-    result.reason = "no ready endpoints";
-    return finish(metrics_ ? &metrics_->no_candidates : nullptr);
-  }
-
-  for (const auto& p : pipeline->producers) {
-    auto start = Clock::now();
-    try {
-      p.plugin->produce(ctx, candidates);
-    } catch (const std::exception& e) {
-      // A failed producer never fails the request; its attribute may stay absent.
-      spdlog::warn("producer {} ({}) failed: {}", p.plugin->name(), p.plugin->type(), e.what());
-      count(metrics_ ? &metrics_->producer_failures : nullptr);
-    }
-    observe_since(p.duration, start);
-  }
-  for (const auto& e : candidates) {
+  for (const auto& e : c.candidates) {
     result.predictions_used |= e.latency.has_value();
   }
 
-  for (const auto& a : pipeline->admitters) {
-    auto start = Clock::now();
-    AdmitDecision d = a.plugin->admit(ctx, candidates);
+  for (const auto& a : c.pipeline->admitters) {
+    auto start = std::chrono::steady_clock::now();
+    AdmitDecision d = a.plugin->admit(c.ctx, c.candidates);
     observe_since(a.duration, start);
     if (!d.admit) {
-      spdlog::debug("request {} denied by {} ({}): {} {}", request.request_id, a.plugin->name(),
-                    a.plugin->type(), d.status, d.reason);
+      spdlog::debug("request {} denied by {} ({}): {} {}", c.ctx.request.request_id,
+                    a.plugin->name(), a.plugin->type(), d.status, d.reason);
       result.outcome = ScheduleResult::Outcome::kDenied;
       result.status = d.status;
       result.reason = std::move(d.reason);
@@ -106,11 +185,11 @@ ScheduleResult Director::schedule(const PipelineConstPtr& pipeline,
     }
   }
 
-  ProfileResult run = profile->run(ctx, std::move(candidates));
+  ProfileResult run = c.profile->run(c.ctx, std::move(c.candidates));
   for (std::size_t i = 0; i < run.candidates.size(); ++i) {
-    const auto& c = run.candidates[i];
-    result.scores.push_back({c.name, run.scores[i],
-                             c.latency ? std::optional<double>(c.latency->predicted_ttft_ms)
+    const auto& e = run.candidates[i];
+    result.scores.push_back({e.name, run.scores[i],
+                             e.latency ? std::optional<double>(e.latency->predicted_ttft_ms)
                                        : std::nullopt});
   }
   if (!run.picked) {
@@ -126,8 +205,8 @@ ScheduleResult Director::schedule(const PipelineConstPtr& pipeline,
       second = i;
     }
   }
-  for (const auto& p : pipeline->producers) {
-    p.plugin->on_picked(ctx, run.candidates[pick]);
+  for (const auto& p : c.pipeline->producers) {
+    p.plugin->on_picked(c.ctx, run.candidates[pick]);
   }
   result.outcome = ScheduleResult::Outcome::kPicked;
   result.status = 200;

@@ -1,8 +1,14 @@
 #pragma once
 // The scheduling entry point for one request: producers -> admitters -> profile -> on_picked.
-// Called concurrently by the proxy's session threads (or the simulator's event loop); each call
-// works on its own copy of the candidates. Holds the current pipeline generation behind a mutex
-// only long enough to copy the shared_ptr.
+// Called concurrently by the proxy's request strands (or the simulator's event loop); each
+// cycle works on its own copy of the candidates. Holds the current pipeline generation behind
+// a mutex only long enough to copy the shared_ptr.
+//
+// One code path: schedule() is schedule_async() with producers that answer inline (the
+// simulator's in-process model, tests) and the result taken on return. In the EPP a producer
+// that waits for predictions hands the cycle back through `resume` when they arrive, so no
+// thread waits for a predictor.
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -56,11 +62,26 @@ class Director {
                           std::vector<Endpoint> candidates, Rng& rng,
                           std::string_view profile = {}) const;
 
+  using ScheduleCallback = std::function<void(ScheduleResult)>;
+  // Continues a cycle after an asynchronous producer finished (e.g. posts it onto the
+  // request's strand). Empty: continue on the thread that finished the producer.
+  using Resume = std::function<void(std::function<void()>)>;
+  // `done` runs exactly once, with the result. `request` and `rng` must outlive that call
+  // (the caller's request state owns them); the candidates and the pipeline are held by the
+  // cycle.
+  void schedule_async(PipelineConstPtr pipeline, const SchedulingRequest& request,
+                      std::vector<Endpoint> candidates, Rng& rng, Resume resume,
+                      ScheduleCallback done, std::string_view profile = {}) const;
+
   // The pod that schedule() picked has answered: `continued` is the request with its prompt
   // text continued by the generated answer. Tells every producer of the current generation.
   void on_response_complete(const SchedulingRequest& continued, const Endpoint& pod) const;
 
  private:
+  struct Cycle;
+  void run_producer(std::shared_ptr<Cycle> cycle, std::size_t index) const;
+  void finish_cycle(Cycle& cycle) const;
+
   mutable std::mutex mu_;
   PipelineConstPtr pipeline_;  // guarded by mu_
   SchedulerMetrics* metrics_;  // may be null; outlives the director

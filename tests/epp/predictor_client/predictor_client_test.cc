@@ -410,6 +410,86 @@ TEST(PredictorClient, DestructionReleasesWaitingCallers) {
   destroyer.join();
 }
 
+// predict_async: the callback gets the answer on a client thread; the caller never waits.
+TEST(PredictorClient, AsyncCallersShareOneBatchAndGetTheirOwnSlices) {
+  prometheus::Registry registry;
+  auto transport = std::make_shared<FakeTransport>();
+  auto c = config(1);
+  c.coalesce_window = std::chrono::hours(1);  // only the row count closes the batch
+  c.adaptive_coalescing = false;
+  c.max_coalesced_rows = 10;
+  PredictorClient client(c, registry, transport);
+  auto a = make_rows(4, 0);
+  auto b = make_rows(6, 100);
+  std::promise<PredictionResult> got_a;
+  std::promise<PredictionResult> got_b;
+  const auto caller = std::this_thread::get_id();
+  std::atomic<bool> inline_call{false};
+  client.predict_async(a, std::chrono::steady_clock::now() + 60s, [&](PredictionResult r) {
+    inline_call = inline_call || std::this_thread::get_id() == caller;
+    got_a.set_value(std::move(r));
+  });
+  client.predict_async(b, std::chrono::steady_clock::now() + 60s, [&](PredictionResult r) {
+    inline_call = inline_call || std::this_thread::get_id() == caller;
+    got_b.set_value(std::move(r));
+  });
+  expect_own_predictions(got_a.get_future().get(), a);
+  expect_own_predictions(got_b.get_future().get(), b);
+  EXPECT_FALSE(inline_call);
+  ASSERT_EQ(transport->posts().size(), 1u);
+  EXPECT_EQ(transport->posts()[0].rows, 10u);
+}
+
+TEST(PredictorClient, AsyncCallerPastItsDeadlineGetsNulloptFromTheDispatcher) {
+  prometheus::Registry registry;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  auto transport = std::make_shared<FakeTransport>(
+      [&](std::size_t replica, const std::string& path, const auto& rows) {
+        if (path != "/readyz") {
+          released.wait();  // the answer comes after the caller's deadline
+        }
+        return FakeTransport::healthy(replica, path, rows);
+      });
+  PredictorClient client(config(1), registry, transport);
+  std::promise<PredictionResult> got;
+  client.predict_async(make_rows(3, 0), std::chrono::steady_clock::now() + 20ms,
+                       [&](PredictionResult r) { got.set_value(std::move(r)); });
+  EXPECT_FALSE(got.get_future().get().has_value());
+  EXPECT_EQ(errors(registry, "deadline"), 1);
+  release.set_value();
+  // The late answer is discarded; the next caller gets its own rows.
+  auto rows = make_rows(2, 50);
+  std::promise<PredictionResult> next;
+  client.predict_async(rows, std::chrono::steady_clock::now() + 60s,
+                       [&](PredictionResult r) { next.set_value(std::move(r)); });
+  expect_own_predictions(next.get_future().get(), rows);
+}
+
+TEST(PredictorClient, DestructionAnswersPendingAsyncCallers) {
+  prometheus::Registry registry;
+  std::promise<void> entered;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  auto transport = std::make_shared<FakeTransport>(
+      [&](std::size_t replica, const std::string& path, const auto& rows) {
+        if (path != "/readyz") {
+          entered.set_value();
+          released.wait();
+        }
+        return FakeTransport::healthy(replica, path, rows);
+      });
+  auto client = std::make_unique<PredictorClient>(config(1), registry, transport);
+  std::promise<PredictionResult> got;
+  client->predict_async(make_rows(2, 0), std::chrono::steady_clock::now() + 60s,
+                        [&](PredictionResult r) { got.set_value(std::move(r)); });
+  entered.get_future().wait();
+  std::thread destroyer([&] { client.reset(); });
+  EXPECT_FALSE(got.get_future().get().has_value());  // by shutdown, not by the deadline
+  release.set_value();
+  destroyer.join();
+}
+
 TEST(PredictorClientConfig, DefaultsFollowTheSpec) {
   PredictorClientConfig c;
   EXPECT_EQ(c.coalesce_window, 1ms);

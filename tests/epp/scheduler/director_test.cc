@@ -255,6 +255,78 @@ TEST_F(DefaultPipelineTest, RequestsScheduleWithTheGenerationTheyTook) {
   EXPECT_NE(taken, director_->pipeline());
 }
 
+// A source that answers later, like the predictor client: the cycle waits without a thread.
+class DeferredPredictionSource final : public PredictionSource {
+ public:
+  PredictionResult predict(const std::vector<features::FeatureInput>&,
+                           std::chrono::steady_clock::time_point) override {
+    ADD_FAILURE() << "the asynchronous path must not block";
+    return std::nullopt;
+  }
+  void predict_async(std::vector<features::FeatureInput> rows,
+                     std::chrono::steady_clock::time_point, PredictionCallback done) override {
+    rows_ = rows.size();
+    pending = std::move(done);
+  }
+  std::size_t rows_ = 0;
+  PredictionCallback pending;
+};
+
+TEST(DirectorAsyncTest, CycleResumesThroughResumeWhenPredictionsArrive) {
+  PluginRegistry registry;
+  register_builtin_plugins(registry);
+  PrefixIndex index;
+  DeferredPredictionSource source;
+  Handle handle{index, &source, [](std::string_view) { return std::nullopt; },
+                [] { return testing::kNow; }};
+  auto loaded = load_pipeline_file(
+      std::string(LLMD_SOURCE_DIR) + "/epp/config/default-pipeline.yaml", registry, handle);
+  ASSERT_TRUE(loaded.ok()) << loaded.error;
+  Director d(loaded.pipeline);
+  FixedRng rng({0.5, 0.5, 0.5}, 0.5);
+  SchedulingRequest req = testing::request(std::string(200, 'z'));
+  req.slo_ttft_ms = 100;
+  std::optional<ScheduleResult> result;
+  std::vector<std::function<void()>> resumed;
+  Endpoint a = pod("a", 0.5, 1), b = pod("b", 0.5, 1), c = pod("c", 0.5, 1);
+  d.schedule_async(
+      loaded.pipeline, req, {a, b, c}, rng,
+      [&](std::function<void()> f) { resumed.push_back(std::move(f)); },
+      [&](ScheduleResult r) { result = std::move(r); });
+  // Asked for all three pods, and nothing decided yet.
+  ASSERT_TRUE(source.pending);
+  EXPECT_EQ(source.rows_, 3u);
+  EXPECT_FALSE(result);
+  source.pending(std::vector<Prediction>{{300, 10}, {80, 10}, {250, 10}});
+  // The answer does not run the rest of the cycle on the predictor's thread: it is handed to
+  // `resume` (the EPP posts it onto the request's strand).
+  EXPECT_FALSE(result);
+  ASSERT_EQ(resumed.size(), 1u);
+  resumed[0]();
+  ASSERT_TRUE(result);
+  ASSERT_TRUE(result->ok()) << result->reason;
+  EXPECT_EQ(result->picked->name, "b");  // the only pod predicted under the 100 ms SLO
+  EXPECT_TRUE(result->predictions_used);
+}
+
+TEST(DirectorAsyncTest, ProducersAnsweringInlineFinishBeforeScheduleAsyncReturns) {
+  testing::TestServices s;
+  Director d(one_profile({}, {}, max_picker(s),
+                         {{std::make_shared<RecordingProducer>("rec")}}));
+  FixedRng rng;
+  std::optional<ScheduleResult> result;
+  bool resumed = false;
+  d.schedule_async(d.pipeline(), testing::request(), {pod("x")}, rng,
+                   [&](std::function<void()> f) {
+                     resumed = true;
+                     f();
+                   },
+                   [&](ScheduleResult r) { result = std::move(r); });
+  ASSERT_TRUE(result);
+  EXPECT_TRUE(result->ok());
+  EXPECT_FALSE(resumed);  // inline answers continue on the caller's stack
+}
+
 TEST_F(DefaultPipelineTest, LoadPrefixHeuristicPrefersCachedIdlePod) {
   auto lp = load_pipeline_file(std::string(LLMD_SOURCE_DIR) + "/epp/config/load-prefix.yaml",
                                registry_, services_.handle());

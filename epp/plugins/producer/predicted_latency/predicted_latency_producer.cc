@@ -60,19 +60,26 @@ LatencyPredictionInfo PredictedLatencyProducer::info_for(const SchedulingRequest
   return info;
 }
 
-void PredictedLatencyProducer::produce(CycleContext& ctx, std::vector<Endpoint>& endpoints) const {
-  if (source_ == nullptr || !ctx.request.prediction_enabled || endpoints.empty()) {
-    return;
-  }
+std::vector<features::FeatureInput> PredictedLatencyProducer::rows_for(
+    const CycleContext& ctx, const std::vector<Endpoint>& endpoints) const {
   std::vector<features::FeatureInput> rows;
+  if (source_ == nullptr || !ctx.request.prediction_enabled) {
+    return rows;
+  }
   rows.reserve(endpoints.size());
   for (const auto& e : endpoints) {
     rows.push_back(feature_row(ctx.request, e));
   }
-  auto deadline = now_() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                               std::chrono::duration<double, std::milli>(
-                                   config_.predictionDeadlineMs));
-  auto predictions = source_->predict(rows, deadline);
+  return rows;
+}
+
+std::chrono::steady_clock::time_point PredictedLatencyProducer::deadline() const {
+  return now_() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                      std::chrono::duration<double, std::milli>(config_.predictionDeadlineMs));
+}
+
+void PredictedLatencyProducer::apply(const CycleContext& ctx, std::vector<Endpoint>& endpoints,
+                                     const PredictionResult& predictions) const {
   if (!predictions) {
     spdlog::debug("{} '{}': no predictions for request {}; composite fallback", kType, name(),
                   ctx.request.request_id);
@@ -86,6 +93,29 @@ void PredictedLatencyProducer::produce(CycleContext& ctx, std::vector<Endpoint>&
   for (std::size_t i = 0; i < endpoints.size(); ++i) {
     endpoints[i].latency = info_for(ctx.request, endpoints[i], (*predictions)[i]);
   }
+}
+
+void PredictedLatencyProducer::produce(CycleContext& ctx, std::vector<Endpoint>& endpoints) const {
+  auto rows = rows_for(ctx, endpoints);
+  if (rows.empty()) {
+    return;
+  }
+  apply(ctx, endpoints, source_->predict(rows, deadline()));
+}
+
+void PredictedLatencyProducer::produce_async(CycleContext& ctx, std::vector<Endpoint>& endpoints,
+                                             std::function<void()> done) const {
+  auto rows = rows_for(ctx, endpoints);
+  if (rows.empty()) {
+    done();
+    return;
+  }
+  // The cycle keeps ctx and endpoints alive until `done`.
+  source_->predict_async(std::move(rows), deadline(),
+                         [this, &ctx, &endpoints, done = std::move(done)](PredictionResult p) {
+                           apply(ctx, endpoints, p);
+                           done();
+                         });
 }
 
 }  // namespace llmd::epp

@@ -1,9 +1,13 @@
 #pragma once
 // predicted-latency-producer: asks the PredictionSource (the coalescing predictor client, a fake
 // in tests, the in-process model in the simulator) for TTFT/TPOT of the request on every
-// candidate and writes LatencyPredictionInfo. It blocks the scheduling thread at most until
-// now + predictionDeadlineMs. Immutable after creation; the source is thread-safe.
+// candidate and writes LatencyPredictionInfo by now + predictionDeadlineMs. In the EPP it asks
+// without blocking (produce_async: the cycle resumes when the answer or the deadline comes);
+// produce() blocks, for callers without an event loop. Immutable after creation; the source
+// is thread-safe.
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +40,8 @@ class PredictedLatencyProducer final : public PluginBase<DataProducer> {
 
   // DataProducer
   void produce(CycleContext& ctx, std::vector<Endpoint>& endpoints) const override;
+  void produce_async(CycleContext& ctx, std::vector<Endpoint>& endpoints,
+                     std::function<void()> done) const override;
   std::vector<AttributeKey> produces() const override { return {AttributeKey::kLatencyPrediction}; }
   std::vector<AttributeKey> consumes() const override { return {AttributeKey::kPrefixCacheMatch}; }
 
@@ -46,6 +52,13 @@ class PredictedLatencyProducer final : public PluginBase<DataProducer> {
   const Config& config() const { return config_; }
 
  private:
+  // Empty when this request gets no predictions (no source, disabled, no candidates).
+  std::vector<features::FeatureInput> rows_for(const CycleContext& ctx,
+                                               const std::vector<Endpoint>& endpoints) const;
+  std::chrono::steady_clock::time_point deadline() const;
+  void apply(const CycleContext& ctx, std::vector<Endpoint>& endpoints,
+             const PredictionResult& predictions) const;
+
   Config config_;
   PredictionSource* source_;  // may be null: never predicts
   Handle::Now now_;
