@@ -44,11 +44,12 @@ void PodRegistry::mark_scrape_failed(const std::string& name) {
   }
 }
 
-void PodRegistry::mark_unhealthy(const std::string& name, std::chrono::milliseconds cooldown) {
+void PodRegistry::mark_unhealthy(const std::string& name, std::chrono::milliseconds cooldown,
+                                 std::chrono::steady_clock::time_point now) {
   std::lock_guard lock(mu_);
   auto it = pods_.find(name);
   if (it != pods_.end()) {
-    it->second.excluded_until = std::chrono::steady_clock::now() + cooldown;
+    it->second.excluded_until = now + cooldown;
   }
 }
 

@@ -46,7 +46,8 @@ class PodRegistry {
   // (a scrape that still succeeds does not bring it back early: a pod whose /metrics answers
   // while inference fails must not keep receiving traffic).
   void mark_unhealthy(const std::string& name,
-                      std::chrono::milliseconds cooldown = std::chrono::seconds(5));
+                      std::chrono::milliseconds cooldown = std::chrono::seconds(5),
+                      std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
   // Latest predicted TTFT of a pod (from a scheduling cycle); forgotten after `staleness`.
   void record_predicted_ttft(const std::string& name, double ttft_ms,
                              std::chrono::steady_clock::time_point now);

@@ -21,6 +21,7 @@
 #include "epp/features/feature_row.h"
 #include "epp/proxy/admission_gate.h"
 #include "epp/proxy/openai_request.h"
+#include "epp/proxy/request_context.h"
 #include "epp/proxy/sse_scanner.h"
 
 namespace llmd::epp {
@@ -341,7 +342,10 @@ struct ProxyServer::Impl {
   // Returns whether the client connection stays open.
   net::awaitable<bool> handle(beast::tcp_stream& client, http::request<http::string_body> req) {
     ActiveRequest counted(active);
-    const auto received = Clock::now();
+    // Owns the request's slots and tickets: whatever path this coroutine leaves by (including
+    // its destruction), each is given back once.
+    RequestContext request(
+        LifecycleServices{&registry, &sink, gate, options.unhealthy_cooldown}, Clock::now());
     const bool keep_alive = req.keep_alive();
     const std::string target(req.target());
     const std::string path = target.substr(0, target.find('?'));
@@ -379,7 +383,7 @@ struct ProxyServer::Impl {
     // strings or literals only (string_view keeps the argument trivially destructible).
     ParsedRequest parsed;
     auto reply_error = [&](int status, std::string_view detail) -> net::awaitable<bool> {
-      sink.on_rejected(parsed.request.model, status);
+      request.rejected(parsed.request.model, status);
       auto res = json_error(status, std::string(detail), req.version(), keep_alive);
       res.set("x-request-id", headers.request_id);
       beast::error_code ec;
@@ -410,6 +414,7 @@ struct ProxyServer::Impl {
         if (verdict.status != 200) {
           co_return co_await reply_error(verdict.status, verdict.detail);
         }
+        request.admitted(route.pool);
       }
       // Scheduling may wait for predictions: the coroutine is suspended meanwhile (no thread
       // waits); the cycle continues on this strand when they arrive.
@@ -421,9 +426,6 @@ struct ProxyServer::Impl {
       };
       pick = co_await await_callback<PickResult>(start_pick);
       if (pick.status != 200 || pick.ranked.empty()) {
-        if (gate != nullptr) {
-          gate->on_scheduled(route.pool);  // admitted but not dispatched: slot back
-        }
         int status = pick.status != 200 ? pick.status : 503;
         if (pick.detail.empty()) {
           pick.detail = "No ready endpoint";
@@ -438,8 +440,7 @@ struct ProxyServer::Impl {
     for (int attempt = 0; attempt < max_attempts; ++attempt) {
       const Endpoint& pod = pick.ranked[static_cast<std::size_t>(attempt)];
       Upstream up{pod, route, body ? *body : req.body(), model};
-      auto outcome = co_await forward(client, req, parsed, up, headers.request_id, received,
-                                      attempt + 1);
+      auto outcome = co_await forward(client, req, parsed, up, request, attempt + 1);
       if (outcome == Outcome::kDone) {
         co_return keep_alive && req.version() >= 11;  // HTTP/1.0 bodies end with the connection
       }
@@ -575,51 +576,12 @@ struct ProxyServer::Impl {
   net::awaitable<Outcome> forward(beast::tcp_stream& client,
                                   const http::request<http::string_body>& req,
                                   const ParsedRequest& parsed, const Upstream& target,
-                                  const std::string& request_id, Clock::time_point received,
-                                  int attempt) {
+                                  RequestContext& request, int number) {
     const Endpoint& pod = target.pod;
-    const bool is_pod = !target.route.upstream;  // a pool pod, not an upstream URL
-    CompletedRequest done;
-    done.request = parsed.request;
-    done.request.request_id = request_id;
-    done.pod = pod;
-    done.attempts = attempt;
-    done.target_model = target.model;
-    done.rule_id = target.route.rule_id;
-    done.target = target.route.target;
-    done.upstream_url = !is_pod;
-    // What the request adds to the pod's prefill queue: its uncached prompt tokens.
-    const int64_t input_tokens = uncached_prompt_tokens(parsed.request, pod);
-    if (is_pod) {
-      registry.on_dispatch(pod.name, input_tokens);
-      if (attempt == 1 && gate != nullptr) {
-        // Only now does the dispatch show in the pod's bookkeeping: the queue's in-transit
-        // count covered the request until here, so no slot is counted twice or not at all.
-        gate->on_scheduled(target.route.pool);
-      }
-    }
-    bool first_token = false;
-    const auto dispatched = Clock::now();
-    done.dispatch_delay_ms = std::chrono::duration<double, std::milli>(dispatched - received).count();
-    auto finish = [&](bool success, int status) {
-      if (is_pod) {
-        registry.on_finished(pod.name, input_tokens, parsed.max_tokens, first_token);
-      }
-      if (done.e2e_ms == 0) {
-        done.e2e_ms = ms_since(dispatched);
-      }
-      done.success = success;
-      done.status = status;
-      sink.on_completed(done);
-      if (is_pod && gate != nullptr) {
-        gate->on_finished(target.route.pool);
-      }
-    };
-    auto mark_unhealthy = [&] {
-      if (is_pod) {
-        registry.mark_unhealthy(pod.name, options.unhealthy_cooldown);
-      }
-    };
+    const std::string& request_id = parsed.request.request_id;
+    PodAttempt attempt = request.dispatch(parsed.request, pod, target.route, target.model,
+                                          parsed.max_tokens, number, Clock::now());
+    CompletedRequest& done = attempt.record();
     auto [host, port] = split_address(pod.address);
     beast::tcp_stream upstream(client.get_executor());
     beast::error_code rec;
@@ -639,9 +601,7 @@ struct ProxyServer::Impl {
     }
     if (rec) {
       spdlog::warn("connect to pod {} ({}) failed: {}", pod.name, pod.address, rec.message());
-      mark_unhealthy();
-      done.before_response = true;
-      finish(false, 502);
+      attempt.pod_failed(502, true, Clock::now());
       co_return Outcome::kRetryable;
     }
     upstream.socket().set_option(tcp::no_delay(true));
@@ -679,9 +639,7 @@ struct ProxyServer::Impl {
       int status = hec ? 504 : rp.get().result_int();
       spdlog::warn("pod {} ({}) failed: {}", pod.name, pod.address,
                    hec ? hec.message() : "HTTP " + std::to_string(status));
-      mark_unhealthy();
-      done.before_response = true;
-      finish(false, status);
+      attempt.pod_failed(status, true, Clock::now());
       co_return Outcome::kRetryable;
     }
     // Headers to the client; the body follows chunked as it arrives.
@@ -713,8 +671,7 @@ struct ProxyServer::Impl {
     beast::error_code hwec;
     co_await http::async_write_header(client, sr, redirect(hwec));
     if (hwec) {
-      done.client_aborted = true;
-      finish(false, 499);
+      attempt.client_gone(Clock::now());
       co_return Outcome::kClientGone;
     }
     SseScanner scanner;
@@ -741,13 +698,7 @@ struct ProxyServer::Impl {
       std::string_view piece(chunk, got);
       if (parsed.request.streaming) {
         if (scanner.feed(piece)) {
-          first_token = true;
-          done.first_token = true;
-          done.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - dispatched).count();
-          if (is_pod) {
-            registry.on_first_token(pod.name, input_tokens, parsed.max_tokens);
-          }
-          sink.on_first_token(done);
+          attempt.first_token(Clock::now());
         }
       } else if (whole.size() < options.body_limit) {
         whole.append(piece);
@@ -756,8 +707,7 @@ struct ProxyServer::Impl {
       beast::error_code cwec;
       co_await send_piece(piece, cwec);
       if (cwec) {
-        done.client_aborted = true;
-        finish(false, 499);
+        attempt.client_gone(Clock::now());
         co_return Outcome::kClientGone;
       }
     }
@@ -772,16 +722,15 @@ struct ProxyServer::Impl {
         beast::error_code eec;
         co_await send_piece(event, eec);
       }
-      mark_unhealthy();
-      done.e2e_ms = ms_since(dispatched);
-      finish(false, 502);
+      attempt.pod_failed(502, false, Clock::now());
       co_return Outcome::kAborted;
     }
     beast::error_code lec;
     if (chunked) {
       co_await net::async_write(client, http::make_chunk_last(), redirect(lec));
     }
-    done.e2e_ms = std::chrono::duration<double, std::milli>(Clock::now() - dispatched).count();
+    done.e2e_ms = std::chrono::duration<double, std::milli>(Clock::now() - attempt.dispatched())
+                      .count();
     if (parsed.request.streaming) {
       done.completion_tokens = scanner.completion_tokens();
       if (!done.completion_tokens && scanner.content_chunks() > 0) {
@@ -797,10 +746,10 @@ struct ProxyServer::Impl {
       done.continuation_prompt = continuation_prompt(parsed, u.generated_text);
     }
     const int status = rp.get().result_int();
-    finish(ok && status < 400, status);
+    attempt.answered(status, Clock::now());
     spdlog::debug("request {} -> {} ({}) status {} ttft {:.1f} ms e2e {:.1f} ms, total {:.1f} ms",
                   request_id, pod.name, pod.address, status, done.ttft_ms, done.e2e_ms,
-                  ms_since(received));
+                  ms_since(request.received()));
     if (lec) {
       co_return Outcome::kClientGone;
     }

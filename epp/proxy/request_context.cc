@@ -1,0 +1,140 @@
+#include "epp/proxy/request_context.h"
+
+#include "epp/datastore/pod_registry.h"
+#include "epp/features/feature_row.h"
+#include "epp/proxy/admission_gate.h"
+
+namespace llmd::epp {
+namespace {
+
+double ms_between(std::chrono::steady_clock::time_point from,
+                  std::chrono::steady_clock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+constexpr int kClientClosedRequest = 499;  // nginx's code: the client went away
+
+}  // namespace
+
+RequestContext::RequestContext(const LifecycleServices& services, TimePoint received)
+    : services_(services), received_(received) {}
+
+RequestContext::~RequestContext() { release_admission(); }
+
+void RequestContext::admitted(const std::string& pool) { admitted_pool_ = pool; }
+
+void RequestContext::release_admission() {
+  if (admitted_pool_ && services_.gate != nullptr) {
+    services_.gate->on_scheduled(*admitted_pool_);
+  }
+  admitted_pool_.reset();
+}
+
+void RequestContext::rejected(const std::string& model, int status) {
+  if (services_.sink != nullptr) {
+    services_.sink->on_rejected(model, status);
+  }
+}
+
+PodAttempt RequestContext::dispatch(const SchedulingRequest& request, const Endpoint& pod,
+                                    const Route& route, const std::string& target_model,
+                                    int64_t max_tokens, int number, TimePoint now) {
+  PodAttempt attempt(*this, request, pod, route, target_model, max_tokens, number, now);
+  // Only now does the dispatch show in the pod's bookkeeping: the queue's in-transit count
+  // covered the request until here, so no slot is counted twice or not at all.
+  release_admission();
+  return attempt;
+}
+
+PodAttempt::PodAttempt(RequestContext& owner, const SchedulingRequest& request,
+                       const Endpoint& pod, const Route& route, const std::string& target_model,
+                       int64_t max_tokens, int number, TimePoint now)
+    : services_(&owner.services()), pool_(route.pool), max_tokens_(max_tokens),
+      dispatched_(now) {
+  done_.request = request;
+  done_.pod = pod;
+  done_.attempts = number;
+  done_.target_model = target_model;
+  done_.rule_id = route.rule_id;
+  done_.target = route.target;
+  done_.upstream_url = route.upstream.has_value();
+  done_.dispatch_delay_ms = ms_between(owner.received(), now);
+  if (is_pod()) {
+    uncached_tokens_ = uncached_prompt_tokens(request, pod);
+    if (services_->registry != nullptr) {
+      services_->registry->on_dispatch(pod.name, uncached_tokens_);
+    }
+  }
+}
+
+PodAttempt::PodAttempt(PodAttempt&& other) noexcept
+    : services_(other.services_), pool_(std::move(other.pool_)), done_(std::move(other.done_)),
+      uncached_tokens_(other.uncached_tokens_), max_tokens_(other.max_tokens_),
+      dispatched_(other.dispatched_), ended_(other.ended_) {
+  other.ended_ = true;  // the moved-from ticket owns nothing
+}
+
+PodAttempt::~PodAttempt() {
+  if (!ended_) {
+    client_gone(std::chrono::steady_clock::now());
+  }
+}
+
+void PodAttempt::first_token(TimePoint now) {
+  if (ended_ || done_.first_token) {
+    return;
+  }
+  done_.first_token = true;
+  done_.ttft_ms = ms_between(dispatched_, now);
+  if (is_pod() && services_->registry != nullptr) {
+    services_->registry->on_first_token(done_.pod.name, uncached_tokens_, max_tokens_);
+  }
+  if (services_->sink != nullptr) {
+    services_->sink->on_first_token(done_);
+  }
+}
+
+void PodAttempt::answered(int status, TimePoint now) { end(status < 400, status, now); }
+
+void PodAttempt::pod_failed(int status, bool before_response, TimePoint now) {
+  if (ended_) {
+    return;
+  }
+  done_.before_response = before_response;
+  if (is_pod() && services_->registry != nullptr) {
+    services_->registry->mark_unhealthy(done_.pod.name, services_->unhealthy_cooldown, now);
+  }
+  end(false, status, now);
+}
+
+void PodAttempt::client_gone(TimePoint now) {
+  if (ended_) {
+    return;
+  }
+  done_.client_aborted = true;
+  end(false, kClientClosedRequest, now);
+}
+
+void PodAttempt::end(bool success, int status, TimePoint now) {
+  if (ended_) {
+    return;
+  }
+  ended_ = true;
+  if (is_pod() && services_->registry != nullptr) {
+    services_->registry->on_finished(done_.pod.name, uncached_tokens_, max_tokens_,
+                                     done_.first_token);
+  }
+  if (done_.e2e_ms == 0) {
+    done_.e2e_ms = ms_between(dispatched_, now);
+  }
+  done_.success = success;
+  done_.status = status;
+  if (services_->sink != nullptr) {
+    services_->sink->on_completed(done_);
+  }
+  if (is_pod() && services_->gate != nullptr) {
+    services_->gate->on_finished(pool_);
+  }
+}
+
+}  // namespace llmd::epp

@@ -1,0 +1,143 @@
+// RequestContext / PodAttempt: every path gives back what a dispatch took, exactly once.
+#include "epp/proxy/request_context.h"
+
+#include <gtest/gtest.h>
+
+#include "epp/datastore/pod_registry.h"
+
+namespace llmd::epp {
+namespace {
+
+using namespace std::chrono_literals;
+using TimePoint = std::chrono::steady_clock::time_point;
+
+const TimePoint kT0 = TimePoint(std::chrono::hours(10));
+
+struct RecordingSink : CompletionSink {
+  void on_first_token(const CompletedRequest& r) override { first.push_back(r); }
+  void on_completed(const CompletedRequest& d) override { completed.push_back(d); }
+  void on_rejected(const std::string& model, int status) override {
+    rejected.emplace_back(model, status);
+  }
+  std::vector<CompletedRequest> first;
+  std::vector<CompletedRequest> completed;
+  std::vector<std::pair<std::string, int>> rejected;
+};
+
+class RequestContextTest : public ::testing::Test {
+ protected:
+  RequestContextTest() {
+    registry_.set_pods({{"a", "10.0.0.1:8000", {}}, {"b", "10.0.0.2:8000", {}}});
+    PodMetrics m;
+    m.scraped_at = kT0;
+    registry_.update_metrics("a", m);
+    registry_.update_metrics("b", m);
+    request_.request_id = "r1";
+    request_.model = "m";
+    request_.input_tokens = 40;
+    request_.streaming = true;
+  }
+  Endpoint pod(const std::string& name) {
+    for (auto& e : registry_.candidates(kT0)) {
+      if (e.name == name) {
+        return e;
+      }
+    }
+    ADD_FAILURE() << name;
+    return {};
+  }
+  LifecycleServices services() { return {&registry_, &sink_, nullptr, 5000ms}; }
+
+  PodRegistry registry_;
+  RecordingSink sink_;
+  SchedulingRequest request_;
+  Route route_;
+};
+
+TEST_F(RequestContextTest, StreamedSuccessMovesPrefillToDecodeAndEndsOnce) {
+  RequestContext ctx(services(), kT0);
+  {
+    PodAttempt attempt = ctx.dispatch(request_, pod("a"), route_, "m", 16, 1, kT0 + 5ms);
+    Endpoint a = pod("a");
+    EXPECT_EQ(a.dispatched, 1);
+    EXPECT_EQ(a.prefill_tokens_in_flight, 40);
+    EXPECT_EQ(a.decode_tokens_in_flight, 0);
+    attempt.first_token(kT0 + 25ms);
+    attempt.first_token(kT0 + 26ms);  // only the first counts
+    a = pod("a");
+    EXPECT_EQ(a.prefill_tokens_in_flight, 0);
+    EXPECT_EQ(a.decode_tokens_in_flight, 16);
+    ASSERT_EQ(sink_.first.size(), 1u);
+    EXPECT_DOUBLE_EQ(sink_.first[0].ttft_ms, 20);
+    EXPECT_DOUBLE_EQ(sink_.first[0].dispatch_delay_ms, 5);
+    attempt.answered(200, kT0 + 105ms);
+    attempt.client_gone(kT0 + 200ms);  // after the end: nothing
+  }
+  Endpoint a = pod("a");
+  EXPECT_EQ(a.dispatched, 0);
+  EXPECT_EQ(a.decode_tokens_in_flight, 0);
+  ASSERT_EQ(sink_.completed.size(), 1u);
+  EXPECT_TRUE(sink_.completed[0].success);
+  EXPECT_EQ(sink_.completed[0].status, 200);
+  EXPECT_DOUBLE_EQ(sink_.completed[0].e2e_ms, 100);
+  EXPECT_EQ(sink_.completed[0].request.request_id, "r1");
+}
+
+TEST_F(RequestContextTest, AnAttemptNobodyEndedCountsAsAClientThatLeft) {
+  {
+    RequestContext ctx(services(), kT0);
+    PodAttempt attempt = ctx.dispatch(request_, pod("b"), route_, "m", 8, 1, kT0);
+    PodAttempt moved = std::move(attempt);  // the moved-from ticket owns nothing
+    EXPECT_EQ(pod("b").dispatched, 1);
+  }
+  EXPECT_EQ(pod("b").dispatched, 0);
+  EXPECT_EQ(pod("b").prefill_tokens_in_flight, 0);
+  ASSERT_EQ(sink_.completed.size(), 1u);
+  EXPECT_TRUE(sink_.completed[0].client_aborted);
+  EXPECT_EQ(sink_.completed[0].status, 499);
+}
+
+TEST_F(RequestContextTest, PodFailureBeforeTheResponseExcludesThePodForTheCooldown) {
+  RequestContext ctx(services(), kT0);
+  PodAttempt first = ctx.dispatch(request_, pod("a"), route_, "m", 8, 1, kT0);
+  first.pod_failed(503, true, kT0 + 1ms);
+  EXPECT_EQ(registry_.candidates(kT0 + 1s).size(), 1u);  // a is out, b stays
+  PodAttempt second = ctx.dispatch(request_, pod("b"), route_, "m", 8, 2, kT0 + 2ms);
+  second.answered(200, kT0 + 50ms);
+  ASSERT_EQ(sink_.completed.size(), 2u);
+  EXPECT_TRUE(sink_.completed[0].before_response);
+  EXPECT_FALSE(sink_.completed[0].success);
+  EXPECT_EQ(sink_.completed[1].attempts, 2);
+  EXPECT_DOUBLE_EQ(sink_.completed[1].dispatch_delay_ms, 2);
+  PodMetrics fresh;
+  fresh.scraped_at = kT0 + 6s;
+  registry_.update_metrics("a", fresh);
+  registry_.update_metrics("b", fresh);
+  auto later = registry_.candidates(kT0 + 6s);  // a is back after the 5 s cooldown
+  ASSERT_EQ(later.size(), 2u);
+  EXPECT_EQ(later[0].dispatched + later[1].dispatched, 0);
+}
+
+TEST_F(RequestContextTest, UpstreamUrlTargetsTouchNoPodBookkeeping) {
+  Route url;
+  Endpoint upstream;
+  upstream.name = "https://api.example";
+  upstream.address = "api.example:443";
+  url.upstream = upstream;
+  RequestContext ctx(services(), kT0);
+  PodAttempt attempt = ctx.dispatch(request_, upstream, url, "m", 8, 1, kT0);
+  attempt.pod_failed(502, true, kT0);
+  EXPECT_EQ(registry_.candidates(kT0).size(), 2u);
+  ASSERT_EQ(sink_.completed.size(), 1u);
+  EXPECT_TRUE(sink_.completed[0].upstream_url);
+}
+
+TEST_F(RequestContextTest, RejectionsReachTheSink) {
+  RequestContext ctx(services(), kT0);
+  ctx.rejected("m", 429);
+  ASSERT_EQ(sink_.rejected.size(), 1u);
+  EXPECT_EQ(sink_.rejected[0], (std::pair<std::string, int>{"m", 429}));
+}
+
+}  // namespace
+}  // namespace llmd::epp
