@@ -1,7 +1,9 @@
 #include "epp/scheduling_port.h"
 
+#include <algorithm>
 #include <atomic>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -17,8 +19,9 @@ Rng& thread_rng() {
 }  // namespace
 
 EppSchedulingPort::EppSchedulingPort(Director& director, PodRegistry& registry,
-                                     PredictionSource* predictions)
-    : director_(director), registry_(registry), predictions_(predictions) {
+                                     PredictionSource* predictions, Now now)
+    : director_(director), registry_(registry), predictions_(predictions),
+      now_(now ? std::move(now) : Now([] { return std::chrono::steady_clock::now(); })) {
   auto first = std::make_shared<SchedulingGeneration>();
   first->objectives = std::make_shared<ObjectiveTable>();
   first->pipeline = director_.pipeline();
@@ -66,7 +69,7 @@ Route EppSchedulingPort::route(const SchedulingRequest& request,
     return out;
   }
   routing::RouteQuery q{request.model, request.subject, &request.metadata};
-  auto d = router->route(q, thread_rng(), std::chrono::steady_clock::now());
+  auto d = router->route(q, thread_rng(), now_());
   if (!d) {
     return out;  // no rule for this model: the default pool
   }
@@ -88,7 +91,7 @@ Route EppSchedulingPort::route(const SchedulingRequest& request,
 }
 
 std::vector<Endpoint> EppSchedulingPort::pool_candidates(const std::string& pool) const {
-  auto all = registry_.candidates(std::chrono::steady_clock::now());
+  auto all = registry_.candidates(now_());
   std::erase_if(all, [&pool](const Endpoint& e) { return e.pool() != pool; });
   return all;
 }
@@ -96,7 +99,14 @@ std::vector<Endpoint> EppSchedulingPort::pool_candidates(const std::string& pool
 void EppSchedulingPort::pick_async(const SchedulingRequest& request, const Route& route,
                                    const SchedulingGeneration& config, Rng& rng, Resume resume,
                                    std::function<void(PickResult)> done) {
-  director_.schedule_async(config.pipeline, request, pool_candidates(route.pool), rng,
+  auto candidates = pool_candidates(route.pool);
+  if (!route.endpoint_subset.empty()) {
+    std::erase_if(candidates, [&route](const Endpoint& e) {
+      return std::find(route.endpoint_subset.begin(), route.endpoint_subset.end(), e.address) ==
+             route.endpoint_subset.end();
+    });
+  }
+  director_.schedule_async(config.pipeline, request, std::move(candidates), rng,
                            std::move(resume),
                            [this, &request, &route, done = std::move(done)](ScheduleResult r) {
                              done(to_pick_result(request, route, std::move(r)));
@@ -105,7 +115,7 @@ void EppSchedulingPort::pick_async(const SchedulingRequest& request, const Route
 
 PickResult EppSchedulingPort::to_pick_result(const SchedulingRequest& request, const Route& route,
                                              ScheduleResult r) {
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = now_();
   for (const auto& s : r.scores) {
     if (s.predicted_ttft_ms) {
       registry_.record_predicted_ttft(s.name, *s.predicted_ttft_ms, now);
@@ -154,17 +164,19 @@ void EppSchedulingPort::estimate_service_ms_async(const SchedulingRequest& reque
   features::FeatureInput row;
   row.input_token_length = request.input_tokens;
   row.num_tokens_generated = 1;
+  // As in the Director: only an answer on this stack continues inline.
   auto inline_call = std::make_shared<std::atomic<bool>>(true);
+  const auto caller = std::this_thread::get_id();
   predictions_->predict_async(
-      {row}, std::chrono::steady_clock::now() + std::chrono::milliseconds(20),
-      [max_tokens, heuristic, inline_call, resume = std::move(resume),
+      {row}, now_() + std::chrono::milliseconds(20),
+      [max_tokens, heuristic, inline_call, caller, resume = std::move(resume),
        done = std::move(done)](PredictionResult p) {
         double ms = heuristic;
         if (p && p->size() == 1) {
           ms = (*p)[0].ttft_ms +
                (*p)[0].tpot_ms * static_cast<double>(std::max<int64_t>(0, max_tokens - 1));
         }
-        if (*inline_call || !resume) {
+        if ((*inline_call && std::this_thread::get_id() == caller) || !resume) {
           done(ms);
         } else {
           resume([done, ms] { done(ms); });
@@ -183,8 +195,7 @@ void EppSchedulingPort::on_completed(const CompletedRequest& done) {
     return;
   }
   if (auto router = latency_router()) {
-    router->record(done.rule_id, done.target, done.e2e_ms, done.success,
-                   std::chrono::steady_clock::now());
+    router->record(done.rule_id, done.target, done.e2e_ms, done.success, now_());
   }
 }
 

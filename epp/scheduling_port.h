@@ -3,6 +3,8 @@
 // upstream URL), the director schedules a pool's candidates, objectives fill request defaults,
 // and completed requests feed the rules' response-time windows. One instance per process;
 // thread-safe (each piece has its own lock; reload swaps whole generations).
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -17,7 +19,11 @@ namespace llmd::epp {
 
 class EppSchedulingPort final : public SchedulingPort, public CompletionSink {
  public:
-  EppSchedulingPort(Director& director, PodRegistry& registry, PredictionSource* predictions);
+  using Now = std::function<std::chrono::steady_clock::time_point()>;
+  // `now`: the clock of candidate staleness, rule statistics and recorded predictions
+  // (default steady_clock; the virtual-time benchmark passes its virtual clock).
+  EppSchedulingPort(Director& director, PodRegistry& registry, PredictionSource* predictions,
+                    Now now = {});
 
   // Start-up and reload: one new generation of objectives, routing rules (nullopt = none) and
   // pipeline, published at once (requests in flight keep theirs). Rule statistics of
@@ -49,6 +55,7 @@ class EppSchedulingPort final : public SchedulingPort, public CompletionSink {
   Director& director_;
   PodRegistry& registry_;
   PredictionSource* predictions_;  // null: no predictor configured
+  Now now_;
   mutable std::mutex mu_;  // guards only the pointer swap
   SchedulingGenerationPtr generation_;
 };

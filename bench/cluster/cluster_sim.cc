@@ -21,14 +21,18 @@
 
 #include "bench/cluster/inprocess_predictor.h"
 #include "bench/sim/sim_engine.h"
+#include "epp/datastore/pod_registry.h"
 #include "epp/datastore/prefix_index.h"
 #include "epp/features/feature_row.h"
 #include "epp/interface/rng.h"
 #include "epp/plugins/register.h"
+#include "epp/feedback/request_metrics.h"
 #include "epp/proxy/proxy_types.h"
+#include "epp/proxy/request_context.h"
 #include "epp/scheduler/config_loader.h"
 #include "epp/scheduler/director.h"
 #include "epp/scheduler/registry.h"
+#include "epp/scheduling_port.h"
 
 namespace llmd::cluster {
 
@@ -249,6 +253,7 @@ class ClusterRun {
         cfg.pool.num_slow > cfg.pool.num_pods || !(cfg.pool.kv_scale > 0)) {
       throw std::invalid_argument("bad pool spec");
     }
+    std::vector<epp::PodConfig> pod_configs;
     for (int i = 0; i < cfg.pool.num_pods; ++i) {
       sim::EngineConfig ec;
       const bool slow = i >= cfg.pool.num_pods - cfg.pool.num_slow;
@@ -260,10 +265,14 @@ class ClusterRun {
       Pod p(sim::SimEngine{ec});
       p.name = "pod-" + std::to_string(i);
       p.labels = {{"class", ec.profile.name}};
-      p.scraped = live_metrics(p, 0);
       pod_index_[p.name] = i;
+      pod_configs.push_back({p.name, p.name + ":8000", p.labels});
       pods_.push_back(std::move(p));
     }
+    // The EPP's pod table and in-flight bookkeeping, on the virtual clock. Scrapes never fail
+    // here, so staleness never excludes a pod (the scrape period is a scenario setting).
+    pods_registry_.set_pods(pod_configs);
+    refresh_metrics();
     root_ = sim::root_hash(kModel);
     hash_prompts_ = cfg.hash_prompts == HashPrompts::kAlways ||
                     (cfg.hash_prompts == HashPrompts::kAuto &&
@@ -293,6 +302,15 @@ class ClusterRun {
                                     loaded.error);
       }
       director_ = std::make_unique<epp::Director>(loaded.pipeline);
+      // The EPP's scheduling port and completion fan-out: what the proxy calls, on the
+      // virtual clock (training feedback first, then the prefix index learns the answer).
+      port_ = std::make_unique<epp::EppSchedulingPort>(*director_, pods_registry_,
+                                                       predictor_.get(),
+                                                       [this] { return vclock(now_); });
+      if (predictor_) {
+        sinks_.add(*predictor_);
+      }
+      sinks_.add(*port_);
     }
   }
 
@@ -341,9 +359,7 @@ class ClusterRun {
         }
         case EvKind::kTimeout: on_timeout(static_cast<uint64_t>(ev.id)); break;
         case EvKind::kScrape:
-          for (auto& p : pods_) {
-            p.scraped = live_metrics(p, now_);
-          }
+          refresh_metrics();
           push(now_ + cfg_.scrape_interval_ms, EvKind::kScrape, 0);
           break;
         case EvKind::kFlush:
@@ -394,11 +410,6 @@ class ClusterRun {
     sim::SimEngine engine;
     std::string name;
     std::map<std::string, std::string> labels;
-    epp::PodMetrics scraped;
-    // The EPP's exact in-flight bookkeeping (epp/datastore/pod_registry.cc).
-    int64_t dispatched = 0;
-    int64_t prefill_tokens = 0;
-    int64_t decode_tokens = 0;
     int64_t requests = 0;
     double key = kInf;  // time of this pod's live heap entry
   };
@@ -414,9 +425,10 @@ class ClusterRun {
     epp::Endpoint picked;  // as seen at dispatch: the training sample's features
     int64_t input_tokens = 0;
     int64_t max_tokens = 0;
-    bool first_token = false;
-    int64_t prefill_tokens = 0;  // what it adds to the pod's prefill queue (uncached tokens)
     epp::SchedulingRequest request;  // as scheduled (feedback and the prefix index need it)
+    // The EPP's request lifecycle (what the proxy runs): the context outlives its attempt.
+    std::unique_ptr<epp::RequestContext> context;
+    std::optional<epp::PodAttempt> attempt;
     uint64_t output_seed = 0;
     std::vector<sim::TokenId> question_tokens;
     std::string question;
@@ -452,21 +464,19 @@ class ClusterRun {
     }
   }
 
-  std::vector<epp::Endpoint> candidates() const {
-    std::vector<epp::Endpoint> out;
-    out.reserve(pods_.size());
+  // What the EPP's scraper does every scrape period: every pod's metrics into the registry.
+  void refresh_metrics() {
     for (const auto& p : pods_) {
-      epp::Endpoint e;
-      e.name = p.name;
-      e.address = p.name + ":8000";
-      e.labels = p.labels;
-      e.metrics = cfg_.scrape_interval_ms > 0 ? p.scraped : live_metrics(p, now_);
-      e.dispatched = p.dispatched;
-      e.prefill_tokens_in_flight = p.prefill_tokens;
-      e.decode_tokens_in_flight = p.decode_tokens;
-      out.push_back(std::move(e));
+      pods_registry_.update_metrics(p.name, live_metrics(p, now_));
     }
-    return out;
+  }
+
+  // The registry's candidates now (exact metrics per decision when there is no scrape period).
+  std::vector<epp::Endpoint> candidates() {
+    if (cfg_.scrape_interval_ms <= 0) {
+      refresh_metrics();
+    }
+    return pods_registry_.candidates(vclock(now_));
   }
 
   // Estimate of the TTFT a pod would give `req` now, from the engine's visible state: the rest
@@ -629,7 +639,11 @@ class ClusterRun {
     ++result_.cycles;
     if (cfg_.strategy == Strategy::kOracle) {
       pod = oracle_pick(sreq);
-      f.picked = candidates()[static_cast<std::size_t>(pod)];
+      for (auto& e : candidates()) {
+        if (e.name == pods_[static_cast<std::size_t>(pod)].name) {
+          f.picked = std::move(e);
+        }
+      }
     } else {
       epp::SchedulingRequest req;
       req.request_id = "req-" + std::to_string(tr.index);
@@ -641,16 +655,22 @@ class ClusterRun {
       req.slo_tpot_ms = r.slo_tpot_ms;
       req.priority = tr.priority;
       f.request = req;
-      auto res = director_->schedule(req, candidates(), rng_);
-      if (res.predictions_used) {
+      if (cfg_.scrape_interval_ms <= 0) {
+        refresh_metrics();
+      }
+      // The proxy's call; every producer here answers inline (in-process model).
+      std::optional<epp::PickResult> res;
+      port_->pick_async(f.request, route_, *port_->generation(), rng_, {},
+                        [&res](epp::PickResult r) { res = std::move(r); });
+      if (res->predictions_used) {
         ++result_.cycles_with_predictions;
       }
-      if (!res.ok()) {
-        fail(i, "HTTP " + std::to_string(res.status) + ": " + res.reason);
+      if (res->status != 200 || res->ranked.empty()) {
+        fail(i, "HTTP " + std::to_string(res->status) + ": " + res->detail);
         return;
       }
-      pod = pod_index_.at(res.picked->name);
-      f.picked = std::move(*res.picked);
+      pod = pod_index_.at(res->ranked[0].name);
+      f.picked = std::move(res->ranked[0]);
       if (f.picked.latency) {
         r.predicted_ttft_ms = f.picked.latency->predicted_ttft_ms;
         r.predicted_tpot_ms = f.picked.latency->predicted_tpot_ms;
@@ -667,25 +687,17 @@ class ClusterRun {
     }
     r.pod = pod;
     ++p.requests;
-    ++p.dispatched;
-    f.prefill_tokens = epp::uncached_prompt_tokens(f.request, f.picked);
-    p.prefill_tokens += f.prefill_tokens;
+    f.context = std::make_unique<epp::RequestContext>(
+        epp::LifecycleServices{&pods_registry_, port_ ? &sinks_ : nullptr, nullptr},
+        vclock(r.sent_ms));
+    f.attempt.emplace(f.context->dispatch(f.request, f.picked, route_, kModel, f.max_tokens, 1,
+                                          vclock(now_)));
     f.pod = pod;
     inflight_.emplace(tr.index, std::move(f));
     if (cfg_.request_timeout_ms > 0) {
       push(now_ + cfg_.request_timeout_ms, EvKind::kTimeout, static_cast<int64_t>(tr.index));
     }
     reschedule(pod);
-  }
-
-  epp::CompletedRequest completed(const InFlight& f, uint64_t id) const {
-    epp::CompletedRequest c;
-    c.request = f.request;
-    c.request.request_id = "req-" + std::to_string(id);
-    c.request.input_tokens = f.input_tokens;
-    c.request.streaming = true;
-    c.pod = f.picked;
-    return c;
   }
 
   // The prompt text the next turn sends up to the end of this answer (finish_turn's format).
@@ -712,16 +724,8 @@ class ClusterRun {
       InFlight& f = it->second;
       if (e.type == sim::EventType::kFirstToken) {
         ++result_.token_events;
-        f.first_token = true;
-        p.prefill_tokens = std::max<int64_t>(0, p.prefill_tokens - f.prefill_tokens);
-        p.decode_tokens += f.max_tokens;
-        if (predictor_) {
-          // The TTFT sample leaves at the first token, as the EPP's TrainingFeedback sends it.
-          epp::CompletedRequest first = completed(f, e.request_id);
-          first.first_token = true;
-          first.ttft_ms = e.time_ms - result_.requests[static_cast<std::size_t>(e.request_id)].sent_ms;
-          predictor_->on_first_token(first);
-        }
+        // The TTFT sample leaves at the first token, as the EPP's TrainingFeedback sends it.
+        f.attempt->first_token(vclock(e.time_ms));
       } else if (e.type == sim::EventType::kFinished) {
         const std::size_t i = static_cast<std::size_t>(e.request_id);
         auto& r = result_.requests[i];
@@ -733,25 +737,17 @@ class ClusterRun {
         r.ttft_ms = st.ttft_ms();
         r.e2e_ms = st.e2e_ms();
         r.tpot_ms = st.output_tokens > 1 ? st.tpot_ms() : -1;
-        p.dispatched = std::max<int64_t>(0, p.dispatched - 1);
-        p.decode_tokens = std::max<int64_t>(0, p.decode_tokens - f.max_tokens);
-        if (predictor_) {
-          epp::CompletedRequest done = completed(f, e.request_id);
-          done.first_token = true;
-          done.success = true;
-          done.status = 200;
-          done.ttft_ms = r.ttft_ms;
-          done.e2e_ms = r.e2e_ms;
-          done.completion_tokens = st.output_tokens;
-          done.cached_tokens = st.cached_tokens;
-          predictor_->on_completed(done);
-        }
+        // What the proxy records from the stream, then the attempt's end: bookkeeping back,
+        // feedback (TPOT sample) and the prefix index learning the answer (the sinks).
+        epp::CompletedRequest& done = f.attempt->record();
+        done.ttft_ms = r.ttft_ms;
+        done.e2e_ms = r.e2e_ms;
+        done.completion_tokens = st.output_tokens;
+        done.cached_tokens = st.cached_tokens;
         if (director_) {
-          // The EPP's proxy hands the answer to the prefix index (EppSchedulingPort).
-          epp::SchedulingRequest continued = f.request;
-          continued.prompt_text = continuation_text(f, st.output_tokens);
-          director_->on_response_complete(continued, f.picked);
+          done.continuation_prompt = continuation_text(f, st.output_tokens);
         }
+        f.attempt->answered(200, vclock(e.time_ms));
         InFlight moved = std::move(f);
         inflight_.erase(it);
         finish_turn(i, true, &moved);
@@ -771,12 +767,7 @@ class ClusterRun {
     p.engine.advance_to(now_, events);
     handle_events(f.pod, events);
     p.engine.abort(id);
-    p.dispatched = std::max<int64_t>(0, p.dispatched - 1);
-    if (f.first_token) {
-      p.decode_tokens = std::max<int64_t>(0, p.decode_tokens - f.max_tokens);
-    } else {
-      p.prefill_tokens = std::max<int64_t>(0, p.prefill_tokens - f.prefill_tokens);
-    }
+    f.attempt->client_gone(vclock(now_));  // the load client gave up
     reschedule(f.pod);
     fail(static_cast<std::size_t>(id), "timeout");
   }
@@ -811,6 +802,10 @@ class ClusterRun {
   std::unique_ptr<ScratchDir> scratch_;
   std::unique_ptr<InProcessPredictor> predictor_;
   std::unique_ptr<epp::Director> director_;
+  epp::PodRegistry pods_registry_{std::chrono::hours(24 * 365)};
+  std::unique_ptr<epp::EppSchedulingPort> port_;
+  epp::CompletionFanout sinks_;
+  const epp::Route route_{};  // the default pool, no model-level rule
   epp::Rng rng_;
   std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> heap_;
   uint64_t seq_ = 0;

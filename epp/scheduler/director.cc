@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -139,10 +140,15 @@ void Director::run_producer(std::shared_ptr<Cycle> cycle, std::size_t index) con
       cycle->resume([this, cycle, index] { run_producer(cycle, index + 1); });
     }
   };
-  // Inline answers continue on this stack; later ones go through `resume`.
+  // Answers on this stack (before produce_async returns) continue here; any other (later, or
+  // on another thread while produce_async is still running) goes through `resume`, so the
+  // rest of the cycle never runs outside the caller's serialisation.
   auto running = std::make_shared<std::atomic<bool>>(true);
+  const auto caller = std::this_thread::get_id();
   try {
-    p.plugin->produce_async(c.ctx, c.candidates, [next, running] { next(*running); });
+    p.plugin->produce_async(c.ctx, c.candidates, [next, running, caller] {
+      next(*running && std::this_thread::get_id() == caller);
+    });
   } catch (const std::exception& e) {
     // A failed producer never fails the request; its attribute may stay absent.
     spdlog::warn("producer {} ({}) failed: {}", p.plugin->name(), p.plugin->type(), e.what());
