@@ -25,6 +25,7 @@
 #include "epp/feedback/request_metrics.h"
 #include "epp/feedback/training_feedback.h"
 #include "epp/plugins/register.h"
+#include "epp/extproc/ext_proc_server.h"
 #include "epp/pool_config.h"
 #include "epp/predictor_client/predictor_client.h"
 #include "epp/predictor_client/replica_set.h"
@@ -58,6 +59,9 @@ int run(int argc, char** argv) {
         "grace period)");
   o.add("health-port", "EPP_HEALTH_PORT", "9003", "/healthz and /readyz port");
   o.add("metrics-port", "EPP_METRICS_PORT", "9090", "/metrics port");
+  o.add("ext-proc-port", "EPP_EXT_PROC_PORT", "0",
+        "Gateway mode: serve Envoy's ext_proc gRPC service (and gRPC health) on this port "
+        "(the reference EPP uses 9002); 0 = off");
   o.add("prediction-server-url", "PREDICTION_SERVER_URL", "",
         "Comma list of predictor URLs (empty: composite scoring only)");
   o.add("training-server-url", "TRAINING_SERVER_URL", "", "Trainer URL for feedback (empty: off)");
@@ -166,6 +170,18 @@ int run(int argc, char** argv) {
   const std::chrono::milliseconds drain_timeout(
       static_cast<int64_t>(o.number("drain-timeout", 0, 3600) * 1000));
   ProxyServer proxy(po, port, pods, sinks, &gate);
+  std::unique_ptr<extproc::ExtProcServer> ext_proc;
+  if (const auto ext_port = o.integer("ext-proc-port", 0, 65535); ext_port > 0) {
+    extproc::ExtProcServerOptions eo;
+    eo.host = po.host;
+    eo.port = static_cast<uint16_t>(ext_port);
+    eo.stream.body_limit = po.body_limit;
+    eo.stream.default_prediction = po.default_prediction;
+    eo.stream.forward_priority = po.forward_priority;
+    eo.stream.unhealthy_cooldown = po.unhealthy_cooldown;
+    ext_proc = std::make_unique<extproc::ExtProcServer>(
+        eo, extproc::ExtProcServices{&port, &pods, &sinks, &gate});
+  }
 
   // Pool gauges computed at scrape time.
   auto& pool_family = prometheus::BuildGauge().Name("llmd_epp_pool").Help(
@@ -176,6 +192,9 @@ int run(int argc, char** argv) {
   auto& prefix_blocks_g = pool_family.Add({{"stat", "prefix_index_blocks"}});
   auto& prefix_hit_g = pool_family.Add({{"stat", "prefix_index_hit_ratio"}});
   auto& queue_len_g = pool_family.Add({{"stat", "router_queue_length"}});
+  auto& in_flight_family = prometheus::BuildGauge().Name("llmd_epp_pod_in_flight").Help(
+      "Requests this EPP dispatched to a ready pod that have not finished (its exact "
+      "bookkeeping)").Register(registry);
   auto& routing_family = prometheus::BuildGauge().Name("llmd_epp_latency_routing_target").Help(
       "Model-level latency routing per rule and target: rolling average response time (ms), "
       "samples in the window, fast (1 = receives traffic)").Register(registry);
@@ -200,6 +219,7 @@ int run(int argc, char** argv) {
     for (const auto& e : c) {
       kv += e.metrics.kv_cache_usage;
       q += static_cast<double>(e.metrics.waiting);
+      in_flight_family.Add({{"pod", e.name}}).Set(static_cast<double>(e.dispatched));
     }
     ready_g.Set(static_cast<double>(c.size()));
     kv_g.Set(c.empty() ? 0 : kv / static_cast<double>(c.size()));
@@ -231,6 +251,10 @@ int run(int argc, char** argv) {
   http::HttpServer metrics_server(ho, handler);
 
   proxy.start();
+  if (ext_proc) {
+    ext_proc->start();
+    spdlog::info("gateway mode: ext_proc gRPC on {}:{}", po.host, ext_proc->port());
+  }
   health.start();
   metrics_server.start();
   scraper.start();
@@ -287,10 +311,21 @@ int run(int argc, char** argv) {
                    : std::string("off"));
   std::thread proxy_thread([&] { proxy.run(); });
   // The router queue also drains on fresh scrapes and expires waiters by its timeout.
+  // It also keeps the gRPC readiness (gateway mode) in step with /readyz.
   std::thread gate_ticker([&] {
+    int ticks = 0;
+    std::optional<bool> grpc_ready;
     while (!stopping) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       gate.tick();
+      if (ext_proc && ++ticks % 20 == 0) {
+        const bool ready =
+            !draining && pods.ready_count(std::chrono::steady_clock::now()) > 0;
+        if (grpc_ready != ready) {
+          grpc_ready = ready;
+          ext_proc->set_ready(ready);
+        }
+      }
     }
   });
   {
@@ -305,7 +340,13 @@ int run(int argc, char** argv) {
   }
   // Readiness drops first so the load balancer stops sending; requests in flight finish.
   draining = true;
+  std::thread ext_proc_drain([&] {
+    if (ext_proc) {
+      ext_proc->shutdown(drain_timeout);  // streams in flight finish, new ones are refused
+    }
+  });
   proxy.drain(drain_timeout);
+  ext_proc_drain.join();
   stopping = true;
   proxy_thread.join();
   health.stop();

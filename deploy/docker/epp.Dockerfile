@@ -1,4 +1,5 @@
-# EPP: the predicted-latency router (proxy 8080, health 9003, metrics 9090).
+# EPP: the predicted-latency router (proxy 8080, health 9003, metrics 9090; in gateway mode
+# ext_proc on the port --ext-proc-port names, 9002 in deploy/overlays/gateway).
 # Build from the repository root (BuildKit reads epp.Dockerfile.dockerignore beside this file):
 #   docker build -f deploy/docker/epp.Dockerfile -t llmd/epp:dev .
 # Build stage: Debian 12 with the project's own dependency script, so the image builds with
@@ -17,6 +18,7 @@ FROM debian:12-slim
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libyaml-cpp0.7 libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 \
+      libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libc-ares2 libre2-9 libssl3 zlib1g \
  && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 65532 llmd \
  && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \

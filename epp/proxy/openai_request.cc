@@ -1,5 +1,7 @@
 #include "epp/proxy/openai_request.h"
 
+#include <fmt/format.h>
+
 #include "common/json/validation.h"
 
 #include <cctype>
@@ -7,6 +9,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <random>
 
 namespace llmd::epp {
 namespace {
@@ -350,6 +353,38 @@ std::string target_model(const ParsedRequest& parsed, const nlohmann::json& over
     return override_params["model"].get<std::string>();
   }
   return parsed.request.model;
+}
+
+std::string openai_error_body(int status, const std::string& message) {
+  const char* type = status == 429   ? "rate_limit_error"
+                     : status == 404 ? "not_found_error"
+                     : status == 401 ? "authentication_error"
+                     : status < 500  ? "invalid_request_error"
+                     : status == 503 ? "service_unavailable_error"
+                                     : "server_error";
+  return nlohmann::json{{"error",
+                         {{"message", message}, {"type", type}, {"param", nullptr},
+                          {"code", status}}}}
+      .dump();
+}
+
+std::string new_request_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{:016x}{:016x}", rng(), rng());
+}
+
+InboundHeaders read_inbound_headers(const HeaderLookup& lookup) {
+  InboundHeaders h;
+  h.request_id = lookup("x-request-id").value_or(new_request_id());
+  h.slo_ttft_ms = lookup("x-slo-ttft-ms");
+  h.slo_tpot_ms = lookup("x-slo-tpot-ms");
+  h.prediction_based_scheduling = lookup("x-prediction-based-scheduling");
+  h.objective = lookup("x-gateway-inference-objective").value_or("");
+  h.subject = lookup("x-subject");
+  h.metadata = lookup("x-metadata");
+  h.priority = lookup("x-dynamo-request-priority");
+  h.strict_priority = lookup("x-dynamo-request-strict-priority");
+  return h;
 }
 
 }  // namespace llmd::epp

@@ -1,6 +1,7 @@
 #pragma once
 // OpenAI request body -> SchedulingRequest (pure; no sockets). Counts input tokens as
 // whitespace-separated words of the prompt text, as the simulator does.
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,6 +25,11 @@ struct InboundHeaders {
   std::optional<std::string> priority;             // x-dynamo-request-priority
   std::optional<std::string> strict_priority;      // x-dynamo-request-strict-priority
 };
+
+// The headers above from a request (`lookup` returns a header's value by lower-case name);
+// a request without x-request-id gets a new one.
+using HeaderLookup = std::function<std::optional<std::string>(std::string_view name)>;
+InboundHeaders read_inbound_headers(const HeaderLookup& lookup);
 
 // What a request inherits when it does not say otherwise. Owned by the caller.
 struct RequestDefaults {
@@ -62,5 +68,11 @@ std::string continuation_prompt(const ParsedRequest& parsed, std::string_view ge
 // The model name the pod will see (after override_params).
 std::string target_model(const ParsedRequest& parsed, const nlohmann::json& override_params);
 int64_t count_words(std::string_view text);
+
+// The error object of the OpenAI API ({"error": {message, type, param, code}}), which the
+// official SDKs parse into their exception.
+std::string openai_error_body(int status, const std::string& message);
+// A fresh x-request-id (32 hex digits) for requests that come without one.
+std::string new_request_id();
 
 }  // namespace llmd::epp

@@ -39,26 +39,6 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-std::string new_request_id() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{:016x}{:016x}", rng(), rng());
-}
-
-// The error object of the OpenAI API ({"error": {message, type, param, code}}), which the
-// official SDKs parse into their exception; errors a pod writes pass through untouched.
-std::string openai_error_body(int status, const std::string& message) {
-  const char* type = status == 429   ? "rate_limit_error"
-                     : status == 404 ? "not_found_error"
-                     : status == 401 ? "authentication_error"
-                     : status < 500  ? "invalid_request_error"
-                     : status == 503 ? "service_unavailable_error"
-                                     : "server_error";
-  return nlohmann::json{{"error",
-                         {{"message", message}, {"type", type}, {"param", nullptr},
-                          {"code", status}}}}
-      .dump();
-}
-
 // A stream the pod broke off ends with the same error object as one SSE event.
 std::string mid_stream_error_event() {
   return "data: " +
@@ -369,16 +349,8 @@ struct ProxyServer::Impl {
       co_await http::async_write(client, res, redirect(ec));
       co_return !ec && keep_alive;
     }
-    InboundHeaders headers;
-    headers.request_id = header_opt(req, "x-request-id").value_or(new_request_id());
-    headers.slo_ttft_ms = header_opt(req, "x-slo-ttft-ms");
-    headers.slo_tpot_ms = header_opt(req, "x-slo-tpot-ms");
-    headers.prediction_based_scheduling = header_opt(req, "x-prediction-based-scheduling");
-    headers.objective = header_opt(req, "x-gateway-inference-objective").value_or("");
-    headers.subject = header_opt(req, "x-subject");
-    headers.metadata = header_opt(req, "x-metadata");
-    headers.priority = header_opt(req, "x-dynamo-request-priority");
-    headers.strict_priority = header_opt(req, "x-dynamo-request-strict-priority");
+    const InboundHeaders headers =
+        read_inbound_headers([&req](std::string_view name) { return header_opt(req, name); });
     // GCC 12 destroys temporaries inside a co_await full-expression twice: callers pass named
     // strings or literals only (string_view keeps the argument trivially destructible).
     ParsedRequest parsed;

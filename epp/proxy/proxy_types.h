@@ -35,6 +35,9 @@ struct Route {
   std::string rule_id;               // the model-level rule that chose the target ("" = none)
   std::string target;                // the rule's target string
   nlohmann::json override_params;    // merged into the forwarded body (null = none)
+  // Gateway mode: the gateway's subset hint (ip:port list); candidates outside it are not
+  // picked. Empty = the whole pool.
+  std::vector<std::string> endpoint_subset;
 };
 
 struct Pipeline;

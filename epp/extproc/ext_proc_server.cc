@@ -1,0 +1,212 @@
+#include "epp/extproc/ext_proc_server.h"
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include "epp/extproc/external_processor.grpc.pb.h"
+
+namespace llmd::epp::extproc {
+namespace {
+
+constexpr char kServiceName[] = "envoy.service.ext_proc.v3.ExternalProcessor";
+
+// What the stream and its callbacks share with the reactor: the serialisation of one stream
+// and the way out (null once the reactor is gone).
+struct StreamLock {
+  std::mutex mu;
+  class ProcessReactor* reactor = nullptr;  // guarded by mu
+};
+
+class ProcessReactor final
+    : public grpc::ServerBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse> {
+ public:
+  ProcessReactor(const ExtProcOptions& options, const ExtProcServices& services,
+                 std::atomic<int>& active)
+      : active_(active), lock_(std::make_shared<StreamLock>()) {
+    ++active_;
+    lock_->reactor = this;
+    std::weak_ptr<StreamLock> weak = lock_;
+    stream_ = std::make_shared<ExtProcStream>(
+        options, services,
+        // Called with lock_->mu held (on_message, or a posted continuation).
+        [weak](pb::ProcessingResponse r) {
+          if (auto l = weak.lock(); l && l->reactor != nullptr) {
+            l->reactor->enqueue(std::move(r));
+          }
+        },
+        [lock = lock_](std::function<void()> fn) {
+          std::lock_guard guard(lock->mu);
+          fn();
+        });
+    StartRead(&incoming_);
+  }
+
+  void OnReadDone(bool ok) override {
+    std::lock_guard guard(lock_->mu);
+    if (!ok) {
+      // The gateway half-closed (the exchange is over) or the stream broke.
+      stream_->cancel();
+      reads_done_ = true;
+      maybe_finish();
+      return;
+    }
+    stream_->on_message(incoming_);
+    StartRead(&incoming_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard guard(lock_->mu);
+    writing_ = false;
+    if (!ok) {
+      outgoing_.clear();
+      stream_->cancel();
+      reads_done_ = true;
+    } else {
+      outgoing_.pop_front();
+    }
+    write_next();
+    maybe_finish();
+  }
+
+  void OnCancel() override {
+    std::lock_guard guard(lock_->mu);
+    stream_->cancel();
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard guard(lock_->mu);
+      lock_->reactor = nullptr;
+      stream_->cancel();
+    }
+    --active_;
+    delete this;
+  }
+
+  // lock_->mu held.
+  void enqueue(pb::ProcessingResponse r) {
+    if (finished_) {
+      return;
+    }
+    outgoing_.push_back(std::move(r));
+    write_next();
+  }
+
+ private:
+  void write_next() {
+    if (!writing_ && !outgoing_.empty() && !finished_) {
+      writing_ = true;
+      StartWrite(&outgoing_.front());
+    }
+  }
+  void maybe_finish() {
+    if (reads_done_ && !writing_ && outgoing_.empty() && !finished_) {
+      finished_ = true;
+      Finish(grpc::Status::OK);
+    }
+  }
+
+  std::atomic<int>& active_;
+  std::shared_ptr<StreamLock> lock_;
+  std::shared_ptr<ExtProcStream> stream_;
+  pb::ProcessingRequest incoming_;
+  std::deque<pb::ProcessingResponse> outgoing_;  // guarded by lock_->mu; front() is on the wire
+  bool writing_ = false;                         // guarded by lock_->mu
+  bool reads_done_ = false;                      // guarded by lock_->mu
+  bool finished_ = false;                        // guarded by lock_->mu
+};
+
+class Service final : public pb::ExternalProcessor::CallbackService {
+ public:
+  Service(const ExtProcOptions& options, const ExtProcServices& services,
+          std::atomic<int>& active)
+      : options_(options), services_(services), active_(active) {}
+
+  grpc::ServerBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse>* Process(
+      grpc::CallbackServerContext*) override {
+    return new ProcessReactor(options_, services_, active_);
+  }
+
+ private:
+  ExtProcOptions options_;
+  ExtProcServices services_;
+  std::atomic<int>& active_;
+};
+
+}  // namespace
+
+struct ExtProcServer::Impl {
+  Impl(ExtProcServerOptions o, ExtProcServices s)
+      : options(std::move(o)), service(options.stream, s, active) {}
+  ExtProcServerOptions options;
+  std::atomic<int> active{0};
+  Service service;
+  std::mutex mu;  // guards `server` (readiness and shutdown come from different threads)
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+
+ExtProcServer::ExtProcServer(ExtProcServerOptions options, ExtProcServices services)
+    : impl_(std::make_unique<Impl>(std::move(options), services)) {}
+
+ExtProcServer::~ExtProcServer() { shutdown(std::chrono::milliseconds(0)); }
+
+void ExtProcServer::start() {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  const std::string address = fmt::format("{}:{}", impl_->options.host, impl_->options.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl_->port);
+  builder.RegisterService(&impl_->service);
+  // A request body travels in one message in BUFFERED mode: allow the EPP's body limit.
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<std::size_t>(impl_->options.stream.body_limit + 65536,
+                                             std::numeric_limits<int>::max())));
+  auto server = builder.BuildAndStart();
+  if (!server || impl_->port == 0) {
+    throw std::runtime_error("cannot serve ext_proc on " + address);
+  }
+  server->GetHealthCheckService()->SetServingStatus("liveness", true);
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->server = std::move(server);
+  }
+  set_ready(false);
+}
+
+uint16_t ExtProcServer::port() const { return static_cast<uint16_t>(impl_->port); }
+
+void ExtProcServer::set_ready(bool ready) {
+  std::lock_guard lock(impl_->mu);
+  if (!impl_->server) {
+    return;
+  }
+  auto* health = impl_->server->GetHealthCheckService();
+  health->SetServingStatus("readiness", ready);
+  health->SetServingStatus(kServiceName, ready);
+  health->SetServingStatus("", ready);
+}
+
+void ExtProcServer::shutdown(std::chrono::milliseconds timeout) {
+  set_ready(false);
+  std::unique_ptr<grpc::Server> server;
+  {
+    std::lock_guard lock(impl_->mu);
+    server = std::move(impl_->server);
+  }
+  if (!server) {
+    return;
+  }
+  server->Shutdown(std::chrono::system_clock::now() + timeout);
+  server->Wait();
+}
+
+int ExtProcServer::active_streams() const { return impl_->active.load(); }
+
+}  // namespace llmd::epp::extproc

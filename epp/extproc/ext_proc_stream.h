@@ -1,0 +1,121 @@
+#pragma once
+// ExtProcStream: one Envoy ext_proc stream (one HTTP request through the gateway) as the EPP
+// sees it, transport-free. Messages from the gateway go in (on_message); answers go out
+// through `emit`, at once or later (after the router queue and the predictions).
+//
+// What the gateway gets (Gateway API Inference Extension, endpoint picker protocol):
+// - request: the body is collected (FULL_DUPLEX_STREAMED: the request_headers answer waits for
+//   it; BUFFERED or unannounced: the headers are answered at once and the whole body comes in
+//   one message), parsed as an OpenAI request, admitted and scheduled exactly as in proxy mode
+//   (same SchedulingPort, AdmissionGate, RequestContext). The pick travels as the header
+//   `x-gateway-destination-endpoint` and the same value under dynamic metadata
+//   `envoy.lb` / `x-gateway-destination-endpoint`: "primary,fallback" (the gateway tries them
+//   in order). The gateway's subset hint (`envoy.lb.subset_hint` /
+//   `x-gateway-destination-endpoint-subset`) limits the candidates. A refusal is an
+//   ImmediateResponse with the OpenAI error body (400, 413, 429, 503 + Retry-After).
+// - response: headers and body chunks are passed on unchanged; the EPP reads them to measure
+//   TTFT (first content chunk) and TPOT (end of the stream), feeds the trainer and releases the
+//   pod's in-flight bookkeeping, as the proxy does. The endpoint that served the request
+//   (`envoy.lb` / `x-gateway-destination-endpoint-served`) moves the bookkeeping to the
+//   fallback when the primary failed.
+//
+// Threading: the owner serialises on_message() and cancel() (the gRPC reactor holds its
+// mutex); scheduling continues on the predictor client's thread through `resume`, under the
+// same serialisation (the owner's `post`). `emit` is called with that serialisation held.
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "epp/extproc/external_processor.pb.h"
+#include "epp/interface/rng.h"
+#include "epp/proxy/openai_request.h"
+#include "epp/proxy/proxy_types.h"
+#include "epp/proxy/request_context.h"
+#include "epp/proxy/sse_scanner.h"
+
+namespace llmd::epp {
+
+class AdmissionGate;
+
+namespace extproc {
+
+namespace pb = envoy::service::ext_proc::v3;
+
+struct ExtProcOptions {
+  std::size_t body_limit = 16 * 1024 * 1024;  // request body bytes; beyond: 413
+  bool default_prediction = true;             // x-prediction-based-scheduling when absent
+  bool forward_priority = true;               // soft priority -> vLLM `priority` in the body
+  std::chrono::milliseconds unhealthy_cooldown{5000};
+};
+
+struct ExtProcServices {
+  SchedulingPort* scheduler = nullptr;
+  PodRegistry* registry = nullptr;
+  CompletionSink* sink = nullptr;
+  AdmissionGate* gate = nullptr;  // null: no router queue
+};
+
+class ExtProcStream : public std::enable_shared_from_this<ExtProcStream> {
+ public:
+  using Emit = std::function<void(pb::ProcessingResponse)>;
+  // Runs a continuation under the owner's serialisation (from any thread).
+  using Post = std::function<void(std::function<void()>)>;
+
+  ExtProcStream(const ExtProcOptions& options, const ExtProcServices& services, Emit emit,
+                Post post);
+  ~ExtProcStream();
+
+  void on_message(const pb::ProcessingRequest& message);
+  // The gateway closed the stream (or it broke): a queued request leaves the queue, a request
+  // whose response did not end counts as a client that went away.
+  void cancel();
+
+ private:
+  enum class Phase { kRequestHeaders, kRequestBody, kScheduling, kResponse, kDone };
+
+  void on_request_headers(const pb::ProcessingRequest& message);
+  void on_request_body(const pb::HttpBody& body);
+  void on_response_headers(const pb::ProcessingRequest& message);
+  void on_response_body(const pb::HttpBody& body);
+  void start_scheduling();
+  void admit_then_pick();
+  void pick();
+  void on_picked(PickResult pick);
+  void refuse(int status, const std::string& detail);
+  void finish_response(std::chrono::steady_clock::time_point now);
+  std::string header(const std::string& name) const;
+
+  ExtProcOptions options_;
+  ExtProcServices services_;
+  Emit emit_;
+  Post post_;
+  Phase phase_ = Phase::kRequestHeaders;
+  bool hold_headers_ = false;      // FULL_DUPLEX_STREAMED request body: answer headers at the end
+  bool stream_response_ = false;   // FULL_DUPLEX_STREAMED response body: echo the chunks
+  bool observability_ = false;     // the gateway ignores answers
+  std::vector<std::pair<std::string, std::string>> headers_;  // request headers, lower-case
+  std::string path_;
+  std::string method_;
+  std::string body_;
+  std::vector<std::string> subset_;
+
+  std::unique_ptr<RequestContext> context_;
+  ParsedRequest parsed_;
+  SchedulingGenerationPtr config_;
+  Route route_;
+  Rng rng_;
+  std::optional<uint64_t> queue_ticket_;
+  std::vector<Endpoint> ranked_;
+  std::string forwarded_body_;  // what the pod gets ("" = the client's bytes)
+  std::optional<PodAttempt> attempt_;
+
+  int response_status_ = 0;
+  SseScanner scanner_;
+  std::string whole_;  // non-streamed response body (bounded), for usage
+};
+
+}  // namespace extproc
+}  // namespace llmd::epp
