@@ -15,11 +15,13 @@ enum class ErrorKind : uint8_t {
   kBadResponse,    // 200, but the body is not the /predict/bulk/strict shape
   kNoReplica,      // no healthy replica to send to (all down, waiting for /readyz)
   kDeadline,       // a caller's wait reached its deadline; a later answer is discarded
+  kShed,           // overload: the rows ahead could not be answered before the caller's deadline
 };
-inline constexpr std::size_t kErrorKindCount = 7;
+inline constexpr std::size_t kErrorKindCount = 8;
 
 inline constexpr std::array<std::string_view, kErrorKindCount> kErrorKindNames = {
-    "timeout", "http", "transport", "short_response", "bad_response", "no_replica", "deadline"};
+    "timeout", "http", "transport", "short_response", "bad_response", "no_replica", "deadline",
+    "shed"};
 
 inline std::string_view error_kind_name(ErrorKind k) {
   return kErrorKindNames[static_cast<std::size_t>(k)];

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -23,6 +24,7 @@ namespace llmd::epp::predictor_client {
 namespace {
 
 constexpr std::size_t kPredictorBulkLimit = 10000;  // predictor-api.md section 4
+constexpr auto kStuckAfter = std::chrono::seconds(1);
 
 // One blocked predict() call. Lives on the caller's stack; touched only under Impl::mu.
 struct Waiter {
@@ -111,6 +113,7 @@ struct PredictorClient::Impl {
         ready.push_back({std::move(waiter.callback), std::nullopt});
       }
       async_waiters.clear();
+      async_deadlines.clear();
       run_ready(lk);
       callers_gone_cv.wait(lk, [this] { return active_callers == 0; });
     }
@@ -138,7 +141,7 @@ struct PredictorClient::Impl {
     std::vector<features::FeatureInput> copy(rows.begin(), rows.end());
     Waiter waiter;
     std::unique_lock lk(mu);
-    if (stopping) {
+    if (stopping || should_shed(copy.size(), now, deadline)) {
       return std::nullopt;
     }
     ++active_callers;
@@ -167,6 +170,54 @@ struct PredictorClient::Impl {
     return result;
   }
 
+  // Overload as a slope, not a cliff: a caller whose rows could not be answered before its
+  // deadline, given the rows already ahead of it and the rate the replicas have been
+  // answering at, is told at once (composite fallback) instead of joining a batch that would
+  // time out for every caller in it. Unknown rates (no answer yet) never shed. Under `mu`.
+  bool should_shed(std::size_t rows, Clock::time_point now, Clock::time_point deadline) {
+    double rate = 0;  // rows per second, all healthy replicas
+    for (std::size_t r = 0; r < row_rate.size(); ++r) {
+      if (!replicas.healthy(r)) {
+        continue;
+      }
+      if (row_rate[r] <= 0) {
+        return false;
+      }
+      rate += row_rate[r];
+    }
+    if (rate <= 0) {
+      return false;
+    }
+    const double ahead =
+        static_cast<double>(in_flight_rows + coalescer.pending_rows() + rows);
+    const double needed_s = ahead / rate;
+    // Half the time left: what is accepted must finish with room for jitter, or it would
+    // still time out with the batch it joins.
+    const double left_s = 0.5 * std::chrono::duration<double>(deadline - now).count();
+    if (needed_s <= left_s) {
+      return false;
+    }
+    metrics.error(ErrorKind::kShed);
+    return true;
+  }
+
+  // A batch of `rows` sent to `replica` at `start` was answered at `end`. Its service time
+  // starts when the replica finished the batch before it, if that was later (batches in flight
+  // together queue at the replica): the rate is what the replica gets through, not what one
+  // caller waited. Under `mu`.
+  void record_rate(std::size_t replica, std::size_t rows, Clock::time_point start,
+                   Clock::time_point end) {
+    const auto from = std::max(start, last_answer[replica]);
+    last_answer[replica] = end;
+    const double seconds = std::chrono::duration<double>(end - from).count();
+    if (seconds <= 0) {
+      return;
+    }
+    const double sample = static_cast<double>(rows) / seconds;
+    double& r = row_rate[replica];
+    r = r <= 0 ? sample : 0.8 * r + 0.2 * sample;
+  }
+
   void predict_async(std::vector<features::FeatureInput> rows, Clock::time_point deadline,
                      PredictionCallback done) {
     if (rows.empty()) {
@@ -181,7 +232,7 @@ struct PredictorClient::Impl {
       return;
     }
     std::unique_lock lk(mu);
-    if (stopping) {
+    if (stopping || should_shed(rows.size(), now, deadline)) {
       lk.unlock();
       done(std::nullopt);
       return;
@@ -190,6 +241,7 @@ struct PredictorClient::Impl {
     const Ticket ticket = coalescer.submit(std::move(rows), now, deadline);
     const bool earliest = async_waiters.empty() || deadline < earliest_async_deadline();
     async_waiters.emplace(ticket, AsyncWaiter{std::move(done), deadline});
+    async_deadlines.emplace(deadline, ticket);
     // As in predict(); the dispatcher also wakes for the earliest async deadline.
     if (opens_window || earliest || coalescer.next_due() <= Clock::now()) {
       dispatcher_cv.notify_one();
@@ -197,24 +249,32 @@ struct PredictorClient::Impl {
   }
 
   Clock::time_point earliest_async_deadline() const {
-    auto t = Clock::time_point::max();
-    for (const auto& [ticket, w] : async_waiters) {
-      t = std::min(t, w.deadline);
+    return async_deadlines.empty() ? Clock::time_point::max() : async_deadlines.begin()->first;
+  }
+
+  void forget_deadline(Clock::time_point deadline, Ticket ticket) {
+    auto [first, last] = async_deadlines.equal_range(deadline);
+    for (auto it = first; it != last; ++it) {
+      if (it->second == ticket) {
+        async_deadlines.erase(it);
+        return;
+      }
     }
-    return t;
   }
 
   // Async callers past their deadline give up (their rows leave the coalescer). Under `mu`.
   void expire_async(Clock::time_point now) {
-    for (auto it = async_waiters.begin(); it != async_waiters.end();) {
-      if (it->second.deadline > now) {
-        ++it;
-        continue;
+    while (!async_deadlines.empty() && async_deadlines.begin()->first <= now) {
+      const Ticket ticket = async_deadlines.begin()->second;
+      async_deadlines.erase(async_deadlines.begin());
+      auto it = async_waiters.find(ticket);
+      if (it == async_waiters.end()) {
+        continue;  // answered already
       }
-      coalescer.cancel(it->first);
+      coalescer.cancel(ticket);
       metrics.error(ErrorKind::kDeadline);
       ready.push_back({std::move(it->second.callback), std::nullopt});
-      it = async_waiters.erase(it);
+      async_waiters.erase(it);
     }
   }
 
@@ -251,6 +311,7 @@ struct PredictorClient::Impl {
       if (capacity > 0) {
         auto batches = coalescer.take_ready(Clock::now(), capacity);
         for (auto& b : batches) {
+          in_flight_rows += b.rows.size();
           send_queue.push_back(std::move(b));
           ++in_progress;
         }
@@ -293,6 +354,7 @@ struct PredictorClient::Impl {
       send_queue.pop_front();
       dispatch(lk, *channel, batch);
       --in_progress;
+      in_flight_rows -= batch.rows.size();
       run_ready(lk);
       // A freed slot (cap or window), or (adaptive window) the end of the last batch in
       // flight, may let pending rows go now.
@@ -370,6 +432,7 @@ struct PredictorClient::Impl {
       replicas.end(*replica);
       if (predictions) {
         replicas.on_answer(*replica);
+        record_rate(*replica, batch.rows.size(), now, Clock::now());
         complete(coalescer.deliver(batch.id, *predictions));
         return;
       }
@@ -377,7 +440,11 @@ struct PredictorClient::Impl {
       last_error = kind;
       // A slow batch narrows the replica's window (fewer batches, each bigger) instead of
       // taking it out: only a replica that keeps timing out is marked unhealthy.
-      const bool unhealthy = timed_out ? replicas.on_timeout(*replica) : replica_fault;
+      // A replica that still answers other batches is slow, not down: only one that answered
+      // nothing for kStuckAfter is taken out by its timeouts.
+      const bool stuck = Clock::now() - last_answer[*replica] > kStuckAfter;
+      const bool unhealthy =
+          timed_out ? replicas.on_timeout(*replica) && stuck : replica_fault;
       if (unhealthy && replicas.mark_unhealthy(*replica)) {
         metrics.replica_healthy[*replica]->Set(0);
         lk.unlock();
@@ -404,6 +471,7 @@ struct PredictorClient::Impl {
         auto a = async_waiters.find(c.ticket);
         if (a != async_waiters.end()) {
           ready.push_back({std::move(a->second.callback), std::move(c.predictions)});
+          forget_deadline(a->second.deadline, c.ticket);
           async_waiters.erase(a);
         }
         continue;
@@ -470,9 +538,15 @@ struct PredictorClient::Impl {
   std::unique_ptr<Rng> rng;                      // guarded by mu
   std::unordered_map<Ticket, Waiter*> waiters;   // guarded by mu
   std::unordered_map<Ticket, AsyncWaiter> async_waiters;  // guarded by mu
+  std::multimap<Clock::time_point, Ticket> async_deadlines;  // the same callers; guarded by mu
   std::vector<ReadyCallback> ready;              // guarded by mu; run by run_ready
   std::deque<Batch> send_queue;                  // guarded by mu
   std::size_t in_progress = 0;                   // batches queued or being sent; guarded by mu
+  std::size_t in_flight_rows = 0;                // rows of those batches; guarded by mu
+  // Rows per second each replica answers (EWMA; 0 = not measured yet); guarded by mu.
+  std::vector<double> row_rate = std::vector<double>(config.replica_urls.size(), 0.0);
+  std::vector<Clock::time_point> last_answer =
+      std::vector<Clock::time_point>(config.replica_urls.size());  // guarded by mu
   bool stopping = false;                         // guarded by mu
   std::size_t active_callers = 0;                // callers inside predict(); guarded by mu
   std::condition_variable callers_gone_cv;

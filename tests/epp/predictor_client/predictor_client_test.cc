@@ -490,6 +490,39 @@ TEST(PredictorClient, DestructionAnswersPendingAsyncCallers) {
   destroyer.join();
 }
 
+// Overload as a slope: once the replicas' rate is known, a caller whose rows cannot be
+// answered before its deadline is told at once (composite fallback) and its rows never go out.
+TEST(PredictorClient, ShedsACallerThatCannotBeAnsweredBeforeItsDeadline) {
+  prometheus::Registry registry;
+  auto transport = std::make_shared<FakeTransport>();
+  PredictorClient client(config(1), registry, transport);
+  auto first = make_rows(3, 0);
+  expect_own_predictions(client.predict(first), first);  // measures the replica's rate
+  // 50,000 rows in 5 ms is far beyond any measured rate of the fake (JSON both ways).
+  auto big = make_rows(50000, 1);
+  EXPECT_FALSE(client.predict(big, std::chrono::steady_clock::now() + 5ms).has_value());
+  EXPECT_EQ(errors(registry, "shed"), 1);
+  EXPECT_EQ(errors(registry, "deadline"), 0);
+  EXPECT_EQ(transport->posts().size(), 1u) << "the shed rows were never sent";
+  std::promise<PredictionResult> async_shed;
+  client.predict_async(std::move(big), std::chrono::steady_clock::now() + 5ms,
+                       [&](PredictionResult r) { async_shed.set_value(std::move(r)); });
+  EXPECT_FALSE(async_shed.get_future().get().has_value());
+  EXPECT_EQ(errors(registry, "shed"), 2);
+  // A caller with time to spare is served as before.
+  auto later = make_rows(3, 9);
+  expect_own_predictions(client.predict(later), later);
+}
+
+TEST(PredictorClient, NothingIsShedBeforeTheRateIsKnown) {
+  prometheus::Registry registry;
+  auto transport = std::make_shared<FakeTransport>();
+  PredictorClient client(config(1), registry, transport);
+  auto big = make_rows(20000, 0);
+  expect_own_predictions(client.predict(big), big);
+  EXPECT_EQ(errors(registry, "shed"), 0);
+}
+
 TEST(PredictorClientConfig, DefaultsFollowTheSpec) {
   PredictorClientConfig c;
   EXPECT_EQ(c.coalesce_window, 1ms);
