@@ -84,6 +84,7 @@ void ExtProcStream::on_message(const pb::ProcessingRequest& message) {
     const auto& pc = message.protocol_config();
     hold_headers_ = pc.request_body_mode() == pb::FULL_DUPLEX_STREAMED;
     stream_response_ = pc.response_body_mode() == pb::FULL_DUPLEX_STREAMED;
+    response_body_none_ = pc.response_body_mode() == pb::NONE;
   }
   observability_ = message.observability_mode();
   switch (message.request_case()) {
@@ -403,8 +404,8 @@ void ExtProcStream::on_response_headers(const pb::ProcessingRequest& message) {
     }
     emit_(std::move(r));
   }
-  if (message.response_headers().end_of_stream()) {
-    finish_response(Clock::now());
+  if (message.response_headers().end_of_stream() || response_body_none_) {
+    finish_response(Clock::now());  // no body follows, or the gateway will not send it
   }
 }
 
@@ -468,6 +469,11 @@ void ExtProcStream::finish_response(Clock::time_point now) {
 }
 
 void ExtProcStream::cancel() {
+  if (phase_ == Phase::kResponse && response_status_ != 0) {
+    // The gateway ended the exchange after the pod's response began without showing us its
+    // end (a response body mode of NONE, or no end_of_stream): the pod answered.
+    finish_response(Clock::now());
+  }
   if (queue_ticket_ && services_.gate != nullptr) {
     services_.gate->cancel(*queue_ticket_);
     queue_ticket_.reset();

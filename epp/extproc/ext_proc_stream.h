@@ -95,6 +95,7 @@ class ExtProcStream : public std::enable_shared_from_this<ExtProcStream> {
   Phase phase_ = Phase::kRequestHeaders;
   bool hold_headers_ = false;      // FULL_DUPLEX_STREAMED request body: answer headers at the end
   bool stream_response_ = false;   // FULL_DUPLEX_STREAMED response body: echo the chunks
+  bool response_body_none_ = false;  // announced: the gateway sends no response body
   bool observability_ = false;     // the gateway ignores answers
   std::vector<std::pair<std::string, std::string>> headers_;  // request headers, lower-case
   std::string path_;

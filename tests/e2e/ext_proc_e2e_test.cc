@@ -345,5 +345,55 @@ TEST_F(ExtProcStack, RefusalsComeBackAsImmediateResponses) {
   EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"503\""), 1);
 }
 
+// The router queue holds a gateway request while the pool is saturated, refuses one more
+// with 429 as an immediate response, and lets the waiting one through when a pod frees up.
+TEST_F(ExtProcStack, RouterQueueWaitsRefusesWith429AndAdmitsWhenAPodFrees) {
+  StackOptions o;
+  o.pods = 1;
+  o.predictors = 1;
+  o.extra_config = "routerQueue:\n  policy: fcfs\n  routerQueueThreshold: {inFlightRequests: 1}\n"
+                   "  maxSize: 1\n  timeoutMs: 20000\n";
+  start_gateway_mode(o);
+  const std::string body =
+      Json{{"model", stack_->model}, {"prompt", "queued"}, {"max_tokens", 2}}.dump();
+  auto pick = [&](GatewayExchange& x) {
+    EXPECT_TRUE(x.send(request_headers("/v1/completions", true)));
+    EXPECT_TRUE(x.send(body_chunk(body, true)));
+  };
+  GatewayExchange first(*stub_);
+  pick(first);
+  auto a = first.receive();
+  ASSERT_TRUE(a && a->has_request_headers()) << (a ? a->DebugString() : "");
+  ASSERT_TRUE(first.receive());  // the body
+  // The only pod now has one request in flight (its response has not ended): saturated.
+  GatewayExchange second(*stub_);
+  pick(second);
+  std::optional<pb::ProcessingResponse> b;
+  std::thread waiter([&] { b = second.receive(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(b.has_value()) << "the second request waits in the router queue";
+  {
+    GatewayExchange third(*stub_);
+    pick(third);
+    auto c = third.receive();
+    ASSERT_TRUE(c && c->has_immediate_response()) << (c ? c->DebugString() : "");
+    EXPECT_EQ(c->immediate_response().status().code(), 429);
+    EXPECT_EQ(mutation_value(c->immediate_response().headers(), "retry-after"), "1");
+    third.finish();
+  }
+  // The first response ends: its pod slot frees and the queued request gets its pick.
+  ASSERT_TRUE(first.send(response_headers(200, stack_->pod_address(0))));
+  ASSERT_TRUE(first.receive());
+  ASSERT_TRUE(first.send(body_chunk("{\"choices\":[{\"text\":\"ok\"}]}", true, true)));
+  ASSERT_TRUE(first.receive());
+  EXPECT_TRUE(first.finish().ok());
+  waiter.join();
+  ASSERT_TRUE(b && b->has_request_headers()) << (b ? b->DebugString() : "");
+  EXPECT_EQ(mutation_value(b->request_headers().response().header_mutation(),
+                           "x-gateway-destination-endpoint"),
+            stack_->pod_address(0));
+  EXPECT_EQ(metric_sum(stack_->metrics(), "llmd_epp_requests_total{code=\"429\""), 1);
+}
+
 }  // namespace
 }  // namespace llmd::testing
