@@ -35,16 +35,29 @@ struct ModelSim::Impl {
   // on `strand`.
   struct Host {
     std::unique_ptr<Pod> pod;
-    StrandPtr strand;
+    http::StrandPtr strand;
     double armed_at = kInf;
     std::size_t listener = 0;
   };
 
+  // The server core answers its own errors (413, 431, 400) in vLLM's error shape, as vLLM
+  // does, and a stopping simulator drops its connections at once.
+  static http::StreamServerOptions server_options(http::StreamServerOptions o) {
+    o.server_name = "modelsim";
+    o.drain_timeout = std::chrono::milliseconds(0);
+    if (!o.error_response) {
+      o.error_response = [](int status, const std::string& message) {
+        return error_response(status, message, "BadRequestError");
+      };
+    }
+    return o;
+  }
+
   explicit Impl(ModelSimConfig c)
       : config(std::move(c)),
         t0(Clock::now()),
-        server(config.server, [this](std::size_t listener, http::Request&& request,
-                                     ResponseStreamPtr stream) {
+        server(server_options(config.server), [this](std::size_t listener, http::Request&& request,
+                                     http::ResponseStreamPtr stream) {
           handle(listener, std::move(request), std::move(stream));
         }) {
     if (config.pods < 1 || config.pods > 1024) {
@@ -129,7 +142,7 @@ struct ModelSim::Impl {
   }
 
   void start_inference(Host& h, InferenceRequest r, const std::string& id,
-                       const ResponseStreamPtr& stream, double now) {
+                       const http::ResponseStreamPtr& stream, double now) {
     const uint64_t key = h.pod->handle_inference(std::move(r), id, stream, unix_seconds(), now);
     if (key != 0) {
       stream->on_disconnect([this, &h, key] {
@@ -138,7 +151,7 @@ struct ModelSim::Impl {
     }
   }
 
-  void handle(std::size_t listener, http::Request&& req, ResponseStreamPtr stream) {
+  void handle(std::size_t listener, http::Request&& req, http::ResponseStreamPtr stream) {
     Host& h = hosts.at(listener);
     const std::string& path = req.path;
     const bool get = req.method == "GET" || req.method == "HEAD";
@@ -234,7 +247,7 @@ struct ModelSim::Impl {
   const ModelSimConfig config;
   const Clock::time_point t0;
   std::atomic<uint64_t> next_request{1};
-  StreamServer server;      // owns the io_context: declared before the hosts that use it
+  http::StreamServer server;      // owns the io_context: declared before the hosts that use it
   std::vector<Host> hosts;  // destroyed first (their timers need the io_context)
 };
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "bench/modelsim/openai_protocol.h"
-#include "bench/modelsim/stream_server.h"
+#include "common/http/stream_server.h"
 #include "bench/sim/profile.h"
 
 namespace llmd::modelsim {
@@ -23,7 +23,7 @@ struct ModelSimConfig {
   sim::GpuProfile slow_profile = sim::slow_profile();
   double time_scale = 1.0;            // 10 = ten times faster than real time
   ProtocolConfig protocol;
-  StreamServerOptions server;
+  http::StreamServerOptions server;
   // Like vLLM's --api-key: /v1/* requests without "Authorization: Bearer <key>" get 401.
   std::string api_key;
 };

@@ -27,7 +27,7 @@ std::vector<http::Header> Pod::response_headers(const std::string& request_id) c
 }
 
 uint64_t Pod::handle_inference(InferenceRequest request, const std::string& request_id,
-                               ResponseStreamPtr stream, int64_t created_unix_s, double wall_ms) {
+                               http::ResponseStreamPtr stream, int64_t created_unix_s, double wall_ms) {
   advance(wall_ms);
   const FaultMode mode = fault_mode(wall_ms);
   if (mode == FaultMode::kError) {

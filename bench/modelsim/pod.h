@@ -14,7 +14,7 @@
 #include "bench/modelsim/fault.h"
 #include "bench/modelsim/openai_protocol.h"
 #include "bench/modelsim/pod_metrics.h"
-#include "bench/modelsim/response_stream.h"
+#include "common/http/response_stream.h"
 #include "bench/modelsim/sim_clock.h"
 #include "bench/sim/sim_engine.h"
 #include "common/http/message.h"
@@ -35,7 +35,7 @@ class Pod {
   // Starts answering an inference request; returns its key for client_gone() (0 when the
   // request was answered at once: rejected, or a fault).
   uint64_t handle_inference(InferenceRequest request, const std::string& request_id,
-                            ResponseStreamPtr stream, int64_t created_unix_s, double wall_ms);
+                            http::ResponseStreamPtr stream, int64_t created_unix_s, double wall_ms);
   // The client of `key` disconnected: abort its engine request.
   void client_gone(uint64_t key, double wall_ms);
 
@@ -61,10 +61,10 @@ class Pod {
 
  private:
   struct Live {
-    Live(InferenceRequest r, ResponseStreamPtr s, ResponseFormatter f)
+    Live(InferenceRequest r, http::ResponseStreamPtr s, ResponseFormatter f)
         : request(std::move(r)), stream(std::move(s)), format(std::move(f)) {}
     InferenceRequest request;
-    ResponseStreamPtr stream;
+    http::ResponseStreamPtr stream;
     ResponseFormatter format;
     std::string text;    // non-streaming: the answer so far
     std::string out;     // streaming: chunks to write at the end of this advance()

@@ -17,7 +17,7 @@ namespace {
 using Json = nlohmann::json;
 
 // Records what the pod answered.
-class FakeStream final : public ResponseStream {
+class FakeStream final : public http::ResponseStream {
  public:
   void respond(http::Response r) override { response = std::move(r); }
   void begin_stream(int s, std::string ct, std::vector<http::Header>) override {

@@ -1,6 +1,6 @@
 #pragma once
 // The answering side of one HTTP request, as seen by request handlers. Transport-free (the
-// Beast implementation lives in stream_server.cc). Every method is thread-safe: calls are
+// Beast implementation lives in common/http/stream_server.cc). Every method is thread-safe: calls are
 // forwarded to the connection's strand and applied in call order. A request is answered exactly
 // once: respond() (a whole response) or begin_stream() + write()* + end() (chunked transfer);
 // calls after the answer finished, or after the connection died, are ignored.
@@ -11,16 +11,16 @@
 
 #include "common/http/message.h"
 
-namespace llmd::modelsim {
+namespace llmd::http {
 
 class ResponseStream {
  public:
   virtual ~ResponseStream() = default;
 
-  virtual void respond(http::Response response) = 0;
+  virtual void respond(Response response) = 0;
   // Sends the status line and headers of a chunked response now.
   virtual void begin_stream(int status, std::string content_type,
-                            std::vector<http::Header> headers) = 0;
+                            std::vector<Header> headers) = 0;
   virtual void write(std::string data) = 0;  // one chunk (empty data is ignored)
   virtual void end() = 0;
   // Drops the connection at once, without (further) bytes: the "close" fault.
@@ -31,4 +31,4 @@ class ResponseStream {
 };
 using ResponseStreamPtr = std::shared_ptr<ResponseStream>;
 
-}  // namespace llmd::modelsim
+}  // namespace llmd::http

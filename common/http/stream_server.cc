@@ -1,4 +1,4 @@
-#include "bench/modelsim/stream_server.h"
+#include "common/http/stream_server.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -22,7 +22,7 @@
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
-namespace llmd::modelsim {
+namespace llmd::http {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -47,8 +47,8 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-http::Request to_request(bhttp::request<bhttp::string_body>&& msg) {
-  http::Request req;
+Request to_request(bhttp::request<bhttp::string_body>&& msg) {
+  Request req;
   req.method = std::string(msg.method_string());
   req.target = std::string(msg.target());
   const auto q = req.target.find('?');
@@ -65,10 +65,15 @@ http::Request to_request(bhttp::request<bhttp::string_body>&& msg) {
   return req;
 }
 
-std::string status_line(int status) {
+// Answers in the request's own version (HTTP/1.0 clients get "HTTP/1.0").
+std::string status_line(int status, bool http10 = false) {
   const auto reason = bhttp::obsolete_reason(bhttp::int_to_status(static_cast<unsigned>(status)));
-  return "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason.data(), reason.size()) +
+  return (http10 ? "HTTP/1.0 " : "HTTP/1.1 ") + std::to_string(status) + " " + std::string(reason.data(), reason.size()) +
          "\r\n";
+}
+
+Response default_error(int status, const std::string& message) {
+  return Response::detail(status, message);
 }
 
 class StrandImpl final : public Strand {
@@ -120,19 +125,25 @@ struct StreamServer::Impl {
     uint16_t port = 0;
   };
 
-  Impl(StreamServerOptions o, Handler h) : options(std::move(o)), handler(std::move(h)) {}
+  Impl(StreamServerOptions o, Handler h)
+      : options(std::move(o)),
+        handler(std::move(h)),
+        error_response(options.error_response ? options.error_response : default_error) {}
 
   void accept(Listener& l);
-  void register_session(uint64_t id, const std::shared_ptr<Session>& s);
+  bool register_session(uint64_t id, const std::shared_ptr<Session>& s);
+  std::vector<std::shared_ptr<Session>> live_sessions();
   void unregister_session(uint64_t id);
 
   const StreamServerOptions options;
   const Handler handler;
-  std::mutex mu;  // guards sessions, stop_requested, running
+  const std::function<Response(int, const std::string&)> error_response;
+  std::mutex mu;  // guards sessions, stop_requested, hooks
   std::condition_variable cv;
   std::unordered_map<uint64_t, std::weak_ptr<Session>> sessions;
   uint64_t next_id = 0;
   bool stop_requested = false;
+  std::vector<std::function<void()>> hooks;
   std::atomic<bool> stopping{false};
   std::atomic<std::size_t> connections{0};
 
@@ -167,14 +178,22 @@ class StreamServer::Impl::Session final : public ResponseStream,
     close();
   }
 
+  // The server stops: an idle connection goes now, one with an answer in progress when it
+  // has been written (on_answer_written sees `stopping`).
+  void on_server_stop() {
+    if (phase_ == Phase::kIdle) {
+      graceful_close();
+    }
+  }
+
   // ResponseStream
-  void respond(http::Response response) override {
+  void respond(Response response) override {
     asio::post(socket_.get_executor(), [self = shared_from_this(), r = std::move(response)]() mutable {
       self->do_respond(std::move(r));
     });
   }
   void begin_stream(int status, std::string content_type,
-                    std::vector<http::Header> headers) override {
+                    std::vector<Header> headers) override {
     asio::post(socket_.get_executor(), [self = shared_from_this(), status,
                                         ct = std::move(content_type),
                                         hs = std::move(headers)]() mutable {
@@ -319,12 +338,11 @@ class StreamServer::Impl::Session final : public ResponseStream,
     answer_started_ = true;
     answer_done_ = true;
     linger_after_answer_ = true;
-    const std::string body = "{\"object\":\"error\",\"message\":\"" + message +
-                             "\",\"type\":\"BadRequestError\",\"param\":null,\"code\":" +
-                             std::to_string(status) + "}";
-    out_ += status_line(status) + "Server: " + server_.options.server_name +
-            "\r\nContent-Type: application/json\r\nContent-Length: " +
-            std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    const Response r = server_.error_response(status, message);
+    const bool http10 = parser_ && parser_->get().version() == 10;
+    out_ += status_line(status, http10) + "Server: " + server_.options.server_name +
+            "\r\nContent-Type: " + r.content_type + "\r\nContent-Length: " +
+            std::to_string(r.body.size()) + "\r\nConnection: close\r\n\r\n" + r.body;
     flush();
   }
 
@@ -335,26 +353,36 @@ class StreamServer::Impl::Session final : public ResponseStream,
     answer_done_ = false;
     disconnect_cb_ = nullptr;
     auto msg = parser_->release();
-    keep_alive_ = msg.keep_alive();
-    http::Request request = to_request(std::move(msg));
+    keep_alive_ = msg.keep_alive() && !server_.stopping;
+    http10_ = msg.version() < 11;
+    Request request = to_request(std::move(msg));
     if (!read_pending_) {
       start_read_some();  // notice a client that goes away while we answer
     }
     try {
       server_.handler(listener_, std::move(request), shared_from_this());
     } catch (const std::exception& e) {
-      spdlog::error("modelsim: handler threw: {}", e.what());
-      do_respond(http::Response::detail(500, "Internal server error"));
+      spdlog::error("http: handler threw: {}", e.what());
+      do_respond(server_.error_response(500, "Internal server error"));
     }
   }
 
-  void do_respond(http::Response r) {
+  void do_respond(Response r) {
     if (phase_ != Phase::kResponding || answer_started_) {
       return;
     }
+    if (r.status < 200 || r.status > 599) {
+      spdlog::error("http: handler answered with invalid status {}", r.status);
+      r = server_.error_response(500, "Internal server error");
+    }
+    if (r.status == 204 || r.status == 304) {
+      r.body.clear();
+    }
     answer_started_ = true;
     answer_done_ = true;
-    std::string head = status_line(r.status) + "Server: " + server_.options.server_name + "\r\n";
+    keep_alive_ = keep_alive_ && !server_.stopping;  // a stop() from the handler itself
+    std::string head =
+        status_line(r.status, http10_) + "Server: " + server_.options.server_name + "\r\n";
     for (const auto& h : r.headers) {
       head += h.name + ": " + h.value + "\r\n";
     }
@@ -372,12 +400,19 @@ class StreamServer::Impl::Session final : public ResponseStream,
       return;
     }
     answer_started_ = true;
-    out_ += status_line(status) + "Server: " + server_.options.server_name + "\r\n";
+    keep_alive_ = keep_alive_ && !server_.stopping;
+    out_ += status_line(status, http10_) + "Server: " + server_.options.server_name + "\r\n";
     for (const auto& h : headers) {
       out_ += h.name + ": " + h.value + "\r\n";
     }
-    out_ += "Content-Type: " + content_type + "\r\nTransfer-Encoding: chunked\r\nConnection: " +
-            (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n";
+    if (http10_) {
+      // HTTP/1.0 has no chunked encoding: the body goes as it comes and ends with the close.
+      keep_alive_ = false;
+      out_ += "Content-Type: " + content_type + "\r\nConnection: close\r\n\r\n";
+    } else {
+      out_ += "Content-Type: " + content_type + "\r\nTransfer-Encoding: chunked\r\nConnection: " +
+              (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n";
+    }
     flush();
   }
 
@@ -385,11 +420,15 @@ class StreamServer::Impl::Session final : public ResponseStream,
     if (phase_ != Phase::kResponding || !answer_started_ || answer_done_ || data.empty()) {
       return;
     }
-    char size[32];
-    std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
-    out_ += size;
-    out_ += data;
-    out_ += "\r\n";
+    if (http10_) {
+      out_ += data;
+    } else {
+      char size[32];
+      std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
+      out_ += size;
+      out_ += data;
+      out_ += "\r\n";
+    }
     flush();
   }
 
@@ -398,7 +437,13 @@ class StreamServer::Impl::Session final : public ResponseStream,
       return;
     }
     answer_done_ = true;
-    out_ += "0\r\n\r\n";
+    if (!http10_) {
+      out_ += "0\r\n\r\n";
+    }
+    if (out_.empty() && !writing_) {
+      on_answer_written();
+      return;
+    }
     flush();
   }
 
@@ -512,6 +557,7 @@ class StreamServer::Impl::Session final : public ResponseStream,
   bool first_ = true;
   bool read_pending_ = false;
   bool keep_alive_ = true;
+  bool http10_ = false;
   bool answer_started_ = false;
   bool answer_done_ = false;
   bool disconnected_ = false;
@@ -532,14 +578,16 @@ void StreamServer::Impl::accept(Listener& l) {
       return;
     }
     if (ec) {
-      spdlog::warn("modelsim: accept failed on port {}: {}", l.port, ec.message());
-      if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space) {
-        // Back off instead of spinning on a failing accept.
-        auto timer = std::make_shared<asio::steady_timer>(l.strand, std::chrono::milliseconds(50));
-        timer->async_wait([this, &l, timer](beast::error_code) { accept(l); });
-        return;
-      }
-      return accept(l);
+      spdlog::warn("http: accept failed on port {}: {}", l.port, ec.message());
+      // Out of descriptors (EMFILE) the pending connection stays in the backlog and the
+      // listener stays readable: back off instead of spinning on a failing accept.
+      auto timer = std::make_shared<asio::steady_timer>(l.strand, std::chrono::milliseconds(50));
+      timer->async_wait([this, &l, timer](beast::error_code) {
+        if (!stopping) {
+          accept(l);
+        }
+      });
+      return;
     }
     if (connections.fetch_add(1) >= options.max_connections) {
       connections.fetch_sub(1);
@@ -555,20 +603,40 @@ void StreamServer::Impl::accept(Listener& l) {
       id = next_id++;
     }
     auto session = std::make_shared<Session>(*this, id, l.index, std::move(socket));
-    register_session(id, session);
-    asio::post(session->socket_executor(), [session] { session->start(); });
+    if (register_session(id, session)) {
+      asio::post(session->socket_executor(), [session] { session->start(); });
+    }
     accept(l);
   });
 }
 
-void StreamServer::Impl::register_session(uint64_t id, const std::shared_ptr<Session>& s) {
+bool StreamServer::Impl::register_session(uint64_t id, const std::shared_ptr<Session>& s) {
+  // Under the same lock as stop_requested, so the stop never misses a fresh connection.
   std::lock_guard lock(mu);
+  if (stop_requested) {
+    return false;
+  }
   sessions.emplace(id, s);
+  return true;
 }
 
 void StreamServer::Impl::unregister_session(uint64_t id) {
   std::lock_guard lock(mu);
   sessions.erase(id);
+  if (sessions.empty()) {
+    cv.notify_all();
+  }
+}
+
+std::vector<std::shared_ptr<StreamServer::Impl::Session>> StreamServer::Impl::live_sessions() {
+  std::vector<std::shared_ptr<Session>> live;
+  std::lock_guard lock(mu);
+  for (auto& [id, weak] : sessions) {
+    if (auto p = weak.lock()) {
+      live.push_back(std::move(p));
+    }
+  }
+  return live;
 }
 
 StreamServer::StreamServer(StreamServerOptions options, Handler handler)
@@ -581,15 +649,17 @@ std::size_t StreamServer::listen(uint16_t port) {
   auto l = std::make_unique<Impl::Listener>(s.ioc, s.listeners.size());
   const std::string where = s.options.host + ":" + std::to_string(port);
   try {
-    const auto addr = asio::ip::make_address(s.options.host);
-    const tcp::endpoint endpoint(addr, port);
+    tcp::resolver resolver(s.ioc);
+    const auto results = resolver.resolve(s.options.host, std::to_string(port),
+                                          tcp::resolver::passive | tcp::resolver::numeric_service);
+    const tcp::endpoint endpoint = results.begin()->endpoint();
     l->acceptor.open(endpoint.protocol());
     l->acceptor.set_option(asio::socket_base::reuse_address(true));
     l->acceptor.bind(endpoint);
     l->acceptor.listen(asio::socket_base::max_listen_connections);
     l->port = l->acceptor.local_endpoint().port();
   } catch (const std::exception& e) {
-    throw std::runtime_error("modelsim: cannot listen on " + where + ": " + e.what());
+    throw std::runtime_error("http: cannot listen on " + where + ": " + e.what());
   }
   s.listeners.push_back(std::move(l));
   return s.listeners.size() - 1;
@@ -608,7 +678,7 @@ void StreamServer::run(bool handle_signals) {
     s.signals.emplace(s.ioc, SIGINT, SIGTERM);
     s.signals->async_wait([this](beast::error_code ec, int signo) {
       if (!ec) {
-        spdlog::info("modelsim: signal {}, shutting down", signo);
+        spdlog::info("http: signal {}, shutting down", signo);
         stop();
       }
     });
@@ -622,7 +692,7 @@ void StreamServer::run(bool handle_signals) {
           s.ioc.run();
           return;
         } catch (const std::exception& e) {
-          spdlog::error("modelsim: io thread caught: {}", e.what());
+          spdlog::error("http: io thread caught: {}", e.what());
         }
       }
     });
@@ -631,39 +701,52 @@ void StreamServer::run(bool handle_signals) {
     std::unique_lock lock(s.mu);
     s.cv.wait(lock, [&s] { return s.stop_requested; });
   }
-  // Stop accepting and drop every connection, then stop the loop.
+  // Drain: stop accepting, close idle connections, let answers in progress finish (bounded).
+  const auto deadline = std::chrono::steady_clock::now() + s.options.drain_timeout;
   for (auto& l : s.listeners) {
     asio::post(l->strand, [lp = l.get()] {
       beast::error_code ec;
       lp->acceptor.close(ec);
     });
   }
-  std::vector<std::shared_ptr<Impl::Session>> live;
+  for (auto& session : s.live_sessions()) {
+    asio::post(session->socket_executor(), [session] { session->on_server_stop(); });
+  }
   {
-    std::lock_guard lock(s.mu);
-    for (auto& [id, weak] : s.sessions) {
-      if (auto p = weak.lock()) {
-        live.push_back(std::move(p));
-      }
+    std::unique_lock lock(s.mu);
+    if (!s.cv.wait_until(lock, deadline, [&s] { return s.sessions.empty(); })) {
+      spdlog::warn("http: {} connection(s) still busy after the drain timeout; closing them",
+                   s.sessions.size());
     }
   }
-  for (auto& session : live) {
+  for (auto& session : s.live_sessions()) {
     asio::post(session->socket_executor(), [session] { session->shutdown_now(); });
   }
-  live.clear();
+  std::vector<std::function<void()>> hooks;
+  {
+    std::lock_guard lock(s.mu);
+    hooks.swap(s.hooks);
+  }
+  for (auto& hook : hooks) {
+    try {
+      hook();
+    } catch (const std::exception& e) {
+      spdlog::error("http: shutdown hook threw: {}", e.what());
+    }
+  }
   if (s.signals) {
     asio::post(s.ioc, [&s] {
       beast::error_code ec;
       s.signals->cancel(ec);
     });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the closes run
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the closes run
   work.reset();
   s.ioc.stop();
   for (auto& t : threads) {
     t.join();
   }
-  s.signals.reset();
+  s.signals.reset();  // restores the default SIGINT/SIGTERM disposition
 }
 
 void StreamServer::stop() {
@@ -674,4 +757,9 @@ void StreamServer::stop() {
   s.cv.notify_all();
 }
 
-}  // namespace llmd::modelsim
+void StreamServer::on_shutdown(std::function<void()> hook) {
+  std::lock_guard lock(impl_->mu);
+  impl_->hooks.push_back(std::move(hook));
+}
+
+}  // namespace llmd::http

@@ -1,25 +1,30 @@
 #pragma once
-// A small HTTP/1.1 server that can stream (chunked transfer, for SSE), listening on several
-// ports at once (one per simulated pod) on one io_context. Beast/Asio only in stream_server.cc.
+// The project's one HTTP/1.1 server core (Beast/Asio only in stream_server.cc). Handlers answer
+// through a ResponseStream (response_stream.h): a whole response, or a streamed one (chunked,
+// for SSE), at once or later and from any thread. HttpServer (server.h) is this core with a
+// plain request -> response handler; modelsim serves its pods with it directly.
 //
-// Threads: run() drives `io_threads` threads. Each connection lives on its own strand; the
-// handler is called there and must not block. Handlers answer through the ResponseStream
-// (response_stream.h), possibly later and from another strand.
-// Bounds (like a production server): request body limit (413), header limit (431), header and
-// body read timeouts, keep-alive idle timeout, a write timeout while the peer does not read,
-// and a cap on open connections (new ones beyond it are closed at once).
+// Threads: run() drives `io_threads` threads on one io_context. Each connection lives on its own
+// strand; the handler is called there and must not block.
+// Bounds (like a production server): request body limit (413, read to the end first so the
+// client sees it), header limit (431), header and body read timeouts, keep-alive idle timeout,
+// a write timeout while the peer does not read, a cap on open connections (new ones beyond it
+// are closed at once), accept back-off when out of file descriptors. HTTP/1.0 clients get
+// their streamed answers without chunking, ended by the close.
 // While a response is being produced the server keeps reading the socket, so a client that
 // disconnects is noticed (ResponseStream::on_disconnect) before the next write.
+// stop() stops accepting, closes idle connections, lets answers in progress finish for up to
+// `drain_timeout`, runs the on_shutdown hooks and returns from run().
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 
-#include "bench/modelsim/response_stream.h"
 #include "common/http/message.h"
+#include "common/http/response_stream.h"
 
-namespace llmd::modelsim {
+namespace llmd::http {
 
 struct StreamServerOptions {
   std::string host = "127.0.0.1";
@@ -29,8 +34,12 @@ struct StreamServerOptions {
   std::chrono::milliseconds body_timeout{30000};
   std::chrono::milliseconds idle_timeout{30000};
   std::chrono::milliseconds write_timeout{30000};
+  std::chrono::milliseconds drain_timeout{5000};
   std::size_t max_connections = 8192;
-  std::string server_name = "modelsim";
+  std::string server_name = "llmd";
+  // The body of the server's own error answers (400, 413, 431, 500). Default: the sidecars'
+  // {"detail": ...}; modelsim answers in vLLM's error shape.
+  std::function<Response(int status, const std::string& message)> error_response;
 };
 
 // A serialised executor with one re-armable timer, on the server's io_context. Used by pods
@@ -51,7 +60,7 @@ class StreamServer {
  public:
   // `listener` is the index returned by listen() for the port the request came in on.
   using Handler =
-      std::function<void(std::size_t listener, http::Request&& request, ResponseStreamPtr stream)>;
+      std::function<void(std::size_t listener, Request&& request, ResponseStreamPtr stream)>;
 
   StreamServer(StreamServerOptions options, Handler handler);
   ~StreamServer();
@@ -67,11 +76,13 @@ class StreamServer {
 
   // Runs the io threads until stop() or SIGINT/SIGTERM (when handle_signals). Blocks.
   void run(bool handle_signals = true);
-  void stop();  // thread-safe, idempotent
+  void stop();  // thread-safe, idempotent; may be called from a handler
+  // Called once on the stop path after the drain, before the io threads are joined.
+  void on_shutdown(std::function<void()> hook);
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace llmd::modelsim
+}  // namespace llmd::http
