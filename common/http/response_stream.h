@@ -25,6 +25,10 @@ class ResponseStream {
   virtual void end() = 0;
   // Drops the connection at once, without (further) bytes: the "close" fault.
   virtual void close_connection() = 0;
+  // Ends a streamed answer that could not be completed: what was written still goes out, then
+  // the connection closes without the terminating chunk, so the client sees an incomplete body
+  // rather than a clean end.
+  virtual void end_incomplete() = 0;
   // `callback` runs once, on the connection's strand, if the peer goes away before the answer
   // finished (immediately if it already has). Not called after close_connection().
   virtual void on_disconnect(std::function<void()> callback) = 0;

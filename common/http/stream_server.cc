@@ -1,5 +1,6 @@
 #include "common/http/stream_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -123,12 +124,35 @@ struct StreamServer::Impl {
     tcp::acceptor acceptor;
     std::size_t index;
     uint16_t port = 0;
+    std::chrono::milliseconds backoff{0};  // accept retry pause; on the listener's strand
   };
 
-  Impl(StreamServerOptions o, Handler h)
+  Impl(StreamServerOptions o, Handler h, asio::io_context* external)
       : options(std::move(o)),
         handler(std::move(h)),
-        error_response(options.error_response ? options.error_response : default_error) {}
+        error_response(options.error_response ? options.error_response : default_error),
+        own_ioc(external ? nullptr
+                         : std::make_unique<asio::io_context>(std::max(1, options.io_threads))),
+        ioc(external ? *external : *own_ioc) {}
+
+  // Reserves `n` body bytes, or answers false when that would pass the budget.
+  bool reserve_body(std::size_t n) {
+    if (options.body_budget == 0) {
+      return true;
+    }
+    std::size_t held = body_bytes.load();
+    do {
+      if (held + n > options.body_budget) {
+        return false;
+      }
+    } while (!body_bytes.compare_exchange_weak(held, held + n));
+    return true;
+  }
+  void release_body(std::size_t n) {
+    if (options.body_budget != 0) {
+      body_bytes -= n;
+    }
+  }
 
   void accept(Listener& l);
   bool register_session(uint64_t id, const std::shared_ptr<Session>& s);
@@ -143,11 +167,14 @@ struct StreamServer::Impl {
   std::unordered_map<uint64_t, std::weak_ptr<Session>> sessions;
   uint64_t next_id = 0;
   bool stop_requested = false;
+  std::chrono::milliseconds drain_timeout = options.drain_timeout;  // guarded by mu
   std::vector<std::function<void()>> hooks;
   std::atomic<bool> stopping{false};
   std::atomic<std::size_t> connections{0};
 
-  asio::io_context ioc{std::max(1, options.io_threads)};
+  std::atomic<std::size_t> body_bytes{0};
+  std::unique_ptr<asio::io_context> own_ioc;  // null when the caller owns the io_context
+  asio::io_context& ioc;
   std::vector<std::unique_ptr<Listener>> listeners;
   std::optional<asio::signal_set> signals;
 };
@@ -166,6 +193,7 @@ class StreamServer::Impl::Session final : public ResponseStream,
         write_timer_(socket_.get_executor()) {}
 
   ~Session() override {
+    release_reservation();
     server_.connections.fetch_sub(1);
     server_.unregister_session(id_);
   }
@@ -208,6 +236,9 @@ class StreamServer::Impl::Session final : public ResponseStream,
   void end() override {
     asio::post(socket_.get_executor(), [self = shared_from_this()] { self->do_end(); });
   }
+  void end_incomplete() override {
+    asio::post(socket_.get_executor(), [self = shared_from_this()] { self->do_end_incomplete(); });
+  }
   void close_connection() override {
     asio::post(socket_.get_executor(), [self = shared_from_this()] { self->shutdown_now(); });
   }
@@ -246,7 +277,10 @@ class StreamServer::Impl::Session final : public ResponseStream,
     if (buffer_.size() > 0) {
       return read_header();
     }
-    arm_timer(first_ ? server_.options.header_timeout : server_.options.idle_timeout);
+    // Between requests a kept-alive connection idles; once a request begins, its headers must
+    // arrive within the header timeout (read_header).
+    arm_timer(first_ && !server_.options.fresh_connections_idle ? server_.options.header_timeout
+                                                                : server_.options.idle_timeout);
     if (!read_pending_) {
       start_read_some();
     }
@@ -285,6 +319,14 @@ class StreamServer::Impl::Session final : public ResponseStream,
   void on_header(beast::error_code ec) {
     if (ec) {
       return on_read_error(ec);
+    }
+    // The body's bytes count against the server's budget from now until the answer is out.
+    const std::size_t length = static_cast<std::size_t>(parser_->content_length().value_or(0));
+    if (length <= server_.options.body_limit) {  // larger ones get their 413 from the parser
+      if (!server_.reserve_body(length)) {
+        return send_error(503, "Server is at its request-body memory budget, retry");
+      }
+      reserved_ = length;
     }
     if (parser_->is_done()) {
       return dispatch();
@@ -339,9 +381,21 @@ class StreamServer::Impl::Session final : public ResponseStream,
     answer_done_ = true;
     linger_after_answer_ = true;
     const Response r = server_.error_response(status, message);
+    if (server_.options.on_error_answer) {
+      server_.options.on_error_answer(status);
+    }
     const bool http10 = parser_ && parser_->get().version() == 10;
-    out_ += status_line(status, http10) + "Server: " + server_.options.server_name +
-            "\r\nContent-Type: " + r.content_type + "\r\nContent-Length: " +
+    out_ += status_line(status, http10) + "Server: " + server_.options.server_name + "\r\n";
+    for (const auto& h : r.headers) {
+      out_ += h.name + ": " + h.value + "\r\n";
+    }
+    const bool has_retry_after =
+        std::any_of(r.headers.begin(), r.headers.end(),
+                    [](const Header& h) { return beast::iequals(h.name, "retry-after"); });
+    if ((status == 429 || status == 503) && !has_retry_after) {
+      out_ += "Retry-After: 1\r\n";  // without it, SDKs retry at once
+    }
+    out_ += "Content-Type: " + r.content_type + "\r\nContent-Length: " +
             std::to_string(r.body.size()) + "\r\nConnection: close\r\n\r\n" + r.body;
     flush();
   }
@@ -432,6 +486,17 @@ class StreamServer::Impl::Session final : public ResponseStream,
     flush();
   }
 
+  void do_end_incomplete() {
+    if (phase_ != Phase::kResponding || answer_done_) {
+      return;
+    }
+    answer_done_ = true;
+    incomplete_ = true;
+    if (!writing_ && out_.empty()) {
+      close();
+    }
+  }
+
   void do_end() {
     if (phase_ != Phase::kResponding || !answer_started_ || answer_done_) {
       return;
@@ -478,7 +543,16 @@ class StreamServer::Impl::Session final : public ResponseStream,
                       });
   }
 
+  void release_reservation() {
+    server_.release_body(reserved_);
+    reserved_ = 0;
+  }
+
   void on_answer_written() {
+    release_reservation();
+    if (incomplete_) {
+      return close();  // no terminating chunk, no further request on this connection
+    }
     if (linger_after_answer_) {
       return linger();
     }
@@ -558,6 +632,8 @@ class StreamServer::Impl::Session final : public ResponseStream,
   bool read_pending_ = false;
   bool keep_alive_ = true;
   bool http10_ = false;
+  bool incomplete_ = false;  // end_incomplete(): close once the written bytes are out
+  std::size_t reserved_ = 0;  // body budget held by the request being served
   bool answer_started_ = false;
   bool answer_done_ = false;
   bool disconnected_ = false;
@@ -578,10 +654,17 @@ void StreamServer::Impl::accept(Listener& l) {
       return;
     }
     if (ec) {
-      spdlog::warn("http: accept failed on port {}: {}", l.port, ec.message());
       // Out of descriptors (EMFILE) the pending connection stays in the backlog and the
-      // listener stays readable: back off instead of spinning on a failing accept.
-      auto timer = std::make_shared<asio::steady_timer>(l.strand, std::chrono::milliseconds(50));
+      // listener stays readable: back off (10 ms doubling to 1 s) instead of spinning on a
+      // failing accept; logged when it starts and while it lasts at the longest pause.
+      l.backoff = std::clamp(l.backoff * 2, std::chrono::milliseconds(10),
+                             std::chrono::milliseconds(1000));
+      if (l.backoff == std::chrono::milliseconds(10) ||
+          l.backoff == std::chrono::milliseconds(1000)) {
+        spdlog::warn("http: accept failed on port {}: {}; retrying in {} ms", l.port,
+                     ec.message(), l.backoff.count());
+      }
+      auto timer = std::make_shared<asio::steady_timer>(l.strand, l.backoff);
       timer->async_wait([this, &l, timer](beast::error_code) {
         if (!stopping) {
           accept(l);
@@ -589,6 +672,7 @@ void StreamServer::Impl::accept(Listener& l) {
       });
       return;
     }
+    l.backoff = std::chrono::milliseconds(0);
     if (connections.fetch_add(1) >= options.max_connections) {
       connections.fetch_sub(1);
       beast::error_code ignored;
@@ -640,7 +724,10 @@ std::vector<std::shared_ptr<StreamServer::Impl::Session>> StreamServer::Impl::li
 }
 
 StreamServer::StreamServer(StreamServerOptions options, Handler handler)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(handler))) {}
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(handler), nullptr)) {}
+
+StreamServer::StreamServer(StreamServerOptions options, Handler handler, asio::io_context& ioc)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(handler), &ioc)) {}
 
 StreamServer::~StreamServer() = default;
 
@@ -702,7 +789,12 @@ void StreamServer::run(bool handle_signals) {
     s.cv.wait(lock, [&s] { return s.stop_requested; });
   }
   // Drain: stop accepting, close idle connections, let answers in progress finish (bounded).
-  const auto deadline = std::chrono::steady_clock::now() + s.options.drain_timeout;
+  std::chrono::milliseconds drain;
+  {
+    std::lock_guard lock(s.mu);
+    drain = s.drain_timeout;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + drain;
   for (auto& l : s.listeners) {
     asio::post(l->strand, [lp = l.get()] {
       beast::error_code ec;
@@ -749,10 +841,13 @@ void StreamServer::run(bool handle_signals) {
   s.signals.reset();  // restores the default SIGINT/SIGTERM disposition
 }
 
-void StreamServer::stop() {
+void StreamServer::stop(std::optional<std::chrono::milliseconds> drain) {
   auto& s = *impl_;
   s.stopping = true;
   std::lock_guard lock(s.mu);
+  if (drain && !s.stop_requested) {
+    s.drain_timeout = *drain;
+  }
   s.stop_requested = true;
   s.cv.notify_all();
 }

@@ -19,10 +19,15 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/http/message.h"
 #include "common/http/response_stream.h"
+
+namespace boost::asio {
+class io_context;
+}
 
 namespace llmd::http {
 
@@ -36,10 +41,21 @@ struct StreamServerOptions {
   std::chrono::milliseconds write_timeout{30000};
   std::chrono::milliseconds drain_timeout{5000};
   std::size_t max_connections = 8192;
+  // A new connection's wait for its first request byte: the idle timeout (true: client pools
+  // open connections ahead of use, as the EPP's clients do) or the header timeout (false: a
+  // silent new connection is dropped as fast as a slow header).
+  bool fresh_connections_idle = false;
   std::string server_name = "llmd";
   // The body of the server's own error answers (400, 413, 431, 500). Default: the sidecars'
   // {"detail": ...}; modelsim answers in vLLM's error shape.
   std::function<Response(int status, const std::string& message)> error_response;
+  // Request bodies held at once (Content-Length, from the headers until the answer is written),
+  // across all connections; a request that would pass it gets 503 + Retry-After before its
+  // body is read. 0 = no budget.
+  std::size_t body_budget = 0;
+  // Told of every answer the server writes itself (400, 413, 431, 503), e.g. for request
+  // metrics. Called on an io thread.
+  std::function<void(int status)> on_error_answer;
 };
 
 // A serialised executor with one re-armable timer, on the server's io_context. Used by pods
@@ -63,6 +79,9 @@ class StreamServer {
       std::function<void(std::size_t listener, Request&& request, ResponseStreamPtr stream)>;
 
   StreamServer(StreamServerOptions options, Handler handler);
+  // The same on an io_context the caller owns (e.g. the EPP proxy runs its upstream clients
+  // on it); run() still drives its `io_threads` threads.
+  StreamServer(StreamServerOptions options, Handler handler, boost::asio::io_context& ioc);
   ~StreamServer();
   StreamServer(const StreamServer&) = delete;
   StreamServer& operator=(const StreamServer&) = delete;
@@ -76,7 +95,9 @@ class StreamServer {
 
   // Runs the io threads until stop() or SIGINT/SIGTERM (when handle_signals). Blocks.
   void run(bool handle_signals = true);
-  void stop();  // thread-safe, idempotent; may be called from a handler
+  // Thread-safe, idempotent; may be called from a handler. `drain` replaces the options'
+  // drain_timeout for this stop.
+  void stop(std::optional<std::chrono::milliseconds> drain = std::nullopt);
   // Called once on the stop path after the drain, before the io threads are joined.
   void on_shutdown(std::function<void()> hook);
 

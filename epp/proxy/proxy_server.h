@@ -1,13 +1,16 @@
 #pragma once
 // The EPP's data plane: an HTTP/1.1 reverse proxy for /v1/completions and
-// /v1/chat/completions. Per request: read (bounded) -> parse -> schedule on a scheduling
-// thread -> forward to the picked pod -> relay the response as it streams (SSE chunk by chunk),
-// adding x-gateway-destination-endpoint. A connect failure or a 5xx before any byte reached
-// the client is retried once on the next-ranked pod. Beast/Asio stay in proxy_server.cc.
+// /v1/chat/completions. Per request: read (bounded) -> parse -> schedule -> forward to the
+// picked pod -> relay the response as it streams (SSE chunk by chunk), adding
+// x-gateway-destination-endpoint. A connect failure or a 5xx before any byte reached the client
+// is retried once on the next-ranked pod. The client side (listener, connection limits, header
+// timeout, 413/431, body budget, HTTP/1.0, drain) is the project's one server core
+// (common/http/stream_server.h); Beast/Asio stay in the .cc files.
 //
-// Threading: `io_threads` run one io_context; each client connection is a coroutine on its own
-// strand. Scheduling runs on that strand too: waiting for predictions suspends the coroutine
-// (the predictor client's callback posts the cycle back), so no thread blocks on a predictor.
+// Threading: `io_threads` run one io_context for both sides; each request is a coroutine on a
+// strand of its own, which also runs its scheduling: waiting for predictions suspends it (the
+// predictor client's callback posts the cycle back), so no thread blocks on a predictor. Each
+// request's slots and tickets belong to its RequestContext.
 #include <chrono>
 #include <cstdint>
 #include <memory>

@@ -30,6 +30,7 @@ class FakeStream final : public http::ResponseStream {
   }
   void end() override { ended = true; }
   void close_connection() override { closed = true; }
+  void end_incomplete() override { closed = true; }
   void on_disconnect(std::function<void()> cb) override { disconnect = std::move(cb); }
 
   std::optional<http::Response> response;
