@@ -21,15 +21,6 @@ constexpr std::uint64_t kResponseBodyLimit = 256ull * 1024 * 1024;
 
 std::string_view to_sv(beast::string_view s) { return {s.data(), s.size()}; }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) {
-    if (c >= 'A' && c <= 'Z') {
-      c = static_cast<char>(c - 'A' + 'a');
-    }
-  }
-  return out;
-}
 
 // The peer closed a kept-alive connection before answering: safe to reconnect and resend.
 bool is_stale_connection(const beast::error_code& ec) {
@@ -49,7 +40,7 @@ ClientResponse failure(const char* stage, const beast::error_code& ec) {
 std::optional<Url> parse_url(const std::string& url) {
   constexpr std::string_view kScheme = "http://";
   std::string_view rest(url);
-  if (rest.size() <= kScheme.size() || lower(rest.substr(0, kScheme.size())) != kScheme) {
+  if (rest.size() <= kScheme.size() || to_lower(rest.substr(0, kScheme.size())) != kScheme) {
     return std::nullopt;
   }
   rest.remove_prefix(kScheme.size());
@@ -103,7 +94,7 @@ std::optional<Url> parse_url(const std::string& url) {
 }
 
 std::string_view ClientResponse::header(std::string_view name) const {
-  const auto key = lower(name);
+  const auto key = to_lower(name);
   for (const auto& h : headers) {
     if (h.name == key) {
       return h.value;
@@ -188,7 +179,7 @@ struct HttpClient::Impl {
       ClientResponse out;
       out.status = static_cast<int>(msg.result_int());
       for (const auto& field : msg) {
-        out.headers.push_back({lower(to_sv(field.name_string())), std::string(field.value())});
+        out.headers.push_back({to_lower(to_sv(field.name_string())), std::string(field.value())});
       }
       out.body = std::move(msg.body());
       if (!msg.keep_alive()) {

@@ -4,6 +4,16 @@
 
 namespace llmd::http {
 
+std::string to_lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) {
+    if (c >= 'A' && c <= 'Z') {
+      c = static_cast<char>(c - 'A' + 'a');
+    }
+  }
+  return out;
+}
+
 namespace {
 
 bool iequals(std::string_view a, std::string_view b) {

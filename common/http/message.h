@@ -16,6 +16,9 @@ struct Header {
   std::string value;
 };
 
+// ASCII lower-case (header names are case-insensitive; the project keeps them lower-case).
+std::string to_lower(std::string_view s);
+
 struct Request {
   std::string method;  // "GET", "POST", ...
   std::string target;  // raw request target, e.g. "/model/ttft/info?x=1"

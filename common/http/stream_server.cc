@@ -38,15 +38,6 @@ constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 using StrandExecutor = asio::strand<asio::io_context::executor_type>;
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) {
-    if (c >= 'A' && c <= 'Z') {
-      c = static_cast<char>(c - 'A' + 'a');
-    }
-  }
-  return out;
-}
 
 Request to_request(bhttp::request<bhttp::string_body>&& msg) {
   Request req;
@@ -59,7 +50,7 @@ Request to_request(bhttp::request<bhttp::string_body>&& msg) {
   }
   for (const auto& field : msg) {
     const auto name = field.name_string();
-    req.headers.push_back({lower(std::string_view(name.data(), name.size())),
+    req.headers.push_back({to_lower(std::string_view(name.data(), name.size())),
                            std::string(field.value())});
   }
   req.body = std::move(msg.body());

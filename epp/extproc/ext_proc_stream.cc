@@ -447,20 +447,7 @@ void ExtProcStream::finish_response(Clock::time_point now) {
   }
   CompletedRequest& done = attempt_->record();
   done.e2e_ms = std::chrono::duration<double, std::milli>(now - attempt_->dispatched()).count();
-  if (parsed_.request.streaming) {
-    done.completion_tokens = scanner_.completion_tokens();
-    if (!done.completion_tokens && scanner_.content_chunks() > 0) {
-      done.completion_tokens = scanner_.content_chunks();
-    }
-    done.cached_tokens = scanner_.cached_tokens();
-    done.continuation_prompt = continuation_prompt(parsed_, scanner_.generated_text());
-  } else {
-    Usage u = parse_usage(whole_);
-    done.completion_tokens = u.completion_tokens;
-    done.cached_tokens = u.cached_tokens;
-    done.ttft_ms = done.e2e_ms;
-    done.continuation_prompt = continuation_prompt(parsed_, u.generated_text);
-  }
+  record_response(done, parsed_, scanner_, whole_);
   if (response_status_ >= 500) {
     attempt_->pod_failed(response_status_, false, now);
   } else {

@@ -69,13 +69,6 @@ bool is_hop_by_hop(std::string_view name) {
   return false;
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) {
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
-  return out;
-}
 
 // The EPP's own error answer: the OpenAI error object, Retry-After on 429/503.
 llmd::http::Response error_response(int status, const std::string& detail,
@@ -507,7 +500,7 @@ struct ProxyServer::Impl {
     std::string content_type = "application/json";
     std::vector<llmd::http::Header> head;
     for (const auto& field : rp.get()) {
-      const std::string name = lower(std::string_view(field.name_string().data(),
+      const std::string name = llmd::http::to_lower(std::string_view(field.name_string().data(),
                                                       field.name_string().size()));
       // A pod's cookies are not the router's to hand out (they would pin or leak sessions);
       // length, framing and Server are the EPP's own.
@@ -575,20 +568,7 @@ struct ProxyServer::Impl {
     client.end();
     done.e2e_ms = std::chrono::duration<double, std::milli>(Clock::now() - attempt.dispatched())
                       .count();
-    if (parsed.request.streaming) {
-      done.completion_tokens = scanner.completion_tokens();
-      if (!done.completion_tokens && scanner.content_chunks() > 0) {
-        done.completion_tokens = scanner.content_chunks();  // no usage chunk: count the tokens
-      }
-      done.cached_tokens = scanner.cached_tokens();
-      done.continuation_prompt = continuation_prompt(parsed, scanner.generated_text());
-    } else {
-      Usage u = parse_usage(whole);
-      done.completion_tokens = u.completion_tokens;
-      done.cached_tokens = u.cached_tokens;
-      done.ttft_ms = done.e2e_ms;
-      done.continuation_prompt = continuation_prompt(parsed, u.generated_text);
-    }
+    record_response(done, parsed, scanner, whole);
     const int status = rp.get().result_int();
     attempt.answered(status, Clock::now());
     spdlog::debug("request {} -> {} ({}) status {} ttft {:.1f} ms e2e {:.1f} ms, total {:.1f} ms",

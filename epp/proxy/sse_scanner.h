@@ -9,6 +9,9 @@
 #include <string>
 #include <string_view>
 
+#include "epp/proxy/openai_request.h"
+#include "epp/proxy/proxy_types.h"
+
 namespace llmd::epp {
 
 class SseScanner {
@@ -45,5 +48,12 @@ struct Usage {
   std::string generated_text;  // first choice's text / message content (bounded as above)
 };
 Usage parse_usage(std::string_view json_body);
+
+// What a finished response taught about its request, into its completion record: completion
+// tokens (usage, or a stream's content chunks counted), cached tokens, and the prompt the pod
+// now holds (the prefix index learns it); a non-streamed body's end-to-end time is its TTFT.
+// `done.e2e_ms` must be set. `body` is the non-streamed body (ignored for streams).
+void record_response(CompletedRequest& done, const ParsedRequest& parsed,
+                     const SseScanner& stream, std::string_view body);
 
 }  // namespace llmd::epp

@@ -55,6 +55,19 @@ void wait_until(F done) {
   }
 }
 
+// A transport whose exchanges (not /readyz) signal `entered` and wait for `released`.
+std::shared_ptr<FakeTransport> blocking_transport(std::promise<void>& entered,
+                                                  std::shared_future<void> released) {
+  return std::make_shared<FakeTransport>(
+      [&entered, released](std::size_t replica, const std::string& path, const auto& rows) {
+        if (path != "/readyz") {
+          entered.set_value();
+          released.wait();
+        }
+        return FakeTransport::healthy(replica, path, rows);
+      });
+}
+
 TEST(PredictorClient, EmptyRowsNeedNoRequest) {
   prometheus::Registry registry;
   auto transport = std::make_shared<FakeTransport>();
@@ -392,15 +405,7 @@ TEST(PredictorClient, DestructionReleasesWaitingCallers) {
   prometheus::Registry registry;
   std::promise<void> entered;
   std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  auto transport = std::make_shared<FakeTransport>(
-      [&](std::size_t replica, const std::string& path, const auto& rows) {
-        if (path != "/readyz") {
-          entered.set_value();
-          released.wait();
-        }
-        return FakeTransport::healthy(replica, path, rows);
-      });
+  auto transport = blocking_transport(entered, release.get_future().share());
   auto client = std::make_unique<PredictorClient>(config(1), registry, transport);
   auto result = std::async(std::launch::async, [&] { return client->predict(make_rows(2, 0)); });
   entered.get_future().wait();
@@ -470,15 +475,7 @@ TEST(PredictorClient, DestructionAnswersPendingAsyncCallers) {
   prometheus::Registry registry;
   std::promise<void> entered;
   std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  auto transport = std::make_shared<FakeTransport>(
-      [&](std::size_t replica, const std::string& path, const auto& rows) {
-        if (path != "/readyz") {
-          entered.set_value();
-          released.wait();
-        }
-        return FakeTransport::healthy(replica, path, rows);
-      });
+  auto transport = blocking_transport(entered, release.get_future().share());
   auto client = std::make_unique<PredictorClient>(config(1), registry, transport);
   std::promise<PredictionResult> got;
   client->predict_async(make_rows(2, 0), std::chrono::steady_clock::now() + 60s,
