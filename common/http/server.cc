@@ -25,6 +25,7 @@ struct HttpServer::Impl {
     c.host = o.host;
     c.io_threads = o.io_threads;
     c.body_limit = o.body_limit;
+    c.body_budget = o.body_budget;
     c.header_timeout = o.header_timeout;
     c.idle_timeout = o.idle_timeout;
     c.body_timeout = o.body_timeout;

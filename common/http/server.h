@@ -22,6 +22,8 @@ struct ServerOptions {
   uint16_t port = 0;  // 0 = pick a free port; see HttpServer::port()
   int io_threads = 2;
   std::size_t body_limit = 16 * 1024 * 1024;
+  // Request bodies held at once (see StreamServerOptions::body_budget); 0 = no budget.
+  std::size_t body_budget = 0;
   std::chrono::milliseconds header_timeout{10000};
   std::chrono::milliseconds idle_timeout{60000};
   std::chrono::milliseconds body_timeout{30000};

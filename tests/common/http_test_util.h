@@ -62,11 +62,18 @@ class RawSocket {
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   }
-  ~RawSocket() { ::close(fd_); }
+  ~RawSocket() { close(); }
   RawSocket(const RawSocket&) = delete;
   RawSocket& operator=(const RawSocket&) = delete;
 
   bool connected() const { return connected_; }
+  // Closes the connection now (the peer sees it go away).
+  void close() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
   bool send_all(const std::string& data) {
     std::size_t sent = 0;
     while (sent < data.size()) {

@@ -2,7 +2,11 @@
 // keeps serving.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <fstream>
 #include <thread>
+
+#include "tests/common/http_test_util.h"
 
 #include "common/util/files.h"
 #include "tests/e2e/stack_fixture.h"
@@ -117,6 +121,69 @@ TEST(Hardening, InvalidBulkBodiesGetShortAnswers) {
   EXPECT_LT(r.body.size(), 20000u) << r.body.substr(0, 500);
   EXPECT_NE(r.body.find("too_many_errors"), std::string::npos);
   EXPECT_EQ(trainer.get("/healthz").status, 200);
+}
+
+// Peak resident memory of a process (VmHWM), MiB.
+double peak_rss_mib(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      return std::stod(line.substr(6)) / 1024.0;  // kB
+    }
+  }
+  return -1;
+}
+
+// The request-body budget of the sidecars' server core: bodies announced while the budget is
+// held get 503 + Retry-After before they are read; once uploads end, requests are served again.
+// Concurrent large bodies keep the trainer's peak memory under a stated bound (300 MiB).
+TEST(Hardening, SidecarBodyBudgetRefusesUploadsBeyondItAndBoundsMemory) {
+  TempDir dir;
+  TrainerProcess trainer(dir.path(), {"--body-budget-bytes", "8000000"});
+  ASSERT_TRUE(trainer.ready);
+  const std::string head = "POST /add_training_data_bulk HTTP/1.1\r\nHost: t\r\n"
+                           "Content-Type: application/json\r\nContent-Length: 3000000\r\n\r\n";
+  // Two uploads that announce 3 MB each and stall: 6 of the 8 MB are held.
+  http::testing::RawSocket slow1(trainer.port), slow2(trainer.port);
+  ASSERT_TRUE(slow1.send_all(head + "{\"entries\": ["));
+  ASSERT_TRUE(slow2.send_all(head + "{\"entries\": ["));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  http::testing::RawSocket third(trainer.port);
+  ASSERT_TRUE(third.send_all(head));
+  auto refused = third.read_response();
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->rfind("HTTP/1.1 503", 0), 0u) << *refused;
+  EXPECT_NE(refused->find("Retry-After: 1"), std::string::npos) << *refused;
+  EXPECT_NE(refused->find("\"detail\""), std::string::npos) << *refused;
+  // The stalled uploads go away: their share of the budget comes back.
+  slow1.close();
+  slow2.close();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Several large (invalid) bodies at once: each is answered, the trainer stays up and small.
+  std::string big = "{\"entries\": [";
+  for (int i = 0; big.size() < 2500000; ++i) {
+    big += (i == 0 ? "" : ",") + std::string("{\"kv_cache_percentage\": 0.5}");
+  }
+  big += "]}";
+  std::vector<std::thread> senders;
+  std::atomic<int> answered{0};
+  for (int i = 0; i < 6; ++i) {
+    senders.emplace_back([&] {
+      http::HttpClient c("127.0.0.1", trainer.port, std::chrono::seconds(60));
+      const int status = c.post("/add_training_data_bulk", big).status;
+      answered += status == 422 || status == 503 ? 1 : 0;
+    });
+  }
+  for (auto& t : senders) {
+    t.join();
+  }
+  EXPECT_EQ(answered, 6) << "every upload gets its 422 (invalid entries) or 503 (budget)";
+  EXPECT_EQ(trainer.get("/healthz").status, 200);
+  const double peak = peak_rss_mib(trainer.process->pid());
+  RecordProperty("trainer_peak_rss_mib", std::to_string(peak));
+  EXPECT_GT(peak, 0);
+  EXPECT_LT(peak, 300.0) << "peak RSS MiB with six 2.5-MB invalid uploads at once";
 }
 
 TEST(Hardening, PredictorReloadNeedsItsToken) {
