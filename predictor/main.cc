@@ -89,8 +89,8 @@ int run(int argc, char** argv) {
   predictor::ModelStore store;
   predictor::ModelSync sync(sync_cfg, store, registry);
   sync.load_local();
-  http::Router router = predictor::make_router(store, sync, info, registry);
-  http::HttpServer server(server_opts, [&router](http::Request& r) { return router.route(r); });
+  predictor::PredictorHttp api = predictor::make_predictor_http(store, sync, info, registry);
+  http::HttpServer server(server_opts, api.handler);
   server.on_shutdown([&sync] { sync.stop(); });
   server.start();
   sync.start();

@@ -98,6 +98,7 @@ bool ModelSync::sync_model(const std::string& name, std::string& error) {
     auto j = nlohmann::json::parse(info.body);
     remote.version = j.value("version", int64_t{0});
     remote.last_modified = j.value("last_modified", "");
+    remote.generation = j.value("generation", "");
     expected_size = j.at("size_bytes").get<std::size_t>();
   } catch (const std::exception& e) {
     error = "bad info for " + name + ": " + e.what();
@@ -106,14 +107,19 @@ bool ModelSync::sync_model(const std::string& name, std::string& error) {
   auto it = seen_.find(name);
   if (it != seen_.end()) {
     // Any change is taken, not only a higher version: a trainer that restarted without its
-    // model files publishes from version 1 again, and a predictor waiting for "newer than 28"
-    // would serve its stale models forever.
+    // model files publishes a new generation from version 1 again, and a predictor waiting for
+    // "newer than 28" would serve its stale models forever. (The file time also covers
+    // trainers that publish no generation, e.g. the reference one.)
     const bool changed = remote.version != it->second.version ||
-                         remote.last_modified != it->second.last_modified;
+                         remote.last_modified != it->second.last_modified ||
+                         remote.generation != it->second.generation;
     if (!changed) {
       return true;
     }
-    if (remote.version < it->second.version) {
+    if (!it->second.generation.empty() && remote.generation != it->second.generation) {
+      spdlog::info("{} model: trainer generation {} -> {} (version {}): taking it", name,
+                   it->second.generation, remote.generation, remote.version);
+    } else if (remote.version < it->second.version) {
       spdlog::warn("{} model version went back from {} to {} (trainer restarted without its "
                    "models?): taking it", name, it->second.version, remote.version);
     }
@@ -199,12 +205,43 @@ void ModelSync::start() {
   thread_ = std::thread([this] {
     const auto interval = std::chrono::duration<double>(config_.interval_sec);
     std::unique_lock lock(stop_mu_);
-    do {
+    while (!stopping_) {
+      std::vector<std::function<void(SyncResult)>> waiting;
+      waiting.swap(waiting_);
+      kicked_ = false;
       lock.unlock();
-      sync_once();
+      SyncResult result = sync_once();
+      for (auto& done : waiting) {
+        done(result);
+      }
       lock.lock();
-    } while (!stop_cv_.wait_for(lock, interval, [this] { return stopping_; }));
+      stop_cv_.wait_for(lock, interval, [this] { return stopping_ || kicked_; });
+    }
+    std::vector<std::function<void(SyncResult)>> waiting;
+    waiting.swap(waiting_);
+    lock.unlock();
+    for (auto& done : waiting) {
+      done(SyncResult{false, 0, "predictor is shutting down"});
+    }
   });
+}
+
+void ModelSync::request_sync(std::function<void(SyncResult)> done) {
+  {
+    std::lock_guard lock(stop_mu_);
+    if (thread_.joinable() && !stopping_) {
+      waiting_.push_back(std::move(done));
+      kicked_ = true;
+      stop_cv_.notify_all();
+      return;
+    }
+  }
+  // No sync thread (no trainer configured, or stopping): nothing to wait for on the network.
+  if (config_.trainer_url.empty()) {
+    done(SyncResult{false, 0, "no training server configured"});
+  } else {
+    done(SyncResult{false, 0, "model sync is not running"});
+  }
 }
 
 void ModelSync::stop() {

@@ -3,16 +3,19 @@
 // only newer versions, checks the byte count and that the model compiles, writes the local copy
 // atomically and swaps it into the ModelStore. Any failure keeps the current model.
 //
-// Threading: sync_once() is serialised by `mu_` (the periodic thread and /reload may race); it
-// makes blocking HTTP calls, bounded by `timeout`.
+// Threading: syncs run on the sync thread only (periodic, and at once on request_sync()), so
+// no request-serving thread waits for the trainer; sync_once() (serialised by `mu_`) is also
+// called at start-up and by tests. HTTP calls are bounded by `timeout`.
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "predictor/model_store.h"
 
@@ -43,6 +46,9 @@ class ModelSync {
   // Loads models already in the local directory (ready without the trainer).
   void load_local();
   SyncResult sync_once();
+  // /reload: the sync thread syncs now and calls `done` with the result (on that thread).
+  // Without a trainer (or before start()) `done` runs at once with a local-only result.
+  void request_sync(std::function<void(SyncResult)> done);
   void start();
   void stop();
   const SyncConfig& config() const { return config_; }
@@ -52,6 +58,7 @@ class ModelSync {
   struct Seen {
     int64_t version = 0;
     std::string last_modified;
+    std::string generation;  // the trainer's model lineage ("" from trainers without one)
   };
   bool sync_model(const std::string& name, std::string& error);
 
@@ -62,7 +69,9 @@ class ModelSync {
   std::map<std::string, Seen> seen_;  // guarded by mu_
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
-  bool stopping_ = false;
+  bool stopping_ = false;                                     // guarded by stop_mu_
+  bool kicked_ = false;                                       // guarded by stop_mu_
+  std::vector<std::function<void(SyncResult)>> waiting_;      // guarded by stop_mu_
   std::thread thread_;
 };
 

@@ -132,8 +132,9 @@ class Handlers {
                                     {"ensemble_active", m->ensemble_active()}});
   }
 
-  Response reload(Request&) {
-    SyncResult r = sync_.sync_once();
+  // The answer to POST /reload once the sync thread has synced (predictor-api.md: 200 with
+  // synced/loaded/is_ready/..., 500 when nothing could be loaded).
+  Response reload_response(const SyncResult& r) {
     auto m = store_.current();
     Json body = {{"synced", r.synced},
                  {"loaded", r.loaded > 0 || m->ready()},
@@ -218,11 +219,36 @@ class Handlers {
   prometheus::Counter& rows_;
 };
 
+http::Router make_router(const std::shared_ptr<Handlers>& h, const PredictorInfo& info,
+                         prometheus::Registry& registry);
+
 }  // namespace
 
-http::Router make_router(ModelStore& store, ModelSync& sync, const PredictorInfo& info,
-                         prometheus::Registry& registry) {
+PredictorHttp make_predictor_http(ModelStore& store, ModelSync& sync, const PredictorInfo& info,
+                                  prometheus::Registry& registry) {
   auto h = std::make_shared<Handlers>(store, sync, info, registry);
+  PredictorHttp out;
+  out.router = make_router(h, info, registry);
+  auto router = std::make_shared<http::Router>(out.router);
+  out.handler = [h, router, &sync, token = info.admin_token](http::Request&& req,
+                                                       http::ResponseStreamPtr stream) {
+    if (req.method == "POST" && req.path == "/reload") {
+      if (auto refused = http::require_bearer(token, req)) {
+        return stream->respond(*refused);
+      }
+      // The sync thread fetches now; the answer leaves from there (respond() is thread-safe).
+      sync.request_sync([h, stream](SyncResult r) { stream->respond(h->reload_response(r)); });
+      return;
+    }
+    stream->respond(router->route(req));
+  };
+  return out;
+}
+
+namespace {
+
+http::Router make_router(const std::shared_ptr<Handlers>& h, const PredictorInfo& info,
+                         prometheus::Registry& registry) {
   metrics::HttpMetrics m(registry, "llmd_predictor");
   http::Router r;
   auto add = [&](const char* method, const char* path, auto fn) {
@@ -232,11 +258,11 @@ http::Router make_router(ModelStore& store, ModelSync& sync, const PredictorInfo
   add("POST", "/predict/bulk", [](Handlers& x, Request& q) { return x.bulk(q, false); });
   add("POST", "/predict/bulk/strict", [](Handlers& x, Request& q) { return x.bulk(q, true); });
   add("GET", "/status", [](Handlers& x, Request& q) { return x.status(q); });
-  add("POST", "/reload", [token = info.admin_token](Handlers& x, Request& q) {
-    if (auto refused = http::require_bearer(token, q)) {
-      return *refused;
-    }
-    return x.reload(q);
+  // POST /reload is answered by the handler make_predictor_http() builds (not on this router:
+  // it waits for the sync thread without holding an I/O thread); the router only names it,
+  // so a GET gets 405.
+  r.add("POST", "/reload", [](Request&) {
+    return Response::detail(500, "POST /reload is served by the asynchronous handler");
   });
   add("GET", "/healthz", [](Handlers&, Request&) {
     return Response::json(200, Json{{"status", "ok"}, {"service", "latency-predictor"}});
@@ -248,5 +274,7 @@ http::Router make_router(ModelStore& store, ModelSync& sync, const PredictorInfo
   });
   return r;
 }
+
+}  // namespace
 
 }  // namespace llmd::predictor

@@ -3,6 +3,9 @@
 #include <cstddef>
 #include <string>
 
+#include <functional>
+
+#include "common/http/response_stream.h"
 #include "common/http/router.h"
 
 namespace prometheus {
@@ -23,7 +26,14 @@ struct PredictorInfo {
   std::string admin_token;  // non-empty: POST /reload needs "Authorization: Bearer <token>"
 };
 
-http::Router make_router(ModelStore& store, ModelSync& sync, const PredictorInfo& info,
-                         prometheus::Registry& registry);
+struct PredictorHttp {
+  http::Router router;  // every route but the answer to POST /reload
+  // The server's handler: POST /reload asks the sync thread to fetch now and answers when it
+  // has (no I/O thread waits for the trainer); everything else is the router's, at once.
+  std::function<void(http::Request&&, http::ResponseStreamPtr)> handler;
+};
+
+PredictorHttp make_predictor_http(ModelStore& store, ModelSync& sync, const PredictorInfo& info,
+                                  prometheus::Registry& registry);
 
 }  // namespace llmd::predictor

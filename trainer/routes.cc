@@ -273,7 +273,8 @@ class Handlers {
                                     {"exists", true},
                                     {"model_type", "xgboost"},
                                     {"quantile", s_.config().quantile_alpha},
-                                    {"version", f->version}});
+                                    {"version", f->version},
+                                    {"generation", m->generation}});
   }
 
   Response model_download(Request& req) {

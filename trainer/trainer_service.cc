@@ -6,6 +6,9 @@
 #include <prometheus/registry.h>
 
 #include <chrono>
+#include <random>
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -168,6 +171,30 @@ std::string TrainerService::samples_path() const {
   return (dir / "training_samples.bin").string();
 }
 
+std::string TrainerService::load_or_start_generation(bool models_found) const {
+  const auto path = std::filesystem::path(config_.ttft_model_path).parent_path() / "generation";
+  if (models_found) {
+    if (auto bytes = util::read_file(path.string())) {
+      std::string id = *bytes;
+      id.erase(std::remove_if(id.begin(), id.end(), [](unsigned char c) { return std::isspace(c); }),
+               id.end());
+      if (!id.empty() && id.size() <= 64) {
+        return id;
+      }
+    }
+  }
+  std::mt19937_64 rng{std::random_device{}()};
+  const std::string id = fmt::format("{:016x}", rng());
+  try {
+    util::write_file_atomic(path.string(), id + "\n");
+  } catch (const std::exception& e) {
+    spdlog::warn("cannot persist the model generation at {}: {}", path.string(), e.what());
+  }
+  spdlog::info("model generation {} ({})", id,
+               models_found ? "model files without a generation" : "no model files: a new lineage");
+  return id;
+}
+
 void TrainerService::load_models_at_start() {
   auto next = std::make_shared<PublishedModels>();
   std::vector<std::string> written;
@@ -205,6 +232,7 @@ void TrainerService::load_models_at_start() {
   }
   // Cold start: constant default models, published so predictors can sync them too.
   bool need_default = !next->ttft.base || !next->tpot.base;
+  next->generation = load_or_start_generation(!need_default);
   if (need_default) {
     ++next->version;
   }

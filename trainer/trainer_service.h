@@ -70,6 +70,10 @@ struct PublishedModels {
   model::TargetPredictor tpot;
   std::map<std::string, ModelFile> files;  // present files only
   int64_t version = 0;
+  // Identity of this trainer's model lineage: kept across restarts that find their model files,
+  // new when a trainer starts without them (its versions then start again at 1), so predictors
+  // can tell "version 1 of a new lineage" from "an old version".
+  std::string generation;
   std::optional<util::SystemTime> last_retrain;
   std::array<std::vector<std::pair<std::string, double>>, 2> importance;
   std::array<double, 2> intercept{};
@@ -131,6 +135,8 @@ class TrainerService {
  private:
   struct Metrics;
   void load_models_at_start();
+  // The lineage id saved next to the model files (see PublishedModels::generation).
+  std::string load_or_start_generation(bool models_found) const;
   void load_snapshot_at_start();
   void publish(std::shared_ptr<PublishedModels> next, const std::vector<std::string>& written,
                const std::vector<std::string>& removed);

@@ -12,12 +12,12 @@ namespace llmd::http {
 
 // The plain request -> response shape over the one server core (stream_server.h).
 struct HttpServer::Impl {
-  Impl(const ServerOptions& o, RequestHandler h)
+  Impl(const ServerOptions& o, AsyncHandler h)
       : options(o),
         handler(std::move(h)),
         core(core_options(o), [this](std::size_t, Request&& request, ResponseStreamPtr stream) {
           // On the connection's strand (an io thread), as the handler contract says.
-          stream->respond(handler(request));
+          handler(std::move(request), std::move(stream));
         }) {}
 
   static StreamServerOptions core_options(const ServerOptions& o) {
@@ -36,7 +36,7 @@ struct HttpServer::Impl {
   }
 
   const ServerOptions options;
-  const RequestHandler handler;
+  const AsyncHandler handler;
   StreamServer core;
   std::mutex mu;
   std::condition_variable cv;
@@ -46,6 +46,12 @@ struct HttpServer::Impl {
 };
 
 HttpServer::HttpServer(ServerOptions options, RequestHandler handler)
+    : impl_(std::make_unique<Impl>(
+          options, [h = std::move(handler)](Request&& request, ResponseStreamPtr stream) {
+            stream->respond(h(request));
+          })) {}
+
+HttpServer::HttpServer(ServerOptions options, AsyncHandler handler)
     : impl_(std::make_unique<Impl>(options, std::move(handler))) {}
 
 HttpServer::~HttpServer() {

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/http/message.h"
+#include "common/http/response_stream.h"
 
 namespace llmd::http {
 
@@ -34,8 +35,11 @@ struct ServerOptions {
 class HttpServer {
  public:
   using RequestHandler = std::function<Response(Request&)>;
+  // A handler that may answer later, from any thread (e.g. after a background job).
+  using AsyncHandler = std::function<void(Request&&, ResponseStreamPtr)>;
 
   HttpServer(ServerOptions options, RequestHandler handler);
+  HttpServer(ServerOptions options, AsyncHandler handler);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

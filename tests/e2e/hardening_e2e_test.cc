@@ -238,6 +238,7 @@ TEST(Durability, EveryAcknowledgedSampleSurvivesKill9) {
                                          "3600"};
   int acknowledged = 0;
   uint16_t port = 0;
+  std::string generation;
   {
     TrainerProcess t(dir.path(), args);
     ASSERT_TRUE(t.ready);
@@ -248,12 +249,16 @@ TEST(Durability, EveryAcknowledgedSampleSurvivesKill9) {
       }
     }
     ASSERT_EQ(ttft_samples(t), acknowledged);
+    generation = t.get_json("/model/ttft/info")["generation"].get<std::string>();
     t.process->kill_now();  // no snapshot was ever written
   }
   EXPECT_EQ(acknowledged, 1000);
   TrainerProcess again(dir.path(), args, port);
   ASSERT_TRUE(again.ready);
   EXPECT_EQ(ttft_samples(again), acknowledged) << again.process->log();
+  // Restarted with its model files: the same model lineage.
+  EXPECT_FALSE(generation.empty());
+  EXPECT_EQ(again.get_json("/model/ttft/info")["generation"], generation);
   // The replayed log was compacted into a snapshot: a second crash loses nothing either.
   again.process->kill_now();
   TrainerProcess third(dir.path(), args, port);

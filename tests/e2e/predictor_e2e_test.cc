@@ -7,6 +7,14 @@
 
 #include "common/features/feature_json.h"
 #include "common/model/latency_model.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
 #include "common/testing/synthetic_law.h"
 #include "tests/e2e/trainer_fixture.h"
 
@@ -296,6 +304,44 @@ TEST(PredictorResilience, KilledTrainerLeavesPredictorServingAndLocalModelsSurvi
 
 // A trainer that comes back without its model files publishes from version 1 again: the
 // predictors follow it instead of waiting for a version above the one they hold.
+// A trainer that accepts connections and never answers: /reload must not stall the predictor.
+// (POST /reload used to sync on the I/O thread that serves predictions.)
+TEST(PredictorResilience, ReloadAgainstAHangingTrainerDoesNotStallRequests) {
+  TempDir pdir;
+  // Listening, never accepting: connects complete (kernel backlog), requests get no answer.
+  const int hang = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ASSERT_EQ(::bind(hang, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(hang, 64), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(hang, reinterpret_cast<sockaddr*>(&addr), &len);
+  const uint16_t hang_port = ntohs(addr.sin_port);
+  PredictorProcess p(pdir.path(), hang_port, {"--workers", "1", "--model-sync-interval", "3600"});
+  ASSERT_TRUE(p.started) << p.process->log();
+  std::atomic<int> reload_status{-1};
+  std::thread reload([&] {
+    http::HttpClient c("127.0.0.1", p.port, std::chrono::seconds(90));
+    reload_status = c.post("/reload", "").status;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // /reload is waiting now
+  for (int i = 0; i < 5; ++i) {
+    http::HttpClient c("127.0.0.1", p.port, std::chrono::seconds(5));
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(c.get("/healthz").status, 200) << "answered while /reload waits for the trainer";
+    // No models (the trainer never answered): 503 at once, not after the sync.
+    EXPECT_EQ(c.post("/predict", feature_row(0.5, 100, 1, 10, 0.2).dump()).status, 503);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(4));
+  }
+  EXPECT_EQ(reload_status, -1) << "the reload is still waiting for the hanging trainer";
+  // Stopping answers the waiting reload (or closes its connection) and exits.
+  EXPECT_EQ(p.process->terminate(), 0);
+  reload.join();
+  ::close(hang);
+}
+
 TEST(PredictorResilience, FollowsATrainerThatRestartedWithoutItsModels) {
   TempDir tdir, fresh_dir, pdir;
   auto trainer = std::make_unique<TrainerProcess>(
@@ -312,11 +358,14 @@ TEST(PredictorResilience, FollowsATrainerThatRestartedWithoutItsModels) {
     return p.client->get("/status").status == 200 &&
            p.get_json("/status")["model_versions"].value("ttft", 0) > 1;
   }, std::chrono::seconds(30))) << p.process->log();
+  const Json old_generation = trainer->get_json("/model/ttft/info")["generation"];
   trainer->process->kill_now();
   trainer.reset();
   TrainerProcess again(fresh_dir.path(), {"--retraining-interval", "60"}, trainer_port);
   ASSERT_TRUE(again.ready);
   ASSERT_EQ(again.get_json("/model/ttft/info")["version"], 1);
+  // Started without its model files: a new model lineage, which the predictor follows.
+  EXPECT_NE(again.get_json("/model/ttft/info")["generation"], old_generation);
   EXPECT_TRUE(wait_until([&] {
     return p.get_json("/status")["model_versions"].value("ttft", 0) == 1 &&
            p.get_json("/status")["model_versions"].value("tpot", 0) == 1;
