@@ -25,6 +25,7 @@
 #include "epp/feedback/request_metrics.h"
 #include "epp/feedback/training_feedback.h"
 #include "epp/plugins/register.h"
+#include "epp/discovery/pod_discovery.h"
 #include "epp/extproc/ext_proc_server.h"
 #include "epp/pool_config.h"
 #include "epp/predictor_client/predictor_client.h"
@@ -90,13 +91,33 @@ int run(int argc, char** argv) {
   o.add("body-budget-bytes", "EPP_BODY_BUDGET_BYTES", "268435456",
         "Request bodies held at once (503 + Retry-After beyond)");
   o.add("reload-check-ms", "EPP_RELOAD_CHECK_MS", "1000", "How often config files are checked");
+  o.add("pool-name", "EPP_POOL_NAME", "",
+        "Kubernetes discovery: the InferencePool whose selector and target port name the pods "
+        "(the config file then lists no pods)");
+  o.add("pool-namespace", "EPP_POOL_NAMESPACE", "",
+        "Kubernetes discovery: namespace of the pool and its pods (default: the service "
+        "account's)");
+  o.add("pool-selector", "EPP_POOL_SELECTOR", "",
+        "Kubernetes discovery without an InferencePool: pod labels k=v[,k2=v2]");
+  o.add("target-port", "EPP_TARGET_PORT", "8000",
+        "Kubernetes discovery: the pods' serving port (an InferencePool's port wins)");
+  o.add("kube-api-url", "EPP_KUBE_API_URL", "",
+        "Kubernetes API server (http(s)://host:port; default: in-cluster, e.g. kubectl proxy "
+        "at http://127.0.0.1:8001 outside)");
+  o.add("kube-token-file", "EPP_KUBE_TOKEN_FILE",
+        "/var/run/secrets/kubernetes.io/serviceaccount/token",
+        "Kubernetes discovery: bearer token (re-read on every request; it rotates)");
+  o.add("kube-ca-file", "EPP_KUBE_CA_FILE", "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+        "Kubernetes discovery: CA certificate of an https API server");
   o.add("log-level", "LOG_LEVEL", "info", "trace | debug | info | warn | error");
   if (!o.parse(argc, argv)) {
     return 0;
   }
   config::init_logging(o.str("log-level"), "epp");
   const std::string config_path = o.str("config");
-  EppFileConfig file_cfg = load_epp_config(config_path);
+  const bool discover = !o.str("pool-name").empty() || !o.str("pool-selector").empty();
+  const PodSource pod_source = discover ? PodSource::kKubernetes : PodSource::kConfig;
+  EppFileConfig file_cfg = load_epp_config(config_path, pod_source);
 
   prometheus::Registry registry;
   SchedulerMetrics sched_metrics(registry);
@@ -250,6 +271,23 @@ int run(int argc, char** argv) {
   ho.port = static_cast<uint16_t>(o.integer("metrics-port", 0, 65535));
   http::HttpServer metrics_server(ho, handler);
 
+  std::unique_ptr<discovery::PodDiscovery> pod_discovery;
+  if (discover) {
+    discovery::DiscoveryOptions d;
+    d.api_url = o.str("kube-api-url");
+    d.pool_name = o.str("pool-name");
+    d.pool_namespace = o.str("pool-namespace");
+    d.selector = discovery::parse_selector(o.str("pool-selector"));
+    d.target_port = static_cast<uint16_t>(o.integer("target-port", 1, 65535));
+    d.token_file = o.str("kube-token-file");
+    d.ca_file = o.str("kube-ca-file");
+    pod_discovery = std::make_unique<discovery::PodDiscovery>(
+        d, [&pods](const std::vector<PodConfig>& endpoints) { pods.set_pods(endpoints); });
+    pod_discovery->start();
+    spdlog::info("pods from Kubernetes: {}", d.pool_name.empty()
+                                                 ? "selector " + o.str("pool-selector")
+                                                 : "InferencePool " + d.pool_name);
+  }
   proxy.start();
   if (ext_proc) {
     ext_proc->start();
@@ -273,7 +311,7 @@ int run(int argc, char** argv) {
       std::this_thread::sleep_for(period);
       try {
         auto pt = mtime(config_path);
-        EppFileConfig next = load_epp_config(config_path);
+        EppFileConfig next = load_epp_config(config_path, pod_source);
         auto qt = next.pipeline_path.empty() ? pt : mtime(next.pipeline_path);
         auto lt = mtime(next.load_balancing_path);
         if (pt == pool_time && qt == pipe_time && lt == lb_time) {
@@ -287,7 +325,9 @@ int run(int argc, char** argv) {
           spdlog::error("config reload refused, keeping the current pipeline: {}", l.error);
           continue;
         }
-        pods.set_pods(next.pods);
+        if (!discover) {
+          pods.set_pods(next.pods);  // with discovery the API server owns the pod set
+        }
         port.set_config(next.objectives, next.load_balancing, l.pipeline);
         gate.configure(next.router_queue);
         spdlog::info("config reloaded: {} pods, {} objectives, {} routing rules, router queue {}",
@@ -355,6 +395,9 @@ int run(int argc, char** argv) {
   metrics_thread.join();
   reloader.join();
   gate_ticker.join();
+  if (pod_discovery) {
+    pod_discovery->stop();
+  }
   scraper.stop();
   feedback.stop();
   return 0;

@@ -11,7 +11,7 @@
 
 namespace llmd::epp {
 
-EppFileConfig load_epp_config(const std::string& path) {
+EppFileConfig load_epp_config(const std::string& path, PodSource pods_from) {
   auto text = util::read_file(path);
   if (!text) {
     throw std::runtime_error("cannot read EPP config " + path);
@@ -23,7 +23,14 @@ EppFileConfig load_epp_config(const std::string& path) {
       throw std::runtime_error("top level must be a mapping");
     }
     YAML::Node pods = root["pool"]["pods"];
-    if (!pods || !pods.IsSequence() || pods.size() == 0) {
+    if (pods_from == PodSource::kKubernetes) {
+      if (pods) {
+        throw std::runtime_error(
+            "pool.pods is not allowed with Kubernetes discovery (--pool-name / --pool-selector): "
+            "the pods come from the API server");
+      }
+      pods = YAML::Node(YAML::NodeType::Sequence);
+    } else if (!pods || !pods.IsSequence() || pods.size() == 0) {
       throw std::runtime_error("pool.pods must be a non-empty list");
     }
     std::set<std::string> names;

@@ -1,5 +1,6 @@
 #pragma once
 // The EPP's own configuration file (YAML): the pool and where the pipeline comes from.
+// (With Kubernetes discovery the `pool` section is left out: the pods come from the API.)
 //
 //   pool:
 //     pods:
@@ -42,7 +43,11 @@ struct EppFileConfig {
   std::optional<RouterQueueConfig> router_queue;
 };
 
+// Where the pool's pods come from: the config file's `pool.pods`, or Kubernetes discovery
+// (then the file must not list pods).
+enum class PodSource { kConfig, kKubernetes };
+
 // Throws std::runtime_error naming the file and the problem.
-EppFileConfig load_epp_config(const std::string& path);
+EppFileConfig load_epp_config(const std::string& path, PodSource pods_from = PodSource::kConfig);
 
 }  // namespace llmd::epp

@@ -1,0 +1,557 @@
+#include "epp/discovery/pod_discovery.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/util/files.h"
+#include "epp/discovery/pod_tracker.h"
+
+namespace llmd::epp::discovery {
+namespace {
+
+namespace net = boost::asio;
+namespace ssl = boost::asio::ssl;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = net::ip::tcp;
+using Json = nlohmann::json;
+
+constexpr std::size_t kMaxBody = 64 * 1024 * 1024;  // one LIST answer
+constexpr std::size_t kMaxLine = 4 * 1024 * 1024;   // one watch event
+constexpr auto kIoTimeout = std::chrono::seconds(10);
+
+struct ApiUrl {
+  bool tls = false;
+  std::string host;
+  std::string port;
+};
+
+ApiUrl parse_api_url(const std::string& url) {
+  ApiUrl u;
+  std::string rest;
+  if (url.rfind("https://", 0) == 0) {
+    u.tls = true;
+    rest = url.substr(8);
+  } else if (url.rfind("http://", 0) == 0) {
+    rest = url.substr(7);
+  } else {
+    throw std::invalid_argument("--kube-api-url: expected http(s)://host[:port], got '" + url + "'");
+  }
+  rest = rest.substr(0, rest.find('/'));
+  const std::string default_port = u.tls ? "443" : "80";
+  if (!rest.empty() && rest.front() == '[') {  // [IPv6]:port
+    const auto close = rest.find(']');
+    if (close == std::string::npos) {
+      throw std::invalid_argument("--kube-api-url: bad IPv6 address in '" + url + "'");
+    }
+    u.host = rest.substr(1, close - 1);
+    u.port = close + 2 < rest.size() && rest[close + 1] == ':' ? rest.substr(close + 2)
+                                                               : default_port;
+  } else if (const auto colon = rest.rfind(':'); colon != std::string::npos) {
+    u.host = rest.substr(0, colon);
+    u.port = rest.substr(colon + 1);
+  } else {
+    u.host = rest;
+    u.port = default_port;
+  }
+  if (u.host.empty() || u.port.empty()) {
+    throw std::invalid_argument("--kube-api-url: no host in '" + url + "'");
+  }
+  return u;
+}
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) {
+    s.pop_back();
+  }
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) {
+    s.erase(s.begin());
+  }
+  return s;
+}
+
+std::string url_encode(const std::string& s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string selector_query(const std::map<std::string, std::string>& selector) {
+  std::string s;
+  for (const auto& [k, v] : selector) {
+    s += (s.empty() ? "" : ",") + k + "=" + v;
+  }
+  return url_encode(s);
+}
+
+}  // namespace
+
+std::map<std::string, std::string> parse_selector(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const auto comma = text.find(',', pos);
+    const std::string part = trimmed(text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+    if (!part.empty()) {
+      const auto eq = part.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == part.size()) {
+        throw std::invalid_argument("--pool-selector: expected key=value, got '" + part + "'");
+      }
+      out[trimmed(part.substr(0, eq))] = trimmed(part.substr(eq + 1));
+    }
+    if (comma == std::string::npos) {
+      break;
+    }
+    pos = comma + 1;
+  }
+  return out;
+}
+
+struct PodDiscovery::Impl {
+  Impl(DiscoveryOptions o, Publish p) : options(std::move(o)), publish(std::move(p)) {
+    if (options.pool_name.empty() && options.selector.empty()) {
+      throw std::invalid_argument("Kubernetes discovery needs --pool-name or --pool-selector");
+    }
+    if (options.api_url.empty()) {
+      const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+      const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+      if (host == nullptr || port == nullptr) {
+        throw std::invalid_argument(
+            "Kubernetes discovery: not in a cluster (KUBERNETES_SERVICE_HOST unset) and no "
+            "--kube-api-url");
+      }
+      const std::string h(host);
+      url = ApiUrl{true, h, port};
+      // The API server's certificate names this service; the environment gives its IP.
+      verify_name = "kubernetes.default.svc";
+    } else {
+      url = parse_api_url(options.api_url);
+      verify_name = url.host;
+    }
+    namespace_ = options.pool_namespace;
+    if (namespace_.empty()) {
+      if (auto ns = util::read_file(options.namespace_file)) {
+        namespace_ = trimmed(*ns);
+      }
+    }
+    if (namespace_.empty()) {
+      throw std::invalid_argument("Kubernetes discovery: no --pool-namespace and no " +
+                                  options.namespace_file);
+    }
+    if (url.tls) {
+      ssl_ctx.set_verify_mode(ssl::verify_peer);
+      if (!options.ca_file.empty()) {
+        beast::error_code ec;
+        ssl_ctx.load_verify_file(options.ca_file, ec);
+        if (ec) {
+          throw std::invalid_argument("Kubernetes discovery: cannot read CA " + options.ca_file +
+                                      ": " + ec.message());
+        }
+      }
+    }
+  }
+
+  // --- one HTTP exchange on the discovery thread, interruptible by stop() ---
+
+  // Runs the io_context until `done`; stop() cancels the connection's operations.
+  template <typename Stream>
+  void pump(Stream& stream, const bool& done) {
+    while (!done) {
+      if (stopping) {
+        beast::get_lowest_layer(stream).cancel();
+      }
+      ioc.run_for(std::chrono::milliseconds(100));
+      if (ioc.stopped()) {
+        ioc.restart();
+      }
+    }
+  }
+
+  template <typename Stream>
+  void connect(Stream& stream, beast::error_code& ec) {
+    tcp::resolver resolver(ioc);
+    bool done = false;
+    tcp::resolver::results_type results;
+    resolver.async_resolve(url.host, url.port, [&](beast::error_code e, auto r) {
+      ec = e;
+      results = r;
+      done = true;
+    });
+    pump(stream, done);
+    if (ec) {
+      return;
+    }
+    done = false;
+    beast::get_lowest_layer(stream).expires_after(kIoTimeout);
+    beast::get_lowest_layer(stream).async_connect(results, [&](beast::error_code e, auto) {
+      ec = e;
+      done = true;
+    });
+    pump(stream, done);
+  }
+
+  // Sends GET `target` and reads the header; `on_body(bytes)` gets the body as it arrives and
+  // returns false to stop reading. Returns the status (0 on failure, `error` says why).
+  template <typename Stream>
+  int exchange(Stream& stream, const std::string& target, std::chrono::seconds read_timeout,
+               const std::function<bool(std::string_view)>& on_body, std::string& error) {
+    bhttp::request<bhttp::empty_body> req{bhttp::verb::get, target, 11};
+    req.set(bhttp::field::host, url.host);
+    req.set(bhttp::field::accept, "application/json");
+    req.set(bhttp::field::user_agent, "llmd-epp");
+    if (auto token = util::read_file(options.token_file)) {
+      req.set(bhttp::field::authorization, "Bearer " + trimmed(*token));
+    }
+    req.keep_alive(false);
+    beast::error_code ec;
+    bool done = false;
+    beast::get_lowest_layer(stream).expires_after(kIoTimeout);
+    bhttp::async_write(stream, req, [&](beast::error_code e, std::size_t) {
+      ec = e;
+      done = true;
+    });
+    pump(stream, done);
+    beast::flat_buffer buffer;
+    bhttp::response_parser<bhttp::buffer_body> parser;
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    if (!ec) {
+      done = false;
+      bhttp::async_read_header(stream, buffer, parser, [&](beast::error_code e, std::size_t) {
+        ec = e;
+        done = true;
+      });
+      pump(stream, done);
+    }
+    if (ec) {
+      error = stopping ? "stopping" : ec.message();
+      return 0;
+    }
+    char chunk[16384];
+    while (!parser.is_done()) {
+      parser.get().body().data = chunk;
+      parser.get().body().size = sizeof(chunk);
+      done = false;
+      beast::get_lowest_layer(stream).expires_after(read_timeout);
+      bhttp::async_read_some(stream, buffer, parser, [&](beast::error_code e, std::size_t) {
+        ec = e;
+        done = true;
+      });
+      pump(stream, done);
+      if (ec == bhttp::error::need_buffer) {
+        ec = {};
+      }
+      if (ec) {
+        error = stopping ? "stopping" : ec.message();
+        return parser.get().result_int();
+      }
+      const std::size_t got = sizeof(chunk) - parser.get().body().size;
+      if (got > 0 && !on_body(std::string_view(chunk, got))) {
+        break;
+      }
+    }
+    return parser.get().result_int();
+  }
+
+  // One GET on a fresh connection (plain or TLS).
+  int get(const std::string& target, std::chrono::seconds read_timeout,
+          const std::function<bool(std::string_view)>& on_body, std::string& error) {
+    beast::error_code ec;
+    if (!url.tls) {
+      beast::tcp_stream stream(ioc);
+      connect(stream, ec);
+      if (ec) {
+        error = ec.message();
+        return 0;
+      }
+      const int status = exchange(stream, target, read_timeout, on_body, error);
+      beast::error_code ignored;
+      stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      return status;
+    }
+    beast::ssl_stream<beast::tcp_stream> stream(ioc, ssl_ctx);
+    if (!SSL_set_tlsext_host_name(stream.native_handle(), verify_name.c_str())) {
+      error = "cannot set TLS SNI";
+      return 0;
+    }
+    stream.set_verify_callback(ssl::host_name_verification(verify_name));
+    connect(stream, ec);
+    if (!ec) {
+      bool done = false;
+      beast::get_lowest_layer(stream).expires_after(kIoTimeout);
+      stream.async_handshake(ssl::stream_base::client, [&](beast::error_code e) {
+        ec = e;
+        done = true;
+      });
+      pump(stream, done);
+    }
+    if (ec) {
+      error = ec.message();
+      return 0;
+    }
+    const int status = exchange(stream, target, read_timeout, on_body, error);
+    beast::error_code ignored;
+    beast::get_lowest_layer(stream).socket().shutdown(tcp::socket::shutdown_both, ignored);
+    return status;
+  }
+
+  std::optional<Json> get_json(const std::string& target, int& status, std::string& error) {
+    std::string body;
+    status = get(target, kIoTimeout, [&](std::string_view b) {
+      if (body.size() + b.size() > kMaxBody) {
+        error = "answer larger than " + std::to_string(kMaxBody) + " bytes";
+        return false;
+      }
+      body.append(b);
+      return true;
+    }, error);
+    if (status != 200 || !error.empty()) {
+      return std::nullopt;
+    }
+    try {
+      return Json::parse(body);
+    } catch (const std::exception& e) {
+      error = std::string("bad JSON: ") + e.what();
+      return std::nullopt;
+    }
+  }
+
+  // --- the discovery loop ---
+
+  // Reads the InferencePool (when named): its selector and target port. False on failure.
+  bool read_pool(std::string& error) {
+    if (options.pool_name.empty()) {
+      selector = options.selector;
+      port = options.target_port;
+      return true;
+    }
+    const std::string v1 = "/apis/inference.networking.k8s.io/v1/namespaces/" + namespace_ +
+                           "/inferencepools/" + options.pool_name;
+    const std::string alpha = "/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/" +
+                              namespace_ + "/inferencepools/" + options.pool_name;
+    int status = 0;
+    auto pool = get_json(v1, status, error);
+    if (!pool && status == 404) {
+      error.clear();
+      pool = get_json(alpha, status, error);
+    }
+    if (!pool) {
+      error = "InferencePool " + namespace_ + "/" + options.pool_name + ": " +
+              (error.empty() ? "HTTP " + std::to_string(status) : error);
+      return false;
+    }
+    const Json spec = pool->value("spec", Json::object());
+    std::map<std::string, std::string> next;
+    Json labels = spec.value("selector", Json::object());
+    if (labels.contains("matchLabels")) {
+      labels = labels["matchLabels"];  // v1
+    }
+    if (labels.is_object()) {
+      for (const auto& [k, v] : labels.items()) {
+        if (v.is_string()) {
+          next[k] = v.get<std::string>();
+        }
+      }
+    }
+    uint16_t next_port = options.target_port;
+    if (auto ports = spec.find("targetPorts"); ports != spec.end() && ports->is_array() &&
+                                               !ports->empty()) {
+      next_port = static_cast<uint16_t>((*ports)[0].value("number", int{options.target_port}));
+    } else if (spec.contains("targetPortNumber")) {
+      next_port = static_cast<uint16_t>(spec.value("targetPortNumber", int{options.target_port}));
+    }
+    if (next.empty()) {
+      error = "InferencePool " + options.pool_name + " has no selector";
+      return false;
+    }
+    if (next != selector || next_port != port) {
+      spdlog::info("discovery: InferencePool {}/{} selects {} on port {}", namespace_,
+                   options.pool_name, selector_query(next), next_port);
+      relist = true;
+    }
+    selector = std::move(next);
+    port = next_port;
+    return true;
+  }
+
+  void announce(const std::vector<PodConfig>& endpoints) {
+    std::map<std::string, std::string> now;
+    for (const auto& p : endpoints) {
+      now[p.name] = p.address;
+    }
+    std::string added, removed;
+    for (const auto& [name, address] : now) {
+      if (!published.count(name) || published[name] != address) {
+        added += " " + name + "=" + address;
+      }
+    }
+    for (const auto& [name, address] : published) {
+      if (!now.count(name)) {
+        removed += " " + name;
+      }
+    }
+    spdlog::info("discovery: {} ready endpoints{}{}", endpoints.size(),
+                 added.empty() ? "" : "; added" + added, removed.empty() ? "" : "; removed" + removed);
+    published = std::move(now);
+    publish(endpoints);
+  }
+
+  bool list(PodTracker& tracker, std::string& error) {
+    int status = 0;
+    auto pods = get_json("/api/v1/namespaces/" + namespace_ + "/pods?labelSelector=" +
+                             selector_query(selector) + "&limit=" + std::to_string(options.max_pods),
+                         status, error);
+    if (!pods) {
+      error = "pod list: " + (error.empty() ? "HTTP " + std::to_string(status) : error);
+      return false;
+    }
+    tracker.set_target_port(port);
+    tracker.replace_all(*pods);
+    announce(tracker.endpoints());
+    relist = false;
+    return true;
+  }
+
+  // Watches from the tracker's resourceVersion until the watch ends, breaks or asks to re-list.
+  void watch(PodTracker& tracker, std::string& error) {
+    std::string pending;
+    const std::string target = "/api/v1/namespaces/" + namespace_ + "/pods?labelSelector=" +
+                               selector_query(selector) + "&watch=1&allowWatchBookmarks=true" +
+                               "&resourceVersion=" + url_encode(tracker.resource_version()) +
+                               "&timeoutSeconds=" + std::to_string(options.watch_timeout.count());
+    const int status = get(target, options.watch_timeout + std::chrono::seconds(30),
+                           [&](std::string_view bytes) {
+      pending.append(bytes);
+      for (auto nl = pending.find('\n'); nl != std::string::npos; nl = pending.find('\n')) {
+        const std::string line = pending.substr(0, nl);
+        pending.erase(0, nl + 1);
+        if (trimmed(line).empty()) {
+          continue;
+        }
+        Json event;
+        try {
+          event = Json::parse(line);
+        } catch (const std::exception&) {
+          relist = true;
+          return false;
+        }
+        switch (tracker.apply(event)) {
+          case PodTracker::Outcome::kChanged:
+            announce(tracker.endpoints());
+            break;
+          case PodTracker::Outcome::kRelist:
+            spdlog::info("discovery: watch asks for a new list ({})",
+                         event.value("object", Json::object()).value("message", "event"));
+            relist = true;
+            return false;
+          case PodTracker::Outcome::kUnchanged:
+            break;
+        }
+      }
+      if (pending.size() > kMaxLine) {
+        relist = true;
+        return false;
+      }
+      return !stopping;
+    }, error);
+    if (status == 410) {
+      relist = true;
+    } else if (status != 200 && error.empty()) {
+      error = "pod watch: HTTP " + std::to_string(status);
+    }
+  }
+
+  void loop() {
+    PodTracker tracker(options.target_port);
+    auto backoff = std::chrono::milliseconds(1000);
+    relist = true;
+    while (!stopping) {
+      std::string error;
+      bool ok = read_pool(error);
+      if (ok && relist) {
+        ok = list(tracker, error);
+      }
+      if (ok) {
+        watch(tracker, error);
+        ok = error.empty() || stopping;
+      }
+      if (stopping) {
+        break;
+      }
+      if (ok) {
+        backoff = std::chrono::milliseconds(1000);
+        continue;
+      }
+      spdlog::warn("discovery: {}; retrying in {} ms", error, backoff.count());
+      relist = true;
+      std::unique_lock lock(mu);
+      cv.wait_for(lock, backoff, [this] { return stopping.load(); });
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(10000));
+    }
+  }
+
+  DiscoveryOptions options;
+  Publish publish;
+  ApiUrl url;
+  std::string verify_name;
+  std::string namespace_;
+  net::io_context ioc;
+  ssl::context ssl_ctx{ssl::context::tls_client};
+  std::atomic<bool> stopping{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::thread thread;
+  // Loop state (discovery thread only).
+  std::map<std::string, std::string> selector;
+  uint16_t port = 0;
+  bool relist = true;
+  std::map<std::string, std::string> published;  // name -> address last published
+};
+
+PodDiscovery::PodDiscovery(DiscoveryOptions options, Publish publish)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(publish))) {}
+
+PodDiscovery::~PodDiscovery() { stop(); }
+
+void PodDiscovery::start() {
+  if (impl_->thread.joinable()) {
+    return;
+  }
+  impl_->thread = std::thread([this] { impl_->loop(); });
+}
+
+void PodDiscovery::stop() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->thread.joinable()) {
+    impl_->thread.join();
+  }
+}
+
+}  // namespace llmd::epp::discovery

@@ -1,0 +1,65 @@
+#pragma once
+// Kubernetes discovery of the pool's pods (gateway mode): list + watch the pods that the
+// InferencePool's selector (or an explicit label selector) names, through the API server, and
+// publish the ready endpoints whenever they change (main wires it to PodRegistry::set_pods).
+//
+// - In a cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT, the service
+//   account's bearer token (re-read for each request: it rotates) and CA certificate, the
+//   namespace from its namespace file unless given. `api_url` (http or https) overrides the
+//   address, e.g. for `kubectl proxy` or tests.
+// - InferencePool: inference.networking.k8s.io/v1 (spec.selector.matchLabels,
+//   spec.targetPorts[0].number), or the older inference.networking.x-k8s.io/v1alpha2
+//   (spec.selector, spec.targetPortNumber). Re-read whenever a watch ends; a changed selector
+//   or port re-lists.
+// - A watch resumes from the last resourceVersion (bookmarks keep it fresh); 410 Gone or a
+//   broken stream re-lists; errors back off from 1 s to 10 s. Everything read is bounded
+//   (line length, pods per list).
+//
+// Threading: one thread of its own (start() to stop()); publish runs on it. Beast/Asio/OpenSSL
+// stay in pod_discovery.cc.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "epp/datastore/pod_registry.h"
+
+namespace llmd::epp::discovery {
+
+struct DiscoveryOptions {
+  std::string api_url;  // "" = in-cluster
+  std::string token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+  std::string ca_file = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+  std::string namespace_file = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+  std::string pool_namespace;  // "" = the service account's namespace
+  std::string pool_name;       // an InferencePool; "" = use `selector`
+  std::map<std::string, std::string> selector;  // pod labels (without an InferencePool)
+  uint16_t target_port = 8000;  // pods' serving port (an InferencePool's port wins)
+  std::chrono::seconds watch_timeout{300};
+  std::size_t max_pods = 10000;
+};
+
+// "k=v,k2=v2" -> map; throws std::invalid_argument naming the bad part.
+std::map<std::string, std::string> parse_selector(const std::string& text);
+
+class PodDiscovery {
+ public:
+  using Publish = std::function<void(const std::vector<PodConfig>& endpoints)>;
+  // Throws std::invalid_argument on options that cannot work (no pool and no selector, bad URL).
+  PodDiscovery(DiscoveryOptions options, Publish publish);
+  ~PodDiscovery();
+  PodDiscovery(const PodDiscovery&) = delete;
+  PodDiscovery& operator=(const PodDiscovery&) = delete;
+
+  void start();
+  void stop();  // idempotent; interrupts a watch in progress
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace llmd::epp::discovery

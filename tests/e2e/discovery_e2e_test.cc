@@ -1,0 +1,230 @@
+// Kubernetes discovery end to end: the real EPP against a fake API server (this test, on the
+// project's streaming HTTP core) that serves an InferencePool, a pod LIST and a WATCH stream
+// like the real one, including a 410 Gone. Pods are real modelsim processes, one per loopback
+// address (127.0.0.2, .3, .4) on the same port, as pods share the pool's target port.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "common/http/stream_server.h"
+#include "tests/e2e/stack_fixture.h"
+
+namespace llmd::testing {
+namespace {
+
+Json pod_object(const std::string& name, const std::string& ip, bool ready, const std::string& rv) {
+  return Json{{"metadata",
+               {{"name", name}, {"namespace", "llm"}, {"resourceVersion", rv},
+                {"labels", {{"app", "vllm"}, {"pool", "p"}}}}},
+              {"status",
+               {{"phase", "Running"},
+                {"podIP", ip},
+                {"conditions", Json::array({{{"type", "Ready"}, {"status", ready ? "True" : "False"}}})}}}};
+}
+
+// The API server's side: answers are set by the test; the current watch stream gets events.
+class FakeApiServer {
+ public:
+  explicit FakeApiServer(uint16_t target_port) : target_port_(target_port) {
+    http::StreamServerOptions o;
+    o.host = "127.0.0.1";
+    o.io_threads = 1;
+    server_ = std::make_unique<http::StreamServer>(
+        o, [this](std::size_t, http::Request&& req, http::ResponseStreamPtr stream) {
+          handle(std::move(req), std::move(stream));
+        });
+    port_ = server_->port(server_->listen(0));
+    thread_ = std::thread([this] { server_->run(false); });
+  }
+  ~FakeApiServer() {
+    server_->stop(std::chrono::milliseconds(0));
+    thread_.join();
+  }
+  uint16_t port() const { return port_; }
+
+  void set_list(Json items, const std::string& rv) {
+    std::lock_guard lock(mu_);
+    list_ = Json{{"kind", "PodList"}, {"metadata", {{"resourceVersion", rv}}}, {"items", items}};
+  }
+  // Sends one watch event to the EPP's current watch (waits for one to be open).
+  bool event(const std::string& type, const Json& object) {
+    for (int i = 0; i < 100; ++i) {
+      {
+        std::lock_guard lock(mu_);
+        if (watch_) {
+          watch_->write(Json{{"type", type}, {"object", object}}.dump() + "\n");
+          return true;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+  // The resourceVersion is too old: an ERROR event with a 410 Status, and the stream ends.
+  bool gone() {
+    std::lock_guard lock(mu_);
+    if (!watch_) {
+      return false;
+    }
+    watch_->write(Json{{"type", "ERROR"},
+                       {"object", {{"kind", "Status"}, {"code", 410}, {"reason", "Expired"},
+                                   {"message", "too old resource version"}}}}
+                      .dump() +
+                  "\n");
+    watch_->end();
+    watch_.reset();
+    return true;
+  }
+  int lists() const { return lists_; }
+  std::string last_auth() {
+    std::lock_guard lock(mu_);
+    return auth_;
+  }
+
+ private:
+  void handle(http::Request&& req, http::ResponseStreamPtr stream) {
+    std::lock_guard lock(mu_);
+    auth_ = std::string(req.header("authorization"));
+    if (req.path == "/apis/inference.networking.k8s.io/v1/namespaces/llm/inferencepools/p") {
+      stream->respond(http::Response::json(
+          200, Json{{"apiVersion", "inference.networking.k8s.io/v1"},
+                    {"kind", "InferencePool"},
+                    {"metadata", {{"name", "p"}, {"namespace", "llm"}}},
+                    {"spec",
+                     {{"selector", {{"matchLabels", {{"app", "vllm"}}}}},
+                      {"targetPorts", Json::array({{{"number", target_port_}}})}}}}));
+      return;
+    }
+    if (req.path == "/api/v1/namespaces/llm/pods") {
+      if (req.query.find("labelSelector=app%3Dvllm") == std::string::npos) {
+        stream->respond(http::Response::detail(400, "unexpected selector " + req.query));
+        return;
+      }
+      if (req.query.find("watch=1") == std::string::npos) {
+        ++lists_;
+        stream->respond(http::Response::json(200, list_));
+        return;
+      }
+      stream->begin_stream(200, "application/json", {});
+      watch_ = stream;
+      return;
+    }
+    stream->respond(http::Response::detail(404, "not found: " + req.path));
+  }
+
+  uint16_t target_port_;
+  std::unique_ptr<http::StreamServer> server_;
+  uint16_t port_ = 0;
+  std::thread thread_;
+  std::mutex mu_;
+  Json list_ = Json{{"kind", "PodList"}, {"metadata", {{"resourceVersion", "1"}}}, {"items", Json::array()}};
+  http::ResponseStreamPtr watch_;
+  std::atomic<int> lists_{0};
+  std::string auth_;
+};
+
+double ready_pods(uint16_t metrics_port) {
+  http::HttpClient c("127.0.0.1", metrics_port, std::chrono::seconds(5));
+  return metric_sum(c.get("/metrics").body, "llmd_epp_pool{stat=\"ready_pods\"}");
+}
+
+// Polls until the EPP's ready pods equal `n`; returns the seconds it took (or -1).
+double until_ready_pods(uint16_t metrics_port, double n) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    if (ready_pods(metrics_port) == n) {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return -1;
+}
+
+TEST(Discovery, EppFollowsPodsAddedRemovedAndUnreadiedThroughListAndWatch) {
+  const uint16_t pod_port = free_port();
+  std::vector<std::unique_ptr<Process>> pods;
+  for (const char* ip : {"127.0.0.2", "127.0.0.3", "127.0.0.4"}) {
+    pods.push_back(std::make_unique<Process>(
+        binary("bench/modelsim/modelsim"),
+        std::vector<std::string>{"--pods", "1", "--base-port", std::to_string(pod_port), "--host",
+                                 ip}));
+  }
+  FakeApiServer api(pod_port);
+  api.set_list(Json::array({pod_object("a", "127.0.0.2", true, "5"),
+                            pod_object("b", "127.0.0.3", true, "6")}),
+               "10");
+  TempDir dir;
+  const std::string config = dir.file("epp.yaml");
+  std::ofstream(config) << "scrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: "
+                        << LLMD_SOURCE_DIR << "/epp/config/load-prefix.yaml\n";
+  std::ofstream(dir.file("token")) << "test-token\n";
+  const uint16_t epp_port = free_port(), health_port = free_port(), metrics_port = free_port();
+  Process epp(binary("epp/epp"),
+              {"--config", config, "--host", "127.0.0.1", "--port", std::to_string(epp_port),
+               "--health-port", std::to_string(health_port), "--metrics-port",
+               std::to_string(metrics_port), "--pool-name", "p", "--pool-namespace", "llm",
+               "--kube-api-url", "http://127.0.0.1:" + std::to_string(api.port())},
+              {"EPP_KUBE_TOKEN_FILE=" + dir.file("token")});
+  ASSERT_TRUE(epp.wait_http_ok(health_port, "/readyz")) << epp.log();
+  ASSERT_GE(until_ready_pods(metrics_port, 2), 0) << epp.log();
+  EXPECT_EQ(api.lists(), 1);
+
+  // A pod becomes ready: it joins.
+  ASSERT_TRUE(api.event("ADDED", pod_object("c", "127.0.0.4", true, "11")));
+  const double added = until_ready_pods(metrics_port, 3);
+  EXPECT_GE(added, 0) << epp.log();
+  EXPECT_LT(added, 3.0) << "seconds to follow an added pod";
+  // A pod is no longer ready: it leaves, and no request goes to it.
+  ASSERT_TRUE(api.event("MODIFIED", pod_object("a", "127.0.0.2", false, "12")));
+  const double unready = until_ready_pods(metrics_port, 2);
+  EXPECT_GE(unready, 0) << epp.log();
+  EXPECT_LT(unready, 3.0);
+  http::HttpClient client("127.0.0.1", epp_port, std::chrono::seconds(30));
+  for (int i = 0; i < 8; ++i) {
+    Json body = {{"model", "meta-llama/Llama-3.1-8B-Instruct"},
+                 {"prompt", words(10, "d" + std::to_string(i))},
+                 {"max_tokens", 2}};
+    auto r = client.post("/v1/completions", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body << epp.log();
+    EXPECT_NE(r.header("x-gateway-destination-endpoint"),
+              "127.0.0.2:" + std::to_string(pod_port));
+  }
+  // A pod is deleted: it leaves.
+  ASSERT_TRUE(api.event("DELETED", pod_object("b", "127.0.0.3", true, "13")));
+  EXPECT_GE(until_ready_pods(metrics_port, 1), 0) << epp.log();
+  // The watch expires (410 Gone): the EPP lists again and takes what the list says now.
+  api.set_list(Json::array({pod_object("a", "127.0.0.2", true, "20"),
+                            pod_object("c", "127.0.0.4", true, "21")}),
+               "30");
+  ASSERT_TRUE(api.gone());
+  const double relisted = until_ready_pods(metrics_port, 2);
+  EXPECT_GE(relisted, 0) << epp.log();
+  EXPECT_EQ(api.lists(), 2) << epp.log();
+  // The service account token travels as a bearer token.
+  EXPECT_EQ(api.last_auth(), "Bearer test-token");
+  RecordProperty("seconds_to_follow_added_pod", std::to_string(added));
+  RecordProperty("seconds_to_follow_unready_pod", std::to_string(unready));
+}
+
+TEST(Discovery, PodsInTheConfigFileAreRefusedWithDiscovery) {
+  TempDir dir;
+  const std::string config = dir.file("epp.yaml");
+  std::ofstream(config) << "pool:\n  pods:\n  - {name: x, address: 127.0.0.1:9}\npipeline: "
+                        << LLMD_SOURCE_DIR << "/epp/config/load-prefix.yaml\n";
+  Process epp(binary("epp/epp"), {"--config", config, "--pool-selector", "app=vllm",
+                                  "--pool-namespace", "llm", "--kube-api-url",
+                                  "http://127.0.0.1:9", "--port", std::to_string(free_port())});
+  for (int i = 0; i < 200 && epp.running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_FALSE(epp.running()) << "the EPP refuses to start";
+  EXPECT_NE(epp.log().find("pool.pods is not allowed with Kubernetes discovery"),
+            std::string::npos)
+      << epp.log();
+}
+
+}  // namespace
+}  // namespace llmd::testing
