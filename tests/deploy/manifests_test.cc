@@ -472,8 +472,12 @@ int eff_int(const ContainerView& v, const std::string& flag, const std::string& 
 // The ports the binary will listen on, and the one serving its health endpoints.
 std::set<int> listening_ports(const ContainerView& v, const std::string& where, Problems& p) {
   if (v.bin == "epp") {
-    return {eff_int(v, "port", where, p), eff_int(v, "health-port", where, p),
-            eff_int(v, "metrics-port", where, p)};
+    std::set<int> out = {eff_int(v, "port", where, p), eff_int(v, "health-port", where, p),
+                         eff_int(v, "metrics-port", where, p)};
+    if (v.eff.count("ext-proc-port") && eff_int(v, "ext-proc-port", where, p) > 0) {
+      out.insert(eff_int(v, "ext-proc-port", where, p));  // gateway mode (0 = off)
+    }
+    return out;
   }
   if (v.bin == "modelsim") {
     int base = eff_int(v, "base-port", where, p);
@@ -602,8 +606,12 @@ void check_epp_config(const ContainerView& epp, const Json& spec, const std::vec
   for (const auto& [k, value] : (*cm)["data"].items()) {
     std::ofstream(dir.file(k), std::ios::binary) << scalar(value);
   }
+  // With Kubernetes discovery (gateway mode) the config lists no pods.
+  const bool discovery = (epp.eff.count("pool-name") && !epp.eff.at("pool-name").empty()) ||
+                         (epp.eff.count("pool-selector") && !epp.eff.at("pool-selector").empty());
   try {
-    epp::EppFileConfig cfg = epp::load_epp_config(dir.file(key));
+    epp::EppFileConfig cfg = epp::load_epp_config(
+        dir.file(key), discovery ? epp::PodSource::kKubernetes : epp::PodSource::kConfig);
     out.pool = cfg.pods;
     if (!cfg.pipeline_path.empty()) {
       fs::path pp = fs::path(cfg.pipeline_path).lexically_normal();
@@ -624,7 +632,7 @@ void check_epp_config(const ContainerView& epp, const Json& spec, const std::vec
       p.push_back(where + ": ConfigMap " + cm_name + "/" + k + " is not YAML: " + e.what());
       continue;
     }
-    if (parsed.is_object() && parsed.contains("pool")) continue;
+    if (parsed.is_object() && (parsed.contains("pool") || k == key)) continue;  // the pool file
     fs::path original = kSource / "epp" / "config" / k;
     if (!fs::exists(original)) {
       p.push_back(where + ": ConfigMap " + cm_name + "/" + k + " is a pipeline that is not in epp/config");
@@ -828,6 +836,12 @@ Problems check_render(const Render& r) {
     }
     for (const auto& v : target->views) {
       if (v.bin != "epp") continue;
+      // The gateway's ext_proc Service carries that port alone; every other EPP Service
+      // carries the proxy and metrics ports.
+      if (v.eff.count("ext-proc-port") && targets.size() == 1 &&
+          targets.count(to_int(v.eff.at("ext-proc-port")).value_or(-1))) {
+        continue;
+      }
       for (const char* flag : {"port", "metrics-port"}) {
         auto n = to_int(v.eff.at(flag));
         if (n && targets.count(*n) == 0) {
@@ -989,7 +1003,8 @@ TEST(DeployKustomize, EveryKustomizationRendersAndMatchesTheExecutables) {
     EXPECT_TRUE(p.empty()) << r.name << all_problems(p);
   }
   for (const char* want : {"base", "overlays/predictors-4", "overlays/persistent-models",
-                           "overlays/heuristic", "examples/vllm", "examples/modelsim"}) {
+                           "overlays/heuristic", "overlays/gateway", "examples/vllm",
+                           "examples/modelsim"}) {
     EXPECT_TRUE(names.count(want)) << want;
   }
 }
