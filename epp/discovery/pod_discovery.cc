@@ -494,6 +494,7 @@ struct PodDiscovery::Impl {
       if (ok && relist) {
         ok = list(tracker, error);
       }
+      const auto watch_start = std::chrono::steady_clock::now();
       if (ok) {
         watch(tracker, error);
         ok = error.empty() || stopping;
@@ -501,9 +502,14 @@ struct PodDiscovery::Impl {
       if (stopping) {
         break;
       }
-      if (ok) {
+      if (ok && std::chrono::steady_clock::now() - watch_start > std::chrono::seconds(1)) {
         backoff = std::chrono::milliseconds(1000);
         continue;
+      }
+      if (ok) {
+        // A watch the server ended at once (a proxy's short timeout, an overloaded API server):
+        // not a reason to reconnect in a tight loop.
+        error = "the pod watch ended at once";
       }
       spdlog::warn("discovery: {}; retrying in {} ms", error, backoff.count());
       relist = true;

@@ -9,6 +9,9 @@
 #include <mutex>
 #include <thread>
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+
 #include "common/http/stream_server.h"
 #include "tests/e2e/stack_fixture.h"
 
@@ -207,6 +210,139 @@ TEST(Discovery, EppFollowsPodsAddedRemovedAndUnreadiedThroughListAndWatch) {
   EXPECT_EQ(api.last_auth(), "Bearer test-token");
   RecordProperty("seconds_to_follow_added_pod", std::to_string(added));
   RecordProperty("seconds_to_follow_unready_pod", std::to_string(unready));
+}
+
+// The in-cluster path: HTTPS with the CA the service account mounts. A one-connection-at-a-time
+// TLS API server (the EPP's requests are sequential) answers the pool, the list, and a watch
+// that sends one event and ends.
+class TlsApiServer {
+ public:
+  TlsApiServer(const std::string& cert, const std::string& key, uint16_t target_port,
+               const std::string& pod_ip)
+      : ctx_(boost::asio::ssl::context::tls_server),
+        acceptor_(ioc_, {boost::asio::ip::make_address("127.0.0.1"), 0}) {
+    ctx_.use_certificate_chain_file(cert);
+    ctx_.use_private_key_file(key, boost::asio::ssl::context::pem);
+    port_ = acceptor_.local_endpoint().port();
+    acceptor_.non_blocking(true);
+    pool_ = Json{{"spec", {{"selector", {{"matchLabels", {{"app", "vllm"}}}}},
+                           {"targetPorts", Json::array({{{"number", target_port}}})}}}};
+    list_ = Json{{"metadata", {{"resourceVersion", "3"}}},
+                 {"items", Json::array({pod_object("a", pod_ip, true, "2")})}};
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~TlsApiServer() {
+    stopping_ = true;
+    thread_.join();
+  }
+  uint16_t port() const { return port_; }
+  int handshakes() const { return handshakes_; }
+
+ private:
+  void serve() {
+    while (!stopping_) {
+      boost::system::error_code ec;
+      boost::asio::ip::tcp::socket socket(ioc_);
+      acceptor_.accept(socket, ec);  // non-blocking: polled so that stopping is noticed
+      if (ec == boost::asio::error::would_block || ec == boost::asio::error::try_again) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      if (ec) {
+        return;
+      }
+      socket.non_blocking(false);
+      boost::asio::ssl::stream<boost::asio::ip::tcp::socket> tls(std::move(socket), ctx_);
+      tls.handshake(boost::asio::ssl::stream_base::server, ec);
+      if (ec) {
+        continue;  // e.g. the client refused our certificate
+      }
+      ++handshakes_;
+      std::string request;
+      char buf[4096];
+      while (request.find("\r\n\r\n") == std::string::npos) {
+        const std::size_t n = tls.read_some(boost::asio::buffer(buf), ec);
+        if (ec) {
+          break;
+        }
+        request.append(buf, n);
+      }
+      const std::string target = request.substr(4, request.find(' ', 4) - 4);
+      std::string body;
+      if (target.find("/inferencepools/p") != std::string::npos) {
+        body = pool_.dump();
+      } else if (target.find("watch=1") == std::string::npos) {
+        body = list_.dump();
+      } else {
+        // One event, then the watch ends (the EPP resumes it).
+        body = Json{{"type", "BOOKMARK"}, {"object", {{"metadata", {{"resourceVersion", "4"}}}}}}
+                   .dump() +
+               "\n";
+      }
+      const std::string answer = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 "Content-Length: " +
+                                 std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
+                                 body;
+      boost::asio::write(tls, boost::asio::buffer(answer), ec);
+      tls.shutdown(ec);
+    }
+  }
+
+  boost::asio::io_context ioc_;
+  boost::asio::ssl::context ctx_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  uint16_t port_ = 0;
+  Json pool_, list_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> handshakes_{0};
+  std::thread thread_;
+};
+
+// A self-signed certificate for 127.0.0.1 (also its own CA), made with the openssl tool.
+bool make_cert(const std::string& dir, const std::string& name) {
+  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=api "
+                          "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " +
+                          dir + "/" + name + ".key -out " + dir + "/" + name +
+                          ".crt > /dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+TEST(Discovery, HttpsApiServerWithTheMountedCaIsTrustedAndAnyOtherIsRefused) {
+  TempDir dir;
+  ASSERT_TRUE(make_cert(dir.path(), "api")) << "openssl req failed";
+  ASSERT_TRUE(make_cert(dir.path(), "other"));
+  const uint16_t pod_port = free_port();
+  Process pod(binary("bench/modelsim/modelsim"),
+              {"--pods", "1", "--base-port", std::to_string(pod_port), "--host", "127.0.0.2"});
+  TlsApiServer api(dir.file("api.crt"), dir.file("api.key"), pod_port, "127.0.0.2");
+  const std::string config = dir.file("epp.yaml");
+  std::ofstream(config) << "pipeline: " << LLMD_SOURCE_DIR << "/epp/config/load-prefix.yaml\n";
+  std::ofstream(dir.file("token")) << "t\n";
+  auto run_epp = [&](const std::string& ca, uint16_t metrics_port) {
+    return std::make_unique<Process>(
+        binary("epp/epp"),
+        std::vector<std::string>{"--config", config, "--host", "127.0.0.1", "--port",
+                                 std::to_string(free_port()), "--health-port",
+                                 std::to_string(free_port()), "--metrics-port",
+                                 std::to_string(metrics_port), "--pool-name", "p",
+                                 "--pool-namespace", "llm", "--kube-api-url",
+                                 "https://127.0.0.1:" + std::to_string(api.port()),
+                                 "--kube-ca-file", ca, "--kube-token-file", dir.file("token")});
+  };
+  {
+    const uint16_t metrics_port = free_port();
+    auto epp = run_epp(dir.file("api.crt"), metrics_port);
+    EXPECT_GE(until_ready_pods(metrics_port, 1), 0) << epp->log();
+    EXPECT_GT(api.handshakes(), 0);
+  }
+  {
+    // Another CA: the EPP refuses the server's certificate and finds no pods.
+    const uint16_t metrics_port = free_port();
+    auto epp = run_epp(dir.file("other.crt"), metrics_port);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    EXPECT_EQ(ready_pods(metrics_port), 0);
+    EXPECT_NE(epp->log().find("certificate verify failed"), std::string::npos) << epp->log();
+  }
 }
 
 TEST(Discovery, PodsInTheConfigFileAreRefusedWithDiscovery) {
