@@ -114,18 +114,45 @@ simdjson::dom::parser& thread_parser() {
   return parser;
 }
 
-simdjson::simdjson_result<element> parse(std::string_view body) {
+std::string& thread_buffer() {
   thread_local std::string buffer;
+  return buffer;
+}
+
+simdjson::simdjson_result<element> parse(std::string_view body) {
+  std::string& buffer = thread_buffer();
   buffer.assign(body);
   buffer.append(simdjson::SIMDJSON_PADDING, ' ');
   return thread_parser().parse(buffer.data(), body.size(), false);
 }
 
+// The thread's parser and copy grow to the largest body parsed (a few times its size). Legit
+// bodies stay far below kKeepBytes (10,000 rows are ~2 MB); after a larger one both are freed,
+// so a burst of huge bodies does not stay resident on every I/O thread. Destroy it only once
+// no element of the parsed document is in use.
+class ReleaseLargeBuffers {
+ public:
+  explicit ReleaseLargeBuffers(std::size_t body_bytes) : large_(body_bytes > kKeepBytes) {}
+  ~ReleaseLargeBuffers() {
+    if (large_) {
+      thread_parser() = simdjson::dom::parser();
+      thread_buffer() = std::string();
+    }
+  }
+  ReleaseLargeBuffers(const ReleaseLargeBuffers&) = delete;
+  ReleaseLargeBuffers& operator=(const ReleaseLargeBuffers&) = delete;
+
+ private:
+  static constexpr std::size_t kKeepBytes = 4 * 1024 * 1024;
+  const bool large_;
+};
+
 }  // namespace
 
 bool parse_bulk_fast(std::string_view body, std::size_t min_rows, std::size_t max_rows,
-                     std::vector<features::FeatureInput>& rows) {
+                     std::vector<features::FeatureInput>& rows, std::size_t* too_many_rows) {
   rows.clear();
+  const ReleaseLargeBuffers release(body.size());
   element root;
   if (parse(body).get(root) || !root.is_object()) {
     return false;
@@ -142,7 +169,13 @@ bool parse_bulk_fast(std::string_view body, std::size_t min_rows, std::size_t ma
     }
   }
   // A duplicate key is legal JSON with "last wins" semantics: leave it to the slow path.
-  if (found != 1 || arr.size() < min_rows || arr.size() > max_rows) {
+  if (found != 1 || arr.size() < min_rows) {
+    return false;
+  }
+  if (arr.size() > max_rows) {
+    if (too_many_rows != nullptr) {
+      *too_many_rows = arr.size();
+    }
     return false;
   }
   rows.resize(arr.size());
@@ -157,6 +190,7 @@ bool parse_bulk_fast(std::string_view body, std::size_t min_rows, std::size_t ma
 }
 
 bool parse_row_fast(std::string_view body, features::FeatureInput& row) {
+  const ReleaseLargeBuffers release(body.size());
   element root;
   if (parse(body).get(root) || !root.is_object()) {
     return false;

@@ -12,8 +12,13 @@
 namespace llmd::predictor {
 
 // `{"requests": [row, ...]}` with min_rows..max_rows rows. `rows` is cleared first.
+// When the body is valid JSON whose one "requests" list has more than max_rows items, returns
+// false and sets *too_many_rows (if given) to the count: the caller answers the 422 from it
+// instead of building the document of a body that is refused anyway.
+// Bodies over a few MiB do not leave their parse buffers behind on the calling thread.
 bool parse_bulk_fast(std::string_view body, std::size_t min_rows, std::size_t max_rows,
-                     std::vector<features::FeatureInput>& rows);
+                     std::vector<features::FeatureInput>& rows,
+                     std::size_t* too_many_rows = nullptr);
 // A single row object.
 bool parse_row_fast(std::string_view body, features::FeatureInput& row);
 

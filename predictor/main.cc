@@ -30,6 +30,9 @@ int run(int argc, char** argv) {
   o.add("training-server-url", "TRAINING_SERVER_URL", "http://127.0.0.1:8000",
         "Trainer to sync models from (empty = local models only)");
   o.add("model-sync-interval", "MODEL_SYNC_INTERVAL_SEC", "10", "Seconds between model syncs");
+  o.add("model-sync-timeout", "MODEL_SYNC_TIMEOUT_SEC", "5",
+        "Seconds each call to the trainer may take (connect, send, answer); a sync round stops at "
+        "the first call that times out");
   o.add("local-ttft-model-path", "LOCAL_TTFT_MODEL_PATH", "/tmp/prediction_models/ttft.ubj",
         "Local copy of the TTFT model");
   o.add("local-tpot-model-path", "LOCAL_TPOT_MODEL_PATH", "/tmp/prediction_models/tpot.ubj",
@@ -66,6 +69,8 @@ int run(int argc, char** argv) {
   predictor::SyncConfig sync_cfg;
   sync_cfg.trainer_url = url;
   sync_cfg.interval_sec = o.number("model-sync-interval", 0.05, 86400);
+  sync_cfg.timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(o.number("model-sync-timeout", 0.1, 3600) * 1000));
   sync_cfg.local_paths = {{"ttft", o.str("local-ttft-model-path")},
                           {"tpot", o.str("local-tpot-model-path")},
                           {"ttft_gated", o.str("local-ttft-gated-model-path")},

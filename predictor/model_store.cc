@@ -108,6 +108,11 @@ void ModelStore::install(const std::string& name, const CompiledFile& file) {
     t.base = file.base;
   }
   next->versions[name] = file.version;
+  if (file.generation.empty()) {
+    next->generations.erase(name);
+  } else {
+    next->generations[name] = file.generation;
+  }
   next->last_load = std::chrono::system_clock::now();
   current_ = std::move(next);
 }
@@ -123,6 +128,7 @@ void ModelStore::remove(const std::string& name) {
     t.base = nullptr;
   }
   next->versions.erase(name);
+  next->generations.erase(name);
   current_ = std::move(next);
 }
 

@@ -50,6 +50,9 @@ struct ServingModels {
   CompiledTarget ttft;
   CompiledTarget tpot;
   std::map<std::string, int64_t> versions;  // per installed file
+  // The trainer's model generation per installed file (absent when unknown: a local copy, or
+  // a trainer that publishes none).
+  std::map<std::string, std::string> generations;
   std::optional<util::SystemTime> last_load;
   bool ready() const { return ttft.base != nullptr && tpot.base != nullptr; }
   bool ensemble_active() const { return ttft.noqueue != nullptr || tpot.noqueue != nullptr; }
@@ -62,6 +65,7 @@ struct CompiledFile {
   std::shared_ptr<const CompiledModel> noqueue;  // *_gated
   std::shared_ptr<const CompiledModel> queued;   // *_gated
   int64_t version = 0;
+  std::string generation;  // set by the caller when the trainer named one
 };
 CompiledFile compile_model_file(const std::string& name, std::string_view bytes);
 

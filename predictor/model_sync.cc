@@ -63,7 +63,7 @@ void ModelSync::load_local() {
     try {
       auto file = compile_model_file(name, *bytes);
       store_.install(name, file);
-      seen_[name] = Seen{file.version, ""};
+      seen_[name] = ModelIdentity{file.version, "", ""};  // lineage unknown
       metrics_->versions.Add({{"model", name}}).Set(static_cast<double>(file.version));
       spdlog::info("loaded local {} model from {} (version {})", name, it->second, file.version);
     } catch (const std::exception& e) {
@@ -72,7 +72,17 @@ void ModelSync::load_local() {
   }
 }
 
-bool ModelSync::sync_model(const std::string& name, std::string& error) {
+bool should_take(const ModelIdentity* held, const ModelIdentity& remote) {
+  if (held == nullptr) {
+    return true;
+  }
+  if (!held->generation.empty() && !remote.generation.empty()) {
+    return remote.generation != held->generation || remote.version != held->version;
+  }
+  return remote.version != held->version || remote.last_modified != held->last_modified;
+}
+
+ModelSync::Outcome ModelSync::sync_model(const std::string& name, std::string& error) {
   auto url = http::parse_url(config_.trainer_url);
   http::HttpClient client(url->host, url->port, config_.timeout);
   auto info = client.get(url->base_path + "/model/" + name + "/info");
@@ -85,14 +95,14 @@ bool ModelSync::sync_model(const std::string& name, std::string& error) {
       std::filesystem::remove(config_.local_paths[name], ec);
       spdlog::info("{} model no longer published: removed", name);
     }
-    return true;
+    return Outcome::kOk;
   }
   if (info.status != 200) {
     error = "GET /model/" + name + "/info -> " +
             (info.status == 0 ? info.error : std::to_string(info.status));
-    return false;
+    return info.status == 0 ? Outcome::kUnreachable : Outcome::kFailed;
   }
-  Seen remote;
+  ModelIdentity remote;
   std::size_t expected_size = 0;
   try {
     auto j = nlohmann::json::parse(info.body);
@@ -102,49 +112,42 @@ bool ModelSync::sync_model(const std::string& name, std::string& error) {
     expected_size = j.at("size_bytes").get<std::size_t>();
   } catch (const std::exception& e) {
     error = "bad info for " + name + ": " + e.what();
-    return false;
+    return Outcome::kFailed;
   }
   auto it = seen_.find(name);
-  if (it != seen_.end()) {
-    // Any change is taken, not only a higher version: a trainer that restarted without its
-    // model files publishes a new generation from version 1 again, and a predictor waiting for
-    // "newer than 28" would serve its stale models forever. (The file time also covers
-    // trainers that publish no generation, e.g. the reference one.)
-    const bool changed = remote.version != it->second.version ||
-                         remote.last_modified != it->second.last_modified ||
-                         remote.generation != it->second.generation;
-    if (!changed) {
-      return true;
-    }
-    if (!it->second.generation.empty() && remote.generation != it->second.generation) {
-      spdlog::info("{} model: trainer generation {} -> {} (version {}): taking it", name,
-                   it->second.generation, remote.generation, remote.version);
-    } else if (remote.version < it->second.version) {
-      spdlog::warn("{} model version went back from {} to {} (trainer restarted without its "
-                   "models?): taking it", name, it->second.version, remote.version);
-    }
+  const ModelIdentity* held = it == seen_.end() ? nullptr : &it->second;
+  if (!should_take(held, remote)) {
+    return Outcome::kOk;
+  }
+  if (held != nullptr && !held->generation.empty() && !remote.generation.empty() &&
+      remote.generation != held->generation) {
+    spdlog::info("{} model: trainer generation {} -> {} (version {} -> {}): taking it", name,
+                 held->generation, remote.generation, held->version, remote.version);
+  } else if (held != nullptr && remote.version < held->version) {
+    spdlog::warn("{} model version went back from {} to {}: taking it", name, held->version,
+                 remote.version);
   }
   auto dl = client.get(url->base_path + "/model/" + name + "/download");
   if (dl.status != 200) {
     error = "download of " + name + " -> " + (dl.status == 0 ? dl.error : std::to_string(dl.status));
-    return false;
+    return dl.status == 0 ? Outcome::kUnreachable : Outcome::kFailed;
   }
   std::string_view length = dl.header("content-length");
   if (!length.empty() && std::to_string(dl.body.size()) != length) {
     error = "download of " + name + " is truncated";
-    return false;
+    return Outcome::kFailed;
   }
   if (dl.body.size() != expected_size) {
     // Published again between info and download: take it next round.
     error = "size of " + name + " changed during download";
-    return false;
+    return Outcome::kFailed;
   }
   CompiledFile file;
   try {
     file = compile_model_file(name, dl.body);
   } catch (const std::exception& e) {
     error = "downloaded " + name + " does not load: " + e.what();
-    return false;
+    return Outcome::kFailed;
   }
   auto path = config_.local_paths.find(name);
   if (path != config_.local_paths.end()) {
@@ -154,11 +157,13 @@ bool ModelSync::sync_model(const std::string& name, std::string& error) {
       spdlog::warn("could not keep a local copy of {}: {}", name, e.what());
     }
   }
+  file.generation = remote.generation;
   store_.install(name, file);
   seen_[name] = remote;
   metrics_->versions.Add({{"model", name}}).Set(static_cast<double>(file.version));
-  spdlog::info("installed {} model version {} ({} bytes)", name, file.version, dl.body.size());
-  return true;
+  spdlog::info("installed {} model version {} ({} bytes{})", name, file.version, dl.body.size(),
+               remote.generation.empty() ? "" : ", generation " + remote.generation);
+  return Outcome::kOk;
 }
 
 SyncResult ModelSync::sync_once() {
@@ -172,12 +177,13 @@ SyncResult ModelSync::sync_once() {
   result.synced = true;
   for (const char* name : kSyncedModels) {
     std::string error;
-    if (!sync_model(name, error)) {
+    const Outcome outcome = sync_model(name, error);
+    if (outcome != Outcome::kOk) {
       result.synced = false;
       result.error = error;
-      if (error.find("->") != std::string::npos && error.find("info") != std::string::npos) {
-        break;  // trainer unreachable: do not hammer it for the other files
-      }
+    }
+    if (outcome == Outcome::kUnreachable) {
+      break;  // no answer (down, or hanging): neither wait nor hammer it for the other files
     }
   }
   auto after = store_.current()->versions;

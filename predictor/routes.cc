@@ -62,8 +62,13 @@ class Handlers {
     const auto started = Clock::now();
     thread_local std::vector<features::FeatureInput> rows;
     Json slow_body;
-    if (!parse_bulk_fast(req.body, 1, info_.max_bulk_rows, rows)) {
+    std::size_t too_many_rows = 0;
+    if (!parse_bulk_fast(req.body, 1, info_.max_bulk_rows, rows, &too_many_rows)) {
       json::Errors errors;
+      if (too_many_rows > 0) {  // counted by the fast parser: no document of a refused body
+        json::add_too_long(json::Loc(), "requests", info_.max_bulk_rows, too_many_rows, errors);
+        return Response::json(422, errors.body());
+      }
       auto body = json::parse_body(req.body, errors);
       json::Loc loc;
       if (!body || !json::expect_object(*body, loc, errors)) {
@@ -129,6 +134,7 @@ class Handlers {
                                     {"training_server_url", info_.training_server_url},
                                     {"models_exist", exist},
                                     {"model_versions", m->versions},
+                                    {"model_generations", m->generations},
                                     {"ensemble_active", m->ensemble_active()}});
   }
 

@@ -220,6 +220,7 @@ class Handlers {
                   {"model_status", {{"ttft_model_ready", m->ttft.base != nullptr},
                                     {"tpot_model_ready", m->tpot.base != nullptr}}},
                   {"version", m->version},
+                  {"generation", m->generation},
                   {"evaluation_info", evaluations_json(s_)}});
   }
 
@@ -234,7 +235,8 @@ class Handlers {
         models[name] = Json{{"exists", true},
                             {"size_bytes", it->second.bytes->size()},
                             {"last_modified", util::format_rfc3339(it->second.modified)},
-                            {"version", it->second.version}};
+                            {"version", it->second.version},
+                            {"generation", m->generation}};
       }
     }
     return Response::json(200, Json{{"models", models},

@@ -183,8 +183,15 @@ std::string TrainerService::load_or_start_generation(bool models_found) const {
       }
     }
   }
-  std::mt19937_64 rng{std::random_device{}()};
-  const std::string id = fmt::format("{:016x}", rng());
+  // 128 bits straight from the OS entropy source: two trainers never pick the same lineage.
+  std::random_device entropy;
+  uint64_t words[2] = {0, 0};
+  for (uint64_t& w : words) {
+    for (int i = 0; i < 2; ++i) {
+      w = (w << 32) | entropy();
+    }
+  }
+  const std::string id = fmt::format("{:016x}{:016x}", words[0], words[1]);
   try {
     util::write_file_atomic(path.string(), id + "\n");
   } catch (const std::exception& e) {

@@ -133,7 +133,7 @@ struct StreamServer::Impl {
     }
     std::size_t held = body_bytes.load();
     do {
-      if (held + n > options.body_budget) {
+      if (n > options.body_budget || held > options.body_budget - n) {
         return false;
       }
     } while (!body_bytes.compare_exchange_weak(held, held + n));
@@ -297,6 +297,7 @@ class StreamServer::Impl::Session final : public ResponseStream,
 
   void read_header() {
     phase_ = Phase::kHeader;
+    over_budget_ = false;
     parser_.emplace();
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(server_.options.body_limit);
@@ -318,6 +319,10 @@ class StreamServer::Impl::Session final : public ResponseStream,
         return send_error(503, "Server is at its request-body memory budget, retry");
       }
       reserved_ = length;
+    }
+    if (parser_->chunked()) {
+      // No Content-Length: each chunk's size counts against the budget as it is announced.
+      parser_->on_chunk_header(chunk_budget_);
     }
     if (parser_->is_done()) {
       return dispatch();
@@ -349,6 +354,9 @@ class StreamServer::Impl::Session final : public ResponseStream,
   void on_read_error(beast::error_code ec) {
     if (phase_ == Phase::kClosed || ec == asio::error::operation_aborted) {
       return close();
+    }
+    if (over_budget_) {
+      return send_error(503, "Server is at its request-body memory budget, retry");
     }
     if (ec == bhttp::error::body_limit) {
       return send_error(413, "Request body too large (limit " +
@@ -625,6 +633,17 @@ class StreamServer::Impl::Session final : public ResponseStream,
   bool http10_ = false;
   bool incomplete_ = false;  // end_incomplete(): close once the written bytes are out
   std::size_t reserved_ = 0;  // body budget held by the request being served
+  bool over_budget_ = false;  // a chunk of the current body did not fit the budget
+  // Parser callback (Beast keeps a reference): reserves each announced chunk of a chunked body.
+  std::function<void(std::uint64_t, beast::string_view, beast::error_code&)> chunk_budget_ =
+      [this](std::uint64_t size, beast::string_view, beast::error_code& ec) {
+        if (!server_.reserve_body(static_cast<std::size_t>(size))) {
+          over_budget_ = true;
+          ec = bhttp::error::body_limit;  // stops the read; on_read_error answers 503
+          return;
+        }
+        reserved_ += static_cast<std::size_t>(size);
+      };
   bool answer_started_ = false;
   bool answer_done_ = false;
   bool disconnected_ = false;

@@ -51,7 +51,8 @@ struct StreamServerOptions {
   std::function<Response(int status, const std::string& message)> error_response;
   // Request bodies held at once (Content-Length, from the headers until the answer is written),
   // across all connections; a request that would pass it gets 503 + Retry-After before its
-  // body is read. 0 = no budget.
+  // body is read. A chunked body counts each chunk as it is announced (503 at the chunk that
+  // does not fit). 0 = no budget.
   std::size_t body_budget = 0;
   // Told of every answer the server writes itself (400, 413, 431, 503), e.g. for request
   // metrics. Called on an io thread.

@@ -296,13 +296,18 @@ const Json* read_list(const Json& obj, std::string_view field, Loc& loc, Errors&
     return nullptr;
   }
   if (it->size() > max_items) {
-    errors.add_at("too_long", loc, field,
-                  fmt::format("List should have at most {} items after validation, not {}",
-                              max_items, it->size()),
-                  Json::array());
+    add_too_long(loc, field, max_items, it->size(), errors);
     return nullptr;
   }
   return &*it;
+}
+
+void add_too_long(const Loc& loc, std::string_view field, std::size_t max_items, std::size_t items,
+                  Errors& errors) {
+  errors.add_at("too_long", loc, field,
+                fmt::format("List should have at most {} items after validation, not {}",
+                            max_items, items),
+                Json::array());
 }
 
 }  // namespace llmd::json

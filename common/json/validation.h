@@ -102,5 +102,9 @@ bool expect_object(const Json& value, Loc& loc, Errors& errors);
 // Checks that obj[field] is a list with min..max items; records an error otherwise.
 const Json* read_list(const Json& obj, std::string_view field, Loc& loc, Errors& errors,
                       std::size_t min_items, std::size_t max_items);
+// The error read_list records for a list of `items` > `max_items` (for callers that counted the
+// items without building the document).
+void add_too_long(const Loc& loc, std::string_view field, std::size_t max_items, std::size_t items,
+                  Errors& errors);
 
 }  // namespace llmd::json

@@ -1,4 +1,5 @@
 #include <atomic>
+#include <cstdio>
 #include <future>
 #include <stdexcept>
 #include <thread>
@@ -137,6 +138,84 @@ TEST(HttpServer, ChunkedBodyOverLimitIs413) {
   const std::string detail = R"x({"detail":"Request body too large (limit 16 bytes)"})x";
   EXPECT_NE(res->find(detail), std::string::npos);
   EXPECT_TRUE(sock.wait_for_close());
+}
+
+// Sends a POST /echo with `body` (Content-Length or, when `chunked`, one chunk) on a fresh
+// connection and returns the status line's code (0: no answer).
+int post_raw(uint16_t port, const std::string& body, bool chunked) {
+  RawSocket sock(port);
+  const std::string head = "POST /echo HTTP/1.1\r\nHost: x\r\n";
+  char size[32];
+  std::snprintf(size, sizeof(size), "%zx", body.size());
+  if (!sock.send_all(chunked ? head + "Transfer-Encoding: chunked\r\n\r\n" + size + "\r\n" + body +
+                                   "\r\n0\r\n\r\n"
+                             : head + "Content-Length: " + std::to_string(body.size()) +
+                                   "\r\n\r\n" + body)) {
+    return 0;
+  }
+  const auto res = sock.read_response();
+  return res && res->size() > 12 ? std::stoi(res->substr(9, 3)) : 0;
+}
+
+// Whether a request of `bytes` is answered 200 within a few seconds (budget released by then).
+bool accepted_soon(uint16_t port, std::size_t bytes, bool chunked) {
+  for (int i = 0; i < 100; ++i) {
+    if (post_raw(port, std::string(bytes, 'a'), chunked) == 200) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// Bodies held at once are bounded: a request whose announced body would pass the budget gets
+// 503 + Retry-After + the JSON detail before its body is read; a stalled upload holds its
+// share until its connection goes.
+TEST(HttpServer, BodyBudgetRefusesBodiesBeyondItUntilTheyAreReleased) {
+  TestApp app;
+  auto options = local_options();
+  options.body_limit = 4096;
+  options.body_budget = 1000;
+  RunningServer srv(options, app.handler());
+  RawSocket stalled(srv.port());
+  ASSERT_TRUE(stalled.send_all("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 800\r\n\r\n{"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  RawSocket refused(srv.port());
+  ASSERT_TRUE(refused.send_all("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 300\r\n\r\n"));
+  const auto res = refused.read_response();
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->rfind("HTTP/1.1 503", 0), 0u) << *res;
+  EXPECT_NE(res->find("Retry-After: 1\r\n"), std::string::npos) << *res;
+  EXPECT_NE(res->find(R"({"detail":"Server is at its request-body memory budget, retry"})"),
+            std::string::npos) << *res;
+  EXPECT_EQ(post_raw(srv.port(), std::string(200, 'b'), false), 200) << "800 + 200 fit";
+  stalled.close();
+  EXPECT_TRUE(accepted_soon(srv.port(), 900, false));
+}
+
+// A chunked body has no Content-Length: each chunk counts as it is announced, so chunked
+// uploads cannot pass the budget either.
+TEST(HttpServer, ChunkedBodiesCountAgainstTheBodyBudget) {
+  TestApp app;
+  auto options = local_options();
+  options.body_limit = 4096;
+  options.body_budget = 1000;
+  RunningServer srv(options, app.handler());
+  EXPECT_EQ(post_raw(srv.port(), std::string(900, 'c'), true), 200) << "within the budget";
+  RawSocket stalled(srv.port());
+  ASSERT_TRUE(stalled.send_all("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                               "258\r\n" + std::string(600, 'd') + "\r\n"));  // 600 bytes, no end
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  RawSocket refused(srv.port());
+  ASSERT_TRUE(refused.send_all("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                               "1f4\r\n" + std::string(500, 'e') + "\r\n0\r\n\r\n"));
+  const auto res = refused.read_response();
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->rfind("HTTP/1.1 503", 0), 0u) << *res;
+  EXPECT_NE(res->find("Retry-After: 1\r\n"), std::string::npos) << *res;
+  EXPECT_NE(res->find("\"detail\""), std::string::npos) << *res;
+  stalled.close();
+  EXPECT_TRUE(accepted_soon(srv.port(), 900, true));
 }
 
 TEST(HttpServer, ThrowingHandlerIs500AndServerKeepsServing) {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <iostream>
 #include <thread>
 
 #include "tests/common/http_test_util.h"
@@ -184,6 +185,68 @@ TEST(Hardening, SidecarBodyBudgetRefusesUploadsBeyondItAndBoundsMemory) {
   RecordProperty("trainer_peak_rss_mib", std::to_string(peak));
   EXPECT_GT(peak, 0);
   EXPECT_LT(peak, 300.0) << "peak RSS MiB with six 2.5-MB invalid uploads at once";
+}
+
+// The predictor under several large bodies at once, with its default body budget (256 MiB,
+// which admits all of them): eight 14-MB bulk bodies over the row cap (60,000+ rows; used to
+// build a 10x document each before the 422) and eight valid 10,000-row bulk requests. Every
+// request is answered, the predictor stays up, and its peak RSS stays under 300 MiB (README).
+TEST(Hardening, PredictorBoundsMemoryUnderConcurrentLargeBodies) {
+  TempDir dir;
+  TrainerProcess trainer(dir.path() + "/t", {"--retraining-interval", "3600"});
+  ASSERT_TRUE(trainer.ready);
+  const uint16_t port = free_port();
+  Process p(binary("predictor/predictor"),
+            {"--port", std::to_string(port), "--workers", "2", "--training-server-url",
+             "http://127.0.0.1:" + std::to_string(trainer.port), "--local-ttft-model-path",
+             dir.file("ttft.ubj"), "--local-tpot-model-path", dir.file("tpot.ubj"),
+             "--local-ttft-gated-model-path", dir.file("ttft_gated.bin"),
+             "--local-tpot-gated-model-path", dir.file("tpot_gated.bin")});
+  ASSERT_TRUE(p.wait_http_ok(port, "/readyz")) << p.log();
+  const Json row = feature_row(0.5, 100, 1, 10, 0.2);
+  const std::string row_text = row.dump();
+  auto body_of = [&](std::size_t rows) {
+    std::string b = "{\"requests\": [";
+    for (std::size_t i = 0; i < rows; ++i) {
+      if (i > 0) {
+        b += ',';
+      }
+      b += row_text;
+    }
+    return b + "]}";
+  };
+  const std::string over_cap = body_of(14000000 / (row_text.size() + 1));
+  const std::string bulk = body_of(10000);
+  ASSERT_LT(over_cap.size(), 16u * 1024 * 1024) << "under the body limit: parsed, not 413";
+  std::atomic<int> refused{0};
+  std::atomic<int> predicted{0};
+  std::vector<std::thread> senders;
+  for (int i = 0; i < 8; ++i) {
+    senders.emplace_back([&] {
+      http::HttpClient c("127.0.0.1", port, std::chrono::seconds(60));
+      auto r = c.post("/predict/bulk", over_cap);
+      refused += r.status == 422 && r.body.find("too_long") != std::string::npos ? 1 : 0;
+    });
+    senders.emplace_back([&] {
+      http::HttpClient c("127.0.0.1", port, std::chrono::seconds(60));
+      auto r = c.post("/predict/bulk/strict", bulk);
+      predicted += r.status == 200 && r.body.find("\"successful_predictions\":10000") !=
+                                          std::string::npos ? 1 : 0;
+    });
+  }
+  for (auto& t : senders) {
+    t.join();
+  }
+  EXPECT_EQ(refused, 8) << "422 too_long for every body over the row cap";
+  EXPECT_EQ(predicted, 8) << "200 with 10,000 predictions for every valid bulk";
+  http::HttpClient c("127.0.0.1", port);
+  EXPECT_EQ(c.get("/healthz").status, 200);
+  EXPECT_EQ(c.post("/predict", row_text).status, 200);
+  const double peak = peak_rss_mib(p.pid());
+  RecordProperty("predictor_peak_rss_mib", std::to_string(peak));
+  std::cout << "predictor peak RSS: " << peak << " MiB\n";
+  EXPECT_GT(peak, 0);
+  EXPECT_LT(peak, 300.0) << "peak RSS MiB with eight 14-MB and eight 1.6-MB bodies at once";
 }
 
 TEST(Hardening, PredictorReloadNeedsItsToken) {

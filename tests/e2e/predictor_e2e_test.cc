@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "common/testing/synthetic_law.h"
@@ -302,48 +304,124 @@ TEST(PredictorResilience, KilledTrainerLeavesPredictorServingAndLocalModelsSurvi
   EXPECT_EQ(Json::parse(p.post("/predict", row).body)["ttft_ms"], before["ttft_ms"]);
 }
 
-// A trainer that comes back without its model files publishes from version 1 again: the
-// predictors follow it instead of waiting for a version above the one they hold.
-// A trainer that accepts connections and never answers: /reload must not stall the predictor.
-// (POST /reload used to sync on the I/O thread that serves predictions.)
-TEST(PredictorResilience, ReloadAgainstAHangingTrainerDoesNotStallRequests) {
-  TempDir pdir;
-  // Listening, never accepting: connects complete (kernel backlog), requests get no answer.
-  const int hang = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ASSERT_EQ(::bind(hang, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(hang, 64), 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(hang, reinterpret_cast<sockaddr*>(&addr), &len);
-  const uint16_t hang_port = ntohs(addr.sin_port);
-  PredictorProcess p(pdir.path(), hang_port, {"--workers", "1", "--model-sync-interval", "3600"});
-  ASSERT_TRUE(p.started) << p.process->log();
-  std::atomic<int> reload_status{-1};
-  std::thread reload([&] {
-    http::HttpClient c("127.0.0.1", p.port, std::chrono::seconds(90));
-    reload_status = c.post("/reload", "").status;
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // /reload is waiting now
-  for (int i = 0; i < 5; ++i) {
-    http::HttpClient c("127.0.0.1", p.port, std::chrono::seconds(5));
-    const auto t0 = std::chrono::steady_clock::now();
-    EXPECT_EQ(c.get("/healthz").status, 200) << "answered while /reload waits for the trainer";
-    // No models (the trainer never answered): 503 at once, not after the sync.
-    EXPECT_EQ(c.post("/predict", feature_row(0.5, 100, 1, 10, 0.2).dump()).status, 503);
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(4));
+// A "trainer" that accepts connections and never answers them (nor reads them). close() drops
+// every connection it holds and stops listening: the peer then sees EOF / connection refused.
+class HangingServer {
+ public:
+  HangingServer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+          ::listen(fd_, 64) == 0;
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] {
+      while (true) {
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) {
+          return;  // the listener was shut down
+        }
+        std::lock_guard lock(mu_);
+        held_.push_back(c);
+      }
+    });
   }
-  EXPECT_EQ(reload_status, -1) << "the reload is still waiting for the hanging trainer";
-  // Stopping answers the waiting reload (or closes its connection) and exits.
-  EXPECT_EQ(p.process->terminate(), 0);
+  ~HangingServer() { close(); }
+  bool ok() const { return ok_; }
+  uint16_t port() const { return port_; }
+  std::size_t accepted() {
+    std::lock_guard lock(mu_);
+    return held_.size();
+  }
+  void close() {
+    if (fd_ < 0) {
+      return;
+    }
+    ::shutdown(fd_, SHUT_RDWR);  // wakes the blocked accept()
+    thread_.join();
+    ::close(fd_);
+    fd_ = -1;
+    std::lock_guard lock(mu_);
+    for (int c : held_) {
+      ::close(c);
+    }
+    held_.clear();
+  }
+
+ private:
+  int fd_ = -1;
+  bool ok_ = false;
+  uint16_t port_ = 0;
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<int> held_;  // guarded by mu_
+};
+
+// Model sync runs on the predictor's sync thread, never on a request-serving one. The trainer
+// hangs (every sync call waits its full 30 s timeout), the predictor has one I/O thread, and a
+// POST /reload waits for its forced sync: predictions are still answered, each within 5 s.
+// (/reload used to sync on the I/O thread itself, which stalled every request behind it.)
+TEST(PredictorResilience, ReloadAgainstAHangingTrainerDoesNotStallRequests) {
+  TempDir dir;
+  {
+    // A cold-start trainer writes its default models: the predictor's local copies.
+    TrainerProcess seed(dir.path(), {"--retraining-interval", "3600"});
+    ASSERT_TRUE(seed.ready) << seed.process->log();
+    ASSERT_EQ(seed.process->terminate(), 0);
+  }
+  HangingServer trainer;
+  ASSERT_TRUE(trainer.ok());
+  PredictorProcess p(dir.path(), trainer.port(),
+                     {"--workers", "1", "--model-sync-interval", "3600", "--model-sync-timeout",
+                      "30"});
+  ASSERT_TRUE(p.started) << p.process->log();
+  ASSERT_EQ(p.client->get("/readyz").status, 200) << "ready from its local copies";
+  // The sync at start is now waiting on the hanging trainer.
+  ASSERT_TRUE(wait_until([&] { return trainer.accepted() >= 1; }, std::chrono::seconds(10)));
+  std::atomic<int> reload_status{-1};
+  std::string reload_body;
+  std::thread reload([&] {
+    http::HttpClient c("127.0.0.1", p.port, std::chrono::seconds(120));
+    auto r = c.post("/reload", "");
+    reload_body = r.body;
+    reload_status = r.status;
+  });
+  const Json row = feature_row(0.5, 100, 1, 10, 0.2);
+  for (int i = 0; i < 5; ++i) {
+    // Liveness bound: each call must be answered within 5 s (the client's timeout) while the
+    // sync hangs for 30 s per call.
+    http::HttpClient c("127.0.0.1", p.port, std::chrono::seconds(5));
+    auto one = c.post("/predict", row.dump());
+    EXPECT_EQ(one.status, 200) << one.error << one.body;
+    auto bulk = c.post("/predict/bulk/strict", Json{{"requests", {row, row}}}.dump());
+    EXPECT_EQ(bulk.status, 200) << bulk.error << bulk.body;
+    EXPECT_EQ(c.get("/status").status, 200);
+  }
+  EXPECT_EQ(reload_status, -1) << "the forced sync cannot have ended: the trainer still hangs";
+  // The trainer goes away: the hanging call fails, the forced sync runs (connection refused)
+  // and the waiting /reload is answered: 200 (the predictor holds models), synced false.
+  trainer.close();
   reload.join();
-  ::close(hang);
+  EXPECT_EQ(reload_status, 200) << reload_body;
+  if (reload_status == 200) {
+    const Json r = Json::parse(reload_body);
+    EXPECT_EQ(r["synced"], false);
+    EXPECT_EQ(r["is_ready"], true);
+    EXPECT_EQ(r["loaded"], true);
+  }
+  EXPECT_EQ(p.process->terminate(), 0);
 }
 
+// A trainer that comes back without its model state (empty or corrupt model directory) starts
+// a new model generation and counts versions from 1 again: the predictors take its models
+// within two sync intervals, although the versions they hold are higher or equal.
 TEST(PredictorResilience, FollowsATrainerThatRestartedWithoutItsModels) {
   TempDir tdir, fresh_dir, pdir;
+  const double interval_s = 2;
+  const auto two_intervals = std::chrono::milliseconds(static_cast<int>(2 * interval_s * 1000));
   auto trainer = std::make_unique<TrainerProcess>(
       tdir.path(), std::vector<std::string>{"--retraining-interval", "0.3"});
   ASSERT_TRUE(trainer->ready);
@@ -352,27 +430,75 @@ TEST(PredictorResilience, FollowsATrainerThatRestartedWithoutItsModels) {
   ASSERT_TRUE(wait_until([&] { return trainer->get_json("/model/ttft/info")["version"].get<int64_t>() > 1; },
                          std::chrono::seconds(60)));
   const uint16_t trainer_port = trainer->port;
-  PredictorProcess p(pdir.path(), trainer_port);
+  PredictorProcess p(pdir.path(), trainer_port, {"--model-sync-interval", std::to_string(interval_s)});
   ASSERT_TRUE(p.started);
-  ASSERT_TRUE(wait_until([&] {
-    return p.client->get("/status").status == 200 &&
-           p.get_json("/status")["model_versions"].value("ttft", 0) > 1;
-  }, std::chrono::seconds(30))) << p.process->log();
   const Json old_generation = trainer->get_json("/model/ttft/info")["generation"];
+  ASSERT_TRUE(old_generation.is_string() && !old_generation.get<std::string>().empty());
+  ASSERT_TRUE(wait_until([&] {
+    Json s = p.get_json("/status");
+    return s["model_versions"].value("ttft", 0) > 1 &&
+           s["model_generations"].value("ttft", "") == old_generation;
+  }, std::chrono::seconds(30))) << p.process->log();
   trainer->process->kill_now();
   trainer.reset();
-  TrainerProcess again(fresh_dir.path(), {"--retraining-interval", "60"}, trainer_port);
-  ASSERT_TRUE(again.ready);
-  ASSERT_EQ(again.get_json("/model/ttft/info")["version"], 1);
-  // Started without its model files: a new model lineage, which the predictor follows.
-  EXPECT_NE(again.get_json("/model/ttft/info")["generation"], old_generation);
-  EXPECT_TRUE(wait_until([&] {
-    return p.get_json("/status")["model_versions"].value("ttft", 0) == 1 &&
-           p.get_json("/status")["model_versions"].value("tpot", 0) == 1;
-  }, std::chrono::seconds(10))) << p.get_json("/status").dump();
-  Json row = feature_row(0.5, 2000, 1, 10, 0.2);
-  EXPECT_EQ(Json::parse(p.post("/predict", row).body)["ttft_ms"],
-            Json::parse(again.post("/predict", row).body)["ttft_ms"]);
+
+  // Whether the predictor holds, within two sync intervals of `since`, the trainer's ttft and
+  // tpot files of `generation` at the given versions.
+  auto follows = [&](std::chrono::steady_clock::time_point since, const Json& generation,
+                     int64_t ttft_version, int64_t tpot_version) {
+    const auto deadline = since + two_intervals;
+    Json s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      s = p.get_json("/status");
+      if (s["model_versions"].value("ttft", 0) == ttft_version &&
+          s["model_versions"].value("tpot", 0) == tpot_version &&
+          s["model_generations"].value("ttft", "") == generation &&
+          s["model_generations"].value("tpot", "") == generation) {
+        return ::testing::AssertionSuccess();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return ::testing::AssertionFailure() << "not within two sync intervals: " << s.dump();
+  };
+
+  // 1. An empty model directory: version 1 of a new generation.
+  Json generation;
+  {
+    TrainerProcess again(fresh_dir.path(), {"--retraining-interval", "60"}, trainer_port);
+    ASSERT_TRUE(again.ready);
+    const auto since = std::chrono::steady_clock::now();
+    Json info = again.get_json("/model/ttft/info");
+    ASSERT_EQ(info["version"], 1);
+    generation = info["generation"];
+    EXPECT_NE(generation, old_generation);
+    EXPECT_EQ(again.get_json("/models/list")["models"]["tpot"]["generation"], generation);
+    EXPECT_TRUE(follows(since, generation, 1, 1));
+    Json row = feature_row(0.5, 2000, 1, 10, 0.2);
+    EXPECT_EQ(Json::parse(p.post("/predict", row).body)["ttft_ms"],
+              Json::parse(again.post("/predict", row).body)["ttft_ms"]);
+    EXPECT_EQ(again.process->terminate(), 0);
+  }
+  // 2. A normal restart keeps the generation.
+  {
+    TrainerProcess again(fresh_dir.path(), {"--retraining-interval", "60"}, trainer_port);
+    ASSERT_TRUE(again.ready);
+    EXPECT_EQ(again.get_json("/model/ttft/info")["generation"], generation);
+    EXPECT_EQ(again.process->terminate(), 0);
+  }
+  // 3. A corrupt TTFT model: a new generation again (TTFT a default at version 2). The TPOT
+  // file loads unchanged at version 1, the version the predictor holds: it is taken as part of
+  // the new generation.
+  {
+    std::ofstream(fresh_dir.file("ttft.ubj"), std::ios::trunc) << "not a model";
+    TrainerProcess again(fresh_dir.path(), {"--retraining-interval", "60"}, trainer_port);
+    ASSERT_TRUE(again.ready);
+    const auto since = std::chrono::steady_clock::now();
+    const Json newer = again.get_json("/model/ttft/info")["generation"];
+    EXPECT_NE(newer, generation);
+    EXPECT_EQ(again.get_json("/model/tpot/info")["version"], 1);
+    EXPECT_EQ(again.get_json("/model/ttft/info")["version"], 2);
+    EXPECT_TRUE(follows(since, newer, 2, 1));
+  }
 }
 
 }  // namespace

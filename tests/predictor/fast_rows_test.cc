@@ -5,6 +5,7 @@
 #include <random>
 
 #include "common/features/feature_json.h"
+#include "common/json/validation.h"
 #include "common/testing/synthetic_law.h"
 
 namespace llmd::predictor {
@@ -92,6 +93,53 @@ TEST(FastRows, DefersEverythingDoubtfulToTheSlowPath) {
   features::FeatureInput one;
   EXPECT_FALSE(parse_row_fast("{\"kv_cache_percentage\": 0.5}", one));
   EXPECT_FALSE(parse_row_fast("", one));
+}
+
+// A body refused for its row count is answered from the fast parser's count, with the detail
+// the validating parser gives (no document is built for it).
+TEST(FastRows, CountsTheRowsOfABodyOverTheCap) {
+  const Json row = features::feature_input_to_json(features::FeatureInput{});
+  const std::string body = Json{{"requests", {row, row, row}}}.dump();
+  std::vector<features::FeatureInput> rows;
+  std::size_t too_many = 0;
+  EXPECT_FALSE(parse_bulk_fast(body, 1, 2, rows, &too_many));
+  EXPECT_EQ(too_many, 3u);
+  json::Errors fast;
+  json::add_too_long(json::Loc(), "requests", 2, too_many, fast);
+  json::Errors slow;
+  json::Loc loc;
+  EXPECT_EQ(json::read_list(Json::parse(body), "requests", loc, slow, 1, 2), nullptr);
+  EXPECT_EQ(fast.body(), slow.body());
+  // Anything else is left to the validating parser: no count.
+  for (const std::string& other :
+       {std::string(R"({"requests": [1, 2, 3)"), std::string(R"({"requests": [], "requests": [1, 2, 3]})"),
+        std::string(R"({"requests": []})"), Json{{"requests", {row}}}.dump()}) {
+    too_many = 0;
+    parse_bulk_fast(other, 1, 2, rows, &too_many);
+    EXPECT_EQ(too_many, 0u) << other;
+  }
+}
+
+// A body over a few MiB frees the thread's parse buffers afterwards; parsing goes on normally.
+TEST(FastRows, LargeBodiesThenSmallOnesParse) {
+  Json row = features::feature_input_to_json(features::FeatureInput{});
+  Json padded = row;
+  padded["padding"] = std::string(1000, 'x');  // unknown fields are ignored
+  Json requests = Json::array();
+  for (int i = 0; i < 6000; ++i) {
+    requests.push_back(padded);
+  }
+  const std::string large = Json{{"requests", requests}}.dump();
+  ASSERT_GT(large.size(), 5u * 1024 * 1024);
+  std::vector<features::FeatureInput> rows;
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(parse_bulk_fast(large, 1, 10000, rows));
+    EXPECT_EQ(rows.size(), 6000u);
+    ASSERT_TRUE(parse_bulk_fast(Json{{"requests", {row, row}}}.dump(), 1, 10000, rows));
+    EXPECT_EQ(rows.size(), 2u);
+    features::FeatureInput one;
+    EXPECT_TRUE(parse_row_fast(padded.dump(), one));
+  }
 }
 
 }  // namespace
