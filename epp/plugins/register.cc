@@ -4,6 +4,7 @@
 #include "epp/plugins/filter/prefix_cache_affinity/prefix_cache_affinity_filter.h"
 #include "epp/plugins/filter/slo_headroom_tier/slo_headroom_tier_filter.h"
 #include "epp/plugins/picker/max_score/max_score_picker.h"
+#include "epp/plugins/picker/near_best_rotation/near_best_rotation_picker.h"
 #include "epp/plugins/picker/round_robin/round_robin_picker.h"
 #include "epp/plugins/picker/weighted_random/weighted_random_picker.h"
 #include "epp/plugins/producer/approx_prefix_cache/approx_prefix_cache_producer.h"
@@ -33,6 +34,7 @@ void register_builtin_plugins(PluginRegistry& r) {
   r.add(WeightedRandomPicker::kType, &WeightedRandomPicker::create);
   r.add(MaxScorePicker::kType, &MaxScorePicker::create);
   r.add(RoundRobinPicker::kType, &RoundRobinPicker::create);
+  r.add(NearBestRotationPicker::kType, &NearBestRotationPicker::create);
 }
 
 }  // namespace llmd::epp

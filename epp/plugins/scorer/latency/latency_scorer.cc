@@ -49,6 +49,10 @@ std::string LatencyScorer::Config::validate() const {
   if (normalization != "minmax" && normalization != "ratio") {
     return "parameter 'normalization' must be minmax or ratio, got '" + normalization + "'";
   }
+  if (sloMissStrategy != "least" && sloMissStrategy != "composite") {
+    return "parameter 'sloMissStrategy' must be least or composite, got '" + sloMissStrategy +
+           "'";
+  }
   if (!parse_strategy(headroomSelectionStrategy)) {
     return "parameter 'headroomSelectionStrategy' must be least, most, composite-least, "
            "composite-most or composite-only, got '" + headroomSelectionStrategy + "'";
@@ -76,7 +80,8 @@ PluginOrError LatencyScorer::create(const std::string& name, const nlohmann::jso
       .get("compositeQueueWeight", c.compositeQueueWeight)
       .get("compositePrefixWeight", c.compositePrefixWeight)
       .get("preferIdlePods", c.preferIdlePods)
-      .get("normalization", c.normalization);
+      .get("normalization", c.normalization)
+      .get("sloMissStrategy", c.sloMissStrategy);
   if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
   }
@@ -91,7 +96,8 @@ LatencyScorer::LatencyScorer(std::string name, Config config)
       config_(std::move(config)),
       strategy_(parse_strategy(config_.headroomSelectionStrategy).value_or(Strategy::kLeast)) {}
 
-std::vector<double> LatencyScorer::score(CycleContext&, std::span<const Endpoint> endpoints) const {
+std::vector<double> LatencyScorer::score(CycleContext& ctx,
+                                         std::span<const Endpoint> endpoints) const {
   std::vector<double> out(endpoints.size(), 0.0);
   std::vector<std::size_t> all, pos, neg;
   for (std::size_t i = 0; i < endpoints.size(); ++i) {
@@ -112,6 +118,10 @@ std::vector<double> LatencyScorer::score(CycleContext&, std::span<const Endpoint
       case Strategy::kCompositeLeast: score_composite(endpoints, pos, true, out); break;
       default: score_bucket(endpoints, pos, strategy_ == Strategy::kMost, out);
     }
+    return out;
+  }
+  if (config_.sloMissStrategy == "composite" && ctx.request.has_slo()) {
+    score_composite(endpoints, neg, false, out);
     return out;
   }
   // Only negative headroom left. "Most" would favour the most overloaded pod, so every negative

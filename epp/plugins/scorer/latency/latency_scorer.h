@@ -42,6 +42,12 @@ class LatencyScorer final : public PluginBase<Scorer> {
     // "ratio": the blend of min/h ("least") or h/max ("most") per dimension: a pod predicted
     // 10% slower scores ~0.9, so a picker's concentration follows real differences only.
     std::string normalization = "minmax";
+    // A request with SLO headers that no candidate is predicted to meet. "least" (upstream):
+    // the pod closest to meeting it. "composite": the composite load/prefix score, i.e. the
+    // pod where the request costs the pool least (a prefix hit, a short queue): in overload
+    // the SLO is missed anyway, and prefill spent on cache misses is capacity every later
+    // request loses. Requests without SLO headers are always ranked by their predictions.
+    std::string sloMissStrategy = "least";
     std::string validate() const;
   };
 

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "epp/plugins/picker/max_score/max_score_picker.h"
+#include "epp/plugins/picker/near_best_rotation/near_best_rotation_picker.h"
 #include "epp/plugins/picker/round_robin/round_robin_picker.h"
 #include "epp/plugins/picker/weighted_random/weighted_random_picker.h"
 #include "tests/epp/test_util.h"
@@ -148,6 +149,70 @@ TEST(RoundRobinPickerTest, CyclesThroughCandidates) {
   }
   EXPECT_EQ(got, (std::vector<std::size_t>{0, 1, 2, 0, 1, 2}));
   EXPECT_EQ(rng.draws, 0);
+}
+
+TEST(NearBestRotationPickerTest, RotatesAmongNearBestOnly) {
+  NearBestRotationPicker picker("nb", {.tolerance = 0.2});
+  auto eps = pods(5);
+  // Near-best: >= 0.8 * 1.0 -> pods 0, 1, 3; pod 2 (0.7) and pod 4 (0) are never picked.
+  auto s = scored(eps, {1.0, 0.85, 0.7, 0.81, 0.0});
+  Rng rng(5);
+  SchedulingRequest req = testing::request();
+  CycleContext ctx{req, rng};
+  std::vector<int> counts(5, 0);
+  std::size_t previous = eps.size();
+  for (int i = 0; i < 300; ++i) {
+    const std::size_t got = picker.pick(ctx, s);
+    EXPECT_NE(got, previous) << "two consecutive picks of one pod at pick " << i;
+    previous = got;
+    ++counts[got];
+  }
+  // A strict rotation: each near-best pod exactly a third of the picks.
+  EXPECT_EQ(counts[0], 100);
+  EXPECT_EQ(counts[1], 100);
+  EXPECT_EQ(counts[3], 100);
+  EXPECT_EQ(counts[2], 0);
+  EXPECT_EQ(counts[4], 0);
+}
+
+TEST(NearBestRotationPickerTest, ZeroToleranceIsTheBestAndRotationFollowsPodNames) {
+  NearBestRotationPicker picker("nb", {.tolerance = 0});
+  auto eps = pods(3);
+  FixedRng rng({}, 0.99);
+  SchedulingRequest req = testing::request();
+  CycleContext ctx{req, rng};
+  EXPECT_EQ(picker.pick(ctx, scored(eps, {0.2, 0.9, 0.5})), 1u);
+  // The history is keyed by pod, not by index: p1 was just picked, so among the tied p1/p2
+  // (reordered) the other one goes next, and then p1 again.
+  std::vector<Endpoint> reordered = {eps[2], eps[1], eps[0]};
+  EXPECT_EQ(picker.pick(ctx, scored(reordered, {0.9, 0.9, 0.1})), 0u);  // p2
+  EXPECT_EQ(picker.pick(ctx, scored(reordered, {0.9, 0.9, 0.1})), 1u);  // p1
+}
+
+TEST(NearBestRotationPickerTest, AllZeroOrNonFiniteScoresRotateOverEveryPod) {
+  NearBestRotationPicker picker("nb", {});
+  auto eps = pods(3);
+  Rng rng(9);
+  SchedulingRequest req = testing::request();
+  CycleContext ctx{req, rng};
+  std::vector<int> counts(3, 0);
+  for (int i = 0; i < 30; ++i) {
+    ++counts[picker.pick(ctx, scored(eps, {0, std::nan(""), 0}))];
+  }
+  EXPECT_EQ(counts, (std::vector<int>{10, 10, 10}));
+}
+
+TEST(NearBestRotationPickerTest, ToleranceIsValidated) {
+  testing::TestServices services;
+  auto h = services.handle();
+  for (double bad : {-0.1, 1.5}) {
+    auto r = NearBestRotationPicker::create("nb", {{"tolerance", bad}}, h);
+    EXPECT_FALSE(r.plugin);
+    EXPECT_NE(r.error.find("tolerance"), std::string::npos) << r.error;
+  }
+  EXPECT_FALSE(NearBestRotationPicker::create("nb", {{"tolerence", 0.1}}, h).plugin);
+  EXPECT_TRUE(NearBestRotationPicker::create("nb", {{"tolerance", 0.25}}, h).plugin);
+  EXPECT_TRUE(NearBestRotationPicker::create("nb", nullptr, h).plugin);
 }
 
 TEST(PickerFactoriesTest, RejectUnknownParameters) {

@@ -78,6 +78,31 @@ TEST_F(LatencyScorerTest, RatioNormalizationFollowsRelativeDifferences) {
   EXPECT_FALSE(LatencyScorer::create("l", {{"normalization", "zscore"}}, services_.handle()).plugin);
 }
 
+TEST_F(LatencyScorerTest, SloMissCompositeRanksByLoadAndPrefixWhenNoPodMeetsTheSlo) {
+  auto s = make({{"sloMissStrategy", "composite"}});
+  // "near" is closest to the SLO but has no cache hit and a queue; "cached" misses by more
+  // but holds the whole prompt.
+  Endpoint near = predicted("near", -5, -1, 3), cached = with_prefix(predicted("cached", -40, -1, 3), 4, 4);
+  near.metrics.waiting = 4;
+  const std::vector<Endpoint> eps = {near, cached};
+  req_.slo_ttft_ms = 100;
+  auto got = score(*s, eps);
+  expect_scores(got, score(*make({{"headroomSelectionStrategy", "composite-only"}}), eps));
+  EXPECT_LT(got[0], got[1]);
+  // Upstream ("least") and requests without SLO headers rank by the predictions.
+  EXPECT_GT(score(*make(), eps)[0], score(*make(), eps)[1]);
+  req_.slo_ttft_ms.reset();
+  got = score(*s, eps);
+  EXPECT_GT(got[0], got[1]);
+  // A pod that meets the SLO is still scored by its headroom.
+  req_.slo_ttft_ms = 100;
+  got = score(*s, {near, cached, predicted("fits", 10, 1, 3)});
+  EXPECT_EQ(got[0], 0.0);
+  EXPECT_EQ(got[1], 0.0);
+  EXPECT_GT(got[2], 0.0);
+  EXPECT_FALSE(LatencyScorer::create("l", {{"sloMissStrategy", "most"}}, services_.handle()).plugin);
+}
+
 TEST_F(LatencyScorerTest, ColdStartConstantPredictionsFollowLoadAndPrefix) {
   auto s = make();
   Endpoint full = predicted("full", -10, -10, 3);
