@@ -2,14 +2,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "epp/interface/rng.h"
+#include "epp/plugins/picker/weighted_random/weighted_random_picker.h"
 
 namespace llmd::epp {
 
 std::string NearBestRotationPicker::Config::validate() const {
   if (!(tolerance >= 0 && tolerance <= 1)) {
     return param_error("tolerance", tolerance, ">= 0 and <= 1");
+  }
+  if (nearBestBy != "score" && nearBestBy != "predictedTTFT") {
+    return "parameter 'nearBestBy' must be score or predictedTTFT, got '" + nearBestBy + "'";
+  }
+  if (!(cachedRequestExponent >= 0 && cachedRequestExponent <= 100)) {
+    return param_error("cachedRequestExponent", cachedRequestExponent, ">= 0 and <= 100");
   }
   return {};
 }
@@ -18,7 +26,9 @@ PluginOrError NearBestRotationPicker::create(const std::string& name,
                                              const nlohmann::json& params, const Handle&) {
   Config c;
   ParamReader r(params);
-  r.get("tolerance", c.tolerance);
+  r.get("tolerance", c.tolerance)
+      .get("nearBestBy", c.nearBestBy)
+      .get("cachedRequestExponent", c.cachedRequestExponent);
   if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
   }
@@ -28,24 +38,68 @@ PluginOrError NearBestRotationPicker::create(const std::string& name,
   return {std::make_shared<NearBestRotationPicker>(name, c), {}};
 }
 
+std::vector<AttributeKey> NearBestRotationPicker::consumes() const {
+  std::vector<AttributeKey> keys;
+  if (config_.nearBestBy == "predictedTTFT") {
+    keys.push_back(AttributeKey::kLatencyPrediction);
+  }
+  if (config_.cachedRequestExponent > 0) {
+    keys.push_back(AttributeKey::kPrefixCacheMatch);
+  }
+  return keys;
+}
+
+bool NearBestRotationPicker::near_by_prediction(std::span<const ScoredEndpoint> scored,
+                                                bool any_positive,
+                                                std::vector<char>& near) const {
+  auto eligible = [&](const ScoredEndpoint& s) {
+    return s.endpoint->latency.has_value() && (!any_positive || s.score > 0);
+  };
+  double lo = std::numeric_limits<double>::infinity();
+  for (const auto& s : scored) {
+    if (eligible(s) && std::isfinite(s.endpoint->latency->predicted_ttft_ms)) {
+      lo = std::min(lo, s.endpoint->latency->predicted_ttft_ms);
+    }
+  }
+  if (!std::isfinite(lo)) {
+    return false;
+  }
+  const double limit = lo + config_.tolerance * std::max(lo, 0.0);
+  for (std::size_t i = 0; i < scored.size(); ++i) {
+    near[i] = eligible(scored[i]) && scored[i].endpoint->latency->predicted_ttft_ms <= limit;
+  }
+  return true;
+}
+
 std::size_t NearBestRotationPicker::pick(CycleContext& ctx,
                                          std::span<const ScoredEndpoint> scored) const {
+  if (config_.cachedRequestExponent > 0 &&
+      std::any_of(scored.begin(), scored.end(), [](const ScoredEndpoint& s) {
+        return s.endpoint->prefix && s.endpoint->prefix->matched_blocks > 0;
+      })) {
+    return pick_weighted(ctx, scored, config_.cachedRequestExponent);
+  }
   double best = -1;
   for (const auto& s : scored) {
     if (std::isfinite(s.score)) {
       best = std::max(best, s.score);
     }
   }
-  // A score of 0 means "do not pick while another pod has weight"; with every score 0 (or
-  // none finite) all pods are equally near.
-  const double floor = best > 0 ? (1.0 - config_.tolerance) * best : -1;
+  std::vector<char> near(scored.size(), 0);
+  if (config_.nearBestBy != "predictedTTFT" || !near_by_prediction(scored, best > 0, near)) {
+    // A score of 0 means "do not pick while another pod has weight"; with every score 0 (or
+    // none finite) all pods are equally near.
+    const double floor = (1.0 - config_.tolerance) * best;
+    for (std::size_t i = 0; i < scored.size(); ++i) {
+      near[i] = best > 0 ? scored[i].score >= floor && scored[i].score > 0 : 1;
+    }
+  }
 
   std::lock_guard lock(mu_);
   std::size_t chosen = scored.size(), ties = 0;
   uint64_t chosen_seq = 0;
   for (std::size_t i = 0; i < scored.size(); ++i) {
-    const double score = scored[i].score;
-    if (best > 0 && !(score >= floor && score > 0)) {
+    if (!near[i]) {
       continue;
     }
     auto it = last_pick_.find(scored[i].endpoint->name);
@@ -61,7 +115,7 @@ std::size_t NearBestRotationPicker::pick(CycleContext& ctx,
     }
   }
   if (chosen == scored.size()) {
-    chosen = 0;  // unreachable: the best-scored pod is always near-best
+    chosen = 0;  // unreachable: the best pod is always near-best
   }
   if (last_pick_.size() >= kMaxTrackedPods &&
       !last_pick_.contains(scored[chosen].endpoint->name)) {

@@ -1,12 +1,14 @@
 #pragma once
-// near-best-rotation-picker: among the pods scored within `tolerance` of the best score, the
-// one this picker chose least recently (ties at random with the cycle's Rng).
+// near-best-rotation-picker: among the pods near the best, the one this picker chose least
+// recently (ties at random with the cycle's Rng).
 //
 // Why: when pods are alike (no shared prefix, equal load) a model's error is of the order of
 // the real differences between them, and a random picker sends two close arrivals to the same
 // pod now and then; a strict rotation never does, which is why round-robin is hard to beat
 // on identical pods below saturation. Rotating among the near-best keeps that spacing while
-// the scores still exclude pods the predictions call clearly worse.
+// the predictions still exclude pods they call clearly worse. A request whose prefix some pod
+// holds is the opposite case: where it goes decides what it costs, so (optionally) it is drawn
+// with probability ~ score^k like weighted-random-picker and only uncached requests rotate.
 //
 // Threading: pick() runs on any scheduling thread; the last-pick sequence per pod is guarded
 // by a mutex held for one pass over the candidates (no I/O, no allocation for known pods).
@@ -16,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -31,8 +34,16 @@ class NearBestRotationPicker final : public PluginBase<Picker> {
   static constexpr std::size_t kMaxTrackedPods = 4096;
 
   struct Config {
-    // A pod is near-best when score >= (1 - tolerance) * best score.
+    // How far from the best a pod may be and still count as near-best; in [0, 1].
     double tolerance = 0.1;
+    // "score": score >= (1 - tolerance) x best score. "predictedTTFT": predicted TTFT <=
+    // (1 + tolerance) x the lowest predicted TTFT among the pods with a positive score, so the
+    // set does not depend on how the scorer normalises (min-max stretches 18.0 vs 18.5 ms over
+    // the whole range); without predictions it falls back to "score".
+    std::string nearBestBy = "score";
+    // 0: every request rotates. k > 0: a request for which some candidate has a prefix match
+    // is drawn with probability ~ score^k instead; only requests no pod has cached rotate.
+    double cachedRequestExponent = 0;
     std::string validate() const;
   };
 
@@ -43,8 +54,15 @@ class NearBestRotationPicker final : public PluginBase<Picker> {
 
   // Picker
   std::size_t pick(CycleContext& ctx, std::span<const ScoredEndpoint> scored) const override;
+  std::vector<AttributeKey> consumes() const override;
+
+  const Config& config() const { return config_; }
 
  private:
+  // Marks the near-best candidates; returns false when none qualifies by predictions.
+  bool near_by_prediction(std::span<const ScoredEndpoint> scored, bool any_positive,
+                          std::vector<char>& near) const;
+
   Config config_;
   mutable std::mutex mu_;
   mutable uint64_t picks_ = 0;                                  // guarded by mu_

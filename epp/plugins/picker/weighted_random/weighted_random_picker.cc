@@ -29,8 +29,8 @@ PluginOrError WeightedRandomPicker::create(const std::string& name, const nlohma
   return {std::make_shared<WeightedRandomPicker>(name, c), {}};
 }
 
-std::size_t WeightedRandomPicker::pick(CycleContext& ctx,
-                                       std::span<const ScoredEndpoint> scored) const {
+std::size_t pick_weighted(CycleContext& ctx, std::span<const ScoredEndpoint> scored,
+                          double exponent) {
   bool any_positive = std::any_of(scored.begin(), scored.end(),
                                   [](const ScoredEndpoint& s) { return s.score > 0; });
   if (!any_positive) {
@@ -47,13 +47,18 @@ std::size_t WeightedRandomPicker::pick(CycleContext& ctx,
     }
     double u = ctx.rng.uniform();
     u = std::clamp(u, 1e-300, 1.0 - 1e-16);  // -log(u) stays positive and finite
-    double key = std::log(-std::log(u)) - config_.scoreExponent * std::log(scored[i].score);
+    double key = std::log(-std::log(u)) - exponent * std::log(scored[i].score);
     if (best == scored.size() || key < best_key) {
       best_key = key;
       best = i;
     }
   }
   return best;
+}
+
+std::size_t WeightedRandomPicker::pick(CycleContext& ctx,
+                                       std::span<const ScoredEndpoint> scored) const {
+  return pick_weighted(ctx, scored, config_.scoreExponent);
 }
 
 }  // namespace llmd::epp

@@ -17,6 +17,11 @@
 
 namespace llmd::epp {
 
+// Index of a candidate drawn with probability score^exponent / sum (A-Res); all scores zero (or
+// not finite) -> uniform. Shared by the pickers that sample.
+std::size_t pick_weighted(CycleContext& ctx, std::span<const ScoredEndpoint> scored,
+                          double exponent);
+
 class WeightedRandomPicker final : public PluginBase<Picker> {
  public:
   static constexpr std::string_view kType = "weighted-random-picker";

@@ -202,6 +202,59 @@ TEST(NearBestRotationPickerTest, AllZeroOrNonFiniteScoresRotateOverEveryPod) {
   EXPECT_EQ(counts, (std::vector<int>{10, 10, 10}));
 }
 
+TEST(NearBestRotationPickerTest, PredictedTtftModeIgnoresHowScoresAreNormalised) {
+  NearBestRotationPicker picker("nb", {.tolerance = 0.1, .nearBestBy = "predictedTTFT"});
+  // Predicted 18.0 / 18.5 / 19.5 / 30 ms: min-max scores would put 18.5 far below 18.0, but
+  // by prediction the first three are within 10 % (<= 19.8 ms) and rotate; 30 ms never runs.
+  std::vector<Endpoint> eps = {testing::predicted("a", -18.0, 0, 0), testing::predicted("b", -18.5, 0, 0),
+                               testing::predicted("c", -19.5, 0, 0), testing::predicted("d", -30.0, 0, 0)};
+  auto s = scored(eps, {1.0, 0.96, 0.86, 0.01});
+  Rng rng(2);
+  SchedulingRequest req = testing::request();
+  CycleContext ctx{req, rng};
+  std::vector<int> counts(4, 0);
+  for (int i = 0; i < 30; ++i) {
+    ++counts[picker.pick(ctx, s)];
+  }
+  EXPECT_EQ(counts, (std::vector<int>{10, 10, 10, 0}));
+  // A pod the scorer gave 0 (another bucket) is not near-best whatever its prediction.
+  std::vector<int> zero(4, 0);
+  for (int i = 0; i < 20; ++i) {
+    ++zero[picker.pick(ctx, scored(eps, {0.0, 0.96, 0.86, 0.01}))];
+  }
+  EXPECT_EQ(zero[0], 0);
+  EXPECT_EQ(zero[3], 0);
+  EXPECT_EQ(zero[1] + zero[2], 20);
+  // Without predictions the score rule applies.
+  auto plain = pods(3);
+  EXPECT_EQ(picker.pick(ctx, scored(plain, {0.2, 1.0, 0.5})), 1u);
+}
+
+TEST(NearBestRotationPickerTest, CachedRequestsAreDrawnByScoreAndOthersRotate) {
+  NearBestRotationPicker picker("nb", {.tolerance = 1.0, .cachedRequestExponent = 10});
+  SchedulingRequest req = testing::request();
+  Rng rng(4);
+  CycleContext ctx{req, rng};
+  // No candidate holds the prompt: tolerance 1 makes every positive pod near-best, so the
+  // rotation visits each in turn.
+  auto cold = pods(3);
+  std::vector<int> counts(3, 0);
+  for (int i = 0; i < 30; ++i) {
+    ++counts[picker.pick(ctx, scored(cold, {1.0, 0.5, 0.1}))];
+  }
+  EXPECT_EQ(counts, (std::vector<int>{10, 10, 10}));
+  // One pod holds part of it: picks follow score^10 (1 : 0.5^10 : 0.1^10), no rotation.
+  std::vector<Endpoint> warm = {testing::with_prefix(testing::pod("p0"), 3, 4), testing::pod("p1"),
+                                testing::pod("p2")};
+  std::vector<int> hot(3, 0);
+  for (int i = 0; i < 2000; ++i) {
+    ++hot[picker.pick(ctx, scored(warm, {1.0, 0.5, 0.1}))];
+  }
+  EXPECT_GT(hot[0], 1980);
+  EXPECT_EQ(hot[2], 0);
+  EXPECT_EQ(picker.consumes().size(), 1u);
+}
+
 TEST(NearBestRotationPickerTest, ToleranceIsValidated) {
   testing::TestServices services;
   auto h = services.handle();
@@ -211,6 +264,8 @@ TEST(NearBestRotationPickerTest, ToleranceIsValidated) {
     EXPECT_NE(r.error.find("tolerance"), std::string::npos) << r.error;
   }
   EXPECT_FALSE(NearBestRotationPicker::create("nb", {{"tolerence", 0.1}}, h).plugin);
+  EXPECT_FALSE(NearBestRotationPicker::create("nb", {{"nearBestBy", "rank"}}, h).plugin);
+  EXPECT_FALSE(NearBestRotationPicker::create("nb", {{"cachedRequestExponent", -1}}, h).plugin);
   EXPECT_TRUE(NearBestRotationPicker::create("nb", {{"tolerance", 0.25}}, h).plugin);
   EXPECT_TRUE(NearBestRotationPicker::create("nb", nullptr, h).plugin);
 }
