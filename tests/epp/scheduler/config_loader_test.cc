@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "epp/plugins/filter/prefix_cache_affinity/prefix_cache_affinity_filter.h"
+#include "epp/plugins/picker/near_best_rotation/near_best_rotation_picker.h"
 #include "epp/plugins/picker/weighted_random/weighted_random_picker.h"
 #include "epp/plugins/register.h"
 #include "epp/plugins/scorer/latency/latency_scorer.h"
@@ -37,8 +38,8 @@ TEST_F(ConfigLoaderTest, LoadsTheShippedConfigurations) {
 
 // Both predicted-latency pipelines have the contract's shape; they differ in the constants the
 // routing benchmark measured (default) or upstream ships (upstream).
-void expect_contract_shape(const Pipeline& p, double loose_threshold, double score_exponent,
-                           bool prefer_idle, LatencyScorer::Strategy strategy) {
+void expect_contract_shape(const Pipeline& p, double loose_threshold, bool prefer_idle,
+                           LatencyScorer::Strategy strategy) {
   ASSERT_EQ(p.producers.size(), 2u);
   EXPECT_EQ(p.producers[0].plugin->type(), "approx-prefix-cache-producer");
   EXPECT_EQ(p.producers[1].plugin->type(), "predicted-latency-producer");
@@ -58,20 +59,35 @@ void expect_contract_shape(const Pipeline& p, double loose_threshold, double sco
   ASSERT_TRUE(scorer);
   EXPECT_EQ(scorer->config().preferIdlePods, prefer_idle);
   EXPECT_EQ(scorer->strategy(), strategy);
-  auto picker = std::dynamic_pointer_cast<const WeightedRandomPicker>(prof.picker().plugin);
-  ASSERT_TRUE(picker);
-  EXPECT_DOUBLE_EQ(picker->config().scoreExponent, score_exponent);
 }
 
 TEST_F(ConfigLoaderTest, DefaultAndUpstreamPipelinesHaveTheContractShape) {
   auto d = load_pipeline_file(std::string(LLMD_SOURCE_DIR) + "/epp/config/default-pipeline.yaml",
                               registry_, services_.handle());
   ASSERT_TRUE(d.ok()) << d.error;
-  expect_contract_shape(*d.pipeline, 0.70, 10, false, LatencyScorer::Strategy::kMost);
+  expect_contract_shape(*d.pipeline, 0.70, false, LatencyScorer::Strategy::kMost);
+  // Requests some pod has cached are drawn ~ score^10; the others rotate over the pods
+  // predicted within 40 % of the fastest.
+  auto rotation = std::dynamic_pointer_cast<const NearBestRotationPicker>(
+      d.pipeline->profiles[0].picker().plugin);
+  ASSERT_TRUE(rotation);
+  EXPECT_DOUBLE_EQ(rotation->config().cachedRequestExponent, 10);
+  EXPECT_DOUBLE_EQ(rotation->config().tolerance, 0.4);
+  EXPECT_EQ(rotation->config().nearBestBy, "predictedTTFT");
+  auto strict = std::dynamic_pointer_cast<const PrefixCacheAffinityFilter>(
+      d.pipeline->profiles[0].filters()[0].plugin);
+  EXPECT_DOUBLE_EQ(strict->config().maxTTFTPenaltyMs, 1000);
+  auto scorer = std::dynamic_pointer_cast<const LatencyScorer>(
+      d.pipeline->profiles[0].scorers()[0].plugin);
+  EXPECT_EQ(scorer->config().sloMissStrategy, "composite");
   auto u = load_pipeline_file(std::string(LLMD_SOURCE_DIR) + "/epp/config/upstream-pipeline.yaml",
                               registry_, services_.handle());
   ASSERT_TRUE(u.ok()) << u.error;
-  expect_contract_shape(*u.pipeline, 0.80, 1, true, LatencyScorer::Strategy::kLeast);
+  expect_contract_shape(*u.pipeline, 0.80, true, LatencyScorer::Strategy::kLeast);
+  auto weighted = std::dynamic_pointer_cast<const WeightedRandomPicker>(
+      u.pipeline->profiles[0].picker().plugin);
+  ASSERT_TRUE(weighted);
+  EXPECT_DOUBLE_EQ(weighted->config().scoreExponent, 1);
 }
 
 TEST_F(ConfigLoaderTest, PartialParametersKeepOtherDefaults) {
