@@ -19,6 +19,10 @@ std::string NearBestRotationPicker::Config::validate() const {
   if (!(cachedRequestExponent >= 0 && cachedRequestExponent <= 100)) {
     return param_error("cachedRequestExponent", cachedRequestExponent, ">= 0 and <= 100");
   }
+  if (!rotateSloRequests && !(cachedRequestExponent > 0)) {
+    return "parameter 'rotateSloRequests: false' needs cachedRequestExponent > 0 (the exponent "
+           "SLO requests are drawn with)";
+  }
   return {};
 }
 
@@ -28,7 +32,8 @@ PluginOrError NearBestRotationPicker::create(const std::string& name,
   ParamReader r(params);
   r.get("tolerance", c.tolerance)
       .get("nearBestBy", c.nearBestBy)
-      .get("cachedRequestExponent", c.cachedRequestExponent);
+      .get("cachedRequestExponent", c.cachedRequestExponent)
+      .get("rotateSloRequests", c.rotateSloRequests);
   if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
   }
@@ -74,9 +79,10 @@ bool NearBestRotationPicker::near_by_prediction(std::span<const ScoredEndpoint> 
 std::size_t NearBestRotationPicker::pick(CycleContext& ctx,
                                          std::span<const ScoredEndpoint> scored) const {
   if (config_.cachedRequestExponent > 0 &&
-      std::any_of(scored.begin(), scored.end(), [](const ScoredEndpoint& s) {
-        return s.endpoint->prefix && s.endpoint->prefix->matched_blocks > 0;
-      })) {
+      ((!config_.rotateSloRequests && ctx.request.has_slo()) ||
+       std::any_of(scored.begin(), scored.end(), [](const ScoredEndpoint& s) {
+         return s.endpoint->prefix && s.endpoint->prefix->matched_blocks > 0;
+       }))) {
     return pick_weighted(ctx, scored, config_.cachedRequestExponent);
   }
   double best = -1;

@@ -44,6 +44,11 @@ class NearBestRotationPicker final : public PluginBase<Picker> {
     // 0: every request rotates. k > 0: a request for which some candidate has a prefix match
     // is drawn with probability ~ score^k instead; only requests no pod has cached rotate.
     double cachedRequestExponent = 0;
+    // false: a request with SLO headers is drawn ~ score^k as well (k = cachedRequestExponent,
+    // which must then be > 0). Its scores rank SLO headroom buckets, and rotating over every
+    // pod that meets the SLO spends the headroom of the fast pods on the slow ones (hold-out
+    // pool of 8 fast + 4 slow pods with SLO headers: TTFT p95 +10 % when rotated).
+    bool rotateSloRequests = true;
     std::string validate() const;
   };
 

@@ -255,6 +255,31 @@ TEST(NearBestRotationPickerTest, CachedRequestsAreDrawnByScoreAndOthersRotate) {
   EXPECT_EQ(picker.consumes().size(), 1u);
 }
 
+TEST(NearBestRotationPickerTest, SloRequestsCanBeDrawnInsteadOfRotated) {
+  NearBestRotationPicker picker("nb", {.tolerance = 1.0, .cachedRequestExponent = 10,
+                                       .rotateSloRequests = false});
+  auto eps = pods(3);
+  auto s = scored(eps, {1.0, 0.5, 0.1});
+  Rng rng(6);
+  SchedulingRequest req = testing::request();
+  CycleContext ctx{req, rng};
+  std::vector<int> plain(3, 0);
+  for (int i = 0; i < 30; ++i) {
+    ++plain[picker.pick(ctx, s)];
+  }
+  EXPECT_EQ(plain, (std::vector<int>{10, 10, 10}));  // no SLO headers: rotation
+  req.slo_ttft_ms = 200;
+  std::vector<int> slo(3, 0);
+  for (int i = 0; i < 2000; ++i) {
+    ++slo[picker.pick(ctx, s)];
+  }
+  EXPECT_GT(slo[0], 1980);  // ~ score^10
+  testing::TestServices services;
+  auto bad = NearBestRotationPicker::create("nb", {{"rotateSloRequests", false}}, services.handle());
+  EXPECT_FALSE(bad.plugin);
+  EXPECT_NE(bad.error.find("cachedRequestExponent"), std::string::npos) << bad.error;
+}
+
 TEST(NearBestRotationPickerTest, ToleranceIsValidated) {
   testing::TestServices services;
   auto h = services.handle();
