@@ -41,6 +41,12 @@ ClientMetrics::ClientMetrics(prometheus::Registry& registry,
   for (std::size_t i = 0; i < kErrorKindCount; ++i) {
     errors[i] = &errs.Add({{"kind", std::string(kErrorKindNames[i])}});
   }
+  call_limit = &prometheus::BuildGauge()
+                    .Name("llmd_epp_predictor_call_limit")
+                    .Help("Prediction calls the client accepts in flight at once (AIMD on their "
+                          "outcome); calls past it fall back at once (errors{kind=\"shed\"})")
+                    .Register(registry)
+                    .Add({});
 }
 
 }  // namespace llmd::epp::predictor_client

@@ -27,6 +27,7 @@ struct ClientMetrics {
   std::vector<prometheus::Histogram*> dispatch_seconds;  // {replica}
   std::vector<prometheus::Gauge*> replica_healthy;       // {replica}, 1 or 0
   std::array<prometheus::Counter*, kErrorKindCount> errors{};  // {kind}
+  prometheus::Gauge* call_limit = nullptr;  // llmd_epp_predictor_call_limit
 };
 
 }  // namespace llmd::epp::predictor_client

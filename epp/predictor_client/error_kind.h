@@ -15,7 +15,8 @@ enum class ErrorKind : uint8_t {
   kBadResponse,    // 200, but the body is not the /predict/bulk/strict shape
   kNoReplica,      // no healthy replica to send to (all down, waiting for /readyz)
   kDeadline,       // a caller's wait reached its deadline; a later answer is discarded
-  kShed,           // overload: the rows ahead could not be answered before the caller's deadline
+  kShed,           // overload: the rows ahead could not be answered before the caller's deadline,
+                   // or the cap on calls in flight (CallLimiter) is full
 };
 inline constexpr std::size_t kErrorKindCount = 8;
 

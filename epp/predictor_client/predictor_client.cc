@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <random>
@@ -13,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/http/client.h"
+#include "epp/predictor_client/call_limiter.h"
 #include "epp/predictor_client/client_metrics.h"
 #include "epp/predictor_client/coalescer.h"
 #include "epp/predictor_client/replica_set.h"
@@ -29,6 +29,8 @@ constexpr auto kStuckAfter = std::chrono::seconds(1);
 // One blocked predict() call. Lives on the caller's stack; touched only under Impl::mu.
 struct Waiter {
   std::condition_variable cv;
+  Clock::time_point admitted;
+  Clock::time_point deadline;
   bool done = false;
   std::optional<std::vector<Prediction>> result;
 };
@@ -37,6 +39,7 @@ struct Waiter {
 // with nullopt at its deadline (the dispatcher watches deadlines).
 struct AsyncWaiter {
   PredictionCallback callback;
+  Clock::time_point admitted;
   Clock::time_point deadline;
 };
 
@@ -44,6 +47,16 @@ struct AsyncWaiter {
 struct ReadyCallback {
   PredictionCallback callback;
   PredictionResult result;
+};
+
+// One batch on its way: its rows' body and where its attempts went. Shared by the callbacks of
+// its attempts; the transport may call them on any thread.
+struct Dispatch {
+  Batch batch;
+  std::string body;
+  std::optional<std::size_t> previous;  // the replica of the failed first attempt
+  ErrorKind last_error = ErrorKind::kNoReplica;
+  int attempt = 0;
 };
 
 std::chrono::milliseconds attempt_timeout(std::chrono::milliseconds limit,
@@ -118,13 +131,12 @@ struct PredictorClient::Impl {
       callers_gone_cv.wait(lk, [this] { return active_callers == 0; });
     }
     dispatcher_cv.notify_all();
-    sender_cv.notify_all();
     prober_cv.notify_all();
-    dispatcher.join();  // after this nobody appends to `senders`
+    dispatcher.join();  // after this no batch starts
     prober.join();
-    for (auto& s : senders) {
-      s.join();
-    }
+    // Exchanges in flight end within their timeout; their callbacks touch this object.
+    std::unique_lock lk(mu);
+    dispatches_done_cv.wait(lk, [this] { return in_progress == 0; });
   }
 
   std::optional<std::vector<Prediction>> predict(const std::vector<features::FeatureInput>& rows,
@@ -140,8 +152,10 @@ struct PredictorClient::Impl {
     }
     std::vector<features::FeatureInput> copy(rows.begin(), rows.end());
     Waiter waiter;
+    waiter.admitted = now;
+    waiter.deadline = deadline;
     std::unique_lock lk(mu);
-    if (stopping || should_shed(copy.size(), now, deadline)) {
+    if (stopping || !admit(copy.size(), now, deadline)) {
       return std::nullopt;
     }
     ++active_callers;
@@ -162,6 +176,7 @@ struct PredictorClient::Impl {
       coalescer.cancel(ticket);
       waiters.erase(ticket);
       metrics.error(ErrorKind::kDeadline);
+      limiter.on_miss(Clock::now());
     }
     // The destructor waits for released callers to leave before it frees `mu`.
     if (--active_callers == 0 && stopping) {
@@ -201,6 +216,34 @@ struct PredictorClient::Impl {
     return true;
   }
 
+  // Admission of one call: the rate-based shedding, then the cap on calls in flight (the cap
+  // holds whatever the bottleneck is; see CallLimiter). Under `mu`.
+  bool admit(std::size_t rows, Clock::time_point now, Clock::time_point deadline) {
+    if (should_shed(rows, now, deadline)) {
+      return false;
+    }
+    if (!limiter.try_admit()) {
+      metrics.error(ErrorKind::kShed);
+      return false;
+    }
+    metrics.call_limit->Set(limiter.limit());
+    return true;
+  }
+
+  // The outcome of an admitted call, for the cap. A timed-out dispatch is the load's doing;
+  // other failures (refused, 4xx/5xx, malformed answers) say nothing about it. Under `mu`.
+  void settle(const Completion& c, Clock::time_point admitted, Clock::time_point deadline,
+              Clock::time_point now) {
+    if (c.predictions) {
+      limiter.on_answer(now - admitted, deadline - admitted, now);
+    } else if (c.error == ErrorKind::kTimeout || c.error == ErrorKind::kDeadline) {
+      limiter.on_miss(now);
+    } else {
+      limiter.on_cancel();
+    }
+    metrics.call_limit->Set(limiter.limit());
+  }
+
   // A batch of `rows` sent to `replica` at `start` was answered at `end`. Its service time
   // starts when the replica finished the batch before it, if that was later (batches in flight
   // together queue at the replica): the rate is what the replica gets through, not what one
@@ -232,7 +275,7 @@ struct PredictorClient::Impl {
       return;
     }
     std::unique_lock lk(mu);
-    if (stopping || should_shed(rows.size(), now, deadline)) {
+    if (stopping || !admit(rows.size(), now, deadline)) {
       lk.unlock();
       done(std::nullopt);
       return;
@@ -240,7 +283,7 @@ struct PredictorClient::Impl {
     const bool opens_window = coalescer.pending_callers() == 0;
     const Ticket ticket = coalescer.submit(std::move(rows), now, deadline);
     const bool earliest = async_waiters.empty() || deadline < earliest_async_deadline();
-    async_waiters.emplace(ticket, AsyncWaiter{std::move(done), deadline});
+    async_waiters.emplace(ticket, AsyncWaiter{std::move(done), now, deadline});
     async_deadlines.emplace(deadline, ticket);
     // As in predict(); the dispatcher also wakes for the earliest async deadline.
     if (opens_window || earliest || coalescer.next_due() <= Clock::now()) {
@@ -273,6 +316,7 @@ struct PredictorClient::Impl {
       }
       coalescer.cancel(ticket);
       metrics.error(ErrorKind::kDeadline);
+      limiter.on_miss(now);
       ready.push_back({std::move(it->second.callback), std::nullopt});
       async_waiters.erase(it);
     }
@@ -310,19 +354,18 @@ struct PredictorClient::Impl {
       std::size_t capacity = room();
       if (capacity > 0) {
         auto batches = coalescer.take_ready(Clock::now(), capacity);
-        for (auto& b : batches) {
-          in_flight_rows += b.rows.size();
-          send_queue.push_back(std::move(b));
-          ++in_progress;
+        if (!batches.empty()) {
+          for (auto& b : batches) {
+            in_flight_rows += b.rows.size();
+            ++in_progress;
+          }
+          lk.unlock();
+          for (auto& b : batches) {
+            start_dispatch(std::move(b));
+          }
+          lk.lock();
+          continue;  // the lock was released: what to wait for may have changed
         }
-        // Threads never outnumber the peak of batches in progress (<= the configured cap).
-        while (senders.size() < in_progress) {
-          senders.emplace_back([this] { sender_loop(); });
-        }
-        for (std::size_t i = 0; i < batches.size(); ++i) {
-          sender_cv.notify_one();
-        }
-        capacity = room();
       }
       expire_async(Clock::now());
       if (run_ready(lk)) {
@@ -330,146 +373,159 @@ struct PredictorClient::Impl {
       }
       auto wake = async_waiters.empty() ? Clock::time_point::max() : earliest_async_deadline();
       const auto due = coalescer.next_due();
-      if (due && capacity > 0) {
+      if (due && room() > 0) {
         wake = std::min(wake, *due);
       }
       if (wake == Clock::time_point::max()) {
-        dispatcher_cv.wait(lk);  // woken by a submission or by a sender freeing a slot
+        dispatcher_cv.wait(lk);  // woken by a submission or by a dispatch freeing a slot
       } else {
         dispatcher_cv.wait_until(lk, wake);
       }
     }
   }
 
-  // Sender threads.
-  void sender_loop() {
-    ChannelPtr channel = transport->open_channel();
-    std::unique_lock lk(mu);
-    while (true) {
-      sender_cv.wait(lk, [this] { return stopping || !send_queue.empty(); });
-      if (stopping) {
-        break;
-      }
-      Batch batch = std::move(send_queue.front());
-      send_queue.pop_front();
-      dispatch(lk, *channel, batch);
-      --in_progress;
-      in_flight_rows -= batch.rows.size();
-      run_ready(lk);
-      // A freed slot (cap or window), or (adaptive window) the end of the last batch in
-      // flight, may let pending rows go now.
-      if (coalescer.pending_callers() > 0) {
-        dispatcher_cv.notify_one();
+  // Dispatcher thread, without `mu`: encodes the batch and starts its first attempt.
+  void start_dispatch(Batch batch) {
+    auto d = std::make_shared<Dispatch>();
+    d->batch = std::move(batch);
+    {
+      std::unique_lock lk(mu);
+      if (!coalescer.is_live(d->batch.id)) {
+        coalescer.drop(d->batch.id);  // every caller gave up while it waited for a slot
+        return finish_dispatch(lk, *d);
       }
     }
+    metrics.batch_rows->Observe(static_cast<double>(d->batch.rows.size()));
+    metrics.batch_callers->Observe(static_cast<double>(d->batch.callers));
+    d->body = encode_bulk_request(d->batch.rows);
+    send_attempt(std::move(d));
   }
 
-  // Sends one batch (one retry on another replica), completes its callers. Called and returns
-  // with `lk` held; never holds it across encoding, the exchange or parsing.
-  void dispatch(std::unique_lock<std::mutex>& lk, Channel& channel, const Batch& batch) {
-    if (!coalescer.is_live(batch.id)) {
-      coalescer.drop(batch.id);  // every caller gave up while it was queued
-      return;
+  // Any thread, without `mu`: sends one attempt of a batch to the least outstanding healthy
+  // replica (the retry avoids the first one), or fails the batch when none may go.
+  void send_attempt(std::shared_ptr<Dispatch> d) {
+    std::unique_lock lk(mu);
+    const auto now = Clock::now();
+    if (stopping ||
+        (d->attempt > 0 && (now >= d->batch.deadline || !coalescer.is_live(d->batch.id)))) {
+      return fail_dispatch(lk, *d);
     }
-    lk.unlock();
-    metrics.batch_rows->Observe(static_cast<double>(batch.rows.size()));
-    metrics.batch_callers->Observe(static_cast<double>(batch.callers));
-    const std::string body = encode_bulk_request(batch.rows);
-    lk.lock();
-
-    std::optional<std::size_t> previous;
-    ErrorKind last_error = ErrorKind::kNoReplica;
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      const auto now = Clock::now();
-      if (attempt > 0 && (stopping || now >= batch.deadline || !coalescer.is_live(batch.id))) {
-        break;
+    const auto replica = replicas.choose(*rng, d->previous);
+    if (!replica) {
+      if (d->attempt == 0) {
+        metrics.error(ErrorKind::kNoReplica);
       }
-      const auto replica = replicas.choose(*rng, previous);
-      if (!replica) {
-        if (attempt == 0) {
-          metrics.error(ErrorKind::kNoReplica);
+      return fail_dispatch(lk, *d);
+    }
+    replicas.begin(*replica);
+    const auto timeout = attempt_timeout(config.dispatch_timeout, d->batch.deadline - now);
+    lk.unlock();
+    Dispatch& batch = *d;
+    transport->exchange_async(
+        *replica, "POST", kBulkStrictPath, batch.body, timeout,
+        [this, d = std::move(d), r = *replica, now](TransportResponse response) mutable {
+          on_attempt_done(std::move(d), r, now, std::move(response));
+        });
+  }
+
+  // The transport's thread, without `mu`: parses the answer (outside the lock), completes the
+  // callers or retries once on another replica.
+  void on_attempt_done(std::shared_ptr<Dispatch> d, std::size_t replica, Clock::time_point start,
+                       TransportResponse response) {
+    metrics.dispatch_seconds[replica]->Observe(
+        std::chrono::duration<double>(Clock::now() - start).count());
+    std::optional<std::vector<Prediction>> predictions;
+    ErrorKind kind = ErrorKind::kTransport;
+    bool replica_fault = true;
+    bool timed_out = false;
+    switch (response.outcome) {
+      case TransportResponse::Outcome::kTimeout:
+        kind = ErrorKind::kTimeout;
+        timed_out = true;
+        break;
+      case TransportResponse::Outcome::kError:
+        kind = ErrorKind::kTransport;
+        break;
+      case TransportResponse::Outcome::kResponse:
+        if (response.status != 200) {
+          kind = ErrorKind::kHttp;
+          // A 4xx (422: rows rejected) would be the same on every replica: no retry and the
+          // replica stays healthy. A 5xx (503: models not ready) is the replica's.
+          replica_fault = response.status >= 500;
+        } else if ((predictions = parse_bulk_response(response.body))) {
+          if (predictions->size() != d->batch.rows.size()) {
+            predictions.reset();
+            kind = ErrorKind::kShortResponse;
+          }
+        } else {
+          kind = ErrorKind::kBadResponse;
         }
         break;
-      }
-      replicas.begin(*replica);
-      const auto timeout = attempt_timeout(config.dispatch_timeout, batch.deadline - now);
-      lk.unlock();
-
-      TransportResponse response =
-          channel.exchange(*replica, "POST", kBulkStrictPath, body, timeout);
-      metrics.dispatch_seconds[*replica]->Observe(
-          std::chrono::duration<double>(Clock::now() - now).count());
-      std::optional<std::vector<Prediction>> predictions;
-      ErrorKind kind = ErrorKind::kTransport;
-      bool replica_fault = true;
-      bool timed_out = false;
-      switch (response.outcome) {
-        case TransportResponse::Outcome::kTimeout:
-          kind = ErrorKind::kTimeout;
-          timed_out = true;
-          break;
-        case TransportResponse::Outcome::kError:
-          kind = ErrorKind::kTransport;
-          break;
-        case TransportResponse::Outcome::kResponse:
-          if (response.status != 200) {
-            kind = ErrorKind::kHttp;
-            // A 4xx (422: rows rejected) would be the same on every replica: no retry and
-            // the replica stays healthy. A 5xx (503: models not ready) is the replica's.
-            replica_fault = response.status >= 500;
-          } else if ((predictions = parse_bulk_response(response.body))) {
-            if (predictions->size() != batch.rows.size()) {
-              predictions.reset();
-              kind = ErrorKind::kShortResponse;
-            }
-          } else {
-            kind = ErrorKind::kBadResponse;
-          }
-          break;
-      }
-
-      lk.lock();
-      replicas.end(*replica);
-      if (predictions) {
-        replicas.on_answer(*replica);
-        record_rate(*replica, batch.rows.size(), now, Clock::now());
-        complete(coalescer.deliver(batch.id, *predictions));
-        return;
-      }
-      metrics.error(kind);
-      last_error = kind;
-      // A slow batch narrows the replica's window (fewer batches, each bigger) instead of
-      // taking it out: only a replica that keeps timing out is marked unhealthy.
-      // A replica that still answers other batches is slow, not down: only one that answered
-      // nothing for kStuckAfter is taken out by its timeouts.
-      const bool stuck = Clock::now() - last_answer[*replica] > kStuckAfter;
-      const bool unhealthy =
-          timed_out ? replicas.on_timeout(*replica) && stuck : replica_fault;
-      if (unhealthy && replicas.mark_unhealthy(*replica)) {
-        metrics.replica_healthy[*replica]->Set(0);
-        lk.unlock();
-        spdlog::warn("predictor replica {} marked unhealthy ({}: {}); probing /readyz",
-                     config.replica_urls[*replica], error_kind_name(kind),
-                     response.error.empty() ? "status " + std::to_string(response.status)
-                                            : response.error);
-        lk.lock();
-      }
-      if (!replica_fault) {
-        break;
-      }
-      previous = *replica;
     }
-    complete(coalescer.fail(batch.id, last_error));
+
+    std::unique_lock lk(mu);
+    replicas.end(replica);
+    if (predictions) {
+      replicas.on_answer(replica);
+      record_rate(replica, d->batch.rows.size(), start, Clock::now());
+      complete(coalescer.deliver(d->batch.id, *predictions));
+      return finish_dispatch(lk, *d);
+    }
+    metrics.error(kind);
+    d->last_error = kind;
+    // A slow batch narrows the replica's window (fewer batches, each bigger) instead of taking
+    // it out: a replica that still answers other batches is slow, not down; only one that
+    // answered nothing for kStuckAfter is taken out by its timeouts.
+    const bool stuck = Clock::now() - last_answer[replica] > kStuckAfter;
+    const bool unhealthy = timed_out ? replicas.on_timeout(replica) && stuck : replica_fault;
+    if (unhealthy && replicas.mark_unhealthy(replica)) {
+      metrics.replica_healthy[replica]->Set(0);
+      spdlog::warn("predictor replica {} marked unhealthy ({}: {}); probing /readyz",
+                   config.replica_urls[replica], error_kind_name(kind),
+                   response.error.empty() ? "status " + std::to_string(response.status)
+                                          : response.error);
+    }
+    if (!replica_fault || d->attempt > 0) {
+      return fail_dispatch(lk, *d);
+    }
+    d->previous = replica;
+    d->attempt = 1;
+    lk.unlock();
+    send_attempt(std::move(d));
+  }
+
+  // Under `mu`: the batch failed for good; its callers complete with its last error.
+  void fail_dispatch(std::unique_lock<std::mutex>& lk, const Dispatch& d) {
+    complete(coalescer.fail(d.batch.id, d.last_error));
+    finish_dispatch(lk, d);
+  }
+
+  // Under `mu` (returns with it held): frees the batch's slot and runs the callbacks it made
+  // ready.
+  void finish_dispatch(std::unique_lock<std::mutex>& lk, const Dispatch& d) {
+    --in_progress;
+    in_flight_rows -= d.batch.rows.size();
+    run_ready(lk);
+    // A freed slot (cap or window), or (adaptive window) the end of the last batch in flight,
+    // may let pending rows go now.
+    if (coalescer.pending_callers() > 0) {
+      dispatcher_cv.notify_one();
+    }
+    if (in_progress == 0) {
+      dispatches_done_cv.notify_all();
+    }
   }
 
   // Wakes the callers of finished tickets (async ones: their callbacks are queued for
   // run_ready). Called with `mu` held.
   void complete(std::vector<Completion> done) {
+    const auto now = Clock::now();
     for (auto& c : done) {
       auto it = waiters.find(c.ticket);
       if (it == waiters.end()) {
         auto a = async_waiters.find(c.ticket);
         if (a != async_waiters.end()) {
+          settle(c, a->second.admitted, a->second.deadline, now);
           ready.push_back({std::move(a->second.callback), std::move(c.predictions)});
           forget_deadline(a->second.deadline, c.ticket);
           async_waiters.erase(a);
@@ -477,6 +533,7 @@ struct PredictorClient::Impl {
         continue;
       }
       Waiter* w = it->second;
+      settle(c, w->admitted, w->deadline, now);
       w->result = std::move(c.predictions);
       w->done = true;
       w->cv.notify_one();
@@ -486,7 +543,6 @@ struct PredictorClient::Impl {
 
   // Prober thread.
   void prober_loop() {
-    ChannelPtr channel = transport->open_channel();
     std::unique_lock lk(mu);
     while (true) {
       prober_cv.wait_for(lk, config.probe_interval, [this] { return stopping; });
@@ -494,13 +550,13 @@ struct PredictorClient::Impl {
         break;
       }
       lk.unlock();
-      probe_round(*channel);
+      probe_round();
       lk.lock();
     }
   }
 
-  // Any thread, without `mu` held; `channel` belongs to the calling thread.
-  std::size_t probe_round(Channel& channel) {
+  // Any thread that may block (not the transport's), without `mu` held.
+  std::size_t probe_round() {
     std::vector<std::size_t> targets;
     {
       std::lock_guard lk(mu);
@@ -508,7 +564,7 @@ struct PredictorClient::Impl {
     }
     std::size_t recovered = 0;
     for (std::size_t r : targets) {
-      const auto response = channel.exchange(r, "GET", kReadyPath, {}, config.probe_timeout);
+      const auto response = transport->exchange(r, "GET", kReadyPath, {}, config.probe_timeout);
       if (response.outcome != TransportResponse::Outcome::kResponse || response.status != 200) {
         continue;
       }
@@ -534,14 +590,14 @@ struct PredictorClient::Impl {
 
   mutable std::mutex mu;
   Coalescer coalescer;                           // guarded by mu
+  CallLimiter limiter;                           // guarded by mu
   ReplicaSet replicas;                           // guarded by mu
   std::unique_ptr<Rng> rng;                      // guarded by mu
   std::unordered_map<Ticket, Waiter*> waiters;   // guarded by mu
   std::unordered_map<Ticket, AsyncWaiter> async_waiters;  // guarded by mu
   std::multimap<Clock::time_point, Ticket> async_deadlines;  // the same callers; guarded by mu
   std::vector<ReadyCallback> ready;              // guarded by mu; run by run_ready
-  std::deque<Batch> send_queue;                  // guarded by mu
-  std::size_t in_progress = 0;                   // batches queued or being sent; guarded by mu
+  std::size_t in_progress = 0;                   // batches being sent; guarded by mu
   std::size_t in_flight_rows = 0;                // rows of those batches; guarded by mu
   // Rows per second each replica answers (EWMA; 0 = not measured yet); guarded by mu.
   std::vector<double> row_rate = std::vector<double>(config.replica_urls.size(), 0.0);
@@ -550,9 +606,8 @@ struct PredictorClient::Impl {
   bool stopping = false;                         // guarded by mu
   std::size_t active_callers = 0;                // callers inside predict(); guarded by mu
   std::condition_variable callers_gone_cv;
-  std::vector<std::thread> senders;              // appended by the dispatcher under mu
   std::condition_variable dispatcher_cv;
-  std::condition_variable sender_cv;
+  std::condition_variable dispatches_done_cv;   // in_progress reached 0
   std::condition_variable prober_cv;
   std::thread dispatcher;
   std::thread prober;
@@ -600,10 +655,7 @@ std::optional<std::vector<Prediction>> PredictorClient::predict(
   return impl_->predict(rows, Clock::now() + impl_->config.request_deadline);
 }
 
-std::size_t PredictorClient::probe_now() {
-  ChannelPtr channel = impl_->transport->open_channel();
-  return impl_->probe_round(*channel);
-}
+std::size_t PredictorClient::probe_now() { return impl_->probe_round(); }
 
 PredictorClient::Stats PredictorClient::stats() const {
   std::lock_guard lk(impl_->mu);
@@ -611,7 +663,6 @@ PredictorClient::Stats PredictorClient::stats() const {
   s.waiting_callers = impl_->waiters.size() + impl_->async_waiters.size();
   s.pending_rows = impl_->coalescer.pending_rows();
   s.batches_in_progress = impl_->in_progress;
-  s.sender_threads = impl_->senders.size();
   return s;
 }
 

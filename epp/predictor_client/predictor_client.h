@@ -6,23 +6,23 @@
 // passes (whatever arrives later is discarded). predict() does the same and blocks the calling
 // thread on its own condition variable (for callers without an event loop).
 //
-// Threads (all started by the constructor or lazily, all joined by the destructor):
-// - callers: any thread in predict_async() (submits and returns) or predict() (submits, waits,
-//   cancels).
+// Threads (started by the constructor, joined by the destructor); none waits on the network:
+// - callers: any thread in predict_async() (admits, submits and returns) or predict()
+//   (admits, submits, waits, cancels).
 // - dispatcher (1): wakes at the end of each coalescing window (or when rows reach
 //   max_coalesced_rows) and at the earliest async caller's deadline (its callback then gets
-//   nullopt), cuts batches and queues them for senders. It cuts only as many
-//   batches as there are free dispatch slots, so under overload rows keep coalescing into
-//   larger batches instead of piling up as small ones.
-// - senders (up to max_concurrent_dispatches, started on demand): each owns one transport
-//   Channel (one keep-alive connection per replica), serialises a batch, sends it to the least
-//   outstanding healthy replica, retries once on another replica when the first attempt fails
-//   and the batch's latest caller deadline has not passed, then wakes the callers.
-// - prober (1): every probe_interval sends GET /readyz to each unhealthy replica with its own
-//   Channel; a 200 lets traffic back.
-// Shared state (Coalescer, ReplicaSet, waiters, send queue, Rng) lives behind one mutex that
+//   nullopt), cuts batches, encodes them and starts their first attempt on the transport. It
+//   cuts only as many batches as there are free dispatch slots, so under overload rows keep
+//   coalescing into larger batches instead of piling up as small ones.
+// - the transport's thread (HttpTransport: one Asio I/O thread, a keep-alive connection pool
+//   per replica): parses each answer, wakes the batch's callers (async callbacks run there),
+//   or retries once on another replica when the first attempt failed and the batch's latest
+//   caller deadline has not passed.
+// - prober (1): every probe_interval sends GET /readyz to each unhealthy replica; a 200 lets
+//   traffic back.
+// Shared state (Coalescer, ReplicaSet, CallLimiter, waiters, Rng) lives behind one mutex that
 // is never held across a network call, JSON encoding or parsing. Config and metrics are
-// immutable after construction.
+// immutable after construction. Async callbacks must not destroy the client.
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -53,8 +53,8 @@ struct PredictorClientConfig {
   // Rows per POST; a batch is sent at once when pending rows reach it. Default 10000, which is
   // the predictor's bulk limit; 1..10000.
   std::size_t max_coalesced_rows = 10000;
-  // Batches in flight (queued for or held by a sender) at once; also the sender thread cap.
-  // Default 36; >= 1.
+  // Batches in flight at once (further bounded by the replicas' AIMD windows). Default 36;
+  // >= 1.
   std::size_t max_concurrent_dispatches = 36;
   // Upper bound on any caller's wait: predict() waits until min(deadline, now + this).
   // Default 50 ms; > 0.
@@ -90,8 +90,9 @@ class PredictorClient final : public PredictionSource {
   std::optional<std::vector<Prediction>> predict(
       const std::vector<features::FeatureInput>& rows,
       std::chrono::steady_clock::time_point deadline) override;
-  // The same without blocking: `done` runs once on a sender thread (the answer), on the
-  // dispatcher thread (the deadline), or inline (no rows, deadline already past, stopping).
+  // The same without blocking: `done` runs once on the transport's thread (the answer), on the
+  // dispatcher thread (the deadline), or inline (no rows, deadline already past, shed,
+  // stopping).
   void predict_async(std::vector<features::FeatureInput> rows,
                      std::chrono::steady_clock::time_point deadline,
                      PredictionCallback done) override;
@@ -107,8 +108,7 @@ class PredictorClient final : public PredictionSource {
   struct Stats {
     std::size_t waiting_callers = 0;    // predict() calls blocked right now
     std::size_t pending_rows = 0;       // rows not yet cut into a batch
-    std::size_t batches_in_progress = 0;  // queued for or held by a sender
-    std::size_t sender_threads = 0;
+    std::size_t batches_in_progress = 0;  // being sent (an attempt on the wire or retrying)
   };
   Stats stats() const;
   bool replica_healthy(std::size_t replica) const;

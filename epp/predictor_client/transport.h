@@ -1,16 +1,20 @@
 #pragma once
-// How the predictor client reaches its replicas. A Transport is a thread-safe factory of
-// Channels; a Channel is owned by exactly one thread (each sender thread and the prober open
-// their own) and keeps whatever per-replica connections it needs, so keep-alive connections
-// are never shared between threads. Tests implement Transport with a fake; production uses
-// HttpTransport (one keep-alive llmd::http::HttpClient per replica per channel).
+// How the predictor client reaches its replicas. A Transport starts exchanges and calls back
+// when they end; no thread of the client waits on the network. Tests implement it with a fake;
+// production uses HttpTransport (common/http's AsyncHttpClient: one I/O thread, a keep-alive
+// connection pool per replica).
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+namespace llmd::http {
+class AsyncHttpClient;
+}
 
 namespace llmd::epp::predictor_client {
 
@@ -32,43 +36,41 @@ struct TransportResponse {
   }
 };
 
-class Channel {
- public:
-  virtual ~Channel() = default;
-  // One request to replica `replica` (an index into the configured URL list); `path` is
-  // relative to the replica's base URL. Bounded by `timeout`. Never throws.
-  virtual TransportResponse exchange(std::size_t replica, std::string_view method,
-                                     std::string_view path, const std::string& body,
-                                     std::chrono::milliseconds timeout) = 0;
-};
-using ChannelPtr = std::unique_ptr<Channel>;
+using ResponseCallback = std::function<void(TransportResponse)>;
 
 class Transport {
  public:
   virtual ~Transport() = default;
-  // Thread-safe. The returned channel belongs to the calling thread and must not outlive the
-  // transport.
-  virtual ChannelPtr open_channel() = 0;
+  // Starts one request to replica `replica` (an index into the configured URL list); `path` is
+  // relative to the replica's base URL. `done` runs exactly once, on a thread of the
+  // transport's (or inline), within about `timeout`. Thread-safe; never throws. The caller must
+  // not hold a lock that `done` takes.
+  virtual void exchange_async(std::size_t replica, std::string_view method,
+                              std::string_view path, const std::string& body,
+                              std::chrono::milliseconds timeout, ResponseCallback done) = 0;
+
+  // The same, waiting for the answer: for threads that may block (the /readyz prober).
+  TransportResponse exchange(std::size_t replica, std::string_view method, std::string_view path,
+                             const std::string& body, std::chrono::milliseconds timeout);
 };
 
-// HTTP/1.1 over llmd::http::HttpClient. Immutable after construction; open_channel() is
-// thread-safe. Throws std::invalid_argument for a URL that parse_url rejects.
+// HTTP/1.1 over http::AsyncHttpClient. Throws std::invalid_argument for a URL that parse_url
+// rejects. Destruction ends the exchanges in flight (their callbacks run first).
 class HttpTransport final : public Transport {
  public:
   explicit HttpTransport(const std::vector<std::string>& replica_urls);
   ~HttpTransport() override;
 
   // Transport
-  ChannelPtr open_channel() override;
+  void exchange_async(std::size_t replica, std::string_view method, std::string_view path,
+                      const std::string& body, std::chrono::milliseconds timeout,
+                      ResponseCallback done) override;
+
+  // Connections opened to `replica` so far (tests: keep-alive reuse).
+  std::uint64_t connections_opened(std::size_t replica) const;
 
  private:
-  struct Target {
-    std::string host;
-    uint16_t port;
-    std::string base_path;
-  };
-  std::vector<Target> targets_;
-  class HttpChannel;
+  std::unique_ptr<http::AsyncHttpClient> client_;
 };
 
 }  // namespace llmd::epp::predictor_client

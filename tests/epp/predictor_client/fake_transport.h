@@ -1,11 +1,12 @@
 #pragma once
 // Test doubles for the predictor client: a fixed Rng, a fake predictor that reads a
 // /predict/bulk/strict body with the contract's own row reader, and a Transport whose answers
-// come from a handler function. Everything is thread-safe: senders call it concurrently.
+// come from a handler function. Everything is thread-safe: exchanges run concurrently.
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <prometheus/registry.h>
@@ -107,11 +108,28 @@ class FakeTransport final : public Transport {
   }
 
   explicit FakeTransport(Handler handler = healthy) : handler_(std::move(handler)) {}
+  // Waits for every exchange's thread (a handler that blocks must be released first).
+  ~FakeTransport() override {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard lk(mu_);
+      threads.swap(threads_);
+    }
+    for (auto& t : threads) {
+      t.join();
+    }
+  }
 
-  ChannelPtr open_channel() override {
+  // Each exchange runs the handler on a thread of its own, as a network answer arrives on a
+  // thread the caller does not own; handlers may block (stalled replicas).
+  void exchange_async(std::size_t replica, std::string_view method, std::string_view path,
+                      const std::string& body, std::chrono::milliseconds,
+                      ResponseCallback done) override {
     std::lock_guard lk(mu_);
-    ++channels_;
-    return std::make_unique<FakeChannel>(*this);
+    threads_.emplace_back([this, replica, m = std::string(method), p = std::string(path),
+                           b = body, done = std::move(done)] {
+      done(run(replica, m, p, b));
+    });
   }
 
   std::vector<Call> calls() const {
@@ -133,37 +151,29 @@ class FakeTransport final : public Transport {
   }
 
  private:
-  class FakeChannel final : public Channel {
-   public:
-    explicit FakeChannel(FakeTransport& owner) : owner_(owner) {}
-    TransportResponse exchange(std::size_t replica, std::string_view method,
-                               std::string_view path, const std::string& body,
-                               std::chrono::milliseconds) override {
-      std::vector<features::FeatureInput> rows;
-      if (method == "POST") {
-        auto parsed = read_bulk_rows(body);
-        if (!parsed) {
-          std::lock_guard lk(owner_.mu_);
-          ++owner_.invalid_bodies_;
-          return TransportResponse::ok(422, R"({"detail":[]})");
-        }
-        rows = std::move(*parsed);
+  TransportResponse run(std::size_t replica, const std::string& method, const std::string& path,
+                        const std::string& body) {
+    std::vector<features::FeatureInput> rows;
+    if (method == "POST") {
+      auto parsed = read_bulk_rows(body);
+      if (!parsed) {
+        std::lock_guard lk(mu_);
+        ++invalid_bodies_;
+        return TransportResponse::ok(422, R"({"detail":[]})");
       }
-      {
-        std::lock_guard lk(owner_.mu_);
-        owner_.calls_.push_back(Call{replica, std::string(method), std::string(path), rows.size()});
-      }
-      return owner_.handler_(replica, std::string(path), rows);
+      rows = std::move(*parsed);
     }
-
-   private:
-    FakeTransport& owner_;
-  };
+    {
+      std::lock_guard lk(mu_);
+      calls_.push_back(Call{replica, method, path, rows.size()});
+    }
+    return handler_(replica, path, rows);
+  }
 
   Handler handler_;
   mutable std::mutex mu_;
   std::vector<Call> calls_;
-  int channels_ = 0;
+  std::vector<std::thread> threads_;
   int invalid_bodies_ = 0;
 };
 

@@ -27,8 +27,8 @@ using testing::metric_value;
 // without models. `delay` is slept before answering predictions.
 class FakePredictor {
  public:
-  FakePredictor()
-      : server_(local_options(), [this](http::Request& req) { return handle(req); }) {}
+  explicit FakePredictor(http::ServerOptions options = local_options())
+      : server_(std::move(options), [this](http::Request& req) { return handle(req); }) {}
 
   std::string url() const { return "http://127.0.0.1:" + std::to_string(server_.port()); }
   std::atomic<bool> ready{true};
@@ -177,6 +177,40 @@ TEST(PredictorClientHttp, NotReadyPredictorIsProbedBackIn) {
   EXPECT_GE(predictor.probes.load(), 2);
   auto rows = make_rows(3, 0);
   expect_own_predictions(client.predict(rows), rows);
+}
+
+// No thread per batch and no connection per batch: one I/O thread, kept-alive connections.
+TEST(PredictorClientHttp, BatchesReuseKeptAliveConnections) {
+  FakePredictor predictor;
+  prometheus::Registry registry;
+  auto c = config({predictor.url()});
+  auto transport = std::make_shared<HttpTransport>(c.replica_urls);
+  PredictorClient client(c, registry, transport);
+  for (int i = 0; i < 30; ++i) {
+    auto rows = make_rows(5, 100 * i);
+    expect_own_predictions(client.predict(rows), rows);
+  }
+  EXPECT_EQ(predictor.bulk_requests.load(), 30);
+  EXPECT_EQ(transport->connections_opened(0), 1u);
+}
+
+// A kept-alive connection the predictor closed while it was idle is replaced, and the batch
+// is resent on a fresh one: the caller never sees the stale connection.
+TEST(PredictorClientHttp, AConnectionThePredictorClosedIsReplacedWithoutAnError) {
+  auto options = local_options();
+  options.idle_timeout = 50ms;
+  FakePredictor predictor(options);
+  prometheus::Registry registry;
+  auto c = config({predictor.url()});
+  auto transport = std::make_shared<HttpTransport>(c.replica_urls);
+  PredictorClient client(c, registry, transport);
+  auto rows = make_rows(4, 0);
+  expect_own_predictions(client.predict(rows), rows);
+  std::this_thread::sleep_for(300ms);  // the server closes the idle connection meanwhile
+  expect_own_predictions(client.predict(rows), rows);
+  EXPECT_EQ(transport->connections_opened(0), 2u);
+  EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_errors_total", "kind", "transport"), 0);
+  EXPECT_TRUE(client.replica_healthy(0));
 }
 
 TEST(PredictorClientHttp, InvalidUrlIsRejectedAtConstruction) {

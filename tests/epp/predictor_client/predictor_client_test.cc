@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -398,7 +399,6 @@ TEST(PredictorClient, SaturatedDispatchesKeepCoalescingAndSkipExpiredCallers) {
   ASSERT_EQ(sent.size(), 2u);
   EXPECT_EQ(sent[0].rows, 2u);
   EXPECT_EQ(sent[1].rows, 8u);
-  EXPECT_EQ(client.stats().sender_threads, 1u);
 }
 
 TEST(PredictorClient, DestructionReleasesWaitingCallers) {
@@ -509,6 +509,46 @@ TEST(PredictorClient, ShedsACallerThatCannotBeAnsweredBeforeItsDeadline) {
   // A caller with time to spare is served as before.
   auto later = make_rows(3, 9);
   expect_own_predictions(client.predict(later), later);
+}
+
+// Whatever the bottleneck (here a replica that stalls), the client holds no more calls than
+// its cap (CallLimiter, 64 at start): the rest fall back at once instead of all waiting for a
+// deadline they would all miss.
+TEST(PredictorClient, CallsBeyondTheCapFallBackAtOnce) {
+  prometheus::Registry registry;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  auto transport = std::make_shared<FakeTransport>(
+      [released](std::size_t replica, const std::string& path, const auto& rows) {
+        if (path != "/readyz") {
+          released.wait();
+        }
+        return FakeTransport::healthy(replica, path, rows);
+      });
+  PredictorClient client(config(1), registry, transport);
+  constexpr int kCalls = 100;
+  std::mutex mu;
+  int answered = 0, fell_back = 0;
+  std::promise<void> all_done;
+  auto on_done = [&](PredictionResult r) {
+    std::lock_guard lk(mu);
+    (r ? answered : fell_back)++;
+    if (answered + fell_back == kCalls) {
+      all_done.set_value();
+    }
+  };
+  for (int i = 0; i < kCalls; ++i) {
+    client.predict_async(make_rows(2, 10 * i), std::chrono::steady_clock::now() + 60s, on_done);
+  }
+  {
+    std::lock_guard lk(mu);
+    EXPECT_EQ(fell_back, kCalls - 64) << "answered at once, before anything came back";
+  }
+  EXPECT_EQ(errors(registry, "shed"), kCalls - 64);
+  release.set_value();
+  all_done.get_future().wait();
+  EXPECT_EQ(answered, 64);
+  EXPECT_EQ(errors(registry, "deadline"), 0);
 }
 
 TEST(PredictorClient, NothingIsShedBeforeTheRateIsKnown) {

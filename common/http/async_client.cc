@@ -1,0 +1,249 @@
+#include "common/http/async_client.h"
+
+#include <atomic>
+#include <optional>
+#include <thread>
+#include <unordered_set>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace llmd::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+// The peer closed a kept-alive connection before answering: safe to reconnect and resend.
+bool is_stale_connection(const beast::error_code& ec) {
+  return ec == bhttp::error::end_of_stream || ec == asio::error::eof ||
+         ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
+         ec == asio::error::connection_aborted || ec == asio::error::not_connected;
+}
+
+struct Connection {
+  explicit Connection(asio::io_context& ioc) : stream(ioc) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+};
+
+}  // namespace
+
+struct AsyncHttpClient::Impl : std::enable_shared_from_this<Impl> {
+  struct Target {
+    Url url;
+    std::vector<std::unique_ptr<Connection>> idle;  // I/O thread only
+    std::atomic<std::uint64_t> opened{0};
+  };
+  struct Exchange;
+
+  Impl(std::vector<Url> urls, Options opts)
+      : options(opts), work(asio::make_work_guard(ioc)), targets(urls.size()) {
+    for (std::size_t i = 0; i < urls.size(); ++i) {
+      targets[i].url = std::move(urls[i]);
+    }
+  }
+
+  Options options;
+  asio::io_context ioc;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+  std::vector<Target> targets;
+  std::unordered_set<Exchange*> live;  // I/O thread only
+  bool stopping = false;               // I/O thread only
+  std::thread thread;
+
+  // One request from start to callback. Owned by the handlers of its pending operation.
+  struct Exchange : std::enable_shared_from_this<Exchange> {
+    Exchange(std::shared_ptr<Impl> owner, std::size_t t, Callback cb)
+        : impl(std::move(owner)), target(t), resolver(impl->ioc), done(std::move(cb)) {}
+
+    std::shared_ptr<Impl> impl;
+    std::size_t target;
+    tcp::resolver resolver;
+    bhttp::request<bhttp::string_body> req;
+    SteadyClock::time_point deadline;
+    Callback done;
+    std::unique_ptr<Connection> conn;
+    bool reused = false;
+    bool resent = false;
+    std::optional<bhttp::response_parser<bhttp::string_body>> parser;
+
+    void start() {
+      if (impl->stopping) {
+        return finish(AsyncResponse{0, {}, "client stopped", false});
+      }
+      impl->live.insert(this);
+      auto& idle = impl->targets[target].idle;
+      if (!idle.empty()) {
+        conn = std::move(idle.back());
+        idle.pop_back();
+        reused = true;
+        return write();
+      }
+      connect();
+    }
+
+    void connect() {
+      reused = false;
+      conn = std::make_unique<Connection>(impl->ioc);
+      impl->targets[target].opened.fetch_add(1, std::memory_order_relaxed);
+      const Url& url = impl->targets[target].url;
+      resolver.async_resolve(
+          url.host, std::to_string(url.port),
+          [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type r) {
+            if (ec) {
+              return self->fail("resolve", ec);
+            }
+            if (SteadyClock::now() >= self->deadline) {
+              return self->fail("resolve", beast::error::timeout);
+            }
+            self->conn->stream.expires_at(self->deadline);
+            self->conn->stream.async_connect(
+                r, [self](beast::error_code ec2, const tcp::endpoint&) {
+                  if (ec2) {
+                    return self->fail("connect", ec2);
+                  }
+                  beast::error_code ignored;
+                  self->conn->stream.socket().set_option(tcp::no_delay(true), ignored);
+                  self->write();
+                });
+          });
+    }
+
+    void write() {
+      conn->stream.expires_at(deadline);
+      bhttp::async_write(conn->stream, req,
+                         [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                           if (ec) {
+                             return self->fail("write", ec);
+                           }
+                           self->read();
+                         });
+    }
+
+    void read() {
+      parser.emplace();
+      parser->body_limit(impl->options.response_body_limit);
+      bhttp::async_read(conn->stream, conn->buffer, *parser,
+                        [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                          if (ec) {
+                            return self->fail("read", ec);
+                          }
+                          self->answered();
+                        });
+    }
+
+    void answered() {
+      auto& res = parser->get();
+      AsyncResponse out{static_cast<int>(res.result_int()), std::move(res.body()), {}, false};
+      auto& idle = impl->targets[target].idle;
+      if (res.keep_alive() && !impl->stopping && idle.size() < impl->options.max_idle_per_target) {
+        conn->stream.expires_never();
+        idle.push_back(std::move(conn));
+      }
+      finish(std::move(out));
+    }
+
+    void fail(const char* stage, beast::error_code ec) {
+      conn.reset();
+      const bool timed_out = ec == beast::error::timeout;
+      // A reused connection the peer had closed: one fresh connection, the same request.
+      if (reused && !resent && !impl->stopping && is_stale_connection(ec) &&
+          SteadyClock::now() < deadline) {
+        resent = true;
+        return connect();
+      }
+      finish(AsyncResponse{0, {}, std::string(stage) + ": " + ec.message(), timed_out});
+    }
+
+    void finish(AsyncResponse r) {
+      impl->live.erase(this);
+      if (done) {
+        auto cb = std::move(done);
+        done = nullptr;
+        cb(std::move(r));
+      }
+    }
+
+    // Shutdown: ends whatever operation is pending (its handler then calls fail()).
+    void abort() {
+      resolver.cancel();
+      if (conn) {
+        beast::error_code ignored;
+        conn->stream.socket().close(ignored);
+      }
+    }
+  };
+};
+
+AsyncHttpClient::AsyncHttpClient(std::vector<Url> targets, Options options)
+    : impl_(std::make_shared<Impl>(std::move(targets), options)) {
+  impl_->thread = std::thread([impl = impl_.get()] { impl->ioc.run(); });
+}
+
+AsyncHttpClient::~AsyncHttpClient() {
+  asio::post(impl_->ioc, [impl = impl_.get()] {
+    impl->stopping = true;
+    for (auto& t : impl->targets) {
+      t.idle.clear();
+    }
+    // Copy: abort() makes handlers run later, but be safe against erasure while iterating.
+    std::vector<Impl::Exchange*> live(impl->live.begin(), impl->live.end());
+    for (auto* e : live) {
+      e->abort();
+    }
+  });
+  impl_->work.reset();
+  impl_->thread.join();  // returns once every exchange has called back
+}
+
+void AsyncHttpClient::request(std::size_t target, std::string_view method,
+                              std::string_view path, std::string body,
+                              std::chrono::milliseconds timeout, Callback done) {
+  if (target >= impl_->targets.size()) {
+    asio::post(impl_->ioc, [cb = std::move(done)] {
+      cb(AsyncResponse{0, {}, "unknown target", false});
+    });
+    return;
+  }
+  const auto verb = bhttp::string_to_verb(beast::string_view(method.data(), method.size()));
+  if (verb == bhttp::verb::unknown) {
+    asio::post(impl_->ioc, [cb = std::move(done), m = std::string(method)] {
+      cb(AsyncResponse{0, {}, "unknown method '" + m + "'", false});
+    });
+    return;
+  }
+  auto ex = std::make_shared<Impl::Exchange>(impl_, target, std::move(done));
+  const Url& url = impl_->targets[target].url;
+  ex->deadline = SteadyClock::now() + timeout;
+  ex->req.method(verb);
+  std::string full = url.base_path;
+  full.append(path);
+  ex->req.target(full);
+  ex->req.version(11);
+  ex->req.set(bhttp::field::host, url.host + ":" + std::to_string(url.port));
+  if (!body.empty() || verb == bhttp::verb::post || verb == bhttp::verb::put) {
+    ex->req.set(bhttp::field::content_type, "application/json");
+    ex->req.body() = std::move(body);
+  }
+  ex->req.prepare_payload();
+  asio::post(impl_->ioc, [ex] { ex->start(); });
+}
+
+std::size_t AsyncHttpClient::target_count() const { return impl_->targets.size(); }
+
+std::uint64_t AsyncHttpClient::connections_opened(std::size_t target) const {
+  return target < impl_->targets.size()
+             ? impl_->targets[target].opened.load(std::memory_order_relaxed)
+             : 0;
+}
+
+}  // namespace llmd::http

@@ -1,0 +1,59 @@
+#pragma once
+// AsyncHttpClient: HTTP/1.1 requests to a fixed list of targets without a thread per request.
+// One I/O thread of the client's own runs every exchange; each target keeps a pool of
+// keep-alive connections (a connection carries one exchange at a time; a new one is opened when
+// none is idle, and at most `max_idle_per_target` wait for reuse). A kept-alive connection the
+// peer closed meanwhile is replaced and the request resent once. Beast/Asio only in the .cc.
+//
+// Threads: request() is thread-safe and returns at once; `done` runs exactly once, on the
+// client's I/O thread (never inline), within the request's timeout (plus scheduling). The
+// destructor ends the exchanges still in flight (their callbacks run with an error before it
+// returns) and joins the thread; no request() may start once it has begun.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/http/client.h"
+
+namespace llmd::http {
+
+struct AsyncResponse {
+  int status = 0;          // 0 when the exchange failed before a complete response
+  std::string body;
+  std::string error;       // what failed when status == 0
+  bool timed_out = false;  // the failure was the request's timeout
+};
+
+class AsyncHttpClient {
+ public:
+  using Callback = std::function<void(AsyncResponse)>;
+  struct Options {
+    std::size_t max_idle_per_target = 64;
+    std::uint64_t response_body_limit = 256ull * 1024 * 1024;
+  };
+
+  explicit AsyncHttpClient(std::vector<Url> targets) : AsyncHttpClient(std::move(targets), {}) {}
+  AsyncHttpClient(std::vector<Url> targets, Options options);
+  ~AsyncHttpClient();
+  AsyncHttpClient(const AsyncHttpClient&) = delete;
+  AsyncHttpClient& operator=(const AsyncHttpClient&) = delete;
+
+  // `path` is appended to the target's base path. A `body` goes with Content-Type
+  // application/json. An unknown target or method fails through `done` like any other error.
+  void request(std::size_t target, std::string_view method, std::string_view path,
+               std::string body, std::chrono::milliseconds timeout, Callback done);
+
+  std::size_t target_count() const;
+  // Connections opened to `target` so far (tests: keep-alive reuse). Thread-safe.
+  std::uint64_t connections_opened(std::size_t target) const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace llmd::http
