@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -36,6 +37,17 @@ using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// Threads of a process (the entries of /proc/<pid>/task); 0 when it cannot be read.
+int thread_count(pid_t pid) {
+  std::error_code ec;
+  int n = 0;
+  for (std::filesystem::directory_iterator it("/proc/" + std::to_string(pid) + "/task", ec), end;
+       !ec && it != end; it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
 
 // Arrival times at the pods, by request id.
 class Arrivals {
@@ -167,8 +179,11 @@ int main(int argc, char** argv) {
         "through its coalescer (adaptive: a batch leaves at once while none is in flight, else "
         "within 1 ms). The load generator, the EPP, the predictors and the fake "
         "pods share the same 2 cores. {} s per step.\n\n"
+        "*EPP threads*: `ls /proc/<epp pid>/task | wc -l`, idle before the step / the most seen "
+        "during it (sampled every 20 ms).\n\n"
         "| pods | offered rps | achieved rps | p50 ms | p90 ms | p99 ms | errors | rows/batch | "
-        "callers/batch | predictions used |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "callers/batch | predictions used | EPP threads |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n",
         util::now_rfc3339(), std::thread::hardware_concurrency(), predictors.size(),
         o.str("duration"));
     Json results = Json::array();
@@ -196,6 +211,15 @@ int main(int argc, char** argv) {
       for (double rate_d : bench::parse_number_list(o.str("rates"))) {
         const int rate = static_cast<int>(rate_d);
         std::string before = mc.get("/metrics").body;
+        const int idle_threads = thread_count(epp.pid());
+        std::atomic<int> peak_threads{idle_threads};
+        std::atomic<bool> step_done{false};
+        std::thread sampler([&] {
+          while (!step_done.load()) {
+            peak_threads.store(std::max(peak_threads.load(), thread_count(epp.pid())));
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          }
+        });
         const double duration = o.number("duration", 0.5, 120);
         const int threads = std::clamp(rate / 100 + 2, 2, 12);
         const auto start = Clock::now() + std::chrono::milliseconds(50);
@@ -234,6 +258,8 @@ int main(int argc, char** argv) {
         for (auto& th : pool_threads) {
           th.join();
         }
+        step_done.store(true);
+        sampler.join();
         std::string after = mc.get("/metrics").body;
         std::vector<double> all;
         for (auto& v : lat) {
@@ -248,15 +274,18 @@ int main(int argc, char** argv) {
                            metric(before, "llmd_epp_scheduling_predictions_total{used=\"true\"}");
         double p50 = bench::percentile(all, 0.5), p90 = bench::percentile(all, 0.9), p99 = bench::percentile(all, 0.99);
         double achieved = static_cast<double>(all.size()) / duration;
-        md += fmt::format("| {} | {} | {:.0f} | {:.3f} | {:.3f} | {:.3f} | {} | {:.0f} | {:.1f} | {:.0f}% |\n",
-                          pods, rate, achieved, p50, p90, p99, errors.load(),
-                          batches > 0 ? rows / batches : 0, batches > 0 ? callers / batches : 0,
-                          used > 0 ? 100.0 * used_true / used : 0);
+        md += fmt::format(
+            "| {} | {} | {:.0f} | {:.3f} | {:.3f} | {:.3f} | {} | {:.0f} | {:.1f} | {:.0f}% | {} / {} |\n",
+            pods, rate, achieved, p50, p90, p99, errors.load(), batches > 0 ? rows / batches : 0,
+            batches > 0 ? callers / batches : 0, used > 0 ? 100.0 * used_true / used : 0,
+            idle_threads, peak_threads.load());
         results.push_back(Json{{"pods", pods}, {"offered_rps", rate}, {"achieved_rps", achieved},
                                {"p50_ms", p50}, {"p90_ms", p90}, {"p99_ms", p99},
                                {"errors", errors.load()},
                                {"rows_per_batch", batches > 0 ? rows / batches : 0},
-                               {"callers_per_batch", batches > 0 ? callers / batches : 0}});
+                               {"callers_per_batch", batches > 0 ? callers / batches : 0},
+                               {"epp_threads_idle", idle_threads},
+                               {"epp_threads_peak", peak_threads.load()}});
         std::cerr << "pods " << pods << " rate " << rate << " p99 " << p99 << " ms\n";
       }
     }

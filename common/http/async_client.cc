@@ -12,6 +12,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "common/http/stale_connection.h"
+
 namespace llmd::http {
 
 namespace asio = boost::asio;
@@ -21,13 +23,6 @@ using tcp = asio::ip::tcp;
 using SteadyClock = std::chrono::steady_clock;
 
 namespace {
-
-// The peer closed a kept-alive connection before answering: safe to reconnect and resend.
-bool is_stale_connection(const beast::error_code& ec) {
-  return ec == bhttp::error::end_of_stream || ec == asio::error::eof ||
-         ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
-         ec == asio::error::connection_aborted || ec == asio::error::not_connected;
-}
 
 struct Connection {
   explicit Connection(asio::io_context& ioc) : stream(ioc) {}
@@ -156,7 +151,7 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<Impl> {
       conn.reset();
       const bool timed_out = ec == beast::error::timeout;
       // A reused connection the peer had closed: one fresh connection, the same request.
-      if (reused && !resent && !impl->stopping && is_stale_connection(ec) &&
+      if (reused && !resent && !impl->stopping && detail::is_stale_connection(ec) &&
           SteadyClock::now() < deadline) {
         resent = true;
         return connect();

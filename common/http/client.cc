@@ -8,6 +8,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "common/http/stale_connection.h"
+
 namespace llmd::http {
 
 namespace asio = boost::asio;
@@ -20,14 +22,6 @@ namespace {
 constexpr std::uint64_t kResponseBodyLimit = 256ull * 1024 * 1024;
 
 std::string_view to_sv(beast::string_view s) { return {s.data(), s.size()}; }
-
-
-// The peer closed a kept-alive connection before answering: safe to reconnect and resend.
-bool is_stale_connection(const beast::error_code& ec) {
-  return ec == bhttp::error::end_of_stream || ec == asio::error::eof ||
-         ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
-         ec == asio::error::connection_aborted || ec == asio::error::not_connected;
-}
 
 ClientResponse failure(const char* stage, const beast::error_code& ec) {
   ClientResponse r;
@@ -158,7 +152,7 @@ struct HttpClient::Impl {
       auto ec = run([&](auto handler) { bhttp::async_write(stream_, req, handler); });
       if (ec) {
         close();
-        if (reused && attempt == 0 && is_stale_connection(ec)) {
+        if (reused && attempt == 0 && detail::is_stale_connection(ec)) {
           continue;
         }
         return failure("write", ec);
@@ -170,7 +164,7 @@ struct HttpClient::Impl {
       ec = run([&](auto handler) { bhttp::async_read(stream_, buffer_, parser, handler); });
       if (ec) {
         close();
-        if (reused && attempt == 0 && is_stale_connection(ec)) {
+        if (reused && attempt == 0 && detail::is_stale_connection(ec)) {
           continue;
         }
         return failure("read", ec);
