@@ -27,6 +27,7 @@ std::optional<LatencyScorer::Strategy> LatencyScorer::parse_strategy(std::string
   if (lower == "composite-least") return Strategy::kCompositeLeast;
   if (lower == "composite-most") return Strategy::kCompositeMost;
   if (lower == "composite-only") return Strategy::kCompositeOnly;
+  if (lower == "latency-composite") return Strategy::kLatencyComposite;
   return std::nullopt;
 }
 
@@ -55,7 +56,8 @@ std::string LatencyScorer::Config::validate() const {
   }
   if (!parse_strategy(headroomSelectionStrategy)) {
     return "parameter 'headroomSelectionStrategy' must be least, most, composite-least, "
-           "composite-most or composite-only, got '" + headroomSelectionStrategy + "'";
+           "composite-most, composite-only or latency-composite, got '" +
+           headroomSelectionStrategy + "'";
   }
   return {};
 }
@@ -67,8 +69,8 @@ PluginOrError LatencyScorer::create(const std::string& name, const nlohmann::jso
   if (auto env = handle.getenv(kStrategyEnv); env && !env->empty()) {
     if (!parse_strategy(*env)) {
       return PluginOrError::fail(std::string(kStrategyEnv) + "='" + *env +
-                                 "' is not least, most, composite-least, composite-most or "
-                                 "composite-only");
+                                 "' is not least, most, composite-least, composite-most, "
+                                 "composite-only or latency-composite");
     }
     c.headroomSelectionStrategy = *env;
   }
@@ -116,6 +118,19 @@ std::vector<double> LatencyScorer::score(CycleContext& ctx,
     switch (strategy_) {
       case Strategy::kCompositeMost: score_composite(endpoints, pos, false, out); break;
       case Strategy::kCompositeLeast: score_composite(endpoints, pos, true, out); break;
+      case Strategy::kLatencyComposite: {
+        // The predictions decide between pods they tell apart; within the model's error the
+        // pool's cost (prefix hit, queue, KV) does.
+        std::vector<double> ratio(endpoints.size(), 0.0);
+        const double sum = config_.ttftWeight + config_.tpotWeight;
+        score_ratio(endpoints, pos, false, config_.ttftWeight / sum, config_.tpotWeight / sum,
+                    ratio);
+        score_composite(endpoints, pos, false, out);
+        for (std::size_t i : pos) {
+          out[i] = std::clamp(out[i] * ratio[i], 0.0, 1.0);
+        }
+        break;
+      }
       default: score_bucket(endpoints, pos, strategy_ == Strategy::kMost, out);
     }
     return out;
@@ -173,31 +188,9 @@ void LatencyScorer::score_bucket(std::span<const Endpoint> endpoints,
     alpha = 1, beta = 0;
   }
   if (config_.normalization == "ratio") {
-    // Ratios of the predicted latencies (not of headrooms, whose ratios shrink as the SLO
-    // grows): the lowest prediction scores 1 and a pod predicted twice as slow 0.5, in every
-    // bucket that prefers low latency; packing ("least" on the positive bucket) prefers the
-    // highest prediction that still fits, so it scores prediction / highest prediction. A
-    // dimension whose headrooms do not differ carries no weight (alpha/beta above).
+    // Packing ("least" on the positive bucket) prefers the highest prediction that still fits.
     const bool pack = !most && idx.size() > 0 && positive(*endpoints[idx.front()].latency);
-    double lo_t = std::numeric_limits<double>::max(), hi_t = 0;
-    double lo_p = lo_t, hi_p = 0;
-    for (std::size_t i : idx) {
-      const auto& l = *endpoints[i].latency;
-      lo_t = std::min(lo_t, l.predicted_ttft_ms), hi_t = std::max(hi_t, l.predicted_ttft_ms);
-      lo_p = std::min(lo_p, l.predicted_tpot_ms), hi_p = std::max(hi_p, l.predicted_tpot_ms);
-    }
-    auto share = [pack](double x, double lo, double hi) {
-      if (pack) {
-        return hi > kEps ? std::max(x, 0.0) / hi : 1.0;
-      }
-      return x > kEps ? std::max(lo, 0.0) / x : 1.0;
-    };
-    for (std::size_t i : idx) {
-      const auto& l = *endpoints[i].latency;
-      double c = alpha * share(l.predicted_ttft_ms, lo_t, hi_t) +
-                 beta * share(l.predicted_tpot_ms, lo_p, hi_p);
-      out[i] = std::clamp(c, 0.01, 1.0);
-    }
+    score_ratio(endpoints, idx, pack, alpha, beta, out);
     return;
   }
   for (std::size_t i : idx) {
@@ -208,6 +201,33 @@ void LatencyScorer::score_bucket(std::span<const Endpoint> endpoints,
     double c = alpha * nt + beta * np;
     double w = std::trunc((most ? c : 1.0 - c) * 100.0 + kTruncSlack) + 1.0;
     out[i] = std::clamp(w / 100.0, 0.0, 1.0);
+  }
+}
+
+void LatencyScorer::score_ratio(std::span<const Endpoint> endpoints,
+                                const std::vector<std::size_t>& idx, bool pack, double alpha,
+                                double beta, std::vector<double>& out) const {
+  // Ratios of the predicted latencies (not of headrooms, whose ratios shrink as the SLO grows):
+  // the lowest prediction scores 1 and a pod predicted twice as slow 0.5; packing scores
+  // prediction / highest prediction instead.
+  double lo_t = std::numeric_limits<double>::max(), hi_t = 0;
+  double lo_p = lo_t, hi_p = 0;
+  for (std::size_t i : idx) {
+    const auto& l = *endpoints[i].latency;
+    lo_t = std::min(lo_t, l.predicted_ttft_ms), hi_t = std::max(hi_t, l.predicted_ttft_ms);
+    lo_p = std::min(lo_p, l.predicted_tpot_ms), hi_p = std::max(hi_p, l.predicted_tpot_ms);
+  }
+  auto share = [pack](double x, double lo, double hi) {
+    if (pack) {
+      return hi > kEps ? std::max(x, 0.0) / hi : 1.0;
+    }
+    return x > kEps ? std::max(lo, 0.0) / x : 1.0;
+  };
+  for (std::size_t i : idx) {
+    const auto& l = *endpoints[i].latency;
+    double c = alpha * share(l.predicted_ttft_ms, lo_t, hi_t) +
+               beta * share(l.predicted_tpot_ms, lo_p, hi_p);
+    out[i] = std::clamp(c, 0.01, 1.0);
   }
 }
 

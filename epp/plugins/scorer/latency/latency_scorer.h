@@ -20,14 +20,25 @@ class LatencyScorer final : public PluginBase<Scorer> {
   static constexpr std::string_view kType = "latency-scorer";
   static constexpr std::string_view kStrategyEnv = "HEADROOM_SELECTION_STRATEGY";
 
-  enum class Strategy { kLeast, kMost, kCompositeLeast, kCompositeMost, kCompositeOnly };
+  enum class Strategy {
+    kLeast,
+    kMost,
+    kCompositeLeast,
+    kCompositeMost,
+    kCompositeOnly,
+    kLatencyComposite
+  };
   static std::optional<Strategy> parse_strategy(std::string_view s);  // case-insensitive
 
   struct Config {
     double ttftWeight = 0.8;  // >= 0; share of TTFT headroom in the blend
     double tpotWeight = 0.2;  // >= 0; share of TPOT headroom (weights are normalised)
-    // least | most | composite-least | composite-most | composite-only. Default: env
-    // HEADROOM_SELECTION_STRATEGY when set, else "least".
+    // least | most | composite-least | composite-most | composite-only | latency-composite.
+    // latency-composite (ours): the positive bucket scored by the composite load/prefix score
+    // times the latency ratio (lowest prediction / the pod's, blended by the weights), so the
+    // predictions rank pods they tell apart and the pool's cost (prefix hit, queue, KV) ranks
+    // pods within the model's error. Default: env HEADROOM_SELECTION_STRATEGY when set, else
+    // "least".
     std::string headroomSelectionStrategy = "least";
     double compositeKvWeight = 1;      // >= 0; composite weights are normalised, sum > 0
     double compositeQueueWeight = 1;   // >= 0
@@ -72,6 +83,10 @@ class LatencyScorer final : public PluginBase<Scorer> {
                     bool most, std::vector<double>& out) const;
   void score_composite(std::span<const Endpoint> endpoints, const std::vector<std::size_t>& idx,
                        bool invert, std::vector<double>& out) const;
+  // Ratio normalization: the blend (weights alpha, beta) of lowest prediction / prediction per
+  // dimension, or prediction / highest prediction when packing; in [0.01, 1].
+  void score_ratio(std::span<const Endpoint> endpoints, const std::vector<std::size_t>& idx,
+                   bool pack, double alpha, double beta, std::vector<double>& out) const;
 
   Config config_;
   Strategy strategy_;

@@ -203,6 +203,33 @@ TEST_F(LatencyScorerTest, CompositeMostAndLeastScoreThePositiveBucket) {
                 {0.40, 0.93, 0.0});
 }
 
+// latency-composite: the predictions separate pods they tell apart (a pod predicted twice as
+// slow keeps half its composite score); within the model's error the cache hit wins.
+TEST_F(LatencyScorerTest, LatencyCompositeScalesTheCompositeByTheLatencyRatio) {
+  auto s = make({{"headroomSelectionStrategy", "latency-composite"}, {"tpotWeight", 0}});
+  auto with_prediction = [](Endpoint e, double ttft_ms) {
+    e.latency->predicted_ttft_ms = ttft_ms;
+    e.latency->predicted_tpot_ms = 10;
+    return e;
+  };
+  req_.slo_ttft_ms = 200;
+  const Endpoint fast = with_prediction(predicted("fast", 150, 5, 0), 50);
+  const Endpoint cached = with_prefix(with_prediction(predicted("cached", 145, 5, 0), 55), 4, 4);
+  const Endpoint slow = with_prefix(with_prediction(predicted("slow", 100, 5, 0), 100), 4, 4);
+  const Endpoint missing = with_prediction(predicted("missing", -10, 5, 0), 210);
+  auto got = score(*s, {fast, cached, slow, missing});
+  // Composite (equal weights; KV half used, no queue): 0.50 without the prefix, 0.83 with it.
+  EXPECT_NEAR(got[0], 0.50 * 1.0, 1e-9);
+  EXPECT_NEAR(got[1], 0.83 * 50.0 / 55.0, 1e-9);
+  EXPECT_NEAR(got[2], 0.83 * 50.0 / 100.0, 1e-9);
+  EXPECT_EQ(got[3], 0.0) << "outside the positive bucket";
+  EXPECT_GT(got[1], got[0]) << "the cache hit wins within 10 %";
+  EXPECT_LT(got[2], got[0]) << "twice as slow loses even with the cache";
+  EXPECT_TRUE(LatencyScorer::create("l", {{"headroomSelectionStrategy", "Latency-Composite"}},
+                                    services_.handle())
+                  .plugin);
+}
+
 TEST_F(LatencyScorerTest, StrategyPrecedenceParamThenEnvThenLeast) {
   EXPECT_EQ(make()->strategy(), LatencyScorer::Strategy::kLeast);
   services_.env["HEADROOM_SELECTION_STRATEGY"] = "MOST";
