@@ -65,7 +65,7 @@ TEST_F(ConfigLoaderTest, DefaultAndUpstreamPipelinesHaveTheContractShape) {
   auto d = load_pipeline_file(std::string(LLMD_SOURCE_DIR) + "/epp/config/default-pipeline.yaml",
                               registry_, services_.handle());
   ASSERT_TRUE(d.ok()) << d.error;
-  expect_contract_shape(*d.pipeline, 0.70, false, LatencyScorer::Strategy::kMost);
+  expect_contract_shape(*d.pipeline, 0.70, false, LatencyScorer::Strategy::kLatencyComposite);
   // Requests some pod has cached are drawn ~ score^10; the others rotate over the pods
   // predicted within 40 % of the fastest.
   auto rotation = std::dynamic_pointer_cast<const NearBestRotationPicker>(
@@ -80,6 +80,9 @@ TEST_F(ConfigLoaderTest, DefaultAndUpstreamPipelinesHaveTheContractShape) {
   auto scorer = std::dynamic_pointer_cast<const LatencyScorer>(
       d.pipeline->profiles[0].scorers()[0].plugin);
   EXPECT_EQ(scorer->config().sloMissStrategy, "composite");
+  EXPECT_DOUBLE_EQ(scorer->config().compositePrefixWeight, 3);
+  EXPECT_DOUBLE_EQ(scorer->config().compositeQueueWeight, 2);
+  EXPECT_DOUBLE_EQ(scorer->config().compositeKvWeight, 2);
   auto u = load_pipeline_file(std::string(LLMD_SOURCE_DIR) + "/epp/config/upstream-pipeline.yaml",
                               registry_, services_.handle());
   ASSERT_TRUE(u.ok()) << u.error;

@@ -196,10 +196,11 @@ TEST_F(DefaultPipelineTest, FallsBackToCompositeWithoutPredictions) {
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r.predictions_used);
   ASSERT_EQ(r.scores.size(), 2u);
-  // composite: (1 - kv + relQueue + prefix 0) / 3; the queue is max(waiting, in flight) = 2 on
-  // both, so relQueue = (2 - 2) / 2 = 0 -> full 0.02, empty 0.32
-  EXPECT_NEAR(r.scores[0].score, 0.02, 1e-9);
-  EXPECT_NEAR(r.scores[1].score, 0.32, 1e-9);
+  // composite, the default pipeline's weights (KV 2, queue 2, prefix 3 of 7):
+  // (2 x (1 - kv) + 2 x relQueue + 3 x prefix 0) / 7; the queue is max(waiting, in flight) = 2
+  // on both, so relQueue = (2 - 2) / 2 = 0 -> full 0.01, empty 0.27
+  EXPECT_NEAR(r.scores[0].score, 0.01, 1e-9);
+  EXPECT_NEAR(r.scores[1].score, 0.27, 1e-9);
   // The EPP's own in-flight count outranks a stale empty scrape.
   Endpoint idle = pod("idle", 0.5, 0), loaded = pod("loaded", 0.5, 0);
   loaded.dispatched = 6;
