@@ -71,4 +71,23 @@ inline double machine_busy_cpu_seconds() {
   return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
+// The CPU's "model name" from /proc/cpuinfo ("unknown" when absent): benchmark reports name
+// the host, since the same 2 cores differ between hosts.
+inline std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      const auto start = colon == std::string::npos
+                             ? std::string::npos
+                             : line.find_first_not_of(" \t", colon + 1);
+      if (start != std::string::npos) {
+        return line.substr(start);
+      }
+    }
+  }
+  return "unknown";
+}
+
 }  // namespace llmd::bench

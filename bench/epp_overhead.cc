@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
     Arrivals arrivals;
     std::string md = fmt::format(
         "# EPP added latency (client send -> pod receives the forwarded request)\n\n"
-        "{} on {} cores. Fake pods answer instantly; {} predictor replicas with a trained "
+        "{} on {} cores ({}). Fake pods answer instantly; {} predictor replicas with a trained "
         "200-tree model; the EPP asks for a prediction for every candidate pod of every request "
         "through its coalescer (adaptive: a batch leaves at once while none is in flight, else "
         "within 1 ms). The load generator, the EPP, the predictors and the fake "
@@ -184,7 +184,8 @@ int main(int argc, char** argv) {
         "| pods | offered rps | achieved rps | p50 ms | p90 ms | p99 ms | errors | rows/batch | "
         "callers/batch | predictions used | EPP threads |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|\n",
-        util::now_rfc3339(), std::thread::hardware_concurrency(), predictors.size(),
+        util::now_rfc3339(), std::thread::hardware_concurrency(), bench::cpu_model(),
+        predictors.size(),
         o.str("duration"));
     Json results = Json::array();
     for (double pods_d : bench::parse_number_list(o.str("pods"))) {

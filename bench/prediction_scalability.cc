@@ -97,18 +97,6 @@ double wait_for_quiet(double& budget_s, const std::vector<pid_t>& predictors) {
   }
 }
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      return colon == std::string::npos ? line : line.substr(colon + 2);
-    }
-  }
-  return "unknown";
-}
-
 // ---------------------------------------------------------------------------------------------
 // The predictor client's own metrics, read from its registry (deltas per step).
 
@@ -523,7 +511,7 @@ int main(int argc, char** argv) {
 
     // --- report ---
     const unsigned cores = std::thread::hardware_concurrency();
-    const std::string model = cpu_model();
+    const std::string model = bench::cpu_model();
     std::string md = fmt::format(
         "# Prediction scalability: {} rows per EPP scheduling call, coalescing client, 1..{} "
         "predictor replicas\n\n"

@@ -71,20 +71,6 @@ struct BenchOptions {
 // ---------------------------------------------------------------------------------------------
 // Machine / process facts
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      auto colon = line.find(':');
-      if (colon != std::string::npos) {
-        return line.substr(line.find_first_not_of(" \t", colon + 1));
-      }
-    }
-  }
-  return "unknown";
-}
-
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -933,7 +919,7 @@ int run(int argc, char** argv) {
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   Json meta{{"date", utc_now()},
             {"nproc", hw},
-            {"cpu_model", cpu_model()},
+            {"cpu_model", llmd::bench::cpu_model()},
             {"mode", opt.quick ? "quick" : "full"}};
 
   std::cerr << "HTTP ingest via " << opt.trainer_bin << "\n";
