@@ -32,7 +32,7 @@ struct Connection {
 
 }  // namespace
 
-struct AsyncHttpClient::Impl : std::enable_shared_from_this<Impl> {
+struct AsyncHttpClient::Impl {
   struct Target {
     Url url;
     std::vector<std::unique_ptr<Connection>> idle;  // I/O thread only
@@ -232,8 +232,6 @@ void AsyncHttpClient::request(std::size_t target, std::string_view method,
   ex->req.prepare_payload();
   asio::post(impl_->ioc, [ex] { ex->start(); });
 }
-
-std::size_t AsyncHttpClient::target_count() const { return impl_->targets.size(); }
 
 std::uint64_t AsyncHttpClient::connections_opened(std::size_t target) const {
   return target < impl_->targets.size()

@@ -47,7 +47,6 @@ class AsyncHttpClient {
   void request(std::size_t target, std::string_view method, std::string_view path,
                std::string body, std::chrono::milliseconds timeout, Callback done);
 
-  std::size_t target_count() const;
   // Connections opened to `target` so far (tests: keep-alive reuse). Thread-safe.
   std::uint64_t connections_opened(std::size_t target) const;
 

@@ -108,6 +108,7 @@ struct PredictorClient::Impl {
                                     config.adaptive_coalescing}),
         replicas(config.replica_urls.size()),
         rng(r ? std::move(r) : std::make_unique<Rng>(std::random_device{}())) {
+    metrics.call_limit->Set(limiter.limit());  // then on every change (settle)
     dispatcher = std::thread([this] { dispatcher_loop(); });
     prober = std::thread([this] { prober_loop(); });
   }
@@ -176,7 +177,7 @@ struct PredictorClient::Impl {
       coalescer.cancel(ticket);
       waiters.erase(ticket);
       metrics.error(ErrorKind::kDeadline);
-      limiter.on_miss(Clock::now());
+      limiter_miss(Clock::now());
     }
     // The destructor waits for released callers to leave before it frees `mu`.
     if (--active_callers == 0 && stopping) {
@@ -226,7 +227,6 @@ struct PredictorClient::Impl {
       metrics.error(ErrorKind::kShed);
       return false;
     }
-    metrics.call_limit->Set(limiter.limit());
     return true;
   }
 
@@ -237,10 +237,16 @@ struct PredictorClient::Impl {
     if (c.predictions) {
       limiter.on_answer(now - admitted, deadline - admitted, now);
     } else if (c.error == ErrorKind::kTimeout || c.error == ErrorKind::kDeadline) {
-      limiter.on_miss(now);
+      return limiter_miss(now);
     } else {
       limiter.on_cancel();
     }
+    metrics.call_limit->Set(limiter.limit());
+  }
+
+  // An admitted call missed its deadline. Under `mu`.
+  void limiter_miss(Clock::time_point now) {
+    limiter.on_miss(now);
     metrics.call_limit->Set(limiter.limit());
   }
 
@@ -316,7 +322,7 @@ struct PredictorClient::Impl {
       }
       coalescer.cancel(ticket);
       metrics.error(ErrorKind::kDeadline);
-      limiter.on_miss(now);
+      limiter_miss(now);
       ready.push_back({std::move(it->second.callback), std::nullopt});
       async_waiters.erase(it);
     }
