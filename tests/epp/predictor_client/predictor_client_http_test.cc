@@ -206,7 +206,7 @@ TEST(PredictorClientHttp, AConnectionThePredictorClosedIsReplacedWithoutAnError)
   PredictorClient client(c, registry, transport);
   auto rows = make_rows(4, 0);
   expect_own_predictions(client.predict(rows), rows);
-  std::this_thread::sleep_for(300ms);  // the server closes the idle connection meanwhile
+  std::this_thread::sleep_for(1s);  // the server closes the idle connection (50 ms) meanwhile
   expect_own_predictions(client.predict(rows), rows);
   EXPECT_EQ(transport->connections_opened(0), 2u);
   EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_errors_total", "kind", "transport"), 0);
