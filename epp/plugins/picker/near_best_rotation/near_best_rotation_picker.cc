@@ -76,9 +76,33 @@ bool NearBestRotationPicker::near_by_prediction(std::span<const ScoredEndpoint> 
   return true;
 }
 
+bool NearBestRotationPicker::predictions_tie(std::span<const ScoredEndpoint> scored) const {
+  if (config_.nearBestBy != "predictedTTFT") {
+    return false;
+  }
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  std::size_t n = 0;
+  for (const auto& s : scored) {
+    if (s.endpoint->latency.has_value()) {
+      lo = std::min(lo, s.endpoint->latency->predicted_ttft_ms);
+      hi = std::max(hi, s.endpoint->latency->predicted_ttft_ms);
+      ++n;
+    }
+  }
+  return n > 1 && hi - lo <= 1e-9 * std::max(1.0, std::fabs(hi));
+}
+
 std::size_t NearBestRotationPicker::pick(CycleContext& ctx,
                                          std::span<const ScoredEndpoint> scored) const {
-  if (config_.cachedRequestExponent > 0 &&
+  // Equal predictions for every pod (the constant of a model not trained yet) make every pod
+  // "near the best": rotating over all of them is round-robin, blind to what the scorer then
+  // ranks by (prefill work, or load and affinity). Such requests, cached or not, rotate over
+  // the best-scored pods instead: with `indistinctPredictions: prefill-work` that is the pods
+  // with the least prompt work ahead, which on identical idle pods is round-robin again (blog
+  // run, 6 seeds, stage-1 TTFT p95 -28 % against rotating over all; 100 identical pods
+  // unchanged; the best composite score instead cost those 1-5 %).
+  const bool tie = predictions_tie(scored);
+  if (!tie && config_.cachedRequestExponent > 0 &&
       ((!config_.rotateSloRequests && ctx.request.has_slo()) ||
        std::any_of(scored.begin(), scored.end(), [](const ScoredEndpoint& s) {
          return s.endpoint->prefix && s.endpoint->prefix->matched_blocks > 0;
@@ -92,10 +116,11 @@ std::size_t NearBestRotationPicker::pick(CycleContext& ctx,
     }
   }
   std::vector<char> near(scored.size(), 0);
-  if (config_.nearBestBy != "predictedTTFT" || !near_by_prediction(scored, best > 0, near)) {
+  if (tie || config_.nearBestBy != "predictedTTFT" || !near_by_prediction(scored, best > 0, near)) {
     // A score of 0 means "do not pick while another pod has weight"; with every score 0 (or
     // none finite) all pods are equally near.
-    const double floor = (1.0 - config_.tolerance) * best;
+    // Equal predictions: the best-scored pods only (those of equal score rotate).
+    const double floor = tie ? best * (1.0 - 1e-9) : (1.0 - config_.tolerance) * best;
     for (std::size_t i = 0; i < scored.size(); ++i) {
       near[i] = best > 0 ? scored[i].score >= floor && scored[i].score > 0 : 1;
     }

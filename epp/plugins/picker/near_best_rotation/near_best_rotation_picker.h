@@ -65,6 +65,8 @@ class NearBestRotationPicker final : public PluginBase<Picker> {
 
  private:
   // Marks the near-best candidates; returns false when none qualifies by predictions.
+  // Every candidate with a prediction has the same predicted TTFT (and there are several).
+  bool predictions_tie(std::span<const ScoredEndpoint> scored) const;
   bool near_by_prediction(std::span<const ScoredEndpoint> scored, bool any_positive,
                           std::vector<char>& near) const;
 

@@ -1,5 +1,7 @@
 #include "epp/plugins/scorer/latency/latency_scorer.h"
 
+#include "epp/features/feature_row.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -50,9 +52,14 @@ std::string LatencyScorer::Config::validate() const {
   if (normalization != "minmax" && normalization != "ratio") {
     return "parameter 'normalization' must be minmax or ratio, got '" + normalization + "'";
   }
-  if (sloMissStrategy != "least" && sloMissStrategy != "composite") {
-    return "parameter 'sloMissStrategy' must be least or composite, got '" + sloMissStrategy +
-           "'";
+  if (sloMissStrategy != "least" && sloMissStrategy != "composite" &&
+      sloMissStrategy != "concentrate") {
+    return "parameter 'sloMissStrategy' must be least, composite or concentrate, got '" +
+           sloMissStrategy + "'";
+  }
+  if (indistinctPredictions != "composite" && indistinctPredictions != "prefill-work") {
+    return "parameter 'indistinctPredictions' must be composite or prefill-work, got '" +
+           indistinctPredictions + "'";
   }
   if (!parse_strategy(headroomSelectionStrategy)) {
     return "parameter 'headroomSelectionStrategy' must be least, most, composite-least, "
@@ -83,7 +90,8 @@ PluginOrError LatencyScorer::create(const std::string& name, const nlohmann::jso
       .get("compositePrefixWeight", c.compositePrefixWeight)
       .get("preferIdlePods", c.preferIdlePods)
       .get("normalization", c.normalization)
-      .get("sloMissStrategy", c.sloMissStrategy);
+      .get("sloMissStrategy", c.sloMissStrategy)
+      .get("indistinctPredictions", c.indistinctPredictions);
   if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
   }
@@ -131,12 +139,13 @@ std::vector<double> LatencyScorer::score(CycleContext& ctx,
         }
         break;
       }
-      default: score_bucket(endpoints, pos, strategy_ == Strategy::kMost, out);
+      default: score_bucket(ctx.request, endpoints, pos, strategy_ == Strategy::kMost, out);
     }
     return out;
   }
-  if (config_.sloMissStrategy == "composite" && ctx.request.has_slo()) {
-    score_composite(endpoints, neg, false, out);
+  if (config_.sloMissStrategy != "least" && ctx.request.has_slo()) {
+    // "concentrate": the inverted composite, so the misses pile onto the busiest pod.
+    score_composite(endpoints, neg, config_.sloMissStrategy == "concentrate", out);
     return out;
   }
   // Only negative headroom left. "Most" would favour the most overloaded pod, so every negative
@@ -152,14 +161,15 @@ std::vector<double> LatencyScorer::score(CycleContext& ctx,
   }
   for (const auto* bucket : {&idle, &tpot_only, &ttft_only, &both}) {
     if (!bucket->empty()) {
-      score_bucket(endpoints, *bucket, false, out);
+      score_bucket(ctx.request, endpoints, *bucket, false, out);
       break;
     }
   }
   return out;
 }
 
-void LatencyScorer::score_bucket(std::span<const Endpoint> endpoints,
+void LatencyScorer::score_bucket(const SchedulingRequest& request,
+                                 std::span<const Endpoint> endpoints,
                                  const std::vector<std::size_t>& idx, bool most,
                                  std::vector<double>& out) const {
   double sum = config_.ttftWeight + config_.tpotWeight;
@@ -177,7 +187,11 @@ void LatencyScorer::score_bucket(std::span<const Endpoint> endpoints,
     // No prediction tells these pods apart (e.g. the cold-start constant): the scraped load
     // and prefix affinity can. `most` spreads, so it prefers free capacity, as does `least`
     // here: packing onto the fullest pod needs a prediction that says it still fits.
-    score_composite(endpoints, idx, false, out);
+    if (config_.indistinctPredictions == "prefill-work") {
+      score_prefill_work(request, endpoints, idx, out);
+    } else {
+      score_composite(endpoints, idx, false, out);
+    }
     return;
   }
   // A dimension where all pods are equal carries no information: give its weight to the other
@@ -228,6 +242,24 @@ void LatencyScorer::score_ratio(std::span<const Endpoint> endpoints,
     double c = alpha * share(l.predicted_ttft_ms, lo_t, hi_t) +
                beta * share(l.predicted_tpot_ms, lo_p, hi_p);
     out[i] = std::clamp(c, 0.01, 1.0);
+  }
+}
+
+void LatencyScorer::score_prefill_work(const SchedulingRequest& request,
+                                       std::span<const Endpoint> endpoints,
+                                       const std::vector<std::size_t>& idx,
+                                       std::vector<double>& out) const {
+  // One token of slack keeps an empty prompt on idle pods finite (all score 1).
+  auto work = [&](const Endpoint& e) {
+    return static_cast<double>(std::max<int64_t>(0, e.prefill_tokens_in_flight) +
+                               uncached_prompt_tokens(request, e)) + 1.0;
+  };
+  double lo = std::numeric_limits<double>::max();
+  for (std::size_t i : idx) {
+    lo = std::min(lo, work(endpoints[i]));
+  }
+  for (std::size_t i : idx) {
+    out[i] = std::clamp(lo / work(endpoints[i]), 0.01, 1.0);
   }
 }
 

@@ -57,8 +57,17 @@ class LatencyScorer final : public PluginBase<Scorer> {
     // the pod closest to meeting it. "composite": the composite load/prefix score, i.e. the
     // pod where the request costs the pool least (a prefix hit, a short queue): in overload
     // the SLO is missed anyway, and prefill spent on cache misses is capacity every later
-    // request loses. Requests without SLO headers are always ranked by their predictions.
+    // request loses. "concentrate": the busiest pod by that score, so that in overload the
+    // requests that miss anyway queue on one pod and the others keep meeting their SLOs
+    // (attainment and goodput up, the missed requests' latency far worse: opt-in).
+    // Requests without SLO headers are always ranked by their predictions.
     std::string sloMissStrategy = "least";
+    // Pods a bucket's predictions do not tell apart (every prediction equal: the constant of a
+    // model not trained yet). "composite": the composite load/prefix score. "prefill-work":
+    // the prompt tokens the request would wait behind and prefill itself on the pod (uncached
+    // tokens in flight, from the EPP's own bookkeeping, plus its own uncached tokens), scored
+    // lowest / the pod's: what a first token waits for, known at once, unlike a scrape.
+    std::string indistinctPredictions = "composite";
     std::string validate() const;
   };
 
@@ -79,8 +88,11 @@ class LatencyScorer final : public PluginBase<Scorer> {
 
  private:
   // Writes scores of endpoints[idx...] into `out` (others untouched).
-  void score_bucket(std::span<const Endpoint> endpoints, const std::vector<std::size_t>& idx,
-                    bool most, std::vector<double>& out) const;
+  void score_bucket(const SchedulingRequest& request, std::span<const Endpoint> endpoints,
+                    const std::vector<std::size_t>& idx, bool most,
+                    std::vector<double>& out) const;
+  void score_prefill_work(const SchedulingRequest& request, std::span<const Endpoint> endpoints,
+                          const std::vector<std::size_t>& idx, std::vector<double>& out) const;
   void score_composite(std::span<const Endpoint> endpoints, const std::vector<std::size_t>& idx,
                        bool invert, std::vector<double>& out) const;
   // Ratio normalization: the blend (weights alpha, beta) of lowest prediction / prediction per

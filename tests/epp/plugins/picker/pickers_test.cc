@@ -230,6 +230,41 @@ TEST(NearBestRotationPickerTest, PredictedTtftModeIgnoresHowScoresAreNormalised)
   EXPECT_EQ(picker.pick(ctx, scored(plain, {0.2, 1.0, 0.5})), 1u);
 }
 
+TEST(NearBestRotationPickerTest, EqualPredictionsRotateOverTheBestScoresOnly) {
+  // An untrained model predicts the same constant for every pod: by prediction every pod would
+  // be near the best and the rotation would be round-robin, blind to what the scorer ranks by.
+  NearBestRotationPicker picker("nb", {.tolerance = 0.4, .nearBestBy = "predictedTTFT",
+                                       .cachedRequestExponent = 10});
+  std::vector<Endpoint> eps = {testing::predicted("a", -10.0, 0, 0), testing::predicted("b", -10.0, 0, 0),
+                               testing::predicted("c", -10.0, 0, 0)};
+  SchedulingRequest req = testing::request();
+  Rng rng(5);
+  CycleContext ctx{req, rng};
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(picker.pick(ctx, scored(eps, {0.4, 0.9, 0.8})), 1u);  // 0.8 is within 40 %
+  }
+  std::vector<int> counts(3, 0);
+  for (int i = 0; i < 30; ++i) {
+    ++counts[picker.pick(ctx, scored(eps, {0.9, 0.9, 0.8}))];
+  }
+  EXPECT_EQ(counts, (std::vector<int>{15, 15, 0}));
+  // A cached request is not drawn ~ score^10 either: the scores carry no prediction.
+  eps[0] = testing::with_prefix(testing::predicted("a", -10.0, 0, 0), 3, 4);
+  std::vector<int> cached(3, 0);
+  for (int i = 0; i < 30; ++i) {
+    ++cached[picker.pick(ctx, scored(eps, {1.0, 1.0, 0.3}))];
+  }
+  EXPECT_EQ(cached, (std::vector<int>{15, 15, 0}));
+  // Distinct predictions (all within 40 % of the best) rotate over every pod again.
+  eps = {testing::predicted("a", -10.0, 0, 0), testing::predicted("b", -10.0, 0, 0),
+         testing::predicted("c", -11.0, 0, 0)};
+  std::vector<int> rot(3, 0);
+  for (int i = 0; i < 30; ++i) {
+    ++rot[picker.pick(ctx, scored(eps, {0.4, 0.9, 0.5}))];
+  }
+  EXPECT_EQ(rot, (std::vector<int>{10, 10, 10}));
+}
+
 TEST(NearBestRotationPickerTest, CachedRequestsAreDrawnByScoreAndOthersRotate) {
   NearBestRotationPicker picker("nb", {.tolerance = 1.0, .cachedRequestExponent = 10});
   SchedulingRequest req = testing::request();

@@ -103,6 +103,25 @@ TEST_F(LatencyScorerTest, SloMissCompositeRanksByLoadAndPrefixWhenNoPodMeetsTheS
   EXPECT_FALSE(LatencyScorer::create("l", {{"sloMissStrategy", "most"}}, services_.handle()).plugin);
 }
 
+TEST_F(LatencyScorerTest, SloMissConcentrateSendsMissesToTheBusiestPod) {
+  auto s = make({{"sloMissStrategy", "concentrate"}});
+  Endpoint busy = predicted("busy", -500, -1, 9), light = predicted("light", -20, -1, 1);
+  busy.metrics.kv_cache_usage = 0.9;
+  busy.metrics.waiting = 12;
+  req_.slo_ttft_ms = 100;
+  auto got = score(*s, {busy, light});
+  EXPECT_GT(got[0], got[1]);
+  expect_scores(got, {1.0 - score(*make({{"sloMissStrategy", "composite"}}), {busy, light})[0],
+                      1.0 - score(*make({{"sloMissStrategy", "composite"}}), {busy, light})[1]});
+  // Only misses: a pod that meets the SLO wins, and traffic without SLOs follows predictions.
+  got = score(*s, {busy, light, predicted("fits", 10, 1, 3)});
+  EXPECT_EQ(got[0], 0.0);
+  EXPECT_GT(got[2], 0.0);
+  req_.slo_ttft_ms.reset();
+  got = score(*s, {busy, light});
+  EXPECT_LT(got[0], got[1]);
+}
+
 TEST_F(LatencyScorerTest, ColdStartConstantPredictionsFollowLoadAndPrefix) {
   auto s = make();
   Endpoint full = predicted("full", -10, -10, 3);
@@ -111,6 +130,27 @@ TEST_F(LatencyScorerTest, ColdStartConstantPredictionsFollowLoadAndPrefix) {
   Endpoint cached = with_prefix(predicted("cached", -10, -10, 3), 4, 4);
   auto got = score(*s, {full, cached});
   EXPECT_LT(got[0], got[1]);
+}
+
+TEST_F(LatencyScorerTest, IndistinctPredictionsCanRankByPrefillWork) {
+  // 1,000-token prompt; constant predictions. Work = uncached tokens in flight + own uncached.
+  req_.input_tokens = 1000;
+  auto s = make({{"indistinctPredictions", "prefill-work"}, {"preferIdlePods", false}});
+  Endpoint idle = predicted("idle", -10, 0, 0);                      // 0 + 1000
+  Endpoint busy = predicted("busy", -10, 0, 1);                      // 3000 + 1000
+  busy.prefill_tokens_in_flight = 3000;
+  Endpoint cached = with_prefix(predicted("cached", -10, 0, 2), 3, 4);  // 400 + 250
+  cached.prefill_tokens_in_flight = 400;
+  expect_scores(score(*s, {idle, busy, cached}), {651.0 / 1001.0, 651.0 / 4001.0, 1.0});
+  // The composite (default) ranks the same pods by scraped load and prefix instead.
+  auto composite = make({{"preferIdlePods", false}});
+  auto got = score(*composite, {idle, busy, cached});
+  EXPECT_GT(got[0], got[1]);
+  // Distinct predictions are ranked by the predictions, whatever the work.
+  busy.latency->predicted_ttft_ms = 5, busy.latency->ttft_headroom_ms = -5;
+  got = score(*s, {idle, busy, cached});
+  EXPECT_EQ(got[1], 1.0);
+  EXPECT_FALSE(LatencyScorer::create("l", {{"indistinctPredictions", "work"}}, services_.handle()).plugin);
 }
 
 TEST_F(LatencyScorerTest, WithoutIdlePreferenceABusyPodWithBetterPredictionWins) {
