@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include "tests/e2e/stack_fixture.h"
@@ -211,6 +212,91 @@ TEST_F(PolicyStack, CompositeOnlyIgnoresADownPredictorWithoutErrors) {
   EXPECT_EQ(metric_sum(m, "llmd_epp_predictor_errors_total{"), 0) << m;
   EXPECT_EQ(metric_sum(m, "llmd_epp_predictor_batch_rows_count"), 0) << m;
   EXPECT_GE(metric_sum(m, "llmd_epp_scheduling_predictions_total{"), 20) << m;
+}
+
+// Where requests that no pod is predicted to meet (SLO 0.001 ms) go while earlier ones are still
+// in flight, under the shipped default pipeline with `sloMissStrategy` replaced.
+std::vector<std::string> hopeless_destinations(const TempDir& dir, std::unique_ptr<Stack>& stack,
+                                               const std::string& miss_strategy) {
+  std::ifstream in(LLMD_SOURCE_DIR "/epp/config/default-pipeline.yaml");
+  std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string key = "sloMissStrategy: composite";
+  const auto at = yaml.find(key);
+  EXPECT_NE(at, std::string::npos);
+  if (at == std::string::npos) {
+    return {};
+  }
+  yaml = yaml.substr(0, at) + "sloMissStrategy: " + miss_strategy + yaml.substr(at + key.size());
+  const std::string pipeline = dir.file(miss_strategy + ".yaml");
+  std::ofstream(pipeline) << yaml;
+  StackOptions o;
+  o.pods = 3;
+  o.predictors = 1;
+  o.pipeline = pipeline;
+  stack = std::make_unique<Stack>(std::move(o));
+  EXPECT_TRUE(stack->ready) << stack->logs();
+  if (!stack->ready) {
+    return {};
+  }
+  // The rule only applies to requests that have predictions: wait until the predictor serves.
+  for (int i = 0; i < 100 && metric_sum(stack->metrics(),
+                                        "llmd_epp_scheduling_predictions_total{used=\"true\"}") < 1;
+       ++i) {
+    EXPECT_EQ(stack->complete(words(10, "warm" + std::to_string(i)), 2).status, 200);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  auto in_flight = [&] { return metric_sum(stack->metrics(), "llmd_epp_pod_in_flight{"); };
+  const double base = in_flight();
+  constexpr int kHopeless = 4;
+  std::vector<std::string> dest(kHopeless);
+  std::vector<int> status(kHopeless, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kHopeless; ++i) {
+    threads.emplace_back([&, i] {
+      http::HttpClient c("127.0.0.1", stack->epp_port, std::chrono::seconds(60));
+      Json body = {{"model", stack->model}, {"prompt", words(40, "hopeless" + std::to_string(i))},
+                   {"max_tokens", 600}, {"stream", true}};
+      auto r = c.request("POST", "/v1/completions", body.dump(), "application/json",
+                         {{"x-slo-ttft-ms", "0.001"}, {"x-slo-tpot-ms", "0.001"}});
+      status[i] = r.status;
+      dest[i] = std::string(r.header("x-gateway-destination-endpoint"));
+    });
+    // One decision at a time, each seeing the ones before it in flight.
+    for (int w = 0; w < 200 && in_flight() < base + i + 1; ++w) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  for (auto& th : threads) {
+    th.join();
+  }
+  for (int i = 0; i < kHopeless; ++i) {
+    EXPECT_EQ(status[i], 200) << "request " << i;
+  }
+  return dest;
+}
+
+TEST_F(PolicyStack, SloMissesSpreadByDefaultAndConcentrateOnOnePodWhenConfigured) {
+  // Default ("composite"): each miss goes where it costs the pool least, so the three pods
+  // each get one of the first three.
+  TempDir dir;
+  auto spread = hopeless_destinations(dir, stack_, "composite");
+  ASSERT_EQ(spread.size(), 4u);
+  EXPECT_EQ(std::set<std::string>(spread.begin(), spread.begin() + 3).size(), 3u)
+      << spread[0] << " " << spread[1] << " " << spread[2];
+  stack_.reset();
+  // "concentrate": the misses queue behind each other on the busiest pod, leaving the other
+  // pods' capacity to requests that can still meet their SLOs.
+  auto packed = hopeless_destinations(dir, stack_, "concentrate");
+  ASSERT_EQ(packed.size(), 4u);
+  std::map<std::string, int> per_pod;
+  for (const auto& d : packed) {
+    ++per_pod[d];
+  }
+  int most = 0;
+  for (const auto& [pod, n] : per_pod) {
+    most = std::max(most, n);
+  }
+  EXPECT_GE(most, 3) << packed[0] << " " << packed[1] << " " << packed[2] << " " << packed[3];
 }
 
 }  // namespace
