@@ -198,6 +198,67 @@ TEST_F(EppStack, ConfigReloadSwitchesPipelineWithoutDroppingRequests) {
   }
 }
 
+class EppUntrainedStack : public EppStack {
+ protected:
+  StackOptions options() override {
+    StackOptions o;
+    o.pods = 3;
+    o.predictors = 1;
+    o.trainer_args = {"--min-samples-for-retrain", "1000000"};  // never trains: cold start
+    return o;
+  }
+};
+
+TEST_F(EppUntrainedStack, BeforeTheFirstModelRequestsAvoidThePodPrefillingALongPrompt) {
+  // The untrained model predicts one constant for every pod; the default pipeline then ranks
+  // pods by the prompt work ahead of the first token (uncached tokens in flight + the
+  // request's own) instead of rotating over all of them. Round-robin would put the third
+  // short request behind the long prompt.
+  for (int i = 0; i < 100 && metric_sum(stack_->metrics(),
+                                        "llmd_epp_scheduling_predictions_total{used=\"true\"}") < 1;
+       ++i) {
+    ASSERT_EQ(stack_->complete(words(5, "warm" + std::to_string(i)), 2).status, 200);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  // Hold every pod's first tokens (well within the 1-s scrape staleness and the 2-s first-byte
+  // timeout) so that the long prompt is still "in prefill" while the short ones are decided.
+  for (int pod = 0; pod < 3; ++pod) {
+    http::HttpClient admin("127.0.0.1", stack_->pod_port(pod));
+    ASSERT_EQ(admin.post("/admin/fault", R"({"mode":"stall","duration_ms":900})").status, 200);
+  }
+  auto in_flight = [&] { return metric_sum(stack_->metrics(), "llmd_epp_pod_in_flight{"); };
+  const double base = in_flight();
+  constexpr int kRequests = 5;  // the long prompt, then four short ones
+  std::vector<std::string> dest(kRequests);
+  std::vector<int> status(kRequests, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i) {
+    threads.emplace_back([&, i] {
+      http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(30));
+      Json body = {{"model", stack_->model},
+                   {"prompt", i == 0 ? words(1500, "long") : words(5, "short" + std::to_string(i))},
+                   {"max_tokens", 2}, {"stream", true}};
+      auto r = c.request("POST", "/v1/completions", body.dump(), "application/json", {});
+      status[i] = r.status;
+      dest[i] = std::string(r.header("x-gateway-destination-endpoint"));
+    });
+    for (int w = 0; w < 100 && in_flight() < base + i + 1; ++w) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_EQ(status[i], 200) << "request " << i;
+  }
+  for (int i = 1; i < kRequests; ++i) {
+    EXPECT_NE(dest[i], dest[0]) << "short request " << i << " queued behind the long prompt";
+  }
+  std::string m = stack_->metrics();
+  EXPECT_GE(metric_sum(m, "llmd_epp_scheduling_predictions_total{used=\"true\"}"), kRequests) << m;
+}
+
 class EppSheddingStack : public EppStack {
   StackOptions options() override {
     StackOptions o;
