@@ -102,11 +102,11 @@ std::size_t NearBestRotationPicker::pick(CycleContext& ctx,
   // run, 6 seeds, stage-1 TTFT p95 -28 % against rotating over all; 100 identical pods
   // unchanged; the best composite score instead cost those 1-5 %).
   const bool tie = predictions_tie(scored);
-  if (!tie && config_.cachedRequestExponent > 0 &&
+  if (config_.cachedRequestExponent > 0 &&
       ((!config_.rotateSloRequests && ctx.request.has_slo()) ||
-       std::any_of(scored.begin(), scored.end(), [](const ScoredEndpoint& s) {
+       (!tie && std::any_of(scored.begin(), scored.end(), [](const ScoredEndpoint& s) {
          return s.endpoint->prefix && s.endpoint->prefix->matched_blocks > 0;
-       }))) {
+       })))) {
     return pick_weighted(ctx, scored, config_.cachedRequestExponent);
   }
   double best = -1;
