@@ -97,10 +97,11 @@ std::size_t NearBestRotationPicker::pick(CycleContext& ctx,
   // Equal predictions for every pod (the constant of a model not trained yet) make every pod
   // "near the best": rotating over all of them is round-robin, blind to what the scorer then
   // ranks by (prefill work, or load and affinity). Such requests, cached or not, rotate over
-  // the best-scored pods instead: with `indistinctPredictions: prefill-work` that is the pods
-  // with the least prompt work ahead, which on identical idle pods is round-robin again (blog
-  // run, 6 seeds, stage-1 TTFT p95 -28 % against rotating over all; 100 identical pods
-  // unchanged; the best composite score instead cost those 1-5 %).
+  // the best-scored pods instead (SLO traffic keeps its draw when configured so). Behind
+  // `indistinctPredictions: prefill-work` those are the pods with the least prompt work
+  // ahead, which on identical idle pods is round-robin again (blog run, 6 seeds, stage-1 TTFT
+  // p95 -28 % against rotating over all; 100 identical pods unchanged; the best composite
+  // score instead cost those 1-5 %).
   const bool tie = predictions_tie(scored);
   if (config_.cachedRequestExponent > 0 &&
       ((!config_.rotateSloRequests && ctx.request.has_slo()) ||

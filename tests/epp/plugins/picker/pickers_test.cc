@@ -255,6 +255,20 @@ TEST(NearBestRotationPickerTest, EqualPredictionsRotateOverTheBestScoresOnly) {
     ++cached[picker.pick(ctx, scored(eps, {1.0, 1.0, 0.3}))];
   }
   EXPECT_EQ(cached, (std::vector<int>{15, 15, 0}));
+  // SLO traffic with rotateSloRequests: false keeps its score^10 draw on ties (1 : 0.9^10).
+  NearBestRotationPicker slo_picker("nb", {.tolerance = 0.4, .nearBestBy = "predictedTTFT",
+                                           .cachedRequestExponent = 10,
+                                           .rotateSloRequests = false});
+  SchedulingRequest slo_req = testing::request();
+  slo_req.slo_ttft_ms = 100;
+  CycleContext slo_ctx{slo_req, rng};
+  std::vector<int> drawn(3, 0), rotated(3, 0);
+  for (int i = 0; i < 2000; ++i) {
+    ++drawn[slo_picker.pick(slo_ctx, scored(eps, {1.0, 0.9, 0.3}))];
+    ++rotated[slo_picker.pick(ctx, scored(eps, {1.0, 0.9, 0.3}))];
+  }
+  EXPECT_GT(drawn[1], 300);
+  EXPECT_EQ(rotated, (std::vector<int>{2000, 0, 0}));
   // Distinct predictions (all within 40 % of the best) rotate over every pod again.
   eps = {testing::predicted("a", -10.0, 0, 0), testing::predicted("b", -10.0, 0, 0),
          testing::predicted("c", -11.0, 0, 0)};
