@@ -226,34 +226,20 @@ TEST_F(EppUntrainedStack, BeforeTheFirstModelRequestsAvoidThePodPrefillingALongP
     http::HttpClient admin("127.0.0.1", stack_->pod_port(pod));
     ASSERT_EQ(admin.post("/admin/fault", R"({"mode":"stall","duration_ms":900})").status, 200);
   }
-  auto in_flight = [&] { return metric_sum(stack_->metrics(), "llmd_epp_pod_in_flight{"); };
-  const double base = in_flight();
   constexpr int kRequests = 5;  // the long prompt, then four short ones
-  std::vector<std::string> dest(kRequests);
-  std::vector<int> status(kRequests, 0);
-  std::vector<std::thread> threads;
+  std::vector<Json> bodies;
   for (int i = 0; i < kRequests; ++i) {
-    threads.emplace_back([&, i] {
-      http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(30));
-      Json body = {{"model", stack_->model},
-                   {"prompt", i == 0 ? words(1500, "long") : words(5, "short" + std::to_string(i))},
-                   {"max_tokens", 2}, {"stream", true}};
-      auto r = c.request("POST", "/v1/completions", body.dump(), "application/json", {});
-      status[i] = r.status;
-      dest[i] = std::string(r.header("x-gateway-destination-endpoint"));
-    });
-    for (int w = 0; w < 100 && in_flight() < base + i + 1; ++w) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    bodies.push_back({{"model", stack_->model},
+                      {"prompt", i == 0 ? words(1500, "long") : words(5, "short" + std::to_string(i))},
+                      {"max_tokens", 2}, {"stream", true}});
   }
-  for (auto& t : threads) {
-    t.join();
-  }
+  auto results = send_while_earlier_in_flight(*stack_, bodies, {});
   for (int i = 0; i < kRequests; ++i) {
-    ASSERT_EQ(status[i], 200) << "request " << i;
+    ASSERT_EQ(results[i].status, 200) << "request " << i;
   }
   for (int i = 1; i < kRequests; ++i) {
-    EXPECT_NE(dest[i], dest[0]) << "short request " << i << " queued behind the long prompt";
+    EXPECT_NE(results[i].destination, results[0].destination)
+        << "short request " << i << " queued behind the long prompt";
   }
   std::string m = stack_->metrics();
   EXPECT_GE(metric_sum(m, "llmd_epp_scheduling_predictions_total{used=\"true\"}"), kRequests) << m;

@@ -245,32 +245,17 @@ std::vector<std::string> hopeless_destinations(const TempDir& dir, std::unique_p
     EXPECT_EQ(stack->complete(words(10, "warm" + std::to_string(i)), 2).status, 200);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  auto in_flight = [&] { return metric_sum(stack->metrics(), "llmd_epp_pod_in_flight{"); };
-  const double base = in_flight();
   constexpr int kHopeless = 4;
-  std::vector<std::string> dest(kHopeless);
-  std::vector<int> status(kHopeless, 0);
-  std::vector<std::thread> threads;
+  std::vector<Json> bodies;
   for (int i = 0; i < kHopeless; ++i) {
-    threads.emplace_back([&, i] {
-      http::HttpClient c("127.0.0.1", stack->epp_port, std::chrono::seconds(60));
-      Json body = {{"model", stack->model}, {"prompt", words(40, "hopeless" + std::to_string(i))},
-                   {"max_tokens", 600}, {"stream", true}};
-      auto r = c.request("POST", "/v1/completions", body.dump(), "application/json",
-                         {{"x-slo-ttft-ms", "0.001"}, {"x-slo-tpot-ms", "0.001"}});
-      status[i] = r.status;
-      dest[i] = std::string(r.header("x-gateway-destination-endpoint"));
-    });
-    // One decision at a time, each seeing the ones before it in flight.
-    for (int w = 0; w < 200 && in_flight() < base + i + 1; ++w) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    bodies.push_back({{"model", stack->model}, {"prompt", words(40, "hopeless" + std::to_string(i))},
+                      {"max_tokens", 600}, {"stream", true}});
   }
-  for (auto& th : threads) {
-    th.join();
-  }
-  for (int i = 0; i < kHopeless; ++i) {
-    EXPECT_EQ(status[i], 200) << "request " << i;
+  std::vector<std::string> dest;
+  for (const auto& r : send_while_earlier_in_flight(
+           *stack, bodies, {{"x-slo-ttft-ms", "0.001"}, {"x-slo-tpot-ms", "0.001"}})) {
+    EXPECT_EQ(r.status, 200);
+    dest.push_back(r.destination);
   }
   return dest;
 }

@@ -219,6 +219,35 @@ inline double metric_sum(const std::string& text, const std::string& prefix) {
   return total;
 }
 
+// Sends each body to the EPP's /v1/completions on its own connection, the next one only once
+// the EPP counts the earlier ones in flight (so every scheduling decision sees them), and waits
+// for all. Returns each response's status and x-gateway-destination-endpoint.
+struct DispatchResult {
+  int status = 0;
+  std::string destination;
+};
+inline std::vector<DispatchResult> send_while_earlier_in_flight(
+    Stack& stack, const std::vector<Json>& bodies, const std::vector<http::Header>& headers) {
+  auto in_flight = [&] { return metric_sum(stack.metrics(), "llmd_epp_pod_in_flight{"); };
+  const double base = in_flight();
+  std::vector<DispatchResult> out(bodies.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < bodies.size(); ++i) {
+    threads.emplace_back([&, i] {
+      http::HttpClient c("127.0.0.1", stack.epp_port, std::chrono::seconds(60));
+      auto r = c.request("POST", "/v1/completions", bodies[i].dump(), "application/json", headers);
+      out[i] = {r.status, std::string(r.header("x-gateway-destination-endpoint"))};
+    });
+    for (int w = 0; w < 400 && in_flight() < base + static_cast<double>(i) + 1; ++w) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  return out;
+}
+
 inline std::string words(int n, const std::string& seed) {
   std::string out;
   for (int i = 0; i < n; ++i) {
