@@ -19,8 +19,8 @@
 
 namespace llmd::testing {
 
-// A block of `n` consecutive free ports below the kernel's ephemeral range, so that the
-// free_port() picks of the other processes can never land inside it.
+// A block of `n` consecutive free ports in [20000, 30000): below the kernel's ephemeral range
+// (no outgoing connection lands inside it) and above free_port()'s range.
 inline uint16_t free_port_block(int n) {
   static std::mt19937 rng{std::random_device{}()};
   for (int attempt = 0; attempt < 200; ++attempt) {

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -20,17 +21,26 @@
 
 namespace llmd::testing {
 
+// Ports come from [10000, 20000), below the kernel's ephemeral range (32768+): a port picked
+// from the ephemeral range can be taken, between the pick and the server's bind, by any
+// outgoing connection of the parallel tests (CI saw "Address already in use" that way).
+// free_port_block() (stack_fixture.h) uses [20000, 30000), so the two never overlap.
 uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  thread_local std::mt19937 rng{std::random_device{}()};
+  for (int attempt = 0; attempt < 500; ++attempt) {
+    auto port = static_cast<uint16_t>(10000 + rng() % 10000);
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    ::close(fd);
+    if (ok) {
+      return port;
+    }
+  }
+  throw std::runtime_error("free_port: no free port in [10000, 20000)");
 }
 
 std::string binary(const std::string& relative) {
