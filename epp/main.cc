@@ -216,6 +216,10 @@ int run(int argc, char** argv) {
   auto& in_flight_family = prometheus::BuildGauge().Name("llmd_epp_pod_in_flight").Help(
       "Requests this EPP dispatched to a ready pod that have not finished (its exact "
       "bookkeeping)").Register(registry);
+  auto& residual_family = prometheus::BuildGauge().Name("llmd_epp_pod_latency_residual_factor").Help(
+      "What this pod's predicted TTFT / TPOT is multiplied by: how much slower (> 1) or faster "
+      "than its pool's other pods it has been against the model (1 = no significant "
+      "difference; applied with podResidualCorrection)").Register(registry);
   auto& routing_family = prometheus::BuildGauge().Name("llmd_epp_latency_routing_target").Help(
       "Model-level latency routing per rule and target: rolling average response time (ms), "
       "samples in the window, fast (1 = receives traffic)").Register(registry);
@@ -241,6 +245,8 @@ int run(int argc, char** argv) {
       kv += e.metrics.kv_cache_usage;
       q += static_cast<double>(e.metrics.waiting);
       in_flight_family.Add({{"pod", e.name}}).Set(static_cast<double>(e.dispatched));
+      residual_family.Add({{"pod", e.name}, {"latency", "ttft"}}).Set(e.ttft_residual_factor);
+      residual_family.Add({{"pod", e.name}, {"latency", "tpot"}}).Set(e.tpot_residual_factor);
     }
     ready_g.Set(static_cast<double>(c.size()));
     kv_g.Set(c.empty() ? 0 : kv / static_cast<double>(c.size()));

@@ -55,6 +55,22 @@ void PodRegistry::mark_unhealthy(const std::string& name, std::chrono::milliseco
 
 std::vector<Endpoint> PodRegistry::candidates(std::chrono::steady_clock::time_point now) const {
   std::lock_guard lock(mu_);
+  // Per pool, the mean residual of its pods with enough observations (sum, count).
+  struct PoolMeans {
+    double ttft = 0, tpot = 0;
+    int ttft_n = 0, tpot_n = 0;
+  };
+  std::map<std::string, PoolMeans> pools;
+  for (const auto& [name, s] : pods_) {
+    auto it = s.config.labels.find("pool");
+    auto& m = pools[it == s.config.labels.end() ? std::string() : it->second];
+    if (s.ttft_residual.counts()) {
+      m.ttft += s.ttft_residual.mean(), ++m.ttft_n;
+    }
+    if (s.tpot_residual.counts()) {
+      m.tpot += s.tpot_residual.mean(), ++m.tpot_n;
+    }
+  }
   std::vector<Endpoint> out;
   out.reserve(pods_.size());
   for (const auto& [name, s] : pods_) {
@@ -72,6 +88,13 @@ std::vector<Endpoint> PodRegistry::candidates(std::chrono::steady_clock::time_po
     if (s.predicted_ttft_ms && now - s.predicted_at <= staleness_) {
       e.last_predicted_ttft_ms = s.predicted_ttft_ms;
     }
+    const PoolMeans& m = pools[e.pool()];
+    if (m.ttft_n > 0) {
+      e.ttft_residual_factor = s.ttft_residual.factor(m.ttft / m.ttft_n, now);
+    }
+    if (m.tpot_n > 0) {
+      e.tpot_residual_factor = s.tpot_residual.factor(m.tpot / m.tpot_n, now);
+    }
     out.push_back(std::move(e));
   }
   return out;
@@ -85,6 +108,26 @@ void PodRegistry::record_predicted_ttft(const std::string& name, double ttft_ms,
     it->second.predicted_ttft_ms = ttft_ms;
     it->second.predicted_at = now;
   }
+}
+
+template <PodResidual PodRegistry::State::*Member>
+void PodRegistry::observe(const std::string& name, double model_ms, double actual_ms,
+                          std::chrono::steady_clock::time_point now) {
+  std::lock_guard lock(mu_);
+  auto it = pods_.find(name);
+  if (it != pods_.end()) {
+    (it->second.*Member).add(model_ms, actual_ms, now);
+  }
+}
+
+void PodRegistry::observe_ttft(const std::string& name, double model_ms, double actual_ms,
+                               std::chrono::steady_clock::time_point now) {
+  observe<&State::ttft_residual>(name, model_ms, actual_ms, now);
+}
+
+void PodRegistry::observe_tpot(const std::string& name, double model_ms, double actual_ms,
+                               std::chrono::steady_clock::time_point now) {
+  observe<&State::tpot_residual>(name, model_ms, actual_ms, now);
 }
 
 std::size_t PodRegistry::ready_count(std::chrono::steady_clock::time_point now) const {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "epp/datastore/pod_residual.h"
 #include "epp/interface/endpoint.h"
 
 namespace llmd::epp {
@@ -51,6 +52,12 @@ class PodRegistry {
   // Latest predicted TTFT of a pod (from a scheduling cycle); forgotten after `staleness`.
   void record_predicted_ttft(const std::string& name, double ttft_ms,
                              std::chrono::steady_clock::time_point now);
+  // What a pod measured against what the model predicted for it (PodResidual): candidates()
+  // then carry each pod's residual factors against its pool's (label `pool`) other pods.
+  void observe_ttft(const std::string& name, double model_ms, double actual_ms,
+                    std::chrono::steady_clock::time_point now);
+  void observe_tpot(const std::string& name, double model_ms, double actual_ms,
+                    std::chrono::steady_clock::time_point now);
 
  private:
   struct State {
@@ -63,7 +70,11 @@ class PodRegistry {
     std::chrono::steady_clock::time_point excluded_until{};
     std::optional<double> predicted_ttft_ms;
     std::chrono::steady_clock::time_point predicted_at{};
+    PodResidual ttft_residual, tpot_residual;
   };
+  template <PodResidual State::*Member>
+  void observe(const std::string& name, double model_ms, double actual_ms,
+               std::chrono::steady_clock::time_point now);
   std::chrono::milliseconds staleness_;
   mutable std::mutex mu_;
   std::map<std::string, State> pods_;  // guarded by mu_

@@ -45,13 +45,11 @@ std::vector<Json> completion_entries(const CompletedRequest& done, bool streamin
     }
     return out;
   }
-  if (done.request.streaming && done.first_token && done.completion_tokens &&
-      *done.completion_tokens > 1 && done.e2e_ms > done.ttft_ms) {
+  if (auto measured = done.measured_tpot_ms()) {
     f.num_tokens_generated = *done.completion_tokens;
     Json tpot = features::feature_input_to_json(f);
     tpot["actual_ttft_ms"] = 0.0;
-    tpot["actual_tpot_ms"] =
-        (done.e2e_ms - done.ttft_ms) / static_cast<double>(*done.completion_tokens - 1);
+    tpot["actual_tpot_ms"] = *measured;
     if (done.pod.latency) {
       tpot["predicted_tpot_ms"] = done.pod.latency->predicted_tpot_ms;
     }

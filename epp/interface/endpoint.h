@@ -38,6 +38,11 @@ struct Endpoint {
   // load signal for the router queue's predictedTtftMs limit; never used as this cycle's
   // prediction).
   std::optional<double> last_predicted_ttft_ms;
+  // How much slower (> 1) or faster (< 1) than its pool's other pods this pod's first tokens
+  // and output tokens came, against the model's predictions (PodResidual): the pod effect the
+  // shared model cannot see. 1 = no significant difference.
+  double ttft_residual_factor = 1.0;
+  double tpot_residual_factor = 1.0;
 
   // Attributes written by data producers; absent = the producer did not run or had no data,
   // whose meaning each consumer documents (e.g. no prefix info -> score 0).

@@ -103,6 +103,16 @@ struct CompletedRequest {
   // The prefix index learns it so the next turn matches the pod that holds the answer.
   std::string continuation_prompt;
   int attempts = 1;
+
+  // A stream's time per output token after the first: (e2e - TTFT) / (tokens - 1), for a
+  // streamed request with a first token and more than one token that took longer than its TTFT.
+  std::optional<double> measured_tpot_ms() const {
+    if (!request.streaming || !first_token || !completion_tokens || *completion_tokens <= 1 ||
+        !(e2e_ms > ttft_ms)) {
+      return std::nullopt;
+    }
+    return (e2e_ms - ttft_ms) / static_cast<double>(*completion_tokens - 1);
+  }
 };
 
 // Told once per dispatched request when its first token arrives (streaming responses only,

@@ -88,6 +88,10 @@ void PodAttempt::first_token(TimePoint now) {
   done_.ttft_ms = ms_between(dispatched_, now);
   if (is_pod() && services_->registry != nullptr) {
     services_->registry->on_first_token(done_.pod.name, uncached_tokens_, max_tokens_);
+    if (done_.pod.latency && done_.pod.latency->model_ttft_ms > 0) {
+      services_->registry->observe_ttft(done_.pod.name, done_.pod.latency->model_ttft_ms,
+                                        done_.ttft_ms, now);
+    }
   }
   if (services_->sink != nullptr) {
     services_->sink->on_first_token(done_);
@@ -129,6 +133,13 @@ void PodAttempt::end(bool success, int status, TimePoint now) {
   }
   done_.success = success;
   done_.status = status;
+  if (success && is_pod() && services_->registry != nullptr && done_.pod.latency &&
+      done_.pod.latency->model_tpot_ms > 0) {
+    if (auto tpot = done_.measured_tpot_ms()) {
+      services_->registry->observe_tpot(done_.pod.name, done_.pod.latency->model_tpot_ms, *tpot,
+                                        now);
+    }
+  }
   if (services_->sink != nullptr) {
     services_->sink->on_completed(done_);
   }

@@ -1,5 +1,6 @@
 #include "epp/plugins/producer/predicted_latency/predicted_latency_producer.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <spdlog/spdlog.h>
@@ -20,7 +21,9 @@ PluginOrError PredictedLatencyProducer::create(const std::string& name,
                                                const Handle& handle) {
   Config c;
   ParamReader r(params);
-  r.get("predictionDeadlineMs", c.predictionDeadlineMs).get("streamingMode", c.streamingMode);
+  r.get("predictionDeadlineMs", c.predictionDeadlineMs)
+      .get("streamingMode", c.streamingMode)
+      .get("podResidualCorrection", c.podResidualCorrection);
   if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
   }
@@ -44,18 +47,23 @@ PredictedLatencyProducer::PredictedLatencyProducer(std::string name, Config conf
 LatencyPredictionInfo PredictedLatencyProducer::info_for(const SchedulingRequest& request,
                                                          const Endpoint& e,
                                                          const Prediction& p) const {
+  const bool per_pod = config_.podResidualCorrection;
   LatencyPredictionInfo info;
-  info.predicted_ttft_ms = p.ttft_ms;
-  info.predicted_tpot_ms = p.tpot_ms;
+  const double ttft = p.ttft_ms * (per_pod ? e.ttft_residual_factor : 1.0);
+  const double tpot = p.tpot_ms * (per_pod ? e.tpot_residual_factor : 1.0);
+  info.model_ttft_ms = p.ttft_ms;
+  info.model_tpot_ms = p.tpot_ms;
+  info.predicted_ttft_ms = ttft;
+  info.predicted_tpot_ms = tpot;
   // Without a TTFT SLO the headroom is -predicted: still orders pods by predicted TTFT.
-  info.ttft_headroom_ms = request.slo_ttft_ms.value_or(0.0) - p.ttft_ms;
-  info.ttft_valid = !request.slo_ttft_ms || p.ttft_ms < *request.slo_ttft_ms;
+  info.ttft_headroom_ms = request.slo_ttft_ms.value_or(0.0) - ttft;
+  info.ttft_valid = !request.slo_ttft_ms || ttft < *request.slo_ttft_ms;
   // TPOT means nothing for non-streaming requests (and is untrained in non-streaming mode) and
   // prefill pods generate no tokens: neutral (valid, headroom 0) so it cannot skew tiers.
   bool neutral = !config_.streamingMode || !request.streaming || e.role() == "prefill";
   if (!neutral && request.slo_tpot_ms) {
-    info.tpot_headroom_ms = *request.slo_tpot_ms - p.tpot_ms;
-    info.tpot_valid = p.tpot_ms < *request.slo_tpot_ms;
+    info.tpot_headroom_ms = *request.slo_tpot_ms - tpot;
+    info.tpot_valid = tpot < *request.slo_tpot_ms;
   }
   return info;
 }
@@ -90,8 +98,29 @@ void PredictedLatencyProducer::apply(const CycleContext& ctx, std::vector<Endpoi
                  predictions->size(), endpoints.size());
     return;
   }
+  // Equal predictions for every pod (the constant of a model not trained yet, or pods in
+  // identical states) are no model of what the pod then does: not compared with it.
+  const auto& ps = *predictions;
+  const bool tie = ps.size() > 1 && std::all_of(ps.begin(), ps.end(), [&](const Prediction& p) {
+                     return p.ttft_ms == ps.front().ttft_ms;
+                   });
+  std::string scaled;  // the pods whose predictions the residual factors changed (debug log)
   for (std::size_t i = 0; i < endpoints.size(); ++i) {
-    endpoints[i].latency = info_for(ctx.request, endpoints[i], (*predictions)[i]);
+    const Endpoint& e = endpoints[i];
+    endpoints[i].latency = info_for(ctx.request, e, ps[i]);
+    if (tie) {
+      endpoints[i].latency->model_ttft_ms = endpoints[i].latency->model_tpot_ms = 0;
+    }
+    if (config_.podResidualCorrection &&
+        (e.ttft_residual_factor != 1.0 || e.tpot_residual_factor != 1.0) &&
+        spdlog::should_log(spdlog::level::debug)) {
+      scaled += fmt::format(" {} ttft x{:.2f} tpot x{:.2f}", e.name, e.ttft_residual_factor,
+                            e.tpot_residual_factor);
+    }
+  }
+  if (!scaled.empty()) {
+    spdlog::debug("{} '{}': request {}: pod residual factors:{}", kType, name(),
+                  ctx.request.request_id, scaled);
   }
 }
 

@@ -30,6 +30,9 @@ class PredictedLatencyProducer final : public PluginBase<DataProducer> {
     // false: the pool is trained without TPOT samples (non-streaming mode), so TPOT is
     // neutralised for every request, as it always is for non-streaming requests.
     bool streamingMode = true;
+    // Scale each pod's predicted TTFT and TPOT by its residual factors (PodResidual: how much
+    // slower or faster than its pool's other pods it has been against the model).
+    bool podResidualCorrection = false;
     std::string validate() const;
   };
 
@@ -45,7 +48,8 @@ class PredictedLatencyProducer final : public PluginBase<DataProducer> {
   std::vector<AttributeKey> produces() const override { return {AttributeKey::kLatencyPrediction}; }
   std::vector<AttributeKey> consumes() const override { return {AttributeKey::kPrefixCacheMatch}; }
 
-  // Headroom and validity of one prediction under the request's SLOs (spec section 2 step 2).
+  // Headroom and validity of one prediction under the request's SLOs (spec section 2 step 2),
+  // scaled by the pod's residual factors when podResidualCorrection is on.
   LatencyPredictionInfo info_for(const SchedulingRequest& request, const Endpoint& e,
                                  const Prediction& p) const;
 

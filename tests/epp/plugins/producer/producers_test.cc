@@ -210,6 +210,44 @@ TEST_F(PredictedLatencyProducerTest, TpotNeutralisedForNonStreamingAndPrefillPod
   EXPECT_DOUBLE_EQ(eps[0].latency->tpot_headroom_ms, 0);
 }
 
+TEST_F(PredictedLatencyProducerTest, PodResidualFactorsScalePredictionsAndHeadroomWhenEnabled) {
+  services_.source.answers = {{100, 10}, {90, 12}};
+  SchedulingRequest req = testing::request();
+  req.streaming = true;
+  req.slo_ttft_ms = 150;
+  req.slo_tpot_ms = 15;
+  Endpoint slow = pod("slow");
+  slow.ttft_residual_factor = 2.0;
+  slow.tpot_residual_factor = 1.5;
+  auto eps = run(*make({{"podResidualCorrection", true}}), req, {slow, pod("fast")});
+  ASSERT_TRUE(eps[0].latency && eps[1].latency);
+  EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 200);
+  EXPECT_DOUBLE_EQ(eps[0].latency->predicted_tpot_ms, 15);
+  EXPECT_DOUBLE_EQ(eps[0].latency->ttft_headroom_ms, -50);
+  EXPECT_FALSE(eps[0].latency->ttft_valid);
+  EXPECT_FALSE(eps[0].latency->tpot_valid);
+  // What the pod's measurements are compared with stays the model's own value.
+  EXPECT_DOUBLE_EQ(eps[0].latency->model_ttft_ms, 100);
+  EXPECT_DOUBLE_EQ(eps[0].latency->model_tpot_ms, 10);
+  EXPECT_DOUBLE_EQ(eps[1].latency->predicted_ttft_ms, 90);
+
+  // Off (the plugin's default, as upstream): the model's values as they are.
+  eps = run(*make(), req, {slow, pod("fast")});
+  EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 100);
+  EXPECT_TRUE(eps[0].latency->ttft_valid);
+
+  // The same prediction for every pod (the untrained model's constant) is no model of what
+  // the pod then does: still scaled, but not compared with the pod's measurement.
+  services_.source.answers = {{100, 10}, {100, 10}};
+  eps = run(*make({{"podResidualCorrection", true}}), req, {slow, pod("fast")});
+  EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 200);
+  EXPECT_DOUBLE_EQ(eps[0].latency->model_ttft_ms, 0);
+  EXPECT_DOUBLE_EQ(eps[0].latency->model_tpot_ms, 0);
+  EXPECT_FALSE(PredictedLatencyProducer::create("pl", {{"podResidualCorrection", "yes"}},
+                                                services_.handle())
+                   .plugin);
+}
+
 TEST_F(PredictedLatencyProducerTest, WritesNothingWhenDisabledOrNoAnswer) {
   auto p = make({{"predictionDeadlineMs", 20}});
   SchedulingRequest req = testing::request();
