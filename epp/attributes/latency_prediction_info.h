@@ -7,16 +7,16 @@ namespace llmd::epp {
 
 struct LatencyPredictionInfo {
   double predicted_ttft_ms = 0;
-  // The model's own values before the pod's residual factors (what the pod's measured latency
-  // is compared with); 0 = not comparable (the model could not tell the pods apart).
-  double model_ttft_ms = 0;
-  double model_tpot_ms = 0;
   double predicted_tpot_ms = 0;
   // SLO - predicted; without an SLO header TTFT headroom = -predicted TTFT and TPOT headroom 0.
   double ttft_headroom_ms = 0;
   double tpot_headroom_ms = 0;
   bool ttft_valid = true;  // predicted < SLO (true without SLO)
   bool tpot_valid = true;  // TPOT is neutralised (valid, headroom 0) for non-streaming and prefill
+  // The model's own values before the pod's residual factors (what the pod's measured latency
+  // is compared with); 0 = not comparable (the model could not tell the pods apart).
+  double model_ttft_ms = 0;
+  double model_tpot_ms = 0;
   bool both_valid() const { return ttft_valid && tpot_valid; }
 };
 
