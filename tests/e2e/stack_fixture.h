@@ -3,11 +3,6 @@
 // binaries on free ports, always stopped. Used by the EPP end-to-end tests.
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <fstream>
 #include <random>
 #include <memory>
@@ -27,13 +22,7 @@ inline uint16_t free_port_block(int n) {
     uint16_t base = static_cast<uint16_t>(20000 + rng() % 10000);
     bool ok = true;
     for (int i = 0; i < n && ok; ++i) {
-      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      addr.sin_port = htons(static_cast<uint16_t>(base + i));
-      ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-      ::close(fd);
+      ok = loopback_port_free(static_cast<uint16_t>(base + i));
     }
     if (ok) {
       return base;

@@ -25,18 +25,22 @@ namespace llmd::testing {
 // from the ephemeral range can be taken, between the pick and the server's bind, by any
 // outgoing connection of the parallel tests (CI saw "Address already in use" that way).
 // free_port_block() (stack_fixture.h) uses [20000, 30000), so the two never overlap.
+bool loopback_port_free(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
 uint16_t free_port() {
   thread_local std::mt19937 rng{std::random_device{}()};
   for (int attempt = 0; attempt < 500; ++attempt) {
     auto port = static_cast<uint16_t>(10000 + rng() % 10000);
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port);
-    bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    ::close(fd);
-    if (ok) {
+    if (loopback_port_free(port)) {
       return port;
     }
   }

@@ -12,6 +12,8 @@ namespace llmd::testing {
 
 // A port that was free a moment ago on 127.0.0.1.
 uint16_t free_port();
+// True when a TCP socket can bind 127.0.0.1:`port` right now.
+bool loopback_port_free(uint16_t port);
 // Path of a built executable, e.g. binary("trainer/trainer").
 std::string binary(const std::string& relative);
 // A fresh empty directory under /tmp, removed by the destructor.
