@@ -23,18 +23,21 @@ bool is_gated(const std::string& name) { return name.ends_with("_gated"); }
 
 }  // namespace
 
-double CompiledModel::predict(const features::FeatureInput& in) const {
+double CompiledModel::predict(const features::FeatureInput& in, double* point) const {
   float row[features::kMaxColumns];
   features::fill_row(in, set, row);
   float margin = forest.predict_margin(row);
   if (linear) {
     margin += linear->margin(row);
   }
+  if (point != nullptr) {
+    *point = transform.to_point_ms(margin);
+  }
   return transform.to_ms(margin);
 }
 
 void CompiledModel::predict_rows(const features::FeatureInput* rows, const uint32_t* index,
-                                 std::size_t count, double* out) const {
+                                 std::size_t count, double* out, double* point) const {
   thread_local std::vector<float> matrix;
   thread_local std::vector<float> margins;
   const std::size_t cols = features::columns(set).size();
@@ -52,10 +55,15 @@ void CompiledModel::predict_rows(const features::FeatureInput* rows, const uint3
   for (std::size_t k = 0; k < count; ++k) {
     out[index[k]] = transform.to_ms(margins[k]);
   }
+  if (point != nullptr) {
+    for (std::size_t k = 0; k < count; ++k) {
+      point[index[k]] = transform.to_point_ms(margins[k]);
+    }
+  }
 }
 
 void CompiledTarget::predict_batch(const features::FeatureInput* rows, std::size_t n,
-                                   double* out) const {
+                                   double* out, double* point) const {
   thread_local std::vector<uint32_t> first;
   thread_local std::vector<uint32_t> second;
   first.clear();
@@ -65,18 +73,18 @@ void CompiledTarget::predict_batch(const features::FeatureInput* rows, std::size
     (gated && features::is_queued(rows[i]) ? second : first).push_back(i);
   }
   if (gated) {
-    noqueue->predict_rows(rows, first.data(), first.size(), out);
-    queued->predict_rows(rows, second.data(), second.size(), out);
+    noqueue->predict_rows(rows, first.data(), first.size(), out, point);
+    queued->predict_rows(rows, second.data(), second.size(), out, point);
   } else {
-    base->predict_rows(rows, first.data(), first.size(), out);
+    base->predict_rows(rows, first.data(), first.size(), out, point);
   }
 }
 
-double CompiledTarget::predict(const features::FeatureInput& in) const {
+double CompiledTarget::predict(const features::FeatureInput& in, double* point) const {
   if (noqueue && queued) {
-    return (features::is_queued(in) ? queued : noqueue)->predict(in);
+    return (features::is_queued(in) ? queued : noqueue)->predict(in, point);
   }
-  return base->predict(in);
+  return base->predict(in, point);
 }
 
 CompiledFile compile_model_file(const std::string& name, std::string_view bytes) {

@@ -53,7 +53,10 @@ class Handlers {
     }
     fmt::memory_buffer out;
     const std::string meta = prediction_meta(*models);
-    write_prediction(out, models->ttft.predict(row), models->tpot.predict(row), meta);
+    double ttft_expected = 0, tpot_expected = 0;
+    const double ttft = models->ttft.predict(row, &ttft_expected);
+    const double tpot = models->tpot.predict(row, &tpot_expected);
+    write_prediction(out, ttft, tpot, ttft_expected, tpot_expected, meta);
     rows_.Increment();
     return Response::text(200, fmt::to_string(out), "application/json");
   }
@@ -99,18 +102,19 @@ class Handlers {
       return not_ready_bulk(rows, started);
     }
     const std::string meta = prediction_meta(*models);
-    thread_local std::vector<double> ttft;
-    thread_local std::vector<double> tpot;
+    thread_local std::vector<double> ttft, tpot, ttft_expected, tpot_expected;
     ttft.resize(rows.size());
     tpot.resize(rows.size());
-    models->ttft.predict_batch(rows.data(), rows.size(), ttft.data());
-    models->tpot.predict_batch(rows.data(), rows.size(), tpot.data());
+    ttft_expected.resize(rows.size());
+    tpot_expected.resize(rows.size());
+    models->ttft.predict_batch(rows.data(), rows.size(), ttft.data(), ttft_expected.data());
+    models->tpot.predict_batch(rows.data(), rows.size(), tpot.data(), tpot_expected.data());
     out.append(std::string_view("{\"predictions\":["));
     for (std::size_t i = 0; i < rows.size(); ++i) {
       if (i > 0) {
         out.push_back(',');
       }
-      write_prediction(out, ttft[i], tpot[i], meta);
+      write_prediction(out, ttft[i], tpot[i], ttft_expected[i], tpot_expected[i], meta);
     }
     rows_.Increment(static_cast<double>(rows.size()));
     fmt::format_to(std::back_inserter(out),
@@ -195,9 +199,16 @@ class Handlers {
         util::now_rfc3339(), info_.objective_type, info_.quantile, last_load(m).dump());
   }
 
+  // ttft_ms / tpot_ms: the model's output (its quantile under the quantile objective), as the
+  // reference; ours adds the central estimates (the median under the quantile objective), which
+  // rank pods and are what live error is measured against (clients ignore unknown keys).
   static void write_prediction(fmt::memory_buffer& out, double ttft, double tpot,
+                               double ttft_expected, double tpot_expected,
                                const std::string& meta) {
-    fmt::format_to(std::back_inserter(out), "{{\"ttft_ms\":{},\"tpot_ms\":{}", ttft, tpot);
+    fmt::format_to(std::back_inserter(out),
+                   "{{\"ttft_ms\":{},\"tpot_ms\":{},\"ttft_expected_ms\":{},"
+                   "\"tpot_expected_ms\":{}",
+                   ttft, tpot, ttft_expected, tpot_expected);
     out.append(meta);
   }
 
@@ -225,8 +236,7 @@ class Handlers {
   prometheus::Counter& rows_;
 };
 
-http::Router make_router(const std::shared_ptr<Handlers>& h, const PredictorInfo& info,
-                         prometheus::Registry& registry);
+http::Router make_router(const std::shared_ptr<Handlers>& h, prometheus::Registry& registry);
 
 }  // namespace
 
@@ -234,7 +244,7 @@ PredictorHttp make_predictor_http(ModelStore& store, ModelSync& sync, const Pred
                                   prometheus::Registry& registry) {
   auto h = std::make_shared<Handlers>(store, sync, info, registry);
   PredictorHttp out;
-  out.router = make_router(h, info, registry);
+  out.router = make_router(h, registry);
   auto router = std::make_shared<http::Router>(out.router);
   out.handler = [h, router, &sync, token = info.admin_token](http::Request&& req,
                                                        http::ResponseStreamPtr stream) {
@@ -253,8 +263,7 @@ PredictorHttp make_predictor_http(ModelStore& store, ModelSync& sync, const Pred
 
 namespace {
 
-http::Router make_router(const std::shared_ptr<Handlers>& h, const PredictorInfo& info,
-                         prometheus::Registry& registry) {
+http::Router make_router(const std::shared_ptr<Handlers>& h, prometheus::Registry& registry) {
   metrics::HttpMetrics m(registry, "llmd_predictor");
   http::Router r;
   auto add = [&](const char* method, const char* path, auto fn) {

@@ -86,7 +86,8 @@ struct TrainerService::Metrics {
                      .Register(r)),
         live_ape(prometheus::BuildGauge()
                      .Name("llmd_trainer_live_prediction_ape_percent")
-                     .Help("EWMA of |predicted-actual|/actual for predictions reported by the EPP")
+                     .Help("EWMA of |predicted-actual|/actual for predictions reported by the EPP "
+                           "(of expected_*_ms, the central estimate, when the EPP sends it)")
                      .Register(r)),
         live_coverage(prometheus::BuildGauge()
                           .Name("llmd_trainer_live_prediction_coverage_percent")
@@ -354,11 +355,15 @@ void TrainerService::add_entries_locked(const std::vector<features::TrainingEntr
     store_.add(e.features, e.actual_ttft_ms, e.actual_tpot_ms, placed);
     const double actual[2] = {e.actual_ttft_ms, e.actual_tpot_ms};
     const double predicted[2] = {e.predicted_ttft_ms, e.predicted_tpot_ms};
+    const double expected[2] = {e.expected_ttft_ms, e.expected_tpot_ms};
     for (int i = 0; i < 2; ++i) {
       if (actual[i] > 0) {
         metrics_->ingested_by[i]->Increment();
         if (predicted[i] >= 0) {
-          double ape = 100.0 * std::fabs(predicted[i] - actual[i]) / actual[i];
+          // Error of the central estimate when the EPP sent it (a quantile bound is off the
+          // actual by its spread even when exact); coverage is the bound's.
+          const double estimate = expected[i] >= 0 ? expected[i] : predicted[i];
+          double ape = 100.0 * std::fabs(estimate - actual[i]) / actual[i];
           double& ewma = metrics_->live_ewma[i];
           ewma = ewma < 0 ? ape : 0.98 * ewma + 0.02 * ape;
           metrics_->live[i]->Set(ewma);

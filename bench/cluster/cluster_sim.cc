@@ -353,7 +353,7 @@ class ClusterRun {
           p.key = kInf;
           events.clear();
           p.engine.advance_to(now_, events);
-          handle_events(static_cast<int>(ev.id), events);
+          handle_events(events);
           reschedule(static_cast<int>(ev.id));
           break;
         }
@@ -674,12 +674,14 @@ class ClusterRun {
       if (f.picked.latency) {
         r.predicted_ttft_ms = f.picked.latency->predicted_ttft_ms;
         r.predicted_tpot_ms = f.picked.latency->predicted_tpot_ms;
+        r.expected_ttft_ms = f.picked.latency->expected_ttft_ms;
+        r.expected_tpot_ms = f.picked.latency->expected_tpot_ms;
       }
     }
     Pod& p = pods_[static_cast<std::size_t>(pod)];
     std::vector<sim::SimEvent> events;
     p.engine.advance_to(now_, events);
-    handle_events(pod, events);
+    handle_events(events);
     auto sub = p.engine.submit(std::move(sreq));
     if (!sub.accepted) {
       fail(i, "HTTP 400: " + sub.error);
@@ -710,8 +712,7 @@ class ClusterRun {
     return text;
   }
 
-  void handle_events(int pod, const std::vector<sim::SimEvent>& events) {
-    Pod& p = pods_[static_cast<std::size_t>(pod)];
+  void handle_events(const std::vector<sim::SimEvent>& events) {
     for (const auto& e : events) {
       if (e.type == sim::EventType::kToken) {
         ++result_.token_events;
@@ -765,7 +766,7 @@ class ClusterRun {
     Pod& p = pods_[static_cast<std::size_t>(f.pod)];
     std::vector<sim::SimEvent> events;
     p.engine.advance_to(now_, events);
-    handle_events(f.pod, events);
+    handle_events(events);
     p.engine.abort(id);
     f.attempt->client_gone(vclock(now_));  // the load client gave up
     reschedule(f.pod);
@@ -850,7 +851,14 @@ Dist make_dist(std::vector<double> v) {
 
 namespace {
 
-PredictionQuality quality(const std::vector<std::pair<double, double>>& pa) {
+// One picked pod's prediction against what it did: the bound, the central estimate, actual.
+struct PredictedActual {
+  double bound = 0;
+  double expected = 0;
+  double actual = 0;
+};
+
+PredictionQuality quality(const std::vector<PredictedActual>& pa) {
   PredictionQuality q;
   q.n = pa.size();
   if (pa.empty()) {
@@ -858,9 +866,9 @@ PredictionQuality quality(const std::vector<std::pair<double, double>>& pa) {
   }
   double ape = 0;
   std::size_t covered = 0;
-  for (const auto& [p, a] : pa) {
-    ape += std::fabs(p - a) / a;
-    covered += a <= p ? 1 : 0;
+  for (const auto& x : pa) {
+    ape += std::fabs(x.expected - x.actual) / x.actual;
+    covered += x.actual <= x.bound ? 1 : 0;
   }
   q.mape_percent = 100.0 * ape / static_cast<double>(pa.size());
   q.coverage_percent = 100.0 * static_cast<double>(covered) / static_cast<double>(pa.size());
@@ -875,7 +883,7 @@ Summary summarize_subset(const std::vector<const RequestResult*>& rs, double sta
   double last_end_s = start_s + duration_s;
   s.requests = rs.size();
   std::vector<double> ttft, tpot, ntpot, e2e;
-  std::vector<std::pair<double, double>> pq_ttft, pq_tpot;
+  std::vector<PredictedActual> pq_ttft, pq_tpot;
   double out_tokens = 0, cached = 0, prompt = 0;
   std::size_t met = 0;
   for (const auto* r : rs) {
@@ -898,10 +906,10 @@ Summary summarize_subset(const std::vector<const RequestResult*>& rs, double sta
     cached += static_cast<double>(r->cached_tokens);
     prompt += static_cast<double>(r->prompt_tokens);
     if (r->predicted_ttft_ms >= 0 && r->ttft_ms > 0) {
-      pq_ttft.emplace_back(r->predicted_ttft_ms, r->ttft_ms);
+      pq_ttft.push_back({r->predicted_ttft_ms, r->expected_ttft_ms, r->ttft_ms});
     }
     if (r->predicted_tpot_ms >= 0 && r->tpot_ms > 0) {
-      pq_tpot.emplace_back(r->predicted_tpot_ms, r->tpot_ms);
+      pq_tpot.push_back({r->predicted_tpot_ms, r->expected_tpot_ms, r->tpot_ms});
     }
   }
   s.success_rate = rs.empty() ? 0 : static_cast<double>(s.ok) / static_cast<double>(rs.size());

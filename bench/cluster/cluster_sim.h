@@ -109,6 +109,8 @@ struct RequestResult {
   std::optional<double> slo_tpot_ms;
   double predicted_ttft_ms = -1;  // picked pod's prediction, -1 without
   double predicted_tpot_ms = -1;
+  double expected_ttft_ms = -1;   // picked pod's central estimate (LatencyPredictionInfo)
+  double expected_tpot_ms = -1;
   bool meets_slo() const;   // ok and within both SLOs that were given
 };
 
@@ -161,8 +163,8 @@ Dist make_dist(std::vector<double> values);
 
 struct PredictionQuality {
   std::size_t n = 0;
-  double mape_percent = 0;      // mean |predicted - actual| / actual
-  double coverage_percent = 0;  // actual <= predicted (the models predict the p90)
+  double mape_percent = 0;      // mean |expected - actual| / actual (the central estimate)
+  double coverage_percent = 0;  // actual <= predicted (the bound: the models' p90)
 };
 
 struct Summary {

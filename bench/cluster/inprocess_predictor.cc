@@ -41,13 +41,13 @@ std::optional<std::vector<epp::Prediction>> InProcessPredictor::predict(
     return std::nullopt;
   }
   const std::size_t n = rows.size();
-  std::vector<double> ttft(n), tpot(n);
+  std::vector<double> ttft(n), tpot(n), ttft_point(n), tpot_point(n);
   // The predictor's bulk path (predictor/routes.cc): one blocked forest walk per model.
-  serving_->ttft.predict_batch(rows.data(), n, ttft.data());
-  serving_->tpot.predict_batch(rows.data(), n, tpot.data());
+  serving_->ttft.predict_batch(rows.data(), n, ttft.data(), ttft_point.data());
+  serving_->tpot.predict_batch(rows.data(), n, tpot.data(), tpot_point.data());
   std::vector<epp::Prediction> out(n);
   for (std::size_t i = 0; i < n; ++i) {
-    out[i] = {ttft[i], tpot[i]};
+    out[i] = {ttft[i], tpot[i], ttft_point[i], tpot_point[i]};
   }
   return out;
 }

@@ -52,7 +52,7 @@ void write_prediction_series(const std::filesystem::path& data, const std::strin
     for (const auto* q : qs) {
       a.push_back(q->ttft_ms);
       p.push_back(q->predicted_ttft_ms);
-      ape += std::fabs(q->predicted_ttft_ms - q->ttft_ms) / q->ttft_ms;
+      ape += std::fabs(q->expected_ttft_ms - q->ttft_ms) / q->ttft_ms;
       cov += q->ttft_ms <= q->predicted_ttft_ms ? 1 : 0;
     }
     const Dist da = make_dist(a), dp = make_dist(p);

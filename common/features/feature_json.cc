@@ -38,6 +38,8 @@ bool read_training_entry(const json::Json& obj, json::Loc& loc, json::Errors& er
   out.actual_tpot_ms = json::read_float(obj, "actual_tpot_ms", loc, errors, true, 0, kNonNegative);
   out.predicted_ttft_ms = json::read_float(obj, "predicted_ttft_ms", loc, errors, false, -1, kNonNegative);
   out.predicted_tpot_ms = json::read_float(obj, "predicted_tpot_ms", loc, errors, false, -1, kNonNegative);
+  out.expected_ttft_ms = json::read_float(obj, "expected_ttft_ms", loc, errors, false, -1, kNonNegative);
+  out.expected_tpot_ms = json::read_float(obj, "expected_tpot_ms", loc, errors, false, -1, kNonNegative);
   auto ts = obj.find("timestamp");
   if (ts != obj.end() && !ts->is_null()) {
     if (!ts->is_string() || !util::parse_rfc3339(ts->get<std::string>())) {

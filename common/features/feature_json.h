@@ -16,6 +16,10 @@ struct TrainingEntry {
   double actual_tpot_ms = 0;  // 0 = not observed
   double predicted_ttft_ms = -1;  // < 0 = not sent
   double predicted_tpot_ms = -1;
+  // Ours, optional: the predictor's central estimate that went with predicted_* (the bound).
+  // Live error is measured on it, live coverage on the bound; < 0 = not sent.
+  double expected_ttft_ms = -1;
+  double expected_tpot_ms = -1;
 };
 bool read_training_entry(const json::Json& obj, json::Loc& loc, json::Errors& errors,
                          TrainingEntry& out);

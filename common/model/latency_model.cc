@@ -75,6 +75,12 @@ double OutputTransform::to_ms(float margin) const {
   return v > 0.0 ? v : 0.0;
 }
 
+double OutputTransform::to_point_ms(float margin) const {
+  double m = static_cast<double>(margin);
+  double v = log1p ? std::expm1(m) : m;
+  return v > 0.0 ? v : 0.0;
+}
+
 std::string OutputTransform::to_json() const {
   nlohmann::json j = {{"kind", log1p ? "log1p_location_scale" : "identity"},
                       {"centers", centers},

@@ -37,6 +37,11 @@ struct OutputTransform {
 
   double offset_at(double margin) const;
   double to_ms(float margin) const;  // clipped at 0
+  // The central estimate without the quantile offset: expm1(location), the median of the
+  // location-scale model, for the quantile objective; the value itself for the mean objective.
+  // What ranks pods and what a prediction's error is measured against; to_ms is the bound the
+  // SLO checks need. Clipped at 0.
+  double to_point_ms(float margin) const;
   std::string to_json() const;
   static OutputTransform from_json(const std::string& text);  // throws ModelError
 };

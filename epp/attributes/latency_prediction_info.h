@@ -6,6 +6,8 @@
 namespace llmd::epp {
 
 struct LatencyPredictionInfo {
+  // The model's bound (its alpha-quantile, p90 by default): what SLO validity and headroom use,
+  // and what ranks pods (measured better than the median on the benchmark's blog run).
   double predicted_ttft_ms = 0;
   double predicted_tpot_ms = 0;
   // SLO - predicted; without an SLO header TTFT headroom = -predicted TTFT and TPOT headroom 0.
@@ -17,6 +19,12 @@ struct LatencyPredictionInfo {
   // is compared with); 0 = not comparable (the model could not tell the pods apart).
   double model_ttft_ms = 0;
   double model_tpot_ms = 0;
+  // The model's central estimate (Prediction::ttft_expected_ms; the bound when the predictor
+  // gives none), with the same residual factors: what live error is measured against (a p90
+  // bound is off the actual by its spread even when it is exact). Sent with the training
+  // entries as expected_*_ms.
+  double expected_ttft_ms = 0;
+  double expected_tpot_ms = 0;
   bool both_valid() const { return ttft_valid && tpot_valid; }
 };
 

@@ -37,6 +37,12 @@ struct RequestMetrics::Families {
     ttft_gauge = gauge("ttft_seconds_gauge", "Last observed time to first token");
     predicted_ttft = hist("predicted_ttft_seconds", "Predicted TTFT of the picked pod");
     predicted_ttft_gauge = gauge("predicted_ttft_seconds_gauge", "Last predicted TTFT");
+    expected_ttft = &prometheus::BuildHistogram()
+                         .Name("llmd_epp_request_expected_ttft_seconds")
+                         .Help("Expected TTFT of the picked pod: the model's central estimate "
+                               "(the predicted TTFT is its p90 bound under the quantile "
+                               "objective)")
+                         .Register(r);
     tpot = hist("tpot_seconds", "Observed time per output token");
     tpot_gauge = gauge("tpot_seconds_gauge", "Last observed TPOT");
     predicted_tpot = hist("predicted_tpot_seconds", "Predicted TPOT of the picked pod");
@@ -58,8 +64,8 @@ struct RequestMetrics::Families {
                               "(502/504: no answer)")
                         .Register(r);
   }
-  prometheus::Family<prometheus::Histogram>*ttft, *predicted_ttft, *tpot, *predicted_tpot,
-      *dispatch_delay;
+  prometheus::Family<prometheus::Histogram>*ttft, *predicted_ttft, *expected_ttft, *tpot,
+      *predicted_tpot, *dispatch_delay;
   prometheus::Family<prometheus::Gauge>*ttft_gauge, *predicted_ttft_gauge, *tpot_gauge,
       *predicted_tpot_gauge, *ttft_violation, *tpot_violation, *ttft_threshold, *tpot_threshold;
   prometheus::Family<prometheus::Counter>*ttft_violation_total, *tpot_violation_total, *requests,
@@ -71,6 +77,7 @@ struct RequestMetrics::Children {
     prometheus::Labels l{{"model_name", model}, {"target_model_name", target_model}};
     ttft = &f.ttft->Add(l, kSeconds);
     predicted_ttft = &f.predicted_ttft->Add(l, kSeconds);
+    expected_ttft = &f.expected_ttft->Add(l, kSeconds);
     tpot = &f.tpot->Add(l, kTpotSeconds);
     predicted_tpot = &f.predicted_tpot->Add(l, kTpotSeconds);
     dispatch_delay = &f.dispatch_delay->Add({{"model_name", model}}, kDelaySeconds);
@@ -87,7 +94,8 @@ struct RequestMetrics::Children {
     requests = f.requests;
     model_name = model;
   }
-  prometheus::Histogram *ttft, *predicted_ttft, *tpot, *predicted_tpot, *dispatch_delay;
+  prometheus::Histogram *ttft, *predicted_ttft, *expected_ttft, *tpot, *predicted_tpot,
+      *dispatch_delay;
   prometheus::Gauge *ttft_gauge, *predicted_ttft_gauge, *tpot_gauge, *predicted_tpot_gauge,
       *ttft_violation, *tpot_violation, *ttft_threshold, *tpot_threshold;
   prometheus::Counter *ttft_violation_total, *tpot_violation_total;
@@ -161,6 +169,7 @@ void RequestMetrics::on_completed(const CompletedRequest& done) {
   if (done.pod.latency) {
     c.predicted_ttft->Observe(done.pod.latency->predicted_ttft_ms / 1000.0);
     c.predicted_ttft_gauge->Set(done.pod.latency->predicted_ttft_ms / 1000.0);
+    c.expected_ttft->Observe(done.pod.latency->expected_ttft_ms / 1000.0);
     c.predicted_tpot->Observe(done.pod.latency->predicted_tpot_ms / 1000.0);
     c.predicted_tpot_gauge->Set(done.pod.latency->predicted_tpot_ms / 1000.0);
   }

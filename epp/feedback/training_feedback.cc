@@ -23,6 +23,7 @@ std::optional<Json> first_token_entry(const CompletedRequest& req, bool streamin
   ttft["actual_tpot_ms"] = 0.0;
   if (req.pod.latency) {
     ttft["predicted_ttft_ms"] = req.pod.latency->predicted_ttft_ms;
+    ttft["expected_ttft_ms"] = req.pod.latency->expected_ttft_ms;
   }
   return ttft;
 }
@@ -40,6 +41,7 @@ std::vector<Json> completion_entries(const CompletedRequest& done, bool streamin
       ttft["actual_tpot_ms"] = 0.0;
       if (done.pod.latency) {
         ttft["predicted_ttft_ms"] = done.pod.latency->predicted_ttft_ms;
+        ttft["expected_ttft_ms"] = done.pod.latency->expected_ttft_ms;
       }
       out.push_back(std::move(ttft));
     }
@@ -52,6 +54,7 @@ std::vector<Json> completion_entries(const CompletedRequest& done, bool streamin
     tpot["actual_tpot_ms"] = *measured;
     if (done.pod.latency) {
       tpot["predicted_tpot_ms"] = done.pod.latency->predicted_tpot_ms;
+      tpot["expected_tpot_ms"] = done.pod.latency->expected_tpot_ms;
     }
     out.push_back(std::move(tpot));
   }

@@ -11,8 +11,12 @@
 namespace llmd::epp {
 
 struct Prediction {
-  double ttft_ms = 0;
+  double ttft_ms = 0;  // the model's output: its alpha-quantile under the quantile objective
   double tpot_ms = 0;
+  // The central estimate (the quantile model's median; the mean model's value); < 0 when the
+  // source gives none (a predictor without the field): consumers then use ttft_ms / tpot_ms.
+  double ttft_expected_ms = -1;
+  double tpot_expected_ms = -1;
 };
 
 using PredictionResult = std::optional<std::vector<Prediction>>;

@@ -28,7 +28,9 @@ double unit(double v) { return std::isfinite(v) ? std::clamp(v, 0.0, 1.0) : 0.0;
 // A strict, allocation-free reader for {"predictions":[{"ttft_ms":x,"tpot_ms":y,...},...],...}.
 // It validates the whole document as JSON (strings, escapes, numbers, literals, nesting up to
 // kMaxDepth) but keeps only the two numbers of each prediction; nlohmann's SAX parser took
-// ~7 ms for a 10,000-row answer, this takes a fraction of that. Keys are compared raw, so an
+// ~7 ms for a 10,000-row answer, this takes a fraction of that. ttft_expected_ms /
+// tpot_expected_ms (our predictor's central estimates) are kept when present; a reference
+// predictor sends none. Keys are compared raw, so an
 // escaped spelling of "ttft_ms" does not count (the predictor never escapes its keys).
 class BulkResponseReader {
  public:
@@ -135,12 +137,16 @@ class BulkResponseReader {
         if (!string(&key) || !colon()) {
           return false;
         }
-        const int field = key == "ttft_ms" ? 1 : key == "tpot_ms" ? 2 : 0;
-        if (field != 0) {
-          if (!number(field == 1 ? &out.ttft_ms : &out.tpot_ms)) {
+        double* target = key == "ttft_ms"            ? &out.ttft_ms
+                         : key == "tpot_ms"          ? &out.tpot_ms
+                         : key == "ttft_expected_ms" ? &out.ttft_expected_ms
+                         : key == "tpot_expected_ms" ? &out.tpot_expected_ms
+                                                     : nullptr;
+        if (target != nullptr) {
+          if (!number(target)) {
             return false;
           }
-          have |= field;
+          have |= target == &out.ttft_ms ? 1 : target == &out.tpot_ms ? 2 : 0;
         } else if (!skip_value(3)) {
           return false;
         }

@@ -386,6 +386,15 @@ TEST_F(HeteroPoolStack, ASlowerPodIsMeasuredAgainstTheModelAndItsPredictionsAreS
     }
   }
   EXPECT_GT(logged, 1.25) << "no scheduling cycle scaled pod-3's predicted TTFT";
+
+  // The served quantile models' answers carry their median next to the p90 bound, and the EPP
+  // keeps both for each pick (every pick has both; the medians sum to less).
+  const std::string m = stack_->metrics();
+  const double expected_n = metric_sum(m, "llmd_epp_request_expected_ttft_seconds_count{");
+  EXPECT_EQ(expected_n, metric_sum(m, "inference_objective_request_predicted_ttft_seconds_count{"));
+  EXPECT_GT(expected_n, 0);
+  EXPECT_LT(metric_sum(m, "llmd_epp_request_expected_ttft_seconds_sum{"),
+            metric_sum(m, "inference_objective_request_predicted_ttft_seconds_sum{"));
 }
 
 }  // namespace

@@ -145,6 +145,11 @@ TEST_F(TrainedStack, PredictionsMatchTheTrainerExactly) {
     EXPECT_EQ(p["ttft_ms"].get<double>(), t["ttft_ms"].get<double>()) << rows[i].dump();
     EXPECT_EQ(p["tpot_ms"].get<double>(), t["tpot_ms"].get<double>()) << rows[i].dump();
     EXPECT_EQ(single["ttft_ms"], p["ttft_ms"]);
+    // The central estimate (the quantile model's median) sits under its p90 bound.
+    EXPECT_EQ(single["ttft_expected_ms"], p["ttft_expected_ms"]);
+    EXPECT_GT(p["ttft_expected_ms"].get<double>(), 0) << rows[i].dump();
+    EXPECT_LE(p["ttft_expected_ms"].get<double>(), p["ttft_ms"].get<double>()) << rows[i].dump();
+    EXPECT_LE(p["tpot_expected_ms"].get<double>(), p["tpot_ms"].get<double>()) << rows[i].dump();
     EXPECT_EQ(loose["predictions"][i]["tpot_ms"], p["tpot_ms"]);
   }
   EXPECT_EQ(strict["predictions"][0]["model_type"], "xgboost");

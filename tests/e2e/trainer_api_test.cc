@@ -260,5 +260,30 @@ TEST_F(TrainerApi, MetricsHaveReferenceLinesAndOurOwn) {
   }
 }
 
+// Live error follows the central estimate when the EPP sends one (ours), the bound otherwise
+// (the Go EPP); coverage always follows the bound.
+TEST_F(TrainerApi, LiveErrorIsOfTheExpectedValueAndCoverageOfTheBound) {
+  auto gauge = [&](const std::string& name) {
+    const std::string body = trainer_->get("/metrics").body;
+    const std::string key = name + "{target=\"ttft\"} ";
+    auto at = body.find(key);
+    return at == std::string::npos ? -1.0 : std::stod(body.substr(at + key.size()));
+  };
+  // Actual 100 ms, bound 150 (covers it, 50 % off), expected 110 (10 % off).
+  Json e = entry(0.1, 100, 0, 1, 0.0, 100, 0);
+  e["predicted_ttft_ms"] = 150.0;
+  e["expected_ttft_ms"] = 110.0;
+  ASSERT_EQ(trainer_->post("/add_training_data_bulk", Json{{"entries", {e}}}).status, 202);
+  EXPECT_NEAR(gauge("llmd_trainer_live_prediction_ape_percent"), 10.0, 1e-6);
+  EXPECT_NEAR(gauge("llmd_trainer_live_prediction_coverage_percent"), 100.0, 1e-6);
+  // Without the estimate (a reference client): the bound's error, 0.98 * 10 + 0.02 * 50.
+  e.erase("expected_ttft_ms");
+  ASSERT_EQ(trainer_->post("/add_training_data_bulk", Json{{"entries", {e}}}).status, 202);
+  EXPECT_NEAR(gauge("llmd_trainer_live_prediction_ape_percent"), 10.8, 1e-6);
+  e["expected_ttft_ms"] = -1.0;
+  EXPECT_EQ(trainer_->post("/add_training_data_bulk", Json{{"entries", {e}}}).status, 422)
+      << "a negative estimate is an error, as a negative bound is";
+}
+
 }  // namespace
 }  // namespace llmd::testing

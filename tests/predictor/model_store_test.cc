@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "common/testing/synthetic_law.h"
@@ -65,6 +67,35 @@ TEST(ModelStore, CompiledLinearBaseModelAgreesWithTheTrainersModel) {
     EXPECT_EQ(got[i], want[i]) << i;
     EXPECT_EQ(target.predict(rows[i]), want[i]) << i;
   }
+}
+
+TEST(ModelStore, CentralEstimateIsTheQuantileModelsLocationWithoutItsOffset) {
+  testing::SyntheticLaw law;
+  std::mt19937_64 rng(8);
+  std::vector<FeatureInput> rows;
+  for (int i = 0; i < 200; ++i) {
+    rows.push_back(law.draw_features(rng));
+  }
+  model::TargetModel plain = fit_on_base(FeatureSet::kTtft, 2);
+  auto compiled = compile_model_file("ttft", plain.serialize(1));
+  CompiledTarget target{compiled.base, nullptr, nullptr};
+  std::vector<double> bound(rows.size()), expected(rows.size());
+  target.predict_batch(rows.data(), rows.size(), bound.data(), expected.data());
+  const auto margins = plain.predict_margin(rows);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const double m = static_cast<double>(margins[i]);
+    EXPECT_DOUBLE_EQ(expected[i], std::max(0.0, std::expm1(m))) << i;
+    // Offsets 0.1..0.2 in log space: the p90 bound lies 10-22% above the median.
+    EXPECT_GT(bound[i], expected[i]) << i;
+    EXPECT_NEAR(std::log1p(bound[i]) - std::log1p(expected[i]), 0.15, 0.0501) << i;
+    double single = -1;
+    EXPECT_EQ(target.predict(rows[i], &single), bound[i]);
+    EXPECT_EQ(single, expected[i]);
+  }
+  // The mean objective has no offset: its central estimate is its value.
+  model::OutputTransform identity;
+  EXPECT_EQ(identity.to_point_ms(12.5f), identity.to_ms(12.5f));
+  EXPECT_EQ(identity.to_point_ms(-3.0f), 0.0) << "clipped at 0 like the value";
 }
 
 TEST(ModelStore, GatedLinearBaseModelsCompile) {

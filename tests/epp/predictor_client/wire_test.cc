@@ -89,6 +89,16 @@ TEST(Wire, ParsesTheStrictBulkAnswer) {
   EXPECT_EQ((*p)[0].tpot_ms, 2);
   EXPECT_EQ((*p)[1].ttft_ms, 3.5);
   EXPECT_EQ((*p)[1].tpot_ms, 4);
+  EXPECT_LT((*p)[0].ttft_expected_ms, 0) << "a reference predictor's answer has no central estimate";
+  EXPECT_LT((*p)[0].tpot_expected_ms, 0);
+  // Our predictor's central estimates are kept; they are optional, the bounds are not.
+  auto ours = parse_bulk_response(
+      R"({"predictions":[{"ttft_ms":9,"tpot_ms":3,"ttft_expected_ms":7.5,"tpot_expected_ms":2.5}]})");
+  ASSERT_TRUE(ours.has_value());
+  EXPECT_EQ((*ours)[0].ttft_expected_ms, 7.5);
+  EXPECT_EQ((*ours)[0].tpot_expected_ms, 2.5);
+  EXPECT_FALSE(parse_bulk_response(R"({"predictions":[{"ttft_expected_ms":7.5,"tpot_ms":3}]})"))
+      << "a row without its bound is refused";
   auto empty = parse_bulk_response(R"({"predictions":[]})");
   ASSERT_TRUE(empty.has_value());
   EXPECT_TRUE(empty->empty());

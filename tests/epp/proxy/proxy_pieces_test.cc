@@ -222,6 +222,8 @@ CompletedRequest sample_request() {
   d.pod.prefill_tokens_in_flight = 300;
   d.pod.prefix = PrefixCacheMatchInfo{3, 4};
   d.pod.latency = LatencyPredictionInfo{45, 9, 0, 0, true, true};
+  d.pod.latency->expected_ttft_ms = 38;
+  d.pod.latency->expected_tpot_ms = 8;
   return d;
 }
 
@@ -233,6 +235,7 @@ TEST(TrainingEntries, StreamingSendsTtftAtFirstTokenAndTpotAtCompletion) {
   EXPECT_DOUBLE_EQ((*ttft)["actual_tpot_ms"].get<double>(), 0);
   EXPECT_DOUBLE_EQ((*ttft)["prefix_cache_score"].get<double>(), 0.75);
   EXPECT_DOUBLE_EQ((*ttft)["predicted_ttft_ms"].get<double>(), 45);
+  EXPECT_DOUBLE_EQ((*ttft)["expected_ttft_ms"].get<double>(), 38);
   EXPECT_EQ((*ttft)["prefill_tokens_in_flight"], 300);
   EXPECT_EQ((*ttft)["num_tokens_generated"], 1);
   auto done = completion_entries(d, true);
@@ -241,6 +244,7 @@ TEST(TrainingEntries, StreamingSendsTtftAtFirstTokenAndTpotAtCompletion) {
   EXPECT_DOUBLE_EQ(done[0]["actual_ttft_ms"].get<double>(), 0);
   EXPECT_EQ(done[0]["num_tokens_generated"], 10);
   EXPECT_DOUBLE_EQ(done[0]["predicted_tpot_ms"].get<double>(), 9);
+  EXPECT_DOUBLE_EQ(done[0]["expected_tpot_ms"].get<double>(), 8);
   // The same row as the prediction: everything but the generated tokens agrees.
   for (const char* key : {"kv_cache_percentage", "input_token_length", "num_request_waiting",
                           "prefix_cache_score", "prefill_tokens_in_flight"}) {

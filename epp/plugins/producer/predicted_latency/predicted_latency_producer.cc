@@ -55,6 +55,10 @@ LatencyPredictionInfo PredictedLatencyProducer::info_for(const SchedulingRequest
   info.model_tpot_ms = p.tpot_ms;
   info.predicted_ttft_ms = ttft;
   info.predicted_tpot_ms = tpot;
+  info.expected_ttft_ms =
+      (p.ttft_expected_ms >= 0 ? p.ttft_expected_ms : p.ttft_ms) * (per_pod ? e.ttft_residual_factor : 1.0);
+  info.expected_tpot_ms =
+      (p.tpot_expected_ms >= 0 ? p.tpot_expected_ms : p.tpot_ms) * (per_pod ? e.tpot_residual_factor : 1.0);
   // Without a TTFT SLO the headroom is -predicted: still orders pods by predicted TTFT.
   info.ttft_headroom_ms = request.slo_ttft_ms.value_or(0.0) - ttft;
   info.ttft_valid = !request.slo_ttft_ms || ttft < *request.slo_ttft_ms;

@@ -248,6 +248,27 @@ TEST_F(PredictedLatencyProducerTest, PodResidualFactorsScalePredictionsAndHeadro
                    .plugin);
 }
 
+TEST_F(PredictedLatencyProducerTest, CentralEstimatesAreKeptBesideTheBoundsAndScaledAlike) {
+  // Our predictor answers the p90 bound and the median; a reference predictor only the bound.
+  services_.source.answers = {{100, 10, 80, 8}, {90, 12}};
+  SchedulingRequest req = testing::request();
+  req.streaming = true;
+  req.slo_ttft_ms = 95;
+  Endpoint slow = pod("slow");
+  slow.ttft_residual_factor = 1.1;
+  slow.tpot_residual_factor = 1.5;
+  auto eps = run(*make({{"podResidualCorrection", true}}), req, {slow, pod("ref")});
+  ASSERT_TRUE(eps[0].latency && eps[1].latency);
+  EXPECT_DOUBLE_EQ(eps[0].latency->expected_ttft_ms, 88);
+  EXPECT_DOUBLE_EQ(eps[0].latency->expected_tpot_ms, 12);
+  // SLO validity stays with the bound: 110 > 95 although the median (88) would fit.
+  EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 110);
+  EXPECT_FALSE(eps[0].latency->ttft_valid);
+  EXPECT_DOUBLE_EQ(eps[1].latency->expected_ttft_ms, 90) << "no central estimate: the bound";
+  EXPECT_DOUBLE_EQ(eps[1].latency->expected_tpot_ms, 12);
+  EXPECT_TRUE(eps[1].latency->ttft_valid);
+}
+
 TEST_F(PredictedLatencyProducerTest, WritesNothingWhenDisabledOrNoAnswer) {
   auto p = make({{"predictionDeadlineMs", 20}});
   SchedulingRequest req = testing::request();
