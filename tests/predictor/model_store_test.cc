@@ -44,16 +44,22 @@ model::TargetModel fit_on_base(FeatureSet set, uint64_t seed) {
   return model::TargetModel(std::move(booster), set, t, model::Objective::kQuantile, 0, base);
 }
 
-TEST(ModelStore, CompiledLinearBaseModelAgreesWithTheTrainersModel) {
+// `n` rows of the synthetic law; every `stretch_every`-th row far past the training window.
+std::vector<FeatureInput> draw_rows(int n, uint64_t seed, int stretch_every = 0) {
   testing::SyntheticLaw law;
-  std::mt19937_64 rng(3);
+  std::mt19937_64 rng(seed);
   std::vector<FeatureInput> rows;
-  for (int i = 0; i < 300; ++i) {
+  for (int i = 0; i < n; ++i) {
     rows.push_back(law.draw_features(rng));
-    if (i % 3 == 0) {
-      rows.back().prefill_tokens_in_flight *= 5;  // past the training window
+    if (stretch_every > 0 && i % stretch_every == 0) {
+      rows.back().prefill_tokens_in_flight *= 5;
     }
   }
+  return rows;
+}
+
+TEST(ModelStore, CompiledLinearBaseModelAgreesWithTheTrainersModel) {
+  const auto rows = draw_rows(300, 3, 3);
   model::TargetModel plain = fit_on_base(FeatureSet::kTtft, 1);
   auto compiled = compile_model_file("ttft", plain.serialize(3));
   ASSERT_TRUE(compiled.base);
@@ -70,12 +76,7 @@ TEST(ModelStore, CompiledLinearBaseModelAgreesWithTheTrainersModel) {
 }
 
 TEST(ModelStore, CentralEstimateIsTheQuantileModelsLocationWithoutItsOffset) {
-  testing::SyntheticLaw law;
-  std::mt19937_64 rng(8);
-  std::vector<FeatureInput> rows;
-  for (int i = 0; i < 200; ++i) {
-    rows.push_back(law.draw_features(rng));
-  }
+  const auto rows = draw_rows(200, 8);
   model::TargetModel plain = fit_on_base(FeatureSet::kTtft, 2);
   auto compiled = compile_model_file("ttft", plain.serialize(1));
   CompiledTarget target{compiled.base, nullptr, nullptr};
