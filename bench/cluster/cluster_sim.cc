@@ -676,6 +676,7 @@ class ClusterRun {
         r.predicted_tpot_ms = f.picked.latency->predicted_tpot_ms;
         r.expected_ttft_ms = f.picked.latency->expected_ttft_ms;
         r.expected_tpot_ms = f.picked.latency->expected_tpot_ms;
+        r.picked_row = epp::feature_row(f.request, f.picked);
       }
     }
     Pod& p = pods_[static_cast<std::size_t>(pod)];

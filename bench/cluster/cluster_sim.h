@@ -111,6 +111,7 @@ struct RequestResult {
   double predicted_tpot_ms = -1;
   double expected_ttft_ms = -1;   // picked pod's central estimate (LatencyPredictionInfo)
   double expected_tpot_ms = -1;
+  features::FeatureInput picked_row;  // the picked pod's feature row (with a prediction)
   bool meets_slo() const;   // ok and within both SLOs that were given
 };
 

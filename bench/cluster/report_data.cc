@@ -27,7 +27,10 @@ void write_stage_row(std::ostream& o, const ScenarioRuns& sr, Strategy strat, co
 void write_prediction_series(const std::filesystem::path& data, const std::string& name,
                              const RunResult& r) {
   std::ofstream pts(data / ("pred_points_" + name + ".dat"));
-  pts << "# sent_s predicted_ttft_ms actual_ttft_ms predicted_tpot_ms actual_tpot_ms\n";
+  // The picked pod's feature row after the values: where the model is off, and in which state.
+  pts << "# sent_s predicted_ttft_ms actual_ttft_ms predicted_tpot_ms actual_tpot_ms "
+         "expected_ttft_ms kv input waiting running prefix prefill_in_flight "
+         "decode_in_flight engine_cached_share\n";
   std::size_t with = 0;
   for (const auto& q : r.requests) with += (q.ok && q.predicted_ttft_ms >= 0) ? 1 : 0;
   const std::size_t step = std::max<std::size_t>(1, with / 6000);
@@ -35,8 +38,14 @@ void write_prediction_series(const std::filesystem::path& data, const std::strin
   for (const auto& q : r.requests) {
     if (!q.ok || q.predicted_ttft_ms < 0) continue;
     if (c++ % step != 0) continue;
+    const auto& f = q.picked_row;
     pts << q.sent_ms / 1000.0 << ' ' << q.predicted_ttft_ms << ' ' << q.ttft_ms << ' '
-        << q.predicted_tpot_ms << ' ' << q.tpot_ms << '\n';
+        << q.predicted_tpot_ms << ' ' << q.tpot_ms << ' ' << q.expected_ttft_ms << ' '
+        << f.kv_cache_percentage << ' ' << f.input_token_length << ' ' << f.num_request_waiting
+        << ' ' << f.num_request_running << ' ' << f.prefix_cache_score << ' '
+        << f.prefill_tokens_in_flight << ' ' << f.decode_tokens_in_flight << ' '
+        << (q.prompt_tokens > 0 ? static_cast<double>(q.cached_tokens) / q.prompt_tokens : 0.0)
+        << '\n';
   }
   std::ofstream win(data / ("pred_window_" + name + ".dat"));
   win << "# t_s actual_ttft_p50 predicted_ttft_p50 actual_ttft_p90 ttft_mape ttft_cov n\n";
