@@ -3,7 +3,9 @@
 #include <prometheus/counter.h>
 #include <prometheus/registry.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -200,16 +202,30 @@ class Handlers {
   }
 
   // ttft_ms / tpot_ms: the model's output (its quantile under the quantile objective), as the
-  // reference; ours adds the central estimates (the median under the quantile objective), which
-  // rank pods and are what live error is measured against (clients ignore unknown keys).
+  // reference, in full precision (they equal the trainer's bit for bit). Ours adds the central
+  // estimates (the median under the quantile objective), what live error is measured against
+  // (clients ignore unknown keys). Those need no round trip: microsecond resolution, rounded
+  // down so an estimate never exceeds its bound, written without the float formatter (which
+  // was a tenth of the predictor's CPU under load with four doubles per row).
   static void write_prediction(fmt::memory_buffer& out, double ttft, double tpot,
                                double ttft_expected, double tpot_expected,
                                const std::string& meta) {
-    fmt::format_to(std::back_inserter(out),
-                   "{{\"ttft_ms\":{},\"tpot_ms\":{},\"ttft_expected_ms\":{},"
-                   "\"tpot_expected_ms\":{}",
-                   ttft, tpot, ttft_expected, tpot_expected);
+    fmt::format_to(std::back_inserter(out), "{{\"ttft_ms\":{},\"tpot_ms\":{}", ttft, tpot);
+    append_key_ms(out, ",\"ttft_expected_ms\":", std::min(ttft_expected, ttft));
+    append_key_ms(out, ",\"tpot_expected_ms\":", std::min(tpot_expected, tpot));
     out.append(meta);
+  }
+
+  static void append_key_ms(fmt::memory_buffer& out, std::string_view key, double ms) {
+    out.append(key);
+    const double clamped = std::isfinite(ms) ? std::clamp(ms, 0.0, 1e12) : 0.0;
+    const auto us = static_cast<int64_t>(std::floor(clamped * 1000.0));
+    const fmt::format_int whole(us / 1000);
+    out.append(whole.data(), whole.data() + whole.size());
+    const auto frac = static_cast<int>(us % 1000);
+    const char tail[4] = {'.', static_cast<char>('0' + frac / 100),
+                          static_cast<char>('0' + frac / 10 % 10), static_cast<char>('0' + frac % 10)};
+    out.append(tail, tail + 4);
   }
 
   Response not_ready_bulk(const std::vector<features::FeatureInput>& rows,
