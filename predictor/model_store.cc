@@ -23,21 +23,21 @@ bool is_gated(const std::string& name) { return name.ends_with("_gated"); }
 
 }  // namespace
 
-double CompiledModel::predict(const features::FeatureInput& in, double* point) const {
+double CompiledModel::predict(const features::FeatureInput& in, double* expected) const {
   float row[features::kMaxColumns];
   features::fill_row(in, set, row);
   float margin = forest.predict_margin(row);
   if (linear) {
     margin += linear->margin(row);
   }
-  if (point != nullptr) {
-    *point = transform.to_point_ms(margin);
+  if (expected != nullptr) {
+    *expected = transform.to_point_ms(margin);
   }
   return transform.to_ms(margin);
 }
 
 void CompiledModel::predict_rows(const features::FeatureInput* rows, const uint32_t* index,
-                                 std::size_t count, double* out, double* point) const {
+                                 std::size_t count, double* out, double* expected) const {
   thread_local std::vector<float> matrix;
   thread_local std::vector<float> margins;
   const std::size_t cols = features::columns(set).size();
@@ -55,15 +55,15 @@ void CompiledModel::predict_rows(const features::FeatureInput* rows, const uint3
   for (std::size_t k = 0; k < count; ++k) {
     out[index[k]] = transform.to_ms(margins[k]);
   }
-  if (point != nullptr) {
+  if (expected != nullptr) {
     for (std::size_t k = 0; k < count; ++k) {
-      point[index[k]] = transform.to_point_ms(margins[k]);
+      expected[index[k]] = transform.to_point_ms(margins[k]);
     }
   }
 }
 
 void CompiledTarget::predict_batch(const features::FeatureInput* rows, std::size_t n,
-                                   double* out, double* point) const {
+                                   double* out, double* expected) const {
   thread_local std::vector<uint32_t> first;
   thread_local std::vector<uint32_t> second;
   first.clear();
@@ -73,18 +73,18 @@ void CompiledTarget::predict_batch(const features::FeatureInput* rows, std::size
     (gated && features::is_queued(rows[i]) ? second : first).push_back(i);
   }
   if (gated) {
-    noqueue->predict_rows(rows, first.data(), first.size(), out, point);
-    queued->predict_rows(rows, second.data(), second.size(), out, point);
+    noqueue->predict_rows(rows, first.data(), first.size(), out, expected);
+    queued->predict_rows(rows, second.data(), second.size(), out, expected);
   } else {
-    base->predict_rows(rows, first.data(), first.size(), out, point);
+    base->predict_rows(rows, first.data(), first.size(), out, expected);
   }
 }
 
-double CompiledTarget::predict(const features::FeatureInput& in, double* point) const {
+double CompiledTarget::predict(const features::FeatureInput& in, double* expected) const {
   if (noqueue && queued) {
-    return (features::is_queued(in) ? queued : noqueue)->predict(in, point);
+    return (features::is_queued(in) ? queued : noqueue)->predict(in, expected);
   }
-  return base->predict(in, point);
+  return base->predict(in, expected);
 }
 
 CompiledFile compile_model_file(const std::string& name, std::string_view bytes) {

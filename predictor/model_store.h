@@ -26,12 +26,12 @@ struct CompiledModel {
   model::OutputTransform transform;
   features::FeatureSet set;
   std::optional<model::LinearBase> linear;  // added to the forest's margin
-  double predict(const features::FeatureInput& in, double* point = nullptr) const;
+  double predict(const features::FeatureInput& in, double* expected = nullptr) const;
   // Milliseconds for rows[index[k]] into out[index[k]], k < count: one matrix, one blocked
   // forest walk (rows walk each tree together, which hides the memory latency of the walk).
-  // `point` (optional) receives the central estimate (OutputTransform::to_point_ms).
+  // `expected` (optional) receives the central estimate (OutputTransform::to_point_ms).
   void predict_rows(const features::FeatureInput* rows, const uint32_t* index, std::size_t count,
-                    double* out, double* point = nullptr) const;
+                    double* out, double* expected = nullptr) const;
 };
 
 // A target's base model and optional ensemble (rows with waiting = 0 -> noqueue).
@@ -39,9 +39,9 @@ struct CompiledTarget {
   std::shared_ptr<const CompiledModel> base;
   std::shared_ptr<const CompiledModel> noqueue;
   std::shared_ptr<const CompiledModel> queued;
-  double predict(const features::FeatureInput& in, double* point = nullptr) const;
+  double predict(const features::FeatureInput& in, double* expected = nullptr) const;
   void predict_batch(const features::FeatureInput* rows, std::size_t n, double* out,
-                     double* point = nullptr) const;
+                     double* expected = nullptr) const;
 };
 
 // Model file names the predictor syncs, in sync order.

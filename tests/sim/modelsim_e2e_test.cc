@@ -2,10 +2,7 @@
 // client library. Checks SSE framing, usage counts, cached_tokens on a repeated prompt, metrics
 // moving with load, the client-disconnect abort and every injected fault. No timed assertions:
 // waits are bounded polls; the simulated clock runs 20x faster than real time.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <future>
@@ -31,17 +28,6 @@ using loadclient::FetchResult;
 
 constexpr int kPods = 3;
 
-bool port_free(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  ::close(fd);
-  return ok;
-}
-
 // A run of `n` free ports below the kernel's ephemeral range (32768+), so outgoing client
 // connections cannot take them between this check and modelsim's bind.
 uint16_t consecutive_free_ports(int n) {
@@ -50,7 +36,7 @@ uint16_t consecutive_free_ports(int n) {
     const auto base = static_cast<uint16_t>(std::uniform_int_distribution<int>(20000, 32000)(rng));
     bool ok = true;
     for (int i = 0; ok && i < n; ++i) {
-      ok = port_free(static_cast<uint16_t>(base + i));
+      ok = loopback_port_free(static_cast<uint16_t>(base + i));
     }
     if (ok) {
       return base;

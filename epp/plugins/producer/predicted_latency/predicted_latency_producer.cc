@@ -48,17 +48,19 @@ LatencyPredictionInfo PredictedLatencyProducer::info_for(const SchedulingRequest
                                                          const Endpoint& e,
                                                          const Prediction& p) const {
   const bool per_pod = config_.podResidualCorrection;
+  const double ttft_factor = per_pod ? e.ttft_residual_factor : 1.0;
+  const double tpot_factor = per_pod ? e.tpot_residual_factor : 1.0;
+  // A predictor without central estimates (the reference) leaves them < 0: the bound serves.
+  auto or_bound = [](double expected, double bound) { return expected >= 0 ? expected : bound; };
   LatencyPredictionInfo info;
-  const double ttft = p.ttft_ms * (per_pod ? e.ttft_residual_factor : 1.0);
-  const double tpot = p.tpot_ms * (per_pod ? e.tpot_residual_factor : 1.0);
+  const double ttft = p.ttft_ms * ttft_factor;
+  const double tpot = p.tpot_ms * tpot_factor;
   info.model_ttft_ms = p.ttft_ms;
   info.model_tpot_ms = p.tpot_ms;
   info.predicted_ttft_ms = ttft;
   info.predicted_tpot_ms = tpot;
-  info.expected_ttft_ms =
-      (p.ttft_expected_ms >= 0 ? p.ttft_expected_ms : p.ttft_ms) * (per_pod ? e.ttft_residual_factor : 1.0);
-  info.expected_tpot_ms =
-      (p.tpot_expected_ms >= 0 ? p.tpot_expected_ms : p.tpot_ms) * (per_pod ? e.tpot_residual_factor : 1.0);
+  info.expected_ttft_ms = or_bound(p.ttft_expected_ms, p.ttft_ms) * ttft_factor;
+  info.expected_tpot_ms = or_bound(p.tpot_expected_ms, p.tpot_ms) * tpot_factor;
   // Without a TTFT SLO the headroom is -predicted: still orders pods by predicted TTFT.
   info.ttft_headroom_ms = request.slo_ttft_ms.value_or(0.0) - ttft;
   info.ttft_valid = !request.slo_ttft_ms || ttft < *request.slo_ttft_ms;
