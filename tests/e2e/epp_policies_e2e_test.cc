@@ -220,7 +220,7 @@ std::vector<std::string> hopeless_destinations(const TempDir& dir, std::unique_p
                                                const std::string& miss_strategy) {
   std::ifstream in(LLMD_SOURCE_DIR "/epp/config/default-pipeline.yaml");
   std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string key = "sloMissStrategy: composite";
+  const std::string key = "sloMissStrategy: latency-composite";
   const auto at = yaml.find(key);
   EXPECT_NE(at, std::string::npos);
   if (at == std::string::npos) {
@@ -261,10 +261,10 @@ std::vector<std::string> hopeless_destinations(const TempDir& dir, std::unique_p
 }
 
 TEST_F(PolicyStack, SloMissesSpreadByDefaultAndConcentrateOnOnePodWhenConfigured) {
-  // Default ("composite"): each miss goes where it costs the pool least, so the three pods
-  // each get one of the first three.
+  // Default ("latency-composite"): each miss goes where it costs the pool least and is
+  // predicted fastest, so the three pods each get one of the first three.
   TempDir dir;
-  auto spread = hopeless_destinations(dir, stack_, "composite");
+  auto spread = hopeless_destinations(dir, stack_, "latency-composite");
   ASSERT_EQ(spread.size(), 4u);
   EXPECT_EQ(std::set<std::string>(spread.begin(), spread.begin() + 3).size(), 3u)
       << spread[0] << " " << spread[1] << " " << spread[2];

@@ -79,7 +79,7 @@ TEST_F(ConfigLoaderTest, DefaultAndUpstreamPipelinesHaveTheContractShape) {
   EXPECT_DOUBLE_EQ(strict->config().maxTTFTPenaltyMs, 500);
   auto scorer = std::dynamic_pointer_cast<const LatencyScorer>(
       d.pipeline->profiles[0].scorers()[0].plugin);
-  EXPECT_EQ(scorer->config().sloMissStrategy, "composite");
+  EXPECT_EQ(scorer->config().sloMissStrategy, "latency-composite");
   EXPECT_EQ(scorer->config().indistinctPredictions, "prefill-work");
   EXPECT_DOUBLE_EQ(scorer->config().compositePrefixWeight, 3);
   EXPECT_DOUBLE_EQ(scorer->config().compositeQueueWeight, 2);

@@ -53,9 +53,9 @@ std::string LatencyScorer::Config::validate() const {
     return "parameter 'normalization' must be minmax or ratio, got '" + normalization + "'";
   }
   if (sloMissStrategy != "least" && sloMissStrategy != "composite" &&
-      sloMissStrategy != "concentrate") {
-    return "parameter 'sloMissStrategy' must be least, composite or concentrate, got '" +
-           sloMissStrategy + "'";
+      sloMissStrategy != "latency-composite" && sloMissStrategy != "concentrate") {
+    return "parameter 'sloMissStrategy' must be least, composite, latency-composite or "
+           "concentrate, got '" + sloMissStrategy + "'";
   }
   if (indistinctPredictions != "composite" && indistinctPredictions != "prefill-work") {
     return "parameter 'indistinctPredictions' must be composite or prefill-work, got '" +
@@ -126,21 +126,13 @@ std::vector<double> LatencyScorer::score(CycleContext& ctx,
     switch (strategy_) {
       case Strategy::kCompositeMost: score_composite(endpoints, pos, false, out); break;
       case Strategy::kCompositeLeast: score_composite(endpoints, pos, true, out); break;
-      case Strategy::kLatencyComposite: {
-        // The predictions decide between pods they tell apart; within the model's error the
-        // pool's cost (prefix hit, queue, KV) does.
-        std::vector<double> ratio(endpoints.size(), 0.0);
-        const double sum = config_.ttftWeight + config_.tpotWeight;
-        score_ratio(endpoints, pos, false, config_.ttftWeight / sum, config_.tpotWeight / sum,
-                    ratio);
-        score_composite(endpoints, pos, false, out);
-        for (std::size_t i : pos) {
-          out[i] = std::clamp(out[i] * ratio[i], 0.0, 1.0);
-        }
-        break;
-      }
+      case Strategy::kLatencyComposite: score_latency_composite(endpoints, pos, out); break;
       default: score_bucket(ctx.request, endpoints, pos, strategy_ == Strategy::kMost, out);
     }
+    return out;
+  }
+  if (config_.sloMissStrategy == "latency-composite" && ctx.request.has_slo()) {
+    score_latency_composite(endpoints, neg, out);
     return out;
   }
   if (config_.sloMissStrategy != "least" && ctx.request.has_slo()) {
@@ -215,6 +207,20 @@ void LatencyScorer::score_bucket(const SchedulingRequest& request,
     double c = alpha * nt + beta * np;
     double w = std::trunc((most ? c : 1.0 - c) * 100.0 + kTruncSlack) + 1.0;
     out[i] = std::clamp(w / 100.0, 0.0, 1.0);
+  }
+}
+
+void LatencyScorer::score_latency_composite(std::span<const Endpoint> endpoints,
+                                            const std::vector<std::size_t>& idx,
+                                            std::vector<double>& out) const {
+  // The predictions decide between pods they tell apart; within the model's error the pool's
+  // cost (prefix hit, queue, KV) does.
+  std::vector<double> ratio(endpoints.size(), 0.0);
+  const double sum = config_.ttftWeight + config_.tpotWeight;
+  score_ratio(endpoints, idx, false, config_.ttftWeight / sum, config_.tpotWeight / sum, ratio);
+  score_composite(endpoints, idx, false, out);
+  for (std::size_t i : idx) {
+    out[i] = std::clamp(out[i] * ratio[i], 0.0, 1.0);
   }
 }
 

@@ -57,7 +57,9 @@ class LatencyScorer final : public PluginBase<Scorer> {
     // the pod closest to meeting it. "composite": the composite load/prefix score, i.e. the
     // pod where the request costs the pool least (a prefix hit, a short queue): in overload
     // the SLO is missed anyway, and prefill spent on cache misses is capacity every later
-    // request loses. "concentrate": the busiest pod by that score, so that in overload the
+    // request loses. "latency-composite": that composite times the latency ratio, as the
+    // positive bucket's latency-composite, so a slower pod (a slower GPU class, a longer
+    // queue) costs what the predictions say it does. "concentrate": the busiest pod by that score, so that in overload the
     // requests that miss anyway queue on one pod and the others keep meeting their SLOs
     // (attainment and goodput up, the missed requests' latency far worse: opt-in).
     // Requests without SLO headers are always ranked by their predictions.
@@ -95,6 +97,10 @@ class LatencyScorer final : public PluginBase<Scorer> {
                           const std::vector<std::size_t>& idx, std::vector<double>& out) const;
   void score_composite(std::span<const Endpoint> endpoints, const std::vector<std::size_t>& idx,
                        bool invert, std::vector<double>& out) const;
+  // latency-composite: the composite score times the latency ratio (score_ratio, not packing).
+  void score_latency_composite(std::span<const Endpoint> endpoints,
+                               const std::vector<std::size_t>& idx,
+                               std::vector<double>& out) const;
   // Ratio normalization: the blend (weights alpha, beta) of lowest prediction / prediction per
   // dimension, or prediction / highest prediction when packing; in [0.01, 1].
   void score_ratio(std::span<const Endpoint> endpoints, const std::vector<std::size_t>& idx,

@@ -103,6 +103,31 @@ TEST_F(LatencyScorerTest, SloMissCompositeRanksByLoadAndPrefixWhenNoPodMeetsTheS
   EXPECT_FALSE(LatencyScorer::create("l", {{"sloMissStrategy", "most"}}, services_.handle()).plugin);
 }
 
+TEST_F(LatencyScorerTest, SloMissLatencyCompositeWeighsTheCompositeByThePredictions) {
+  auto s = make({{"sloMissStrategy", "latency-composite"},
+                 {"headroomSelectionStrategy", "latency-composite"}});
+  // Both miss a 100-ms SLO and look alike to the composite; "slow" is predicted twice as long
+  // (a slower GPU class), so it gets half the score, where the composite alone ties them.
+  Endpoint fast = predicted("fast", -20, -1, 3), slow = predicted("slow", -140, -1, 3);
+  fast.latency->predicted_ttft_ms = 120;
+  slow.latency->predicted_ttft_ms = 240;
+  req_.slo_ttft_ms = 100;
+  auto got = score(*s, {fast, slow});
+  auto composite = score(*make({{"sloMissStrategy", "composite"}}), {fast, slow});
+  EXPECT_DOUBLE_EQ(composite[0], composite[1]);
+  EXPECT_GT(got[0], 0.0);
+  EXPECT_NEAR(got[1] / got[0], (0.8 * 0.5 + 0.2 * 1.0) / 1.0, 1e-9);
+  // A cache hit still counts: the slow pod holding the whole prompt beats the fast one without.
+  got = score(*s, {fast, with_prefix(slow, 4, 4)});
+  EXPECT_GT(got[1], got[0]);
+  // The same as the positive bucket's scores once the pods meet the SLO.
+  req_.slo_ttft_ms = 1000;
+  fast.latency->ttft_headroom_ms = 880, slow.latency->ttft_headroom_ms = 760;
+  fast.latency->tpot_headroom_ms = slow.latency->tpot_headroom_ms = 1;
+  auto met = score(*s, {fast, slow});
+  EXPECT_NEAR(met[1] / met[0], (0.8 * 0.5 + 0.2 * 1.0) / 1.0, 1e-9);
+}
+
 TEST_F(LatencyScorerTest, SloMissConcentrateSendsMissesToTheBusiestPod) {
   auto s = make({{"sloMissStrategy", "concentrate"}});
   Endpoint busy = predicted("busy", -500, -1, 9), light = predicted("light", -20, -1, 1);
