@@ -66,12 +66,13 @@ TEST_F(ConfigLoaderTest, DefaultAndUpstreamPipelinesHaveTheContractShape) {
                               registry_, services_.handle());
   ASSERT_TRUE(d.ok()) << d.error;
   expect_contract_shape(*d.pipeline, 0.70, false, LatencyScorer::Strategy::kLatencyComposite);
-  // Requests some pod has cached are drawn ~ score^10; the others rotate over the pods
-  // predicted within 40 % of the fastest.
+  // Requests some pod has cached are drawn ~ score^100 (SLO requests no pod has cached
+  // ~ score^10); the others rotate over the pods predicted within 40 % of the fastest.
   auto rotation = std::dynamic_pointer_cast<const NearBestRotationPicker>(
       d.pipeline->profiles[0].picker().plugin);
   ASSERT_TRUE(rotation);
-  EXPECT_DOUBLE_EQ(rotation->config().cachedRequestExponent, 10);
+  EXPECT_DOUBLE_EQ(rotation->config().cachedRequestExponent, 100);
+  EXPECT_DOUBLE_EQ(rotation->config().uncachedSloRequestExponent, 10);
   EXPECT_DOUBLE_EQ(rotation->config().tolerance, 0.4);
   EXPECT_EQ(rotation->config().nearBestBy, "predictedTTFT");
   auto strict = std::dynamic_pointer_cast<const PrefixCacheAffinityFilter>(

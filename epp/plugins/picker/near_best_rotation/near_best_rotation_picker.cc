@@ -19,6 +19,10 @@ std::string NearBestRotationPicker::Config::validate() const {
   if (!(cachedRequestExponent >= 0 && cachedRequestExponent <= 100)) {
     return param_error("cachedRequestExponent", cachedRequestExponent, ">= 0 and <= 100");
   }
+  if (!(uncachedSloRequestExponent >= 0 && uncachedSloRequestExponent <= 100)) {
+    return param_error("uncachedSloRequestExponent", uncachedSloRequestExponent,
+                       ">= 0 and <= 100");
+  }
   if (!rotateSloRequests && !(cachedRequestExponent > 0)) {
     return "parameter 'rotateSloRequests: false' needs cachedRequestExponent > 0 (the exponent "
            "SLO requests are drawn with)";
@@ -33,7 +37,8 @@ PluginOrError NearBestRotationPicker::create(const std::string& name,
   r.get("tolerance", c.tolerance)
       .get("nearBestBy", c.nearBestBy)
       .get("cachedRequestExponent", c.cachedRequestExponent)
-      .get("rotateSloRequests", c.rotateSloRequests);
+      .get("rotateSloRequests", c.rotateSloRequests)
+      .get("uncachedSloRequestExponent", c.uncachedSloRequestExponent);
   if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
   }
@@ -103,12 +108,19 @@ std::size_t NearBestRotationPicker::pick(CycleContext& ctx,
   // p95 -28 % against rotating over all; 100 identical pods unchanged; the best composite
   // score instead cost those 1-5 %).
   const bool tie = predictions_tie(scored);
-  if (config_.cachedRequestExponent > 0 &&
-      ((!config_.rotateSloRequests && ctx.request.has_slo()) ||
-       (!tie && std::any_of(scored.begin(), scored.end(), [](const ScoredEndpoint& s) {
-         return s.endpoint->prefix && s.endpoint->prefix->matched_blocks > 0;
-       })))) {
-    return pick_weighted(ctx, scored, config_.cachedRequestExponent);
+  if (config_.cachedRequestExponent > 0) {
+    const bool cached = std::any_of(scored.begin(), scored.end(), [](const ScoredEndpoint& s) {
+      return s.endpoint->prefix && s.endpoint->prefix->matched_blocks > 0;
+    });
+    if (!tie && cached) {
+      return pick_weighted(ctx, scored, config_.cachedRequestExponent);
+    }
+    if (!config_.rotateSloRequests && ctx.request.has_slo()) {
+      const double k = cached || config_.uncachedSloRequestExponent <= 0
+                           ? config_.cachedRequestExponent
+                           : config_.uncachedSloRequestExponent;
+      return pick_weighted(ctx, scored, k);
+    }
   }
   double best = -1;
   for (const auto& s : scored) {

@@ -49,6 +49,11 @@ class NearBestRotationPicker final : public PluginBase<Picker> {
     // pod that meets the SLO spends the headroom of the fast pods on the slow ones (hold-out
     // pool of 8 fast + 4 slow pods with SLO headers: TTFT p95 +10 % when rotated).
     bool rotateSloRequests = true;
+    // The k for requests with SLO headers that no candidate has cached (rotateSloRequests:
+    // false); 0 = cachedRequestExponent. Where a request goes decides a cached one's cost to
+    // the pool, so a sharp k pays there; uncached SLO traffic drawn that sharply piles close
+    // arrivals onto the one pod the last scrape showed best.
+    double uncachedSloRequestExponent = 0;
     std::string validate() const;
   };
 

@@ -324,6 +324,23 @@ TEST(NearBestRotationPickerTest, SloRequestsCanBeDrawnInsteadOfRotated) {
   }
   EXPECT_GT(slo[0], 1980);  // ~ score^10
   testing::TestServices services;
+  // A softer k for SLO requests no pod has cached: 1 : 0.5^2 : 0.1^2 (~79 %, 20 %, 1 %); a
+  // cached SLO request keeps the sharp k.
+  NearBestRotationPicker soft("nb", {.tolerance = 1.0, .cachedRequestExponent = 100,
+                                     .rotateSloRequests = false,
+                                     .uncachedSloRequestExponent = 2});
+  std::vector<int> uncached(3, 0), cached(3, 0);
+  auto warm = eps;
+  warm[1] = testing::with_prefix(warm[1], 1, 4);
+  for (int i = 0; i < 2000; ++i) {
+    ++uncached[soft.pick(ctx, s)];
+    ++cached[soft.pick(ctx, scored(warm, {1.0, 0.5, 0.1}))];
+  }
+  EXPECT_GT(uncached[1], 300);
+  EXPECT_GT(uncached[2], 0);
+  EXPECT_EQ(cached[0], 2000);  // 0.5^100: never
+  EXPECT_FALSE(NearBestRotationPicker::create("nb", {{"uncachedSloRequestExponent", 101}},
+                                              services.handle()).plugin);
   auto bad = NearBestRotationPicker::create("nb", {{"rotateSloRequests", false}}, services.handle());
   EXPECT_FALSE(bad.plugin);
   EXPECT_NE(bad.error.find("cachedRequestExponent"), std::string::npos) << bad.error;
