@@ -131,13 +131,13 @@ std::vector<double> LatencyScorer::score(CycleContext& ctx,
     }
     return out;
   }
-  if (config_.sloMissStrategy == "latency-composite" && ctx.request.has_slo()) {
-    score_latency_composite(endpoints, neg, out);
-    return out;
-  }
   if (config_.sloMissStrategy != "least" && ctx.request.has_slo()) {
-    // "concentrate": the inverted composite, so the misses pile onto the busiest pod.
-    score_composite(endpoints, neg, config_.sloMissStrategy == "concentrate", out);
+    if (config_.sloMissStrategy == "latency-composite") {
+      score_latency_composite(endpoints, neg, out);
+    } else {
+      // "concentrate": the inverted composite, so the misses pile onto the busiest pod.
+      score_composite(endpoints, neg, config_.sloMissStrategy == "concentrate", out);
+    }
     return out;
   }
   // Only negative headroom left. "Most" would favour the most overloaded pod, so every negative
