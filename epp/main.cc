@@ -220,6 +220,10 @@ int run(int argc, char** argv) {
       "What this pod's predicted TTFT / TPOT is multiplied by: how much slower (> 1) or faster "
       "than its pool's other pods it has been against the model (1 = no significant "
       "difference; applied with podResidualCorrection)").Register(registry);
+  auto& step_family = prometheus::BuildGauge().Name("llmd_epp_pod_step_milliseconds").Help(
+      "Typical duration of this pod's forward passes, from the gaps between the tokens of the "
+      "streams this EPP relays (0 = not measured yet; the step phase of stepPhaseCorrection)")
+      .Register(registry);
   auto& routing_family = prometheus::BuildGauge().Name("llmd_epp_latency_routing_target").Help(
       "Model-level latency routing per rule and target: rolling average response time (ms), "
       "samples in the window, fast (1 = receives traffic)").Register(registry);
@@ -247,6 +251,7 @@ int run(int argc, char** argv) {
       in_flight_family.Add({{"pod", e.name}}).Set(static_cast<double>(e.dispatched));
       residual_family.Add({{"pod", e.name}, {"latency", "ttft"}}).Set(e.ttft_residual_factor);
       residual_family.Add({{"pod", e.name}, {"latency", "tpot"}}).Set(e.tpot_residual_factor);
+      step_family.Add({{"pod", e.name}}).Set(e.step ? e.step->step_ms : 0.0);
     }
     ready_g.Set(static_cast<double>(c.size()));
     kv_g.Set(c.empty() ? 0 : kv / static_cast<double>(c.size()));

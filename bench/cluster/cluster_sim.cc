@@ -429,6 +429,7 @@ class ClusterRun {
     // The EPP's request lifecycle (what the proxy runs): the context outlives its attempt.
     std::unique_ptr<epp::RequestContext> context;
     std::optional<epp::PodAttempt> attempt;
+    int64_t tokens_streamed = 0;  // what the relayed stream has carried so far
     uint64_t output_seed = 0;
     std::vector<sim::TokenId> question_tokens;
     std::string question;
@@ -715,11 +716,16 @@ class ClusterRun {
 
   void handle_events(const std::vector<sim::SimEvent>& events) {
     for (const auto& e : events) {
+      auto it = inflight_.find(e.request_id);
       if (e.type == sim::EventType::kToken) {
         ++result_.token_events;
+        // The relayed stream's token: the end of one step of its pod (PodStepClock).
+        if (it != inflight_.end() && it->second.attempt) {
+          InFlight& f = it->second;
+          f.attempt->streamed(++f.tokens_streamed, vclock(e.time_ms));
+        }
         continue;
       }
-      auto it = inflight_.find(e.request_id);
       if (it == inflight_.end()) {
         continue;
       }
@@ -727,7 +733,7 @@ class ClusterRun {
       if (e.type == sim::EventType::kFirstToken) {
         ++result_.token_events;
         // The TTFT sample leaves at the first token, as the EPP's TrainingFeedback sends it.
-        f.attempt->first_token(vclock(e.time_ms));
+        f.attempt->streamed(++f.tokens_streamed, vclock(e.time_ms));
       } else if (e.type == sim::EventType::kFinished) {
         const std::size_t i = static_cast<std::size_t>(e.request_id);
         auto& r = result_.requests[i];

@@ -25,6 +25,10 @@ struct LatencyPredictionInfo {
   // entries as expected_*_ms.
   double expected_ttft_ms = 0;
   double expected_tpot_ms = 0;
+  // What the pod's step phase adds to (or takes from) the model's TTFT for a request sent now
+  // (StepTiming; predicted and expected TTFT include it, the model's own values do not); 0 when
+  // unknown or not applied.
+  double ttft_phase_ms = 0;
   bool both_valid() const { return ttft_valid && tpot_valid; }
 };
 

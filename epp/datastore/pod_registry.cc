@@ -44,6 +44,12 @@ void PodRegistry::mark_scrape_failed(const std::string& name) {
   }
 }
 
+std::shared_ptr<PodStepClock> PodRegistry::step_clock(const std::string& name) const {
+  std::lock_guard lock(mu_);
+  auto it = pods_.find(name);
+  return it == pods_.end() ? nullptr : it->second.step_clock;
+}
+
 void PodRegistry::mark_unhealthy(const std::string& name, std::chrono::milliseconds cooldown,
                                  std::chrono::steady_clock::time_point now) {
   std::lock_guard lock(mu_);
@@ -85,6 +91,7 @@ std::vector<Endpoint> PodRegistry::candidates(std::chrono::steady_clock::time_po
     e.dispatched = s.dispatched;
     e.prefill_tokens_in_flight = s.prefill_tokens;
     e.decode_tokens_in_flight = s.decode_tokens;
+    e.step = s.step_clock->timing();
     if (s.predicted_ttft_ms && now - s.predicted_at <= staleness_) {
       e.last_predicted_ttft_ms = s.predicted_ttft_ms;
     }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "epp/datastore/pod_residual.h"
+#include "epp/datastore/pod_step_clock.h"
 #include "epp/interface/endpoint.h"
 
 namespace llmd::epp {
@@ -58,6 +59,9 @@ class PodRegistry {
                     std::chrono::steady_clock::time_point now);
   void observe_tpot(const std::string& name, double model_ms, double actual_ms,
                     std::chrono::steady_clock::time_point now);
+  // The pod's step clock, fed by the streams relayed from it without taking this table's lock
+  // (candidates() then carry its StepTiming); null for a pod not in the pool.
+  std::shared_ptr<PodStepClock> step_clock(const std::string& name) const;
 
  private:
   struct State {
@@ -71,6 +75,7 @@ class PodRegistry {
     std::optional<double> predicted_ttft_ms;
     std::chrono::steady_clock::time_point predicted_at{};
     PodResidual ttft_residual, tpot_residual;
+    std::shared_ptr<PodStepClock> step_clock = std::make_shared<PodStepClock>();
   };
   template <PodResidual State::*Member>
   void observe(const std::string& name, double model_ms, double actual_ms,

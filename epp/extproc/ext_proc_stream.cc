@@ -415,9 +415,8 @@ void ExtProcStream::on_response_body(const pb::HttpBody& body) {
   }
   if (attempt_) {
     if (parsed_.request.streaming) {
-      if (scanner_.feed(body.body())) {
-        attempt_->first_token(Clock::now());
-      }
+      scanner_.feed(body.body());
+      attempt_->streamed(scanner_.content_chunks(), Clock::now());
     } else if (whole_.size() < options_.body_limit) {
       whole_.append(body.body());
     }

@@ -11,6 +11,7 @@
 
 #include "epp/attributes/latency_prediction_info.h"
 #include "epp/attributes/prefix_cache_match_info.h"
+#include "epp/interface/step_timing.h"
 
 namespace llmd::epp {
 
@@ -43,6 +44,9 @@ struct Endpoint {
   // shared model cannot see. 1 = no significant difference.
   double ttft_residual_factor = 1.0;
   double tpot_residual_factor = 1.0;
+  // When the pod's forward passes end, from the token streams this EPP relays (PodStepClock);
+  // absent until a step was measured.
+  std::optional<StepTiming> step;
 
   // Attributes written by data producers; absent = the producer did not run or had no data,
   // whose meaning each consumer documents (e.g. no prefix info -> score 0).

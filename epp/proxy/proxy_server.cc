@@ -540,9 +540,8 @@ struct ProxyServer::Impl {
       }
       std::string_view piece(chunk, got);
       if (parsed.request.streaming) {
-        if (scanner.feed(piece)) {
-          attempt.first_token(Clock::now());
-        }
+        scanner.feed(piece);
+        attempt.streamed(scanner.content_chunks(), Clock::now());
       } else if (whole.size() < options.body_limit) {
         whole.append(piece);
       }

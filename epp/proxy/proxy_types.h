@@ -1,6 +1,7 @@
 #pragma once
 // What the proxy needs from the rest of the EPP, as small interfaces so the proxy can be tested
 // with fakes and the scheduler without sockets.
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -112,6 +113,13 @@ struct CompletedRequest {
       return std::nullopt;
     }
     return (e2e_ms - ttft_ms) / static_cast<double>(*completion_tokens - 1);
+  }
+  // The TTFT this request would have had arriving at an average moment of its pod's step: the
+  // measured TTFT minus the step-phase delay the prediction added (LatencyPredictionInfo::
+  // ttft_phase_ms). What the model, which sees no clock, is trained on and compared with.
+  double phase_neutral_ttft_ms() const {
+    const double phase = pod.latency ? pod.latency->ttft_phase_ms : 0.0;
+    return std::max(0.0, ttft_ms - phase);
   }
 };
 

@@ -63,6 +63,7 @@ PodAttempt::PodAttempt(RequestContext& owner, const SchedulingRequest& request,
     uncached_tokens_ = uncached_prompt_tokens(request, pod);
     if (services_->registry != nullptr) {
       services_->registry->on_dispatch(pod.name, uncached_tokens_);
+      step_clock_ = services_->registry->step_clock(pod.name);
     }
   }
 }
@@ -70,7 +71,9 @@ PodAttempt::PodAttempt(RequestContext& owner, const SchedulingRequest& request,
 PodAttempt::PodAttempt(PodAttempt&& other) noexcept
     : services_(other.services_), pool_(std::move(other.pool_)), done_(std::move(other.done_)),
       uncached_tokens_(other.uncached_tokens_), max_tokens_(other.max_tokens_),
-      dispatched_(other.dispatched_), ended_(other.ended_) {
+      dispatched_(other.dispatched_), step_clock_(std::move(other.step_clock_)),
+      last_token_(other.last_token_), content_chunks_(other.content_chunks_),
+      ended_(other.ended_) {
   other.ended_ = true;  // the moved-from ticket owns nothing
 }
 
@@ -86,15 +89,39 @@ void PodAttempt::first_token(TimePoint now) {
   }
   done_.first_token = true;
   done_.ttft_ms = ms_between(dispatched_, now);
+  last_token_ = now;
+  if (step_clock_) {
+    step_clock_->on_tokens(now, std::nullopt, 1);
+  }
   if (is_pod() && services_->registry != nullptr) {
     services_->registry->on_first_token(done_.pod.name, uncached_tokens_, max_tokens_);
     if (done_.pod.latency && done_.pod.latency->model_ttft_ms > 0) {
+      // The model predicts the average over the step phase: compare it with the TTFT the
+      // request would have had arriving at an average moment.
       services_->registry->observe_ttft(done_.pod.name, done_.pod.latency->model_ttft_ms,
-                                        done_.ttft_ms, now);
+                                        done_.phase_neutral_ttft_ms(), now);
     }
   }
   if (services_->sink != nullptr) {
     services_->sink->on_first_token(done_);
+  }
+}
+
+void PodAttempt::streamed(int64_t content_chunks, TimePoint now) {
+  if (ended_ || content_chunks <= content_chunks_) {
+    return;
+  }
+  int64_t fresh = content_chunks - content_chunks_;
+  content_chunks_ = content_chunks;
+  if (!done_.first_token) {
+    first_token(now);
+    --fresh;
+  }
+  if (fresh > 0 && last_token_) {
+    if (step_clock_) {
+      step_clock_->on_tokens(now, ms_between(*last_token_, now), fresh);
+    }
+    last_token_ = now;
   }
 }
 

@@ -14,6 +14,7 @@
 // event loop); not thread-safe itself. The services it calls are thread-safe.
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -24,6 +25,7 @@
 namespace llmd::epp {
 
 class PodRegistry;
+class PodStepClock;
 class AdmissionGate;
 
 struct LifecycleServices {
@@ -89,6 +91,10 @@ class PodAttempt {
 
   // The first content token reached the EPP (streaming): TTFT sample, prefill -> decode.
   void first_token(TimePoint now);
+  // The relayed stream has carried `content_chunks` chunks with generated content so far
+  // (vLLM streams one token per chunk): the first is the first token, each later one ends one
+  // forward pass of the pod (its PodStepClock).
+  void streamed(int64_t content_chunks, TimePoint now);
   // The pod answered in full with `status` (a success below 400).
   void answered(int status, TimePoint now);
   // The pod failed with `status`: refused, timed out, 5xx, or broke off mid-response. It is
@@ -110,6 +116,9 @@ class PodAttempt {
   int64_t uncached_tokens_ = 0;  // what the request adds to the pod's prefill queue
   int64_t max_tokens_ = 0;
   TimePoint dispatched_;
+  std::shared_ptr<PodStepClock> step_clock_;  // null: not a pool pod, or no registry
+  std::optional<TimePoint> last_token_;       // of this stream
+  int64_t content_chunks_ = 0;                // seen so far (streamed)
   bool ended_ = false;
 };
 

@@ -397,5 +397,45 @@ TEST_F(HeteroPoolStack, ASlowerPodIsMeasuredAgainstTheModelAndItsPredictionsAreS
             metric_sum(m, "inference_objective_request_predicted_ttft_seconds_sum{"));
 }
 
+// Every streamed token the EPP relays ends one forward pass of its pod: the EPP times each pod's
+// steps from the streams (llmd_epp_pod_step_milliseconds, which must agree with the time per
+// output token the pod itself reports, and be longer on the slow pod), and once a model is
+// served, shifts the predicted TTFT of pods busy with its streams by where their step is (the
+// debug log names the pods and shifts).
+TEST_F(HeteroPoolStack, EachPodsStepIsTimedFromItsStreamsAndShiftsItsPredictedTtft) {
+  std::string rounds;
+  auto shifts = [&] { return stack_->epp->log().find("step phase:") != std::string::npos; };
+  for (int round = 0; round < 20 && !shifts(); ++round) {
+    auto picks = send(48, 4, static_cast<uint32_t>(200 + round));
+    rounds += describe(picks) + "\n";
+    for (const auto& [pod, n] : picks) {
+      ASSERT_EQ(pod.rfind("status", 0), std::string::npos) << describe(picks);
+    }
+  }
+  EXPECT_TRUE(shifts()) << "no scheduling cycle shifted a predicted TTFT by its step phase; "
+                        << "picks per round:\n" << rounds;
+
+  const std::string m = stack_->metrics();
+  std::map<std::string, double> step;
+  std::string report;
+  for (int i = 0; i < 4; ++i) {
+    const std::string pod = "pod-" + std::to_string(i);
+    step[pod] = metric_sum(m, "llmd_epp_pod_step_milliseconds{pod=\"" + pod + "\"}");
+    http::HttpClient c("127.0.0.1", stack_->pod_port(i));
+    const std::string pm = c.get("/metrics").body;
+    const double n = metric_sum(pm, "vllm:time_per_output_token_seconds_count");
+    const double tpot_ms = n > 0 ? 1000 * metric_sum(pm, "vllm:time_per_output_token_seconds_sum") / n : 0;
+    report += pod + ": EPP step " + std::to_string(step[pod]) + " ms, pod's own TPOT " +
+              std::to_string(tpot_ms) + " ms over " + std::to_string(n) + " requests\n";
+    ASSERT_GT(n, 0) << report;
+    EXPECT_GT(step[pod], 0.5 * tpot_ms) << report;
+    EXPECT_LT(step[pod], 2.0 * tpot_ms) << report;
+  }
+  for (const char* fast : {"pod-0", "pod-1", "pod-2"}) {
+    EXPECT_GT(step["pod-3"], step[fast]) << "the slow pod's steps are longer; " << report;
+  }
+  std::cout << report;
+}
+
 }  // namespace
 }  // namespace llmd::testing

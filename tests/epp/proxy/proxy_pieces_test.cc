@@ -252,6 +252,22 @@ TEST(TrainingEntries, StreamingSendsTtftAtFirstTokenAndTpotAtCompletion) {
   }
 }
 
+TEST(TrainingEntries, TheStepPhaseAddedToThePredictionComesOffTheTtftSample) {
+  // Predicted at a pod whose step had just begun: +4 ms on the model's 41 / 34 ms.
+  CompletedRequest d = sample_request();
+  d.pod.latency->ttft_phase_ms = 4;
+  auto ttft = first_token_entry(d, true);
+  ASSERT_TRUE(ttft);
+  EXPECT_DOUBLE_EQ((*ttft)["actual_ttft_ms"].get<double>(), 46);
+  EXPECT_DOUBLE_EQ((*ttft)["predicted_ttft_ms"].get<double>(), 41);
+  EXPECT_DOUBLE_EQ((*ttft)["expected_ttft_ms"].get<double>(), 34);
+  // And one whose step was about to end: the sample is what an average arrival would get.
+  d.pod.latency->ttft_phase_ms = -4;
+  ttft = first_token_entry(d, true);
+  EXPECT_DOUBLE_EQ((*ttft)["actual_ttft_ms"].get<double>(), 54);
+  EXPECT_DOUBLE_EQ((*ttft)["expected_ttft_ms"].get<double>(), 42);
+}
+
 TEST(TrainingEntries, NonStreamingGivesNoTtftSampleInStreamingMode) {
   CompletedRequest d = sample_request();
   d.request.streaming = false;

@@ -83,6 +83,52 @@ TEST_F(RequestContextTest, StreamedSuccessMovesPrefillToDecodeAndEndsOnce) {
   EXPECT_EQ(sink_.completed[0].request.request_id, "r1");
 }
 
+TEST_F(RequestContextTest, StreamedTokensTimeThePodsStepsForTheNextCycles) {
+  RequestContext ctx(services(), kT0);
+  PodAttempt one = ctx.dispatch(request_, pod("a"), route_, "m", 64, 1, kT0);
+  PodAttempt two = ctx.dispatch(request_, pod("a"), route_, "m", 64, 1, kT0);
+  EXPECT_FALSE(pod("a").step) << "no step measured yet";
+  one.streamed(1, kT0 + 30ms);  // the first token: its gap is the TTFT, not a step
+  EXPECT_FALSE(pod("a").step);
+  ASSERT_EQ(sink_.first.size(), 1u) << "the first content chunk is the first token";
+  EXPECT_DOUBLE_EQ(sink_.first[0].ttft_ms, 30);
+  one.streamed(2, kT0 + 40ms);  // one step of 10 ms
+  ASSERT_TRUE(pod("a").step);
+  EXPECT_DOUBLE_EQ(pod("a").step->step_ms, 10);
+  EXPECT_EQ(pod("a").step->last_step_end, kT0 + 40ms);
+  one.streamed(2, kT0 + 45ms);  // nothing new
+  EXPECT_EQ(pod("a").step->last_step_end, kT0 + 40ms);
+  // A late read carrying three tokens spans three steps (of 10 ms): the estimate holds.
+  one.streamed(5, kT0 + 70ms);
+  EXPECT_DOUBLE_EQ(pod("a").step->step_ms, 10);
+  // Another stream of the same pod ends the same steps; its 20 ms gap moves the average.
+  two.streamed(1, kT0 + 50ms);
+  two.streamed(2, kT0 + 70ms);
+  EXPECT_DOUBLE_EQ(pod("a").step->step_ms, 10 + 0.3 * (20 - 10));
+  EXPECT_EQ(pod("a").step->last_step_end, kT0 + 70ms);
+  // A token reported late by a slower relay never moves the step end back.
+  one.streamed(6, kT0 + 69ms);
+  EXPECT_EQ(pod("a").step->last_step_end, kT0 + 70ms);
+  EXPECT_FALSE(pod("b").step) << "each pod has its own clock";
+  one.answered(200, kT0 + 80ms);
+  two.answered(200, kT0 + 80ms);
+}
+
+TEST_F(RequestContextTest, TheTrainingTtftIsThePhaseNeutralOne) {
+  RequestContext ctx(services(), kT0);
+  Endpoint a = pod("a");
+  LatencyPredictionInfo info;
+  info.predicted_ttft_ms = 24, info.expected_ttft_ms = 20, info.ttft_phase_ms = 4;
+  info.model_ttft_ms = 20;
+  a.latency = info;
+  PodAttempt attempt = ctx.dispatch(request_, a, route_, "m", 8, 1, kT0);
+  attempt.streamed(1, kT0 + 25ms);
+  ASSERT_EQ(sink_.first.size(), 1u);
+  EXPECT_DOUBLE_EQ(sink_.first[0].ttft_ms, 25) << "what the client saw";
+  EXPECT_DOUBLE_EQ(sink_.first[0].phase_neutral_ttft_ms(), 21) << "what the model learns";
+  attempt.answered(200, kT0 + 60ms);
+}
+
 TEST_F(RequestContextTest, AnAttemptNobodyEndedCountsAsAClientThatLeft) {
   {
     RequestContext ctx(services(), kT0);

@@ -33,6 +33,11 @@ class PredictedLatencyProducer final : public PluginBase<DataProducer> {
     // Scale each pod's predicted TTFT and TPOT by its residual factors (PodResidual: how much
     // slower or faster than its pool's other pods it has been against the model).
     bool podResidualCorrection = false;
+    // Shift each pod's predicted TTFT by its step phase (StepTiming, from the streams this EPP
+    // relays): the rest of the forward pass in progress minus the half step the model's average
+    // includes. Only for requests without SLO headers, on pods this EPP has requests running on
+    // and nothing queued or prefilling, where that wait is the first token's largest unknown.
+    bool stepPhaseCorrection = false;
     std::string validate() const;
   };
 
@@ -49,9 +54,14 @@ class PredictedLatencyProducer final : public PluginBase<DataProducer> {
   std::vector<AttributeKey> consumes() const override { return {AttributeKey::kPrefixCacheMatch}; }
 
   // Headroom and validity of one prediction under the request's SLOs (spec section 2 step 2),
-  // scaled by the pod's residual factors when podResidualCorrection is on.
+  // scaled by the pod's residual factors when podResidualCorrection is on, and the TTFT
+  // shifted by `ttft_phase_ms` (step_phase_ms).
   LatencyPredictionInfo info_for(const SchedulingRequest& request, const Endpoint& e,
-                                 const Prediction& p) const;
+                                 const Prediction& p, double ttft_phase_ms = 0) const;
+  // The step-phase delay for `request` sent to `e` at `now` (0 when off, unknown or not
+  // applied).
+  double step_phase_ms(const SchedulingRequest& request, const Endpoint& e,
+                       std::chrono::steady_clock::time_point now) const;
 
   const Config& config() const { return config_; }
 

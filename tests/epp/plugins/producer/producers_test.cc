@@ -248,6 +248,83 @@ TEST_F(PredictedLatencyProducerTest, PodResidualFactorsScalePredictionsAndHeadro
                    .plugin);
 }
 
+TEST_F(PredictedLatencyProducerTest, StepPhaseShiftsTtftOfBusyPodsWhoseStepEndsSoonOrLate) {
+  // Model: 20 ms TTFT on every pod, central estimate 16. Steps of 8 ms on the busy pods; the
+  // model's average includes half a step (4 ms) of waiting for the step in progress.
+  services_.source.answers = {{20, 10, 16, 9}, {20, 10, 16, 9}, {20, 10, 16, 9}, {21, 10, 17, 9}};
+  SchedulingRequest req = testing::request();
+  req.streaming = true;
+  auto busy = [](const std::string& name, double since_step_ms) {
+    Endpoint e = pod(name);
+    e.dispatched = 3;
+    e.step = StepTiming{8.0, testing::kNow - std::chrono::microseconds(
+                                               static_cast<int64_t>(since_step_ms * 1000))};
+    return e;
+  };
+  const std::vector<Endpoint> pods = {busy("just-started", 0.0), busy("ends-now", 7.9),
+                                      busy("overdue", 12.0), pod("idle")};
+  auto eps = run(*make({{"stepPhaseCorrection", true}}), req, pods);
+  ASSERT_TRUE(eps[0].latency && eps[3].latency);
+  // A whole step ahead: +4 ms; about to end: ~-4 ms; past its usual length: -4 ms.
+  EXPECT_DOUBLE_EQ(eps[0].latency->ttft_phase_ms, 4.0);
+  EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 24.0);
+  EXPECT_DOUBLE_EQ(eps[0].latency->expected_ttft_ms, 20.0);
+  EXPECT_DOUBLE_EQ(eps[0].latency->ttft_headroom_ms, -24.0);
+  EXPECT_NEAR(eps[1].latency->ttft_phase_ms, -3.9, 1e-9);
+  EXPECT_NEAR(eps[1].latency->predicted_ttft_ms, 16.1, 1e-9);
+  EXPECT_NEAR(eps[1].latency->expected_ttft_ms, 12.1, 1e-9);
+  EXPECT_DOUBLE_EQ(eps[2].latency->ttft_phase_ms, -4.0);
+  // Nothing of ours running there: no phase (an idle pod starts at once, as the model knows).
+  EXPECT_DOUBLE_EQ(eps[3].latency->ttft_phase_ms, 0.0);
+  EXPECT_DOUBLE_EQ(eps[3].latency->predicted_ttft_ms, 21.0);
+  // The model's own value (what the pod's residual is measured against) is untouched.
+  EXPECT_DOUBLE_EQ(eps[0].latency->model_ttft_ms, 20.0);
+
+  // Off by default, as upstream.
+  eps = run(*make(), req, pods);
+  EXPECT_DOUBLE_EQ(eps[0].latency->ttft_phase_ms, 0.0);
+  EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 20.0);
+
+  // SLO traffic is checked against the phase-averaged bound.
+  req.slo_ttft_ms = 22;
+  eps = run(*make({{"stepPhaseCorrection", true}}), req, pods);
+  EXPECT_DOUBLE_EQ(eps[0].latency->ttft_phase_ms, 0.0);
+  EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 20.0);
+  EXPECT_TRUE(eps[0].latency->ttft_valid);
+}
+
+TEST_F(PredictedLatencyProducerTest, StepPhaseIsLeftOutWhenTheRequestWouldNotBeNext) {
+  services_.source.answers = {{20, 10}, {20, 10}, {20, 10}, {30, 10}};
+  SchedulingRequest req = testing::request();
+  auto busy = [](const std::string& name) {
+    Endpoint e = pod(name);
+    e.dispatched = 2;
+    e.step = StepTiming{8.0, testing::kNow};
+    return e;
+  };
+  Endpoint queued = busy("queued");
+  queued.metrics.waiting = 1;  // others wait first: how many steps is the model's business
+  Endpoint prefilling = busy("prefilling");
+  prefilling.prefill_tokens_in_flight = 500;
+  Endpoint stale = busy("stale");
+  stale.step->last_step_end = testing::kNow - std::chrono::milliseconds(16);  // two steps ago
+  auto eps = run(*make({{"stepPhaseCorrection", true}}), req,
+                 {queued, prefilling, stale, busy("fresh")});
+  EXPECT_DOUBLE_EQ(eps[0].latency->ttft_phase_ms, 0.0);
+  EXPECT_DOUBLE_EQ(eps[1].latency->ttft_phase_ms, 0.0);
+  EXPECT_DOUBLE_EQ(eps[2].latency->ttft_phase_ms, 0.0);
+  EXPECT_DOUBLE_EQ(eps[3].latency->ttft_phase_ms, 4.0);
+
+  // Every pod predicted the same (a constant model not trained yet): the tie stays a tie.
+  services_.source.answers = {{20, 10}, {20, 10}};
+  eps = run(*make({{"stepPhaseCorrection", true}}), req, {busy("a"), busy("b")});
+  EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 20.0);
+  EXPECT_DOUBLE_EQ(eps[0].latency->ttft_phase_ms, 0.0);
+  EXPECT_FALSE(PredictedLatencyProducer::create("pl", {{"stepPhaseCorrection", "yes"}},
+                                                services_.handle())
+                   .plugin);
+}
+
 TEST_F(PredictedLatencyProducerTest, CentralEstimatesAreKeptBesideTheBoundsAndScaledAlike) {
   // Our predictor answers the p90 bound and the median; a reference predictor only the bound.
   services_.source.answers = {{100, 10, 80, 8}, {90, 12}};
