@@ -262,10 +262,11 @@ TEST_F(PredictedLatencyProducerTest, StepPhaseShiftsTtftOfBusyPodsWhoseStepEndsS
     return e;
   };
   const std::vector<Endpoint> pods = {busy("just-started", 0.0), busy("ends-now", 7.9),
-                                      busy("overdue", 12.0), pod("idle")};
+                                      busy("late", 8.5), pod("idle")};
   auto eps = run(*make({{"stepPhaseCorrection", true}}), req, pods);
   ASSERT_TRUE(eps[0].latency && eps[3].latency);
-  // A whole step ahead: +4 ms; about to end: ~-4 ms; past its usual length: -4 ms.
+  // A whole step ahead: +4 ms; about to end: ~-4 ms; 0.5 ms past its usual length (within 10 %
+  // of it, as late as steps jitter): -4 ms.
   EXPECT_DOUBLE_EQ(eps[0].latency->ttft_phase_ms, 4.0);
   EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 24.0);
   EXPECT_DOUBLE_EQ(eps[0].latency->expected_ttft_ms, 20.0);
@@ -306,10 +307,10 @@ TEST_F(PredictedLatencyProducerTest, StepPhaseIsLeftOutWhenTheRequestWouldNotBeN
   queued.metrics.waiting = 1;  // others wait first: how many steps is the model's business
   Endpoint prefilling = busy("prefilling");
   prefilling.prefill_tokens_in_flight = 500;
-  Endpoint stale = busy("stale");
-  stale.step->last_step_end = testing::kNow - std::chrono::milliseconds(16);  // two steps ago
+  Endpoint overrun = busy("overrun");  // 12 ms into an 8-ms step: not a typical step, end unknown
+  overrun.step->last_step_end = testing::kNow - std::chrono::milliseconds(12);
   auto eps = run(*make({{"stepPhaseCorrection", true}}), req,
-                 {queued, prefilling, stale, busy("fresh")});
+                 {queued, prefilling, overrun, busy("fresh")});
   EXPECT_DOUBLE_EQ(eps[0].latency->ttft_phase_ms, 0.0);
   EXPECT_DOUBLE_EQ(eps[1].latency->ttft_phase_ms, 0.0);
   EXPECT_DOUBLE_EQ(eps[2].latency->ttft_phase_ms, 0.0);
