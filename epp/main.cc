@@ -220,6 +220,10 @@ int run(int argc, char** argv) {
       "What this pod's predicted TTFT / TPOT is multiplied by: how much slower (> 1) or faster "
       "than its pool's other pods it has been against the model (1 = no significant "
       "difference; applied with podResidualCorrection)").Register(registry);
+  auto& bound_family = prometheus::BuildGauge().Name("llmd_epp_pool_latency_bound_factor").Help(
+      "What the pool's predicted TTFT / TPOT bounds would have had to be multiplied by to hold "
+      "for 9 of its latest requests in 10 (1 = not enough requests yet; SLO checks use it with "
+      "sloBoundCalibration)").Register(registry);
   auto& step_family = prometheus::BuildGauge().Name("llmd_epp_pod_step_milliseconds").Help(
       "Typical duration of this pod's forward passes, from the gaps between the tokens of the "
       "streams this EPP relays (0 = not measured yet; the step phase of stepPhaseCorrection)")
@@ -252,6 +256,8 @@ int run(int argc, char** argv) {
       residual_family.Add({{"pod", e.name}, {"latency", "ttft"}}).Set(e.ttft_residual_factor);
       residual_family.Add({{"pod", e.name}, {"latency", "tpot"}}).Set(e.tpot_residual_factor);
       step_family.Add({{"pod", e.name}}).Set(e.step ? e.step->step_ms : 0.0);
+      bound_family.Add({{"pool", e.pool()}, {"latency", "ttft"}}).Set(e.ttft_bound_factor);
+      bound_family.Add({{"pool", e.pool()}, {"latency", "tpot"}}).Set(e.tpot_bound_factor);
     }
     ready_g.Set(static_cast<double>(c.size()));
     kv_g.Set(c.empty() ? 0 : kv / static_cast<double>(c.size()));

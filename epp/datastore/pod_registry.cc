@@ -3,6 +3,14 @@
 #include <algorithm>
 
 namespace llmd::epp {
+namespace {
+
+std::string pool_of(const PodConfig& c) {
+  auto it = c.labels.find("pool");
+  return it == c.labels.end() ? std::string() : it->second;
+}
+
+}  // namespace
 
 PodRegistry::PodRegistry(std::chrono::milliseconds staleness) : staleness_(staleness) {}
 
@@ -68,8 +76,7 @@ std::vector<Endpoint> PodRegistry::candidates(std::chrono::steady_clock::time_po
   };
   std::map<std::string, PoolMeans> pools;
   for (const auto& [name, s] : pods_) {
-    auto it = s.config.labels.find("pool");
-    auto& m = pools[it == s.config.labels.end() ? std::string() : it->second];
+    auto& m = pools[pool_of(s.config)];
     if (s.ttft_residual.counts()) {
       m.ttft += s.ttft_residual.mean(), ++m.ttft_n;
     }
@@ -94,6 +101,10 @@ std::vector<Endpoint> PodRegistry::candidates(std::chrono::steady_clock::time_po
     e.step = s.step_clock->timing();
     if (s.predicted_ttft_ms && now - s.predicted_at <= staleness_) {
       e.last_predicted_ttft_ms = s.predicted_ttft_ms;
+    }
+    if (auto c = coverage_.find(e.pool()); c != coverage_.end()) {
+      e.ttft_bound_factor = c->second.ttft.factor();
+      e.tpot_bound_factor = c->second.tpot.factor();
     }
     const PoolMeans& m = pools[e.pool()];
     if (m.ttft_n > 0) {
@@ -135,6 +146,22 @@ void PodRegistry::observe_ttft(const std::string& name, double model_ms, double 
 void PodRegistry::observe_tpot(const std::string& name, double model_ms, double actual_ms,
                                std::chrono::steady_clock::time_point now) {
   observe<&State::tpot_residual>(name, model_ms, actual_ms, now);
+}
+
+void PodRegistry::observe_ttft_bound(const std::string& name, double bound_ms,
+                                     double actual_ms) {
+  std::lock_guard lock(mu_);
+  if (auto it = pods_.find(name); it != pods_.end()) {
+    coverage_[pool_of(it->second.config)].ttft.add(bound_ms, actual_ms);
+  }
+}
+
+void PodRegistry::observe_tpot_bound(const std::string& name, double bound_ms,
+                                     double actual_ms) {
+  std::lock_guard lock(mu_);
+  if (auto it = pods_.find(name); it != pods_.end()) {
+    coverage_[pool_of(it->second.config)].tpot.add(bound_ms, actual_ms);
+  }
 }
 
 std::size_t PodRegistry::ready_count(std::chrono::steady_clock::time_point now) const {

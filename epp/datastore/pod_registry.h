@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "epp/datastore/bound_coverage.h"
 #include "epp/datastore/pod_residual.h"
 #include "epp/datastore/pod_step_clock.h"
 #include "epp/interface/endpoint.h"
@@ -59,6 +60,11 @@ class PodRegistry {
                     std::chrono::steady_clock::time_point now);
   void observe_tpot(const std::string& name, double model_ms, double actual_ms,
                     std::chrono::steady_clock::time_point now);
+  // A bound the SLO check used for a request on this pod (the prediction after the per-pod
+  // correction, without the step phase) against what the request then took: candidates() then
+  // carry their pool's BoundCoverage factors.
+  void observe_ttft_bound(const std::string& name, double bound_ms, double actual_ms);
+  void observe_tpot_bound(const std::string& name, double bound_ms, double actual_ms);
   // The pod's step clock, fed by the streams relayed from it without taking this table's lock
   // (candidates() then carry its StepTiming); null for a pod not in the pool.
   std::shared_ptr<PodStepClock> step_clock(const std::string& name) const;
@@ -83,6 +89,10 @@ class PodRegistry {
   std::chrono::milliseconds staleness_;
   mutable std::mutex mu_;
   std::map<std::string, State> pods_;  // guarded by mu_
+  struct PoolCoverage {
+    BoundCoverage ttft, tpot;
+  };
+  std::map<std::string, PoolCoverage> coverage_;  // by pool label; guarded by mu_
 };
 
 }  // namespace llmd::epp

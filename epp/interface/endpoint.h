@@ -44,6 +44,10 @@ struct Endpoint {
   // shared model cannot see. 1 = no significant difference.
   double ttft_residual_factor = 1.0;
   double tpot_residual_factor = 1.0;
+  // How much the pool's bounds must be scaled to hold 9 times in 10 on its latest requests
+  // (BoundCoverage): what an SLO check multiplies a bound by. 1 = no evidence yet.
+  double ttft_bound_factor = 1.0;
+  double tpot_bound_factor = 1.0;
   // When the pod's forward passes end, from the token streams this EPP relays (PodStepClock);
   // absent until a step was measured.
   std::optional<StepTiming> step;

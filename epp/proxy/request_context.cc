@@ -100,6 +100,9 @@ void PodAttempt::first_token(TimePoint now) {
       // request would have had arriving at an average moment.
       services_->registry->observe_ttft(done_.pod.name, done_.pod.latency->model_ttft_ms,
                                         done_.phase_neutral_ttft_ms(), now);
+      services_->registry->observe_ttft_bound(
+          done_.pod.name, done_.pod.latency->predicted_ttft_ms - done_.pod.latency->ttft_phase_ms,
+          done_.phase_neutral_ttft_ms());
     }
   }
   if (services_->sink != nullptr) {
@@ -165,6 +168,8 @@ void PodAttempt::end(bool success, int status, TimePoint now) {
     if (auto tpot = done_.measured_tpot_ms()) {
       services_->registry->observe_tpot(done_.pod.name, done_.pod.latency->model_tpot_ms, *tpot,
                                         now);
+      services_->registry->observe_tpot_bound(done_.pod.name,
+                                              done_.pod.latency->predicted_tpot_ms, *tpot);
     }
   }
   if (services_->sink != nullptr) {

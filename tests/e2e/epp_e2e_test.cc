@@ -395,6 +395,17 @@ TEST_F(HeteroPoolStack, ASlowerPodIsMeasuredAgainstTheModelAndItsPredictionsAreS
   EXPECT_GT(expected_n, 0);
   EXPECT_LT(metric_sum(m, "llmd_epp_request_expected_ttft_seconds_sum{"),
             metric_sum(m, "inference_objective_request_predicted_ttft_seconds_sum{"));
+
+  // The pool's bounds were measured against what its requests took (hundreds of picks with
+  // predictions, more than BoundCoverage::kMinSamples): the factor an SLO check scales them by
+  // has moved off its "no evidence" 1 and stays within its clamp.
+  for (const char* latency : {"ttft", "tpot"}) {
+    const double bound = metric_sum(
+        m, std::string("llmd_epp_pool_latency_bound_factor{latency=\"") + latency + "\",pool=\"\"}");
+    EXPECT_GE(bound, 0.5) << latency;
+    EXPECT_LE(bound, 4.0) << latency;
+    EXPECT_NE(bound, 1.0) << latency << ": no bound was measured";
+  }
 }
 
 // Every streamed token the EPP relays ends one forward pass of its pod: the EPP times each pod's

@@ -5,6 +5,7 @@
 #include "epp/plugins/filter/prefix_cache_affinity/prefix_cache_affinity_filter.h"
 #include "epp/plugins/picker/near_best_rotation/near_best_rotation_picker.h"
 #include "epp/plugins/picker/weighted_random/weighted_random_picker.h"
+#include "epp/plugins/producer/predicted_latency/predicted_latency_producer.h"
 #include "epp/plugins/register.h"
 #include "epp/plugins/scorer/latency/latency_scorer.h"
 #include "tests/epp/test_util.h"
@@ -37,23 +38,27 @@ TEST_F(ConfigLoaderTest, LoadsTheShippedConfigurations) {
 }
 
 // Both predicted-latency pipelines have the contract's shape; they differ in the constants the
-// routing benchmark measured (default) or upstream ships (upstream).
+// routing benchmark measured (default) or upstream ships (upstream), and in the SLO-headroom
+// tier filter between the affinity gates (upstream only: the default splits by headroom in the
+// latency scorer, after affinity).
 void expect_contract_shape(const Pipeline& p, double loose_threshold, bool prefer_idle,
-                           LatencyScorer::Strategy strategy) {
+                           LatencyScorer::Strategy strategy, bool headroom_tier_filter) {
   ASSERT_EQ(p.producers.size(), 2u);
   EXPECT_EQ(p.producers[0].plugin->type(), "approx-prefix-cache-producer");
   EXPECT_EQ(p.producers[1].plugin->type(), "predicted-latency-producer");
   ASSERT_EQ(p.admitters.size(), 1u);
   EXPECT_EQ(p.admitters[0].plugin->type(), "latency-slo-admitter");
   const Profile& prof = p.profiles[0];
-  ASSERT_EQ(prof.filters().size(), 3u);
+  ASSERT_EQ(prof.filters().size(), headroom_tier_filter ? 3u : 2u);
   using Affinity = PrefixCacheAffinityFilter;
   auto strict = std::dynamic_pointer_cast<const Affinity>(prof.filters()[0].plugin);
-  auto loose = std::dynamic_pointer_cast<const Affinity>(prof.filters()[2].plugin);
+  auto loose = std::dynamic_pointer_cast<const Affinity>(prof.filters().back().plugin);
   ASSERT_TRUE(strict && loose);
   EXPECT_DOUBLE_EQ(strict->config().threshold, 0.99);
   EXPECT_DOUBLE_EQ(loose->config().threshold, loose_threshold);
-  EXPECT_EQ(prof.filters()[1].plugin->type(), "slo-headroom-tier-filter");
+  if (headroom_tier_filter) {
+    EXPECT_EQ(prof.filters()[1].plugin->type(), "slo-headroom-tier-filter");
+  }
   ASSERT_EQ(prof.scorers().size(), 1u);
   auto scorer = std::dynamic_pointer_cast<const LatencyScorer>(prof.scorers()[0].plugin);
   ASSERT_TRUE(scorer);
@@ -65,7 +70,14 @@ TEST_F(ConfigLoaderTest, DefaultAndUpstreamPipelinesHaveTheContractShape) {
   auto d = load_pipeline_file(std::string(LLMD_SOURCE_DIR) + "/epp/config/default-pipeline.yaml",
                               registry_, services_.handle());
   ASSERT_TRUE(d.ok()) << d.error;
-  expect_contract_shape(*d.pipeline, 0.70, false, LatencyScorer::Strategy::kLatencyComposite);
+  expect_contract_shape(*d.pipeline, 0.70, false, LatencyScorer::Strategy::kLatencyComposite,
+                        false);
+  auto producer = std::dynamic_pointer_cast<const PredictedLatencyProducer>(
+      d.pipeline->producers[1].plugin);
+  ASSERT_TRUE(producer);
+  EXPECT_TRUE(producer->config().sloBoundCalibration);
+  EXPECT_TRUE(producer->config().podResidualCorrection);
+  EXPECT_TRUE(producer->config().stepPhaseCorrection);
   // Requests some pod has cached are drawn ~ score^100 (SLO requests no pod has cached
   // ~ score^10); the others rotate over the pods predicted within 40 % of the fastest.
   auto rotation = std::dynamic_pointer_cast<const NearBestRotationPicker>(
@@ -88,7 +100,7 @@ TEST_F(ConfigLoaderTest, DefaultAndUpstreamPipelinesHaveTheContractShape) {
   auto u = load_pipeline_file(std::string(LLMD_SOURCE_DIR) + "/epp/config/upstream-pipeline.yaml",
                               registry_, services_.handle());
   ASSERT_TRUE(u.ok()) << u.error;
-  expect_contract_shape(*u.pipeline, 0.80, true, LatencyScorer::Strategy::kLeast);
+  expect_contract_shape(*u.pipeline, 0.80, true, LatencyScorer::Strategy::kLeast, true);
   auto weighted = std::dynamic_pointer_cast<const WeightedRandomPicker>(
       u.pipeline->profiles[0].picker().plugin);
   ASSERT_TRUE(weighted);

@@ -24,7 +24,8 @@ PluginOrError PredictedLatencyProducer::create(const std::string& name,
   r.get("predictionDeadlineMs", c.predictionDeadlineMs)
       .get("streamingMode", c.streamingMode)
       .get("podResidualCorrection", c.podResidualCorrection)
-      .get("stepPhaseCorrection", c.stepPhaseCorrection);
+      .get("stepPhaseCorrection", c.stepPhaseCorrection)
+      .get("sloBoundCalibration", c.sloBoundCalibration);
   if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
   }
@@ -65,15 +66,19 @@ LatencyPredictionInfo PredictedLatencyProducer::info_for(const SchedulingRequest
   info.expected_ttft_ms =
       std::max(0.0, or_bound(p.ttft_expected_ms, p.ttft_ms) * ttft_factor + ttft_phase_ms);
   info.expected_tpot_ms = or_bound(p.tpot_expected_ms, p.tpot_ms) * tpot_factor;
+  // The SLO check scales the bound by what made the pool's bounds hold lately (BoundCoverage).
+  const bool calibrate = config_.sloBoundCalibration && request.has_slo();
+  const double ttft_bound = calibrate ? ttft * e.ttft_bound_factor : ttft;
+  const double tpot_bound = calibrate ? tpot * e.tpot_bound_factor : tpot;
   // Without a TTFT SLO the headroom is -predicted: still orders pods by predicted TTFT.
-  info.ttft_headroom_ms = request.slo_ttft_ms.value_or(0.0) - ttft;
-  info.ttft_valid = !request.slo_ttft_ms || ttft < *request.slo_ttft_ms;
+  info.ttft_headroom_ms = request.slo_ttft_ms.value_or(0.0) - ttft_bound;
+  info.ttft_valid = !request.slo_ttft_ms || ttft_bound < *request.slo_ttft_ms;
   // TPOT means nothing for non-streaming requests (and is untrained in non-streaming mode) and
   // prefill pods generate no tokens: neutral (valid, headroom 0) so it cannot skew tiers.
   bool neutral = !config_.streamingMode || !request.streaming || e.role() == "prefill";
   if (!neutral && request.slo_tpot_ms) {
-    info.tpot_headroom_ms = *request.slo_tpot_ms - tpot;
-    info.tpot_valid = tpot < *request.slo_tpot_ms;
+    info.tpot_headroom_ms = *request.slo_tpot_ms - tpot_bound;
+    info.tpot_valid = tpot_bound < *request.slo_tpot_ms;
   }
   return info;
 }

@@ -127,6 +127,14 @@ class PredictedLatencyProducerTest : public ::testing::Test {
     p.produce(ctx, eps);
     return eps;
   }
+  // A streamed request with a 150 ms TTFT and a 15 ms TPOT SLO.
+  static SchedulingRequest slo_stream() {
+    SchedulingRequest req = testing::request();
+    req.streaming = true;
+    req.slo_ttft_ms = 150;
+    req.slo_tpot_ms = 15;
+    return req;
+  }
   testing::TestServices services_;
   FixedRng rng_;
 };
@@ -212,10 +220,7 @@ TEST_F(PredictedLatencyProducerTest, TpotNeutralisedForNonStreamingAndPrefillPod
 
 TEST_F(PredictedLatencyProducerTest, PodResidualFactorsScalePredictionsAndHeadroomWhenEnabled) {
   services_.source.answers = {{100, 10}, {90, 12}};
-  SchedulingRequest req = testing::request();
-  req.streaming = true;
-  req.slo_ttft_ms = 150;
-  req.slo_tpot_ms = 15;
+  const SchedulingRequest req = slo_stream();
   Endpoint slow = pod("slow");
   slow.ttft_residual_factor = 2.0;
   slow.tpot_residual_factor = 1.5;
@@ -244,6 +249,45 @@ TEST_F(PredictedLatencyProducerTest, PodResidualFactorsScalePredictionsAndHeadro
   EXPECT_DOUBLE_EQ(eps[0].latency->model_ttft_ms, 0);
   EXPECT_DOUBLE_EQ(eps[0].latency->model_tpot_ms, 0);
   EXPECT_FALSE(PredictedLatencyProducer::create("pl", {{"podResidualCorrection", "yes"}},
+                                                services_.handle())
+                   .plugin);
+}
+
+TEST_F(PredictedLatencyProducerTest, SloChecksScaleBoundsByThePoolsLiveCoverageWhenEnabled) {
+  // Pod "a" is predicted 120 ms / 12 ms, inside a 150 / 15 ms SLO; the pool's bounds held only
+  // after scaling by 1.5 (TTFT) and 1.25 (TPOT) lately, so the check sees 180 / 15 ms: a miss.
+  services_.source.answers = {{120, 12}, {80, 10}};
+  const SchedulingRequest req = slo_stream();
+  auto calibrated = [](const std::string& name) {
+    Endpoint e = pod(name);
+    e.ttft_bound_factor = 1.5;
+    e.tpot_bound_factor = 1.25;
+    return e;
+  };
+  auto eps = run(*make({{"sloBoundCalibration", true}}), req, {calibrated("a"), calibrated("b")});
+  ASSERT_TRUE(eps[0].latency && eps[1].latency);
+  EXPECT_DOUBLE_EQ(eps[0].latency->ttft_headroom_ms, -30);
+  EXPECT_FALSE(eps[0].latency->ttft_valid);
+  EXPECT_DOUBLE_EQ(eps[0].latency->tpot_headroom_ms, 0);
+  EXPECT_FALSE(eps[0].latency->tpot_valid);
+  EXPECT_DOUBLE_EQ(eps[1].latency->ttft_headroom_ms, 30);
+  EXPECT_TRUE(eps[1].latency->ttft_valid);
+  EXPECT_DOUBLE_EQ(eps[1].latency->tpot_headroom_ms, 2.5);
+  EXPECT_TRUE(eps[1].latency->tpot_valid);
+  // Ranking values stay the model's (a pool-wide factor would not reorder pods anyway).
+  EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 120);
+  EXPECT_DOUBLE_EQ(eps[0].latency->predicted_tpot_ms, 12);
+
+  // Off (the plugin's default): the bounds as they are.
+  eps = run(*make(), req, {calibrated("a"), calibrated("b")});
+  EXPECT_DOUBLE_EQ(eps[0].latency->ttft_headroom_ms, 30);
+  EXPECT_TRUE(eps[0].latency->ttft_valid && eps[0].latency->tpot_valid);
+
+  // Requests without SLO headers: the headroom is -prediction, uncalibrated.
+  SchedulingRequest plain = testing::request();
+  eps = run(*make({{"sloBoundCalibration", true}}), plain, {calibrated("a"), calibrated("b")});
+  EXPECT_DOUBLE_EQ(eps[0].latency->ttft_headroom_ms, -120);
+  EXPECT_FALSE(PredictedLatencyProducer::create("pl", {{"sloBoundCalibration", 1.5}},
                                                 services_.handle())
                    .plugin);
 }
