@@ -79,13 +79,13 @@ TEST_F(ConfigLoaderTest, DefaultAndUpstreamPipelinesHaveTheContractShape) {
   EXPECT_TRUE(producer->config().podResidualCorrection);
   EXPECT_TRUE(producer->config().stepPhaseCorrection);
   // Requests some pod has cached are drawn ~ score^100 (SLO requests no pod has cached
-  // ~ score^10); the others rotate over the pods predicted within 40 % of the fastest.
+  // ~ score^10); the others rotate over the pods predicted within 5 % of the fastest.
   auto rotation = std::dynamic_pointer_cast<const NearBestRotationPicker>(
       d.pipeline->profiles[0].picker().plugin);
   ASSERT_TRUE(rotation);
   EXPECT_DOUBLE_EQ(rotation->config().cachedRequestExponent, 100);
   EXPECT_DOUBLE_EQ(rotation->config().uncachedSloRequestExponent, 10);
-  EXPECT_DOUBLE_EQ(rotation->config().tolerance, 0.4);
+  EXPECT_DOUBLE_EQ(rotation->config().tolerance, 0.05);
   EXPECT_EQ(rotation->config().nearBestBy, "predictedTTFT");
   auto strict = std::dynamic_pointer_cast<const PrefixCacheAffinityFilter>(
       d.pipeline->profiles[0].filters()[0].plugin);
