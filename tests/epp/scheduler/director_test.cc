@@ -172,7 +172,12 @@ TEST_F(DefaultPipelineTest, PicksTheOnlyPodMeetingTheSlo) {
   EXPECT_TRUE(r.predictions_used);
   ASSERT_TRUE(r.picked->latency);
   EXPECT_DOUBLE_EQ(r.picked->latency->ttft_headroom_ms, 20);
-  ASSERT_EQ(r.scores.size(), 1u);  // the tier filter kept only the positive pod
+  // No tier filter in the default pipeline: every pod reaches the latency scorer, which
+  // scores only the pod predicted to meet the SLO.
+  ASSERT_EQ(r.scores.size(), 3u);
+  for (const auto& s : r.scores) {
+    EXPECT_EQ(s.score > 0, s.name == "b") << s.name << " scored " << s.score;
+  }
   // The pick was recorded in the prefix index: the next request with this prompt sticks to b.
   auto stats = services_.index.stats();
   EXPECT_EQ(stats.pods, 1u);
