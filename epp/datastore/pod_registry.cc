@@ -128,40 +128,26 @@ void PodRegistry::record_predicted_ttft(const std::string& name, double ttft_ms,
   }
 }
 
-template <PodResidual PodRegistry::State::*Member>
-void PodRegistry::observe(const std::string& name, double model_ms, double actual_ms,
-                          std::chrono::steady_clock::time_point now) {
+template <PodResidual PodRegistry::State::*Residual,
+          BoundCoverage PodRegistry::PoolCoverage::*Coverage>
+void PodRegistry::observe(const std::string& name, double model_ms, double bound_ms,
+                          double actual_ms, std::chrono::steady_clock::time_point now) {
   std::lock_guard lock(mu_);
   auto it = pods_.find(name);
   if (it != pods_.end()) {
-    (it->second.*Member).add(model_ms, actual_ms, now);
+    (it->second.*Residual).add(model_ms, actual_ms, now);
+    (coverage_[pool_of(it->second.config)].*Coverage).add(bound_ms, actual_ms);
   }
 }
 
-void PodRegistry::observe_ttft(const std::string& name, double model_ms, double actual_ms,
-                               std::chrono::steady_clock::time_point now) {
-  observe<&State::ttft_residual>(name, model_ms, actual_ms, now);
+void PodRegistry::observe_ttft(const std::string& name, double model_ms, double bound_ms,
+                               double actual_ms, std::chrono::steady_clock::time_point now) {
+  observe<&State::ttft_residual, &PoolCoverage::ttft>(name, model_ms, bound_ms, actual_ms, now);
 }
 
-void PodRegistry::observe_tpot(const std::string& name, double model_ms, double actual_ms,
-                               std::chrono::steady_clock::time_point now) {
-  observe<&State::tpot_residual>(name, model_ms, actual_ms, now);
-}
-
-void PodRegistry::observe_ttft_bound(const std::string& name, double bound_ms,
-                                     double actual_ms) {
-  std::lock_guard lock(mu_);
-  if (auto it = pods_.find(name); it != pods_.end()) {
-    coverage_[pool_of(it->second.config)].ttft.add(bound_ms, actual_ms);
-  }
-}
-
-void PodRegistry::observe_tpot_bound(const std::string& name, double bound_ms,
-                                     double actual_ms) {
-  std::lock_guard lock(mu_);
-  if (auto it = pods_.find(name); it != pods_.end()) {
-    coverage_[pool_of(it->second.config)].tpot.add(bound_ms, actual_ms);
-  }
+void PodRegistry::observe_tpot(const std::string& name, double model_ms, double bound_ms,
+                               double actual_ms, std::chrono::steady_clock::time_point now) {
+  observe<&State::tpot_residual, &PoolCoverage::tpot>(name, model_ms, bound_ms, actual_ms, now);
 }
 
 std::size_t PodRegistry::ready_count(std::chrono::steady_clock::time_point now) const {

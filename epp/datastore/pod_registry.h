@@ -54,17 +54,15 @@ class PodRegistry {
   // Latest predicted TTFT of a pod (from a scheduling cycle); forgotten after `staleness`.
   void record_predicted_ttft(const std::string& name, double ttft_ms,
                              std::chrono::steady_clock::time_point now);
-  // What a pod measured against what the model predicted for it (PodResidual): candidates()
-  // then carry each pod's residual factors against its pool's (label `pool`) other pods.
-  void observe_ttft(const std::string& name, double model_ms, double actual_ms,
+  // What a pod measured against what the model predicted for it: `model_ms` is the model's own
+  // value (PodResidual: candidates() then carry each pod's residual factors against its pool's,
+  // label `pool`, other pods) and `bound_ms` the bound the SLO check used, after the per-pod
+  // correction and without the step phase (BoundCoverage: candidates() then carry their pool's
+  // bound factors).
+  void observe_ttft(const std::string& name, double model_ms, double bound_ms, double actual_ms,
                     std::chrono::steady_clock::time_point now);
-  void observe_tpot(const std::string& name, double model_ms, double actual_ms,
+  void observe_tpot(const std::string& name, double model_ms, double bound_ms, double actual_ms,
                     std::chrono::steady_clock::time_point now);
-  // A bound the SLO check used for a request on this pod (the prediction after the per-pod
-  // correction, without the step phase) against what the request then took: candidates() then
-  // carry their pool's BoundCoverage factors.
-  void observe_ttft_bound(const std::string& name, double bound_ms, double actual_ms);
-  void observe_tpot_bound(const std::string& name, double bound_ms, double actual_ms);
   // The pod's step clock, fed by the streams relayed from it without taking this table's lock
   // (candidates() then carry its StepTiming); null for a pod not in the pool.
   std::shared_ptr<PodStepClock> step_clock(const std::string& name) const;
@@ -83,15 +81,15 @@ class PodRegistry {
     PodResidual ttft_residual, tpot_residual;
     std::shared_ptr<PodStepClock> step_clock = std::make_shared<PodStepClock>();
   };
-  template <PodResidual State::*Member>
-  void observe(const std::string& name, double model_ms, double actual_ms,
+  struct PoolCoverage {
+    BoundCoverage ttft, tpot;
+  };
+  template <PodResidual State::*Residual, BoundCoverage PoolCoverage::*Coverage>
+  void observe(const std::string& name, double model_ms, double bound_ms, double actual_ms,
                std::chrono::steady_clock::time_point now);
   std::chrono::milliseconds staleness_;
   mutable std::mutex mu_;
   std::map<std::string, State> pods_;  // guarded by mu_
-  struct PoolCoverage {
-    BoundCoverage ttft, tpot;
-  };
   std::map<std::string, PoolCoverage> coverage_;  // by pool label; guarded by mu_
 };
 

@@ -98,11 +98,10 @@ void PodAttempt::first_token(TimePoint now) {
     if (done_.pod.latency && done_.pod.latency->model_ttft_ms > 0) {
       // The model predicts the average over the step phase: compare it with the TTFT the
       // request would have had arriving at an average moment.
-      services_->registry->observe_ttft(done_.pod.name, done_.pod.latency->model_ttft_ms,
+      const auto& l = *done_.pod.latency;
+      services_->registry->observe_ttft(done_.pod.name, l.model_ttft_ms,
+                                        l.predicted_ttft_ms - l.ttft_phase_ms,
                                         done_.phase_neutral_ttft_ms(), now);
-      services_->registry->observe_ttft_bound(
-          done_.pod.name, done_.pod.latency->predicted_ttft_ms - done_.pod.latency->ttft_phase_ms,
-          done_.phase_neutral_ttft_ms());
     }
   }
   if (services_->sink != nullptr) {
@@ -166,10 +165,8 @@ void PodAttempt::end(bool success, int status, TimePoint now) {
   if (success && is_pod() && services_->registry != nullptr && done_.pod.latency &&
       done_.pod.latency->model_tpot_ms > 0) {
     if (auto tpot = done_.measured_tpot_ms()) {
-      services_->registry->observe_tpot(done_.pod.name, done_.pod.latency->model_tpot_ms, *tpot,
-                                        now);
-      services_->registry->observe_tpot_bound(done_.pod.name,
-                                              done_.pod.latency->predicted_tpot_ms, *tpot);
+      services_->registry->observe_tpot(done_.pod.name, done_.pod.latency->model_tpot_ms,
+                                        done_.pod.latency->predicted_tpot_ms, *tpot, now);
     }
   }
   if (services_->sink != nullptr) {

@@ -75,10 +75,10 @@ TEST(BoundCoverageTest, RegistryKeepsOneFactorPerPoolAndCandidatesCarryIt) {
   // Pool a's TTFT bounds held only at 2x (spread over both pods); its TPOT bounds held, and
   // pool b saw nothing.
   for (int i = 0; i < 128; ++i) {
-    registry.observe_ttft_bound(i % 2 ? "a1" : "a2", 49, 99);
-    registry.observe_tpot_bound("a1", 9, 4);
+    registry.observe_ttft(i % 2 ? "a1" : "a2", 49, 49, 99, t0);
+    registry.observe_tpot("a1", 9, 9, 4, t0);
   }
-  registry.observe_ttft_bound("unknown-pod", 1, 1000);  // ignored
+  registry.observe_ttft("unknown-pod", 1, 1, 1000, t0);  // ignored
   for (const auto& e : registry.candidates(t0)) {
     if (e.pool() == "a") {
       EXPECT_DOUBLE_EQ(e.ttft_bound_factor, 2.0) << e.name;

@@ -32,8 +32,9 @@ class PodResidualRegistryTest : public ::testing::Test {
     std::lognormal_distribution<double> jitter(0.0, noise);
     for (int k = 0; k < n; ++k) {
       for (std::size_t i = 0; i < ratio.size(); ++i) {
-        registry_.observe_ttft("pod-" + std::to_string(i), 100, 100 * ratio[i] * jitter(rng), t0);
-        registry_.observe_tpot("pod-" + std::to_string(i), 10, 10 * ratio[i] * jitter(rng), t0);
+        registry_.observe_ttft("pod-" + std::to_string(i), 100, 100, 100 * ratio[i] * jitter(rng),
+                               t0);
+        registry_.observe_tpot("pod-" + std::to_string(i), 10, 10, 10 * ratio[i] * jitter(rng), t0);
       }
     }
   }
