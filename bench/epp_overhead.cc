@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
       testing::Process epp(testing::binary("epp/epp"),
           {"--config", dir.file("pool.yaml"), "--host", "127.0.0.1", "--port", std::to_string(eport),
            "--health-port", std::to_string(hport), "--metrics-port", std::to_string(mport),
-           "--prediction-server-url", urls, "--log-level", "warn", "--scraper-threads", "2"});
+           "--prediction-server-url", urls, "--log-level", "warn"});
       if (!epp.wait_http_ok(hport, "/readyz")) {
         throw std::runtime_error("epp not ready: " + epp.log());
       }

@@ -2,6 +2,7 @@
 // training feedback) -> streaming proxy on :8080, health on :9003, metrics on :9090.
 // Reloads the config files when they change, without dropping requests: a new pipeline
 // generation is swapped in and requests in flight finish on theirs.
+#include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
@@ -75,15 +76,24 @@ int run(int argc, char** argv) {
   o.add("coalesce-adaptive", "PREDICTION_COALESCE_ADAPTIVE", "true",
         "Send a batch at once while none is in flight (the window runs only while one is)");
   o.add("io-threads", "EPP_IO_THREADS", "2", "Proxy I/O threads");
-  o.add("scraper-threads", "EPP_SCRAPER_THREADS", "2", "Metric scraper threads");
   o.add("header-timeout-ms", "EPP_HEADER_TIMEOUT_MS", "10000",
         "Time a client has to send a request's headers once it started");
   o.add("idle-timeout-ms", "EPP_IDLE_TIMEOUT_MS", "60000",
         "Keep-alive idle time between requests, and the bound of a body upload");
   o.add("upstream-first-byte-timeout-ms", "EPP_UPSTREAM_FIRST_BYTE_TIMEOUT_MS", "30000",
         "A pod that sends no response header within this is treated as failed");
-  o.add("unhealthy-cooldown-ms", "EPP_UNHEALTHY_COOLDOWN_MS", "5000",
-        "A pod that failed a request gets no traffic for this long");
+  o.add("outlier-consecutive-failures", "EPP_OUTLIER_CONSECUTIVE_FAILURES", "5",
+        "Outlier detection: a pod whose requests fail this many times in a row (connect error, "
+        "timeout, 5xx, broken stream) is ejected; 0 = never");
+  o.add("outlier-base-ejection-ms", "EPP_OUTLIER_BASE_EJECTION_MS", "30000",
+        "Outlier detection: the first ejection's length; the n-th lasts n times as long");
+  o.add("outlier-max-ejection-ms", "EPP_OUTLIER_MAX_EJECTION_MS", "300000",
+        "Outlier detection: no ejection lasts longer");
+  o.add("outlier-max-ejection-percent", "EPP_OUTLIER_MAX_EJECTION_PERCENT", "10",
+        "Outlier detection: at most this share of the pool is ejected at once (always >= 1 pod)");
+  o.add("panic-threshold-percent", "EPP_PANIC_THRESHOLD_PERCENT", "50",
+        "Below this share of healthy pods (fresh metrics, not ejected) the EPP routes over every "
+        "pod that ever answered a scrape instead of answering 503; 0 = never");
   o.add("forward-priority", "EPP_FORWARD_PRIORITY", "true",
         "Forward a non-zero soft priority to the pod as vLLM's `priority` (lower = first; the "
         "pods need --scheduling-policy priority)");
@@ -154,9 +164,18 @@ int run(int argc, char** argv) {
   Director director(loaded.pipeline, &sched_metrics);
   PodRegistry pods(file_cfg.staleness);
   pods.set_pods(file_cfg.pods);
+  OutlierDetectionOptions outliers;
+  outliers.consecutive_failures = static_cast<int>(o.integer("outlier-consecutive-failures", 0, 1000));
+  outliers.base_ejection = std::chrono::milliseconds(o.integer("outlier-base-ejection-ms", 1));
+  outliers.max_ejection = std::chrono::milliseconds(o.integer("outlier-max-ejection-ms", 1));
+  outliers.max_ejection_percent = o.number("outlier-max-ejection-percent", 0, 100);
+  outliers.panic_threshold_percent = o.number("panic-threshold-percent", 0, 100);
+  if (auto error = outliers.validate(); !error.empty()) {
+    throw std::runtime_error(error);
+  }
+  pods.configure_outlier_detection(outliers);
   ScraperOptions so;
   so.interval = file_cfg.scrape_interval;
-  so.threads = static_cast<int>(o.integer("scraper-threads", 1, 64));
   Scraper scraper(so, pods);
 
   FeedbackOptions fo;
@@ -186,8 +205,11 @@ int run(int argc, char** argv) {
   po.upstream_first_byte_timeout =
       std::chrono::milliseconds(o.integer("upstream-first-byte-timeout-ms", 10));
   po.default_prediction = o.boolean("prediction-based-scheduling");
-  po.unhealthy_cooldown = std::chrono::milliseconds(o.integer("unhealthy-cooldown-ms", 0));
   po.forward_priority = o.boolean("forward-priority");
+  auto& upstream_family = prometheus::BuildCounter().Name("llmd_epp_upstream_connections_total").Help(
+      "Connections to pods for proxied requests: opened, or kept-alive ones reused").Register(registry);
+  po.upstream_opened = &upstream_family.Add({{"connection", "opened"}});
+  po.upstream_reused = &upstream_family.Add({{"connection", "reused"}});
   const std::chrono::milliseconds drain_timeout(
       static_cast<int64_t>(o.number("drain-timeout", 0, 3600) * 1000));
   ProxyServer proxy(po, port, pods, sinks, &gate);
@@ -199,7 +221,6 @@ int run(int argc, char** argv) {
     eo.stream.body_limit = po.body_limit;
     eo.stream.default_prediction = po.default_prediction;
     eo.stream.forward_priority = po.forward_priority;
-    eo.stream.unhealthy_cooldown = po.unhealthy_cooldown;
     ext_proc = std::make_unique<extproc::ExtProcServer>(
         eo, extproc::ExtProcServices{&port, &pods, &sinks, &gate});
   }
@@ -213,6 +234,18 @@ int run(int argc, char** argv) {
   auto& prefix_blocks_g = pool_family.Add({{"stat", "prefix_index_blocks"}});
   auto& prefix_hit_g = pool_family.Add({{"stat", "prefix_index_hit_ratio"}});
   auto& queue_len_g = pool_family.Add({{"stat", "router_queue_length"}});
+  auto& healthy_g = pool_family.Add({{"stat", "healthy_pods"}});
+  auto& ejected_g = pool_family.Add({{"stat", "ejected_pods"}});
+  auto& panic_g = pool_family.Add({{"stat", "panic_mode"}});
+  auto& idle_upstream_g = pool_family.Add({{"stat", "idle_upstream_connections"}});
+  auto& ejections_family = prometheus::BuildCounter().Name("llmd_epp_pod_ejections_total").Help(
+      "Outlier ejections of a pod after consecutive failed requests").Register(registry);
+  auto& ejected_family = prometheus::BuildGauge().Name("llmd_epp_pod_ejected").Help(
+      "1 while outlier detection keeps this pod out of the candidates").Register(registry);
+  pods.set_ejection_listener(
+      [&ejections_family](const std::string& pod, std::chrono::milliseconds, int64_t) {
+        ejections_family.Add({{"pod", pod}}).Increment();
+      });
   auto& in_flight_family = prometheus::BuildGauge().Name("llmd_epp_pod_in_flight").Help(
       "Requests this EPP dispatched to a ready pod that have not finished (its exact "
       "bookkeeping)").Register(registry);
@@ -247,7 +280,16 @@ int run(int argc, char** argv) {
     return http::Response::json(200, nlohmann::json{{"status", "ready"}, {"ready_pods", ready}});
   });
   admin.add("GET", "/metrics", [&](http::Request&) {
-    auto c = pods.candidates(std::chrono::steady_clock::now());
+    const auto now = std::chrono::steady_clock::now();
+    auto c = pods.candidates(now);
+    const PodRegistry::Health health = pods.health(now);
+    healthy_g.Set(static_cast<double>(health.healthy));
+    ejected_g.Set(static_cast<double>(health.ejected));
+    panic_g.Set(health.panic ? 1 : 0);
+    idle_upstream_g.Set(static_cast<double>(proxy.idle_upstream_connections()));
+    for (const auto& p : pods.pod_health(now)) {
+      ejected_family.Add({{"pod", p.name}}).Set(p.ejected ? 1 : 0);
+    }
     double kv = 0, q = 0;
     for (const auto& e : c) {
       kv += e.metrics.kv_cache_usage;
@@ -283,6 +325,9 @@ int run(int argc, char** argv) {
   http::ServerOptions ho;
   ho.host = po.host;
   ho.io_threads = 1;
+  // Probes and scrapes are answered even while clients hold every descriptor the proxy may use.
+  ho.max_connections = 64;
+  ho.descriptors_per_connection = 0;
   ho.port = static_cast<uint16_t>(o.integer("health-port", 0, 65535));
   http::HttpServer health(ho, handler);
   ho.port = static_cast<uint16_t>(o.integer("metrics-port", 0, 65535));

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -47,21 +48,38 @@ struct AsyncHttpClient::Impl {
     }
   }
 
+  // Targets named by URL in request(), made on first use; I/O thread only.
+  Target& by_url(const Url& url) {
+    auto& t = by_address[url.host + ":" + std::to_string(url.port) + url.base_path];
+    if (!t) {
+      t = std::make_unique<Target>();
+      t->url = url;
+    }
+    return *t;
+  }
+
+  // Builds the request and starts it on the I/O thread. `target` null: the one named by `url`.
+  static void start(const std::shared_ptr<Impl>& impl, Target* target, const Url& url,
+                    std::string_view method, std::string_view path, std::string body,
+                    std::chrono::milliseconds timeout, Callback done);
+
   Options options;
   asio::io_context ioc;
   asio::executor_work_guard<asio::io_context::executor_type> work;
   std::vector<Target> targets;
+  std::unordered_map<std::string, std::unique_ptr<Target>> by_address;  // I/O thread only
   std::unordered_set<Exchange*> live;  // I/O thread only
   bool stopping = false;               // I/O thread only
   std::thread thread;
 
   // One request from start to callback. Owned by the handlers of its pending operation.
   struct Exchange : std::enable_shared_from_this<Exchange> {
-    Exchange(std::shared_ptr<Impl> owner, std::size_t t, Callback cb)
+    Exchange(std::shared_ptr<Impl> owner, Target* t, Callback cb)
         : impl(std::move(owner)), target(t), resolver(impl->ioc), done(std::move(cb)) {}
 
     std::shared_ptr<Impl> impl;
-    std::size_t target;
+    Target* target;  // null until start() when the request named a URL
+    std::optional<Url> url;
     tcp::resolver resolver;
     bhttp::request<bhttp::string_body> req;
     SteadyClock::time_point deadline;
@@ -76,7 +94,10 @@ struct AsyncHttpClient::Impl {
         return finish(AsyncResponse{0, {}, "client stopped", false});
       }
       impl->live.insert(this);
-      auto& idle = impl->targets[target].idle;
+      if (target == nullptr) {
+        target = &impl->by_url(*url);
+      }
+      auto& idle = target->idle;
       if (!idle.empty()) {
         conn = std::move(idle.back());
         idle.pop_back();
@@ -89,10 +110,10 @@ struct AsyncHttpClient::Impl {
     void connect() {
       reused = false;
       conn = std::make_unique<Connection>(impl->ioc);
-      impl->targets[target].opened.fetch_add(1, std::memory_order_relaxed);
-      const Url& url = impl->targets[target].url;
+      target->opened.fetch_add(1, std::memory_order_relaxed);
+      const Url& where = target->url;
       resolver.async_resolve(
-          url.host, std::to_string(url.port),
+          where.host, std::to_string(where.port),
           [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type r) {
             if (ec) {
               return self->fail("resolve", ec);
@@ -139,7 +160,7 @@ struct AsyncHttpClient::Impl {
     void answered() {
       auto& res = parser->get();
       AsyncResponse out{static_cast<int>(res.result_int()), std::move(res.body()), {}, false};
-      auto& idle = impl->targets[target].idle;
+      auto& idle = target->idle;
       if (res.keep_alive() && !impl->stopping && idle.size() < impl->options.max_idle_per_target) {
         conn->stream.expires_never();
         idle.push_back(std::move(conn));
@@ -179,6 +200,36 @@ struct AsyncHttpClient::Impl {
   };
 };
 
+void AsyncHttpClient::Impl::start(const std::shared_ptr<Impl>& impl, Target* target,
+                                  const Url& url, std::string_view method, std::string_view path,
+                                  std::string body, std::chrono::milliseconds timeout,
+                                  Callback done) {
+  const auto verb = bhttp::string_to_verb(beast::string_view(method.data(), method.size()));
+  if (verb == bhttp::verb::unknown) {
+    asio::post(impl->ioc, [cb = std::move(done), m = std::string(method)] {
+      cb(AsyncResponse{0, {}, "unknown method '" + m + "'", false});
+    });
+    return;
+  }
+  auto ex = std::make_shared<Exchange>(impl, target, std::move(done));
+  if (target == nullptr) {
+    ex->url = url;
+  }
+  ex->deadline = SteadyClock::now() + timeout;
+  ex->req.method(verb);
+  std::string full = url.base_path;
+  full.append(path);
+  ex->req.target(full);
+  ex->req.version(11);
+  ex->req.set(bhttp::field::host, url.host + ":" + std::to_string(url.port));
+  if (!body.empty() || verb == bhttp::verb::post || verb == bhttp::verb::put) {
+    ex->req.set(bhttp::field::content_type, "application/json");
+    ex->req.body() = std::move(body);
+  }
+  ex->req.prepare_payload();
+  asio::post(impl->ioc, [ex] { ex->start(); });
+}
+
 AsyncHttpClient::AsyncHttpClient(std::vector<Url> targets, Options options)
     : impl_(std::make_shared<Impl>(std::move(targets), options)) {
   impl_->thread = std::thread([impl = impl_.get()] { impl->ioc.run(); });
@@ -189,6 +240,9 @@ AsyncHttpClient::~AsyncHttpClient() {
     impl->stopping = true;
     for (auto& t : impl->targets) {
       t.idle.clear();
+    }
+    for (auto& [_, t] : impl->by_address) {
+      t->idle.clear();
     }
     // Copy: abort() makes handlers run later, but be safe against erasure while iterating.
     std::vector<Impl::Exchange*> live(impl->live.begin(), impl->live.end());
@@ -209,28 +263,14 @@ void AsyncHttpClient::request(std::size_t target, std::string_view method,
     });
     return;
   }
-  const auto verb = bhttp::string_to_verb(beast::string_view(method.data(), method.size()));
-  if (verb == bhttp::verb::unknown) {
-    asio::post(impl_->ioc, [cb = std::move(done), m = std::string(method)] {
-      cb(AsyncResponse{0, {}, "unknown method '" + m + "'", false});
-    });
-    return;
-  }
-  auto ex = std::make_shared<Impl::Exchange>(impl_, target, std::move(done));
-  const Url& url = impl_->targets[target].url;
-  ex->deadline = SteadyClock::now() + timeout;
-  ex->req.method(verb);
-  std::string full = url.base_path;
-  full.append(path);
-  ex->req.target(full);
-  ex->req.version(11);
-  ex->req.set(bhttp::field::host, url.host + ":" + std::to_string(url.port));
-  if (!body.empty() || verb == bhttp::verb::post || verb == bhttp::verb::put) {
-    ex->req.set(bhttp::field::content_type, "application/json");
-    ex->req.body() = std::move(body);
-  }
-  ex->req.prepare_payload();
-  asio::post(impl_->ioc, [ex] { ex->start(); });
+  Impl::start(impl_, &impl_->targets[target], impl_->targets[target].url, method, path,
+              std::move(body), timeout, std::move(done));
+}
+
+void AsyncHttpClient::request(const Url& url, std::string_view method, std::string_view path,
+                              std::string body, std::chrono::milliseconds timeout,
+                              Callback done) {
+  Impl::start(impl_, nullptr, url, method, path, std::move(body), timeout, std::move(done));
 }
 
 std::uint64_t AsyncHttpClient::connections_opened(std::size_t target) const {

@@ -47,6 +47,11 @@ class AsyncHttpClient {
   void request(std::size_t target, std::string_view method, std::string_view path,
                std::string body, std::chrono::milliseconds timeout, Callback done);
 
+  // The same to a target named by URL (host:port and base path), e.g. pods that come and go;
+  // its keep-alive pool is made on first use.
+  void request(const Url& url, std::string_view method, std::string_view path, std::string body,
+               std::chrono::milliseconds timeout, Callback done);
+
   // Connections opened to `target` so far (tests: keep-alive reuse). Thread-safe.
   std::uint64_t connections_opened(std::size_t target) const;
 

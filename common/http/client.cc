@@ -1,6 +1,7 @@
 #include "common/http/client.h"
 
 #include <charconv>
+#include <optional>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -107,40 +108,66 @@ struct HttpClient::Impl {
   beast::error_code run(Start start) {
     beast::error_code result = asio::error::would_block;
     start([&result](beast::error_code ec, auto&&...) { result = ec; });
-    ioc_.restart();
-    ioc_.run();
+    ioc_->restart();
+    ioc_->run();
     return result;
+  }
+
+  // The io_context needs a descriptor of its own (an eventfd): it is made on first use, so that
+  // a process out of descriptors gets a failed request it can retry, not an exception from a
+  // constructor on a background thread.
+  bool ensure_io(std::string& error) {
+    if (stream_) {
+      return true;
+    }
+    try {
+      ioc_.emplace(1);
+      stream_.emplace(*ioc_);
+      return true;
+    } catch (const std::exception& e) {
+      stream_.reset();
+      ioc_.reset();
+      error = std::string("io: ") + e.what();
+      return false;
+    }
   }
 
   beast::error_code connect() {
     beast::error_code ec;
     if (endpoints_.empty()) {
-      tcp::resolver resolver(ioc_);
+      tcp::resolver resolver(*ioc_);
       endpoints_ = resolver.resolve(host_, std::to_string(port_), ec);
       if (ec) {
         return ec;
       }
     }
-    stream_.expires_after(timeout_);
-    ec = run([&](auto handler) { stream_.async_connect(endpoints_, handler); });
+    stream_->expires_after(timeout_);
+    ec = run([&](auto handler) { stream_->async_connect(endpoints_, handler); });
     if (ec) {
       endpoints_ = {};  // resolve again next time; the service may have moved
       return ec;
     }
-    stream_.socket().set_option(tcp::no_delay(true), ec);
+    stream_->socket().set_option(tcp::no_delay(true), ec);
     connected_ = true;
     buffer_.clear();
     return {};
   }
 
   void close() {
-    beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.close();
+    if (stream_) {
+      beast::error_code ec;
+      stream_->socket().shutdown(tcp::socket::shutdown_both, ec);
+      stream_->close();
+    }
     connected_ = false;
   }
 
   ClientResponse exchange(const bhttp::request<bhttp::string_body>& req) {
+    if (std::string error; !ensure_io(error)) {
+      ClientResponse r;
+      r.error = std::move(error);
+      return r;
+    }
     for (int attempt = 0; attempt < 2; ++attempt) {
       const bool reused = connected_;
       if (!connected_) {
@@ -148,8 +175,8 @@ struct HttpClient::Impl {
           return failure("connect", ec);
         }
       }
-      stream_.expires_after(timeout_);
-      auto ec = run([&](auto handler) { bhttp::async_write(stream_, req, handler); });
+      stream_->expires_after(timeout_);
+      auto ec = run([&](auto handler) { bhttp::async_write(*stream_, req, handler); });
       if (ec) {
         close();
         if (reused && attempt == 0 && detail::is_stale_connection(ec)) {
@@ -160,8 +187,8 @@ struct HttpClient::Impl {
       bhttp::response_parser<bhttp::string_body> parser;
       parser.header_limit(64 * 1024);
       parser.body_limit(kResponseBodyLimit);
-      stream_.expires_after(timeout_);
-      ec = run([&](auto handler) { bhttp::async_read(stream_, buffer_, parser, handler); });
+      stream_->expires_after(timeout_);
+      ec = run([&](auto handler) { bhttp::async_read(*stream_, buffer_, parser, handler); });
       if (ec) {
         close();
         if (reused && attempt == 0 && detail::is_stale_connection(ec)) {
@@ -187,9 +214,9 @@ struct HttpClient::Impl {
   const std::string host_;
   const uint16_t port_;
   std::chrono::milliseconds timeout_;
-  asio::io_context ioc_{1};
+  std::optional<asio::io_context> ioc_;  // with stream_, made by ensure_io()
   tcp::resolver::results_type endpoints_;
-  beast::tcp_stream stream_{ioc_};
+  std::optional<beast::tcp_stream> stream_;
   beast::flat_buffer buffer_;
   bool connected_ = false;
 };

@@ -4,6 +4,7 @@
 // forwarded to the connection's strand and applied in call order. A request is answered exactly
 // once: respond() (a whole response) or begin_stream() + write()* + end() (chunked transfer);
 // calls after the answer finished, or after the connection died, are ignored.
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -22,6 +23,12 @@ class ResponseStream {
   virtual void begin_stream(int status, std::string content_type,
                             std::vector<Header> headers) = 0;
   virtual void write(std::string data) = 0;  // one chunk (empty data is ignored)
+  // Body bytes written but not yet taken by the client's socket (backpressure: a relay stops
+  // reading its source while this is high).
+  virtual std::size_t buffered() const = 0;
+  // `callback` runs once, on the connection's strand, when buffered() is at most `at_most`, or
+  // the connection is gone (at once if either holds already). One waiter at a time.
+  virtual void when_drained(std::size_t at_most, std::function<void()> callback) = 0;
   virtual void end() = 0;
   // Drops the connection at once, without (further) bytes: the "close" fault.
   virtual void close_connection() = 0;

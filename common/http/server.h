@@ -30,6 +30,10 @@ struct ServerOptions {
   std::chrono::milliseconds body_timeout{30000};
   std::chrono::milliseconds drain_timeout{5000};
   std::string server_name = "llmd";
+  // See StreamServerOptions: health and metrics listeners take 0 descriptors from the process's
+  // budget and a small max_connections.
+  std::size_t max_connections = 8192;
+  std::size_t descriptors_per_connection = 1;
 };
 
 class HttpServer {

@@ -1,5 +1,7 @@
 #include "common/http/stream_server.h"
 
+#include "common/http/descriptor_budget.h"
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -146,6 +148,10 @@ struct StreamServer::Impl {
   }
 
   void accept(Listener& l);
+  // Accepts again after a pause (10 ms doubling to 1 s), logging `why` when the pauses start and
+  // while they last at the longest.
+  void accept_later(Listener& l, const std::string& why);
+  std::size_t descriptors_per_connection() const { return options.descriptors_per_connection; }
   bool register_session(uint64_t id, const std::shared_ptr<Session>& s);
   std::vector<std::shared_ptr<Session>> live_sessions();
   void unregister_session(uint64_t id);
@@ -186,6 +192,7 @@ class StreamServer::Impl::Session final : public ResponseStream,
   ~Session() override {
     release_reservation();
     server_.connections.fetch_sub(1);
+    DescriptorBudget::process().give_back(server_.descriptors_per_connection());
     server_.unregister_session(id_);
   }
 
@@ -220,9 +227,22 @@ class StreamServer::Impl::Session final : public ResponseStream,
     });
   }
   void write(std::string data) override {
+    buffered_ += data.size();
     asio::post(socket_.get_executor(), [self = shared_from_this(), d = std::move(data)]() mutable {
       self->do_write(std::move(d));
     });
+  }
+  std::size_t buffered() const override { return buffered_.load(); }
+  void when_drained(std::size_t at_most, std::function<void()> callback) override {
+    asio::post(socket_.get_executor(),
+               [self = shared_from_this(), at_most, cb = std::move(callback)]() mutable {
+                 if (self->phase_ == Phase::kClosed || self->buffered_.load() <= at_most) {
+                   cb();
+                   return;
+                 }
+                 self->drained_at_most_ = at_most;
+                 self->drained_cb_ = std::move(cb);
+               });
   }
   void end() override {
     asio::post(socket_.get_executor(), [self = shared_from_this()] { self->do_end(); });
@@ -471,8 +491,10 @@ class StreamServer::Impl::Session final : public ResponseStream,
 
   void do_write(std::string data) {
     if (phase_ != Phase::kResponding || !answer_started_ || answer_done_ || data.empty()) {
+      buffered_ -= data.size();  // never sent
       return;
     }
+    out_payload_ += data.size();
     if (http10_) {
       out_ += data;
     } else {
@@ -518,6 +540,8 @@ class StreamServer::Impl::Session final : public ResponseStream,
     writing_ = true;
     inflight_ = std::move(out_);
     out_.clear();
+    inflight_payload_ = out_payload_;
+    out_payload_ = 0;
     const uint64_t gen = ++write_gen_;
     write_timer_.expires_after(server_.options.write_timeout);
     write_timer_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
@@ -530,8 +554,13 @@ class StreamServer::Impl::Session final : public ResponseStream,
                         self->writing_ = false;
                         ++self->write_gen_;
                         self->write_timer_.cancel();
+                        self->buffered_ -= self->inflight_payload_;
+                        self->inflight_payload_ = 0;
                         if (ec) {
                           return self->peer_gone();
+                        }
+                        if (self->drained_cb_ && self->buffered_.load() <= self->drained_at_most_) {
+                          self->wake_drained();
                         }
                         if (!self->out_.empty()) {
                           return self->flush();
@@ -605,11 +634,20 @@ class StreamServer::Impl::Session final : public ResponseStream,
     cancel_timer();
   }
 
+  // Whoever waits for the client to take its bytes goes on (also when it never will).
+  void wake_drained() {
+    if (auto cb = std::move(drained_cb_)) {
+      drained_cb_ = nullptr;
+      cb();
+    }
+  }
+
   void close() {
     if (phase_ == Phase::kResponding && !answer_done_) {
       disconnected_ = true;  // late on_disconnect() registrations fire at once
     }
     phase_ = Phase::kClosed;
+    wake_drained();
     beast::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
@@ -654,37 +692,60 @@ class StreamServer::Impl::Session final : public ResponseStream,
   uint64_t write_gen_ = 0;
   std::string out_;
   std::string inflight_;
+  // Body bytes (without chunk framing) in out_ and inflight_; buffered_ also counts those
+  // posted by write() and not yet applied. Only buffered_ is read off the strand.
+  std::size_t out_payload_ = 0;
+  std::size_t inflight_payload_ = 0;
+  std::atomic<std::size_t> buffered_{0};
+  std::function<void()> drained_cb_;
+  std::size_t drained_at_most_ = 0;
   std::function<void()> disconnect_cb_;
 };
 
+void StreamServer::Impl::accept_later(Listener& l, const std::string& why) {
+  l.backoff = std::clamp(l.backoff * 2, std::chrono::milliseconds(10),
+                         std::chrono::milliseconds(1000));
+  if (l.backoff == std::chrono::milliseconds(10) || l.backoff == std::chrono::milliseconds(1000)) {
+    spdlog::warn("http: {} on port {}; accepting again in {} ms", why, l.port, l.backoff.count());
+  }
+  auto timer = std::make_shared<asio::steady_timer>(l.strand, l.backoff);
+  timer->async_wait([this, &l, timer](beast::error_code) {
+    if (!stopping) {
+      accept(l);
+    }
+  });
+}
+
 void StreamServer::Impl::accept(Listener& l) {
-  l.acceptor.async_accept(asio::make_strand(ioc), [this, &l](beast::error_code ec,
-                                                             tcp::socket socket) {
+  // The descriptors a connection will hold are taken before it is accepted: at the process's
+  // budget new connections wait in the backlog, and the process keeps the descriptors it needs
+  // for its own connections and files.
+  auto& budget = DescriptorBudget::process();
+  const std::size_t fds = descriptors_per_connection();
+  if (!budget.try_take(fds)) {
+    accept_later(l, "connections hold the descriptors the process gives to clients (" +
+                        std::to_string(budget.held()) + " of " +
+                        std::to_string(budget.capacity()) + ")");
+    return;
+  }
+  l.acceptor.async_accept(asio::make_strand(ioc), [this, &l, &budget, fds](beast::error_code ec,
+                                                                         tcp::socket socket) {
     if (stopping || !l.acceptor.is_open()) {
+      budget.give_back(fds);
       return;
     }
     if (ec) {
-      // Out of descriptors (EMFILE) the pending connection stays in the backlog and the
-      // listener stays readable: back off (10 ms doubling to 1 s) instead of spinning on a
-      // failing accept; logged when it starts and while it lasts at the longest pause.
-      l.backoff = std::clamp(l.backoff * 2, std::chrono::milliseconds(10),
-                             std::chrono::milliseconds(1000));
-      if (l.backoff == std::chrono::milliseconds(10) ||
-          l.backoff == std::chrono::milliseconds(1000)) {
-        spdlog::warn("http: accept failed on port {}: {}; retrying in {} ms", l.port,
-                     ec.message(), l.backoff.count());
-      }
-      auto timer = std::make_shared<asio::steady_timer>(l.strand, l.backoff);
-      timer->async_wait([this, &l, timer](beast::error_code) {
-        if (!stopping) {
-          accept(l);
-        }
-      });
+      // Out of descriptors (EMFILE: something else holds them) the pending connection stays in
+      // the backlog and the listener stays readable: back off instead of spinning on a
+      // failing accept.
+      budget.give_back(fds);
+      accept_later(l, "accept failed: " + ec.message());
       return;
     }
     l.backoff = std::chrono::milliseconds(0);
     if (connections.fetch_add(1) >= options.max_connections) {
       connections.fetch_sub(1);
+      budget.give_back(fds);
       beast::error_code ignored;
       socket.close(ignored);
       return accept(l);

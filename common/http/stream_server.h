@@ -41,6 +41,11 @@ struct StreamServerOptions {
   std::chrono::milliseconds write_timeout{30000};
   std::chrono::milliseconds drain_timeout{5000};
   std::size_t max_connections = 8192;
+  // Descriptors one accepted connection will hold (the EPP's proxy: 2, its upstream too), taken
+  // from the process's DescriptorBudget before it is accepted. 0: not counted, for health and
+  // metrics listeners that must answer while clients hold the budget (give them a small
+  // max_connections instead).
+  std::size_t descriptors_per_connection = 1;
   // A new connection's wait for its first request byte: the idle timeout (true: client pools
   // open connections ahead of use, as the EPP's clients do) or the header timeout (false: a
   // silent new connection is dropped as fast as a slow header).

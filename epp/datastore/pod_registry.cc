@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <spdlog/spdlog.h>
+
 namespace llmd::epp {
 namespace {
 
@@ -41,6 +43,7 @@ void PodRegistry::update_metrics(const std::string& name, const PodMetrics& m) {
   if (it != pods_.end()) {
     it->second.metrics = m;
     it->second.scraped_ok = true;
+    it->second.ever_scraped = true;
   }
 }
 
@@ -58,13 +61,92 @@ std::shared_ptr<PodStepClock> PodRegistry::step_clock(const std::string& name) c
   return it == pods_.end() ? nullptr : it->second.step_clock;
 }
 
-void PodRegistry::mark_unhealthy(const std::string& name, std::chrono::milliseconds cooldown,
+void PodRegistry::configure_outlier_detection(const OutlierDetectionOptions& options) {
+  std::lock_guard lock(mu_);
+  outlier_options_ = options;
+}
+
+void PodRegistry::set_ejection_listener(EjectionListener listener) {
+  std::lock_guard lock(mu_);
+  ejection_listener_ = std::move(listener);
+}
+
+void PodRegistry::on_pod_failure(const std::string& name,
                                  std::chrono::steady_clock::time_point now) {
+  std::chrono::milliseconds length{0};
+  int64_t ejections = 0;
+  int failures = 0;
+  EjectionListener listener;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pods_.find(name);
+    if (it == pods_.end()) {
+      return;
+    }
+    // Envoy's cap: at most max_ejection_percent of the pool at once, always at least one pod.
+    const Health h = health_locked(now);
+    const auto cap = std::max<std::size_t>(
+        1, static_cast<std::size_t>(outlier_options_.max_ejection_percent / 100.0 *
+                                    static_cast<double>(pods_.size())));
+    failures = it->second.outlier.consecutive_failures() + 1;
+    length = it->second.outlier.on_failure(outlier_options_, h.ejected < cap, now);
+    ejections = it->second.outlier.ejections();
+    listener = ejection_listener_;
+  }
+  if (length.count() > 0) {
+    spdlog::warn("pod {} ejected for {:.1f} s after {} consecutive failures (ejection {})", name,
+                 static_cast<double>(length.count()) / 1000.0, failures, ejections);
+    if (listener) {
+      listener(name, length, ejections);
+    }
+  }
+}
+
+void PodRegistry::on_pod_success(const std::string& name) {
   std::lock_guard lock(mu_);
   auto it = pods_.find(name);
   if (it != pods_.end()) {
-    it->second.excluded_until = now + cooldown;
+    it->second.outlier.on_success();
   }
+}
+
+bool PodRegistry::fresh(const State& s, std::chrono::steady_clock::time_point now) const {
+  return s.scraped_ok && now - s.metrics.scraped_at <= staleness_;
+}
+
+PodRegistry::Health PodRegistry::health_locked(std::chrono::steady_clock::time_point now) const {
+  Health h;
+  h.pods = pods_.size();
+  for (const auto& [_, s] : pods_) {
+    const bool ejected = s.outlier.ejected(now);
+    h.ejected += ejected ? 1 : 0;
+    h.healthy += fresh(s, now) && !ejected ? 1 : 0;
+  }
+  h.panic = h.pods > 0 && static_cast<double>(h.healthy) * 100.0 <
+                              outlier_options_.panic_threshold_percent * static_cast<double>(h.pods);
+  return h;
+}
+
+bool PodRegistry::routable(const State& s, const Health& h,
+                           std::chrono::steady_clock::time_point now) const {
+  return h.panic ? s.ever_scraped : fresh(s, now) && !s.outlier.ejected(now);
+}
+
+PodRegistry::Health PodRegistry::health(std::chrono::steady_clock::time_point now) const {
+  std::lock_guard lock(mu_);
+  return health_locked(now);
+}
+
+std::vector<PodRegistry::PodHealth> PodRegistry::pod_health(
+    std::chrono::steady_clock::time_point now) const {
+  std::lock_guard lock(mu_);
+  std::vector<PodHealth> out;
+  out.reserve(pods_.size());
+  for (const auto& [name, s] : pods_) {
+    out.push_back({name, s.outlier.ejected(now), s.outlier.consecutive_failures(),
+                   s.outlier.ejections()});
+  }
+  return out;
 }
 
 std::vector<Endpoint> PodRegistry::candidates(std::chrono::steady_clock::time_point now) const {
@@ -84,10 +166,11 @@ std::vector<Endpoint> PodRegistry::candidates(std::chrono::steady_clock::time_po
       m.tpot += s.tpot_residual.mean(), ++m.tpot_n;
     }
   }
+  const Health h = health_locked(now);
   std::vector<Endpoint> out;
   out.reserve(pods_.size());
   for (const auto& [name, s] : pods_) {
-    if (!s.scraped_ok || now - s.metrics.scraped_at > staleness_ || now < s.excluded_until) {
+    if (!routable(s, h, now)) {
       continue;
     }
     Endpoint e;
@@ -152,10 +235,9 @@ void PodRegistry::observe_tpot(const std::string& name, double model_ms, double 
 
 std::size_t PodRegistry::ready_count(std::chrono::steady_clock::time_point now) const {
   std::lock_guard lock(mu_);
-  return static_cast<std::size_t>(std::count_if(pods_.begin(), pods_.end(), [&](const auto& kv) {
-    return kv.second.scraped_ok && now - kv.second.metrics.scraped_at <= staleness_ &&
-           now >= kv.second.excluded_until;
-  }));
+  const Health h = health_locked(now);
+  return static_cast<std::size_t>(std::count_if(
+      pods_.begin(), pods_.end(), [&](const auto& kv) { return routable(kv.second, h, now); }));
 }
 
 void PodRegistry::on_dispatch(const std::string& name, int64_t input_tokens) {

@@ -1,10 +1,12 @@
 #pragma once
-// The pool: configured pods, their latest scraped metrics and the EPP's exact in-flight
-// bookkeeping. Scraper threads write metrics; proxy threads take snapshots of candidates and
-// update in-flight counters. One mutex guards the whole table; every critical section is a
-// short copy or a counter update (never I/O).
+// The pool: configured pods, their latest scraped metrics, their passive health (outlier
+// detection) and the EPP's exact in-flight bookkeeping. Scraper threads write metrics; proxy
+// threads take snapshots of candidates and update in-flight counters and health. One mutex
+// guards the whole table; every critical section is a short copy or a counter update (never
+// I/O; the ejection listener is called after the lock is released).
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "epp/datastore/bound_coverage.h"
+#include "epp/datastore/outlier_detection.h"
 #include "epp/datastore/pod_residual.h"
 #include "epp/datastore/pod_step_clock.h"
 #include "epp/interface/endpoint.h"
@@ -36,21 +39,47 @@ class PodRegistry {
   void update_metrics(const std::string& name, const PodMetrics& m);
   void mark_scrape_failed(const std::string& name);
 
-  // Pods whose last scrape succeeded within the staleness bound, as scheduling candidates.
+  // Healthy pods (last scrape within the staleness bound, not ejected) as scheduling
+  // candidates; in panic (healthy share below the threshold) every pod that ever answered a
+  // scrape, with its latest metrics.
   std::vector<Endpoint> candidates(std::chrono::steady_clock::time_point now) const;
+  // How many pods candidates() would return: what the EPP can route to now.
   std::size_t ready_count(std::chrono::steady_clock::time_point now) const;
+
+  struct Health {
+    std::size_t pods = 0;     // in the pool
+    std::size_t healthy = 0;  // scraped recently and not ejected
+    std::size_t ejected = 0;  // by outlier detection
+    bool panic = false;       // routing over every pod that ever answered a scrape
+  };
+  Health health(std::chrono::steady_clock::time_point now) const;
+  struct PodHealth {
+    std::string name;
+    bool ejected = false;
+    int consecutive_failures = 0;
+    int64_t ejections = 0;
+  };
+  std::vector<PodHealth> pod_health(std::chrono::steady_clock::time_point now) const;
+
+  void configure_outlier_detection(const OutlierDetectionOptions& options);
+  // Told of every ejection (pod, its length, the pod's ejections so far), outside the lock.
+  using EjectionListener =
+      std::function<void(const std::string& pod, std::chrono::milliseconds length, int64_t n)>;
+  void set_ejection_listener(EjectionListener listener);
 
   // Exact bookkeeping of requests this EPP dispatched.
   void on_dispatch(const std::string& name, int64_t input_tokens);
   void on_first_token(const std::string& name, int64_t input_tokens, int64_t max_tokens);
   void on_finished(const std::string& name, int64_t input_tokens, int64_t decode_tokens,
                    bool first_token_seen);
-  // A pod that refused a connection, timed out or answered 5xx: excluded for `cooldown`
-  // (a scrape that still succeeds does not bring it back early: a pod whose /metrics answers
-  // while inference fails must not keep receiving traffic).
-  void mark_unhealthy(const std::string& name,
-                      std::chrono::milliseconds cooldown = std::chrono::seconds(5),
+  // A request to the pod failed (refused connection, timeout, 5xx, broken stream): after
+  // enough in a row it is ejected (OutlierDetectionOptions), and a scrape that still succeeds
+  // does not bring it back early (a pod whose /metrics answers while inference fails must not
+  // keep receiving traffic).
+  void on_pod_failure(const std::string& name,
                       std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
+  // A request to the pod got an answer that is not a server error.
+  void on_pod_success(const std::string& name);
   // Latest predicted TTFT of a pod (from a scheduling cycle); forgotten after `staleness`.
   void record_predicted_ttft(const std::string& name, double ttft_ms,
                              std::chrono::steady_clock::time_point now);
@@ -72,10 +101,11 @@ class PodRegistry {
     PodConfig config;
     PodMetrics metrics;
     bool scraped_ok = false;
+    bool ever_scraped = false;
+    PodOutlierState outlier;
     int64_t dispatched = 0;
     int64_t prefill_tokens = 0;
     int64_t decode_tokens = 0;
-    std::chrono::steady_clock::time_point excluded_until{};
     std::optional<double> predicted_ttft_ms;
     std::chrono::steady_clock::time_point predicted_at{};
     PodResidual ttft_residual, tpot_residual;
@@ -87,8 +117,15 @@ class PodRegistry {
   template <PodResidual State::*Residual, BoundCoverage PoolCoverage::*Coverage>
   void observe(const std::string& name, double model_ms, double bound_ms, double actual_ms,
                std::chrono::steady_clock::time_point now);
+  bool fresh(const State& s, std::chrono::steady_clock::time_point now) const;
+  Health health_locked(std::chrono::steady_clock::time_point now) const;
+  // Whether candidates() may return `s` given the pool's health.
+  bool routable(const State& s, const Health& h, std::chrono::steady_clock::time_point now) const;
+
   std::chrono::milliseconds staleness_;
   mutable std::mutex mu_;
+  OutlierDetectionOptions outlier_options_;  // guarded by mu_
+  EjectionListener ejection_listener_;       // set before traffic
   std::map<std::string, State> pods_;  // guarded by mu_
   std::map<std::string, PoolCoverage> coverage_;  // by pool label; guarded by mu_
 };

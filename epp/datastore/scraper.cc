@@ -1,11 +1,8 @@
 #include "epp/datastore/scraper.h"
 
-#include <map>
-#include <memory>
-
 #include <spdlog/spdlog.h>
 
-#include "common/http/client.h"
+#include "common/http/async_client.h"
 #include "epp/datastore/metrics_parser.h"
 
 namespace llmd::epp {
@@ -16,9 +13,8 @@ Scraper::Scraper(ScraperOptions options, PodRegistry& registry)
 Scraper::~Scraper() { stop(); }
 
 void Scraper::start() {
-  for (int i = 0; i < std::max(1, options_.threads); ++i) {
-    threads_.emplace_back([this, i] { loop(i); });
-  }
+  client_ = std::make_unique<http::AsyncHttpClient>(std::vector<http::Url>{});
+  ticker_ = std::thread([this] { loop(); });
 }
 
 void Scraper::stop() {
@@ -27,65 +23,87 @@ void Scraper::stop() {
     stopping_ = true;
   }
   cv_.notify_all();
-  for (auto& t : threads_) {
-    if (t.joinable()) {
-      t.join();
-    }
+  if (ticker_.joinable()) {
+    ticker_.join();
   }
-  threads_.clear();
+  client_.reset();  // ends the scrapes in flight; their callbacks run before it returns
 }
 
-void Scraper::loop(int index) {
-  std::map<std::string, std::unique_ptr<http::HttpClient>> clients;  // by address
-  std::map<std::string, bool> last_ok;
-  const int n_threads = std::max(1, options_.threads);
+void Scraper::loop() {
   auto next = std::chrono::steady_clock::now();
   while (true) {
-    auto pods = registry_.pods();
-    for (std::size_t i = 0; i < pods.size(); ++i) {
-      if (static_cast<int>(i % static_cast<std::size_t>(n_threads)) != index) {
-        continue;
-      }
-      const PodConfig& pod = pods[i];
-      auto& client = clients[pod.address];
-      if (!client) {
-        auto colon = pod.address.rfind(':');
-        uint16_t port = static_cast<uint16_t>(std::stoi(pod.address.substr(colon + 1)));
-        client = std::make_unique<http::HttpClient>(pod.address.substr(0, colon), port,
-                                                    options_.timeout);
-      }
-      auto r = client->get("/metrics");
-      std::optional<PodMetrics> m;
-      if (r.status == 200) {
-        m = parse_vllm_metrics(r.body);
-      }
-      bool ok = m.has_value();
-      if (ok) {
-        m->scraped_at = std::chrono::steady_clock::now();
-        registry_.update_metrics(pod.name, *m);
-      } else {
-        registry_.mark_scrape_failed(pod.name);
-      }
-      auto prev = last_ok.find(pod.name);
-      if (prev == last_ok.end() || prev->second != ok) {
-        if (ok) {
-          spdlog::info("pod {} ({}) is ready", pod.name, pod.address);
-        } else {
-          spdlog::warn("pod {} ({}) scrape failed: {}", pod.name, pod.address,
-                       r.status == 0 ? r.error : "status " + std::to_string(r.status));
-        }
-        last_ok[pod.name] = ok;
-      }
-    }
+    round();
     ++rounds_;
     next += options_.interval;
-    auto now = std::chrono::steady_clock::now();
+    const auto now = std::chrono::steady_clock::now();
     if (next < now) {
       next = now;
     }
     std::unique_lock lock(mu_);
     if (cv_.wait_until(lock, next, [this] { return stopping_; })) {
       return;
+    }
+  }
+}
+
+void Scraper::round() {
+  const auto pods = registry_.pods();
+  std::vector<PodConfig> due;
+  {
+    std::lock_guard lock(mu_);
+    std::map<std::string, PodState> next;  // pods that left the pool are forgotten
+    for (const auto& pod : pods) {
+      PodState& s = next[pod.name];
+      if (auto it = state_.find(pod.name); it != state_.end()) {
+        s = it->second;
+      }
+      if (!s.in_flight) {
+        s.in_flight = true;
+        due.push_back(pod);
+      }
+    }
+    state_ = std::move(next);
+  }
+  for (const auto& pod : due) {
+    const auto colon = pod.address.rfind(':');
+    http::Url url;
+    url.host = pod.address.substr(0, colon);
+    url.port = colon == std::string::npos
+                   ? 80
+                   : static_cast<uint16_t>(std::stoi(pod.address.substr(colon + 1)));
+    client_->request(url, "GET", "/metrics", {}, options_.timeout,
+                     [this, pod](http::AsyncResponse r) { answered(pod, r); });
+  }
+}
+
+void Scraper::answered(const PodConfig& pod, const http::AsyncResponse& r) {
+  std::optional<PodMetrics> m;
+  if (r.status == 200) {
+    m = parse_vllm_metrics(r.body);
+  }
+  const bool ok = m.has_value();
+  if (ok) {
+    m->scraped_at = std::chrono::steady_clock::now();
+    registry_.update_metrics(pod.name, *m);
+  } else {
+    registry_.mark_scrape_failed(pod.name);
+  }
+  bool changed = false;
+  {
+    std::lock_guard lock(mu_);
+    auto it = state_.find(pod.name);
+    if (it != state_.end()) {
+      it->second.in_flight = false;
+      changed = it->second.last_ok != ok;
+      it->second.last_ok = ok;
+    }
+  }
+  if (changed) {
+    if (ok) {
+      spdlog::info("pod {} ({}) is ready", pod.name, pod.address);
+    } else {
+      spdlog::warn("pod {} ({}) scrape failed: {}", pod.name, pod.address,
+                   r.status == 0 ? r.error : "status " + std::to_string(r.status));
     }
   }
 }

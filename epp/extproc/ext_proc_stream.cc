@@ -144,8 +144,7 @@ void ExtProcStream::on_request_headers(const pb::ProcessingRequest& message) {
     }
   }
   context_ = std::make_unique<RequestContext>(
-      LifecycleServices{services_.registry, services_.sink, services_.gate,
-                        options_.unhealthy_cooldown},
+      LifecycleServices{services_.registry, services_.sink, services_.gate},
       Clock::now());
   phase_ = Phase::kRequestBody;
   if (h.end_of_stream()) {

@@ -48,7 +48,6 @@ struct ExtProcOptions {
   std::size_t body_limit = 16 * 1024 * 1024;  // request body bytes; beyond: 413
   bool default_prediction = true;             // x-prediction-based-scheduling when absent
   bool forward_priority = true;               // soft priority -> vLLM `priority` in the body
-  std::chrono::milliseconds unhealthy_cooldown{5000};
 };
 
 struct ExtProcServices {

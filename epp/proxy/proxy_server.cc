@@ -7,8 +7,11 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <cctype>
 #include <condition_variable>
 #include <mutex>
@@ -18,15 +21,18 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <prometheus/counter.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/http/stale_connection.h"
 #include "common/http/stream_server.h"
 #include "epp/features/feature_row.h"
 #include "epp/proxy/admission_gate.h"
 #include "epp/proxy/openai_request.h"
 #include "epp/proxy/request_context.h"
 #include "epp/proxy/sse_scanner.h"
+#include "epp/proxy/upstream_pool.h"
 
 namespace llmd::epp {
 namespace {
@@ -85,6 +91,11 @@ llmd::http::Response error_response(int status, const std::string& detail,
   }
   return r;
 }
+
+// Response bytes held for a slow client before the pod is no longer read, and the level at
+// which reading resumes: memory per stream stays bounded whatever the client does.
+constexpr std::size_t kClientHighWater = 256 * 1024;
+constexpr std::size_t kClientLowWater = 64 * 1024;
 
 // nginx's code for a request whose client went away before an answer.
 constexpr int kClientClosedRequest = 499;
@@ -153,6 +164,7 @@ struct ProxyServer::Impl {
     c.write_timeout = o.upstream_idle_timeout;  // a client that stops reading a stream
     c.server_name = "llmd-epp";
     c.fresh_connections_idle = true;
+    c.descriptors_per_connection = 2;  // the client's and, while proxied, the pod's
     c.error_response = [](int status, const std::string& message) {
       return error_response(status, message);
     };
@@ -166,6 +178,7 @@ struct ProxyServer::Impl {
   PodRegistry& registry;
   CompletionSink& sink;
   AdmissionGate* gate;  // null: no router queue
+  UpstreamPool upstream_pool;
   net::io_context ioc;  // client connections (the core) and upstream connections
   llmd::http::StreamServer core;
   std::atomic<bool> draining{false};  // no new requests; those in flight finish
@@ -214,7 +227,7 @@ struct ProxyServer::Impl {
     // Owns the request's slots and tickets: whatever path this coroutine leaves by (including
     // its destruction), each is given back once.
     RequestContext request(
-        LifecycleServices{&registry, &sink, gate, options.unhealthy_cooldown}, Clock::now());
+        LifecycleServices{&registry, &sink, gate}, Clock::now());
     auto executor = co_await net::this_coro::executor;
     auto watch = std::make_shared<ClientWatch>();
     client->on_disconnect([watch, executor] {
@@ -424,17 +437,10 @@ struct ProxyServer::Impl {
   // kAborted: the response started but could not be completed; the connection must close.
   enum class Outcome { kDone, kRetryable, kClientGone, kAborted };
 
-  net::awaitable<Outcome> forward(llmd::http::ResponseStream& client, const ClientWatch& watch,
-                                  const llmd::http::Request& req, const ParsedRequest& parsed,
-                                  const Upstream& target, RequestContext& request, int number) {
-    const Endpoint& pod = target.pod;
-    const std::string& request_id = parsed.request.request_id;
-    PodAttempt attempt = request.dispatch(parsed.request, pod, target.route, target.model,
-                                          parsed.max_tokens, number, Clock::now());
-    CompletedRequest& done = attempt.record();
-    auto executor = co_await net::this_coro::executor;
-    auto [host, port] = split_address(pod.address);
-    beast::tcp_stream upstream(executor);
+  // A new connection to a pod ("host:port"), bounded by the connect timeout.
+  net::awaitable<beast::error_code> connect(beast::tcp_stream& upstream,
+                                            const std::string& address) {
+    auto [host, port] = split_address(address);
     beast::error_code rec;
     upstream.expires_after(options.upstream_connect_timeout);
     // Pod addresses are usually IPs: skip the resolver (it runs on a helper thread).
@@ -444,18 +450,32 @@ struct ProxyServer::Impl {
       co_await upstream.async_connect(tcp::endpoint(ip, static_cast<uint16_t>(std::stoi(port))),
                                       redirect(rec));
     } else {
+      auto executor = co_await net::this_coro::executor;
       tcp::resolver resolver(executor);
       auto endpoints = co_await resolver.async_resolve(host, port, redirect(rec));
       if (!rec) {
         co_await upstream.async_connect(endpoints, redirect(rec));
       }
     }
-    if (rec) {
-      spdlog::warn("connect to pod {} ({}) failed: {}", pod.name, pod.address, rec.message());
-      attempt.pod_failed(502, true, Clock::now());
-      co_return Outcome::kRetryable;
+    if (!rec) {
+      beast::error_code ignored;
+      upstream.socket().set_option(tcp::no_delay(true), ignored);
+      if (options.upstream_opened != nullptr) {
+        options.upstream_opened->Increment();
+      }
     }
-    upstream.socket().set_option(tcp::no_delay(true));
+    co_return rec;
+  }
+
+  net::awaitable<Outcome> forward(llmd::http::ResponseStream& client, const ClientWatch& watch,
+                                  const llmd::http::Request& req, const ParsedRequest& parsed,
+                                  const Upstream& target, RequestContext& request, int number) {
+    const Endpoint& pod = target.pod;
+    const std::string& request_id = parsed.request.request_id;
+    PodAttempt attempt = request.dispatch(parsed.request, pod, target.route, target.model,
+                                          parsed.max_tokens, number, Clock::now());
+    CompletedRequest& done = attempt.record();
+    auto executor = co_await net::this_coro::executor;
     const std::string path = target.route.base_path + req.target;
     bhttp::request<bhttp::string_body> up{bhttp::verb::post, path, 11};
     // End-to-end client headers travel on (Authorization for pods started with --api-key,
@@ -469,23 +489,61 @@ struct ProxyServer::Impl {
     up.set(bhttp::field::host, pod.address);
     up.set(bhttp::field::content_type, "application/json");
     up.set("x-request-id", request_id);
-    up.keep_alive(false);
+    up.keep_alive(true);
     up.body() = target.body;
     up.prepare_payload();
-    upstream.expires_after(options.upstream_first_byte_timeout);
-    beast::error_code wec;
-    co_await bhttp::async_write(upstream, up, redirect(wec));
+    std::optional<beast::tcp_stream> upstream;
     beast::flat_buffer ubuf;
-    bhttp::response_parser<bhttp::buffer_body> rp;
-    rp.body_limit(std::numeric_limits<std::uint64_t>::max());
-    beast::error_code hec = wec;
-    if (!hec) {
-      beast::error_code e;
-      co_await bhttp::async_read_header(upstream, ubuf, rp, redirect(e));
-      hec = e;
+    std::optional<bhttp::response_parser<bhttp::buffer_body>> rp;
+    beast::error_code hec;
+    for (int connection = 0; connection < 2; ++connection) {
+      // A kept-alive connection first; if the pod closed it meanwhile (it fails before any
+      // byte of an answer), the request goes once more on a fresh one.
+      const UpstreamPool::Connection idle =
+          connection == 0 ? upstream_pool.take(pod.address, Clock::now())
+                          : UpstreamPool::Connection{};
+      const bool reused = idle.fd >= 0;
+      upstream.emplace(executor);
+      beast::error_code rec;
+      if (reused) {
+        upstream->socket().assign(idle.ipv6 ? tcp::v6() : tcp::v4(), idle.fd, rec);
+        if (rec) {
+          ::close(idle.fd);  // not taken over by the socket
+          continue;
+        }
+        if (options.upstream_reused != nullptr) {
+          options.upstream_reused->Increment();
+        }
+      } else {
+        rec = co_await connect(*upstream, pod.address);
+        if (rec) {
+          spdlog::warn("connect to pod {} ({}) failed: {}", pod.name, pod.address, rec.message());
+          attempt.pod_failed(502, true, Clock::now());
+          co_return Outcome::kRetryable;
+        }
+      }
+      upstream->expires_after(options.upstream_first_byte_timeout);
+      beast::error_code wec = rec;
+      if (!wec) {
+        co_await bhttp::async_write(*upstream, up, redirect(wec));
+      }
+      rp.emplace();
+      rp->body_limit(std::numeric_limits<std::uint64_t>::max());
+      hec = wec;
+      if (!hec) {
+        beast::error_code e;
+        co_await bhttp::async_read_header(*upstream, ubuf, *rp, redirect(e));
+        hec = e;
+      }
+      if (!(reused && hec && ubuf.size() == 0 && llmd::http::detail::is_stale_connection(hec))) {
+        break;
+      }
+      spdlog::debug("request {}: kept-alive connection to {} was closed ({}); a fresh one",
+                    request_id, pod.address, hec.message());
+      ubuf.clear();
     }
-    if (hec || rp.get().result_int() >= 500) {
-      int status = hec ? 504 : rp.get().result_int();
+    if (hec || rp->get().result_int() >= 500) {
+      int status = hec ? 504 : rp->get().result_int();
       spdlog::warn("pod {} ({}) failed: {}", pod.name, pod.address,
                    hec ? hec.message() : "HTTP " + std::to_string(status));
       attempt.pod_failed(status, true, Clock::now());
@@ -499,7 +557,7 @@ struct ProxyServer::Impl {
     // unchunked, ended by the close, so a broken-off body is as visible as a missing chunk).
     std::string content_type = "application/json";
     std::vector<llmd::http::Header> head;
-    for (const auto& field : rp.get()) {
+    for (const auto& field : rp->get()) {
       const std::string name = llmd::http::to_lower(std::string_view(field.name_string().data(),
                                                       field.name_string().size()));
       // A pod's cookies are not the router's to hand out (they would pin or leak sessions);
@@ -516,17 +574,17 @@ struct ProxyServer::Impl {
     }
     head.push_back({"x-gateway-destination-endpoint", pod.address});
     head.push_back({"x-request-id", request_id});
-    client.begin_stream(rp.get().result_int(), content_type, std::move(head));
+    client.begin_stream(rp->get().result_int(), content_type, std::move(head));
     SseScanner scanner;
     std::string whole;  // non-streaming body, for usage
     char chunk[16384];
     bool ok = true;
-    while (!rp.is_done()) {
-      rp.get().body().data = chunk;
-      rp.get().body().size = sizeof(chunk);
-      upstream.expires_after(options.upstream_idle_timeout);
+    while (!rp->is_done()) {
+      rp->get().body().data = chunk;
+      rp->get().body().size = sizeof(chunk);
+      upstream->expires_after(options.upstream_idle_timeout);
       beast::error_code rec2;
-      co_await bhttp::async_read_some(upstream, ubuf, rp, redirect(rec2));
+      co_await bhttp::async_read_some(*upstream, ubuf, *rp, redirect(rec2));
       if (rec2 == bhttp::error::need_buffer) {
         rec2 = {};
       }
@@ -534,7 +592,7 @@ struct ProxyServer::Impl {
         ok = false;
         break;
       }
-      std::size_t got = sizeof(chunk) - rp.get().body().size;
+      std::size_t got = sizeof(chunk) - rp->get().body().size;
       if (got == 0) {
         continue;
       }
@@ -550,6 +608,18 @@ struct ProxyServer::Impl {
         co_return Outcome::kClientGone;
       }
       client.write(std::string(piece));
+      if (client.buffered() > kClientHighWater) {
+        // The client reads slower than the pod writes: stop reading the pod until it catches
+        // up (TCP then holds the pod back); the write timeout ends a client that stopped.
+        auto drained = [&client](auto done) {
+          client.when_drained(kClientLowWater, [done]() mutable { done(true); });
+        };
+        co_await await_callback<bool>(drained);
+        if (watch.gone) {
+          attempt.client_gone(Clock::now());
+          co_return Outcome::kClientGone;
+        }
+      }
     }
     if (!ok) {
       // The pod failed after the response started. A clean end would pass a truncated answer
@@ -564,11 +634,22 @@ struct ProxyServer::Impl {
       attempt.pod_failed(502, false, Clock::now());
       co_return Outcome::kAborted;
     }
+    if (rp->keep_alive()) {
+      // Read to its end and kept open by the pod: the next request to this pod may use it.
+      beast::error_code ec;
+      const bool v6 = upstream->socket().local_endpoint(ec).address().is_v6();
+      upstream->expires_never();
+      tcp::socket socket = upstream->release_socket();
+      const int fd = ec ? -1 : socket.release(ec);
+      if (!ec && fd >= 0) {
+        upstream_pool.give_back(pod.address, {fd, v6}, Clock::now());
+      }
+    }
     client.end();
     done.e2e_ms = std::chrono::duration<double, std::milli>(Clock::now() - attempt.dispatched())
                       .count();
     record_response(done, parsed, scanner, whole);
-    const int status = rp.get().result_int();
+    const int status = rp->get().result_int();
     attempt.answered(status, Clock::now());
     spdlog::debug("request {} -> {} ({}) status {} ttft {:.1f} ms e2e {:.1f} ms, total {:.1f} ms",
                   request_id, pod.name, pod.address, status, done.ttft_ms, done.e2e_ms,
@@ -597,6 +678,8 @@ void ProxyServer::start() {
 }
 
 uint16_t ProxyServer::port() const { return impl_->core.port(0); }
+
+std::size_t ProxyServer::idle_upstream_connections() const { return impl_->upstream_pool.idle(); }
 
 void ProxyServer::run() {
   {

@@ -19,6 +19,10 @@
 #include "epp/datastore/pod_registry.h"
 #include "epp/proxy/proxy_types.h"
 
+namespace prometheus {
+class Counter;
+}
+
 namespace llmd::epp {
 
 struct ProxyOptions {
@@ -36,7 +40,9 @@ struct ProxyOptions {
   std::chrono::milliseconds upstream_connect_timeout{2000};
   std::chrono::milliseconds upstream_first_byte_timeout{30000};
   std::chrono::milliseconds upstream_idle_timeout{60000};
-  std::chrono::milliseconds unhealthy_cooldown{5000};  // after a connect/timeout/5xx failure
+  // Connections to pods opened, and kept-alive ones reused (null: not counted).
+  prometheus::Counter* upstream_opened = nullptr;
+  prometheus::Counter* upstream_reused = nullptr;
   bool default_prediction = true;  // x-prediction-based-scheduling when absent
   bool forward_priority = true;    // soft priority -> vLLM `priority` (see upstream_body)
 };
@@ -51,6 +57,8 @@ class ProxyServer {
   ~ProxyServer();
   void start();          // binds; throws std::runtime_error
   uint16_t port() const;
+  // Kept-alive connections to pods waiting for their next request.
+  std::size_t idle_upstream_connections() const;
   void run();            // blocks until stop()
   void stop();           // thread-safe, idempotent
   // Graceful stop, blocking (call from a thread that does not run the server): stops

@@ -127,7 +127,12 @@ void PodAttempt::streamed(int64_t content_chunks, TimePoint now) {
   }
 }
 
-void PodAttempt::answered(int status, TimePoint now) { end(status < 400, status, now); }
+void PodAttempt::answered(int status, TimePoint now) {
+  if (!ended_ && is_pod() && services_->registry != nullptr && status < 500) {
+    services_->registry->on_pod_success(done_.pod.name);
+  }
+  end(status < 400, status, now);
+}
 
 void PodAttempt::pod_failed(int status, bool before_response, TimePoint now) {
   if (ended_) {
@@ -135,7 +140,7 @@ void PodAttempt::pod_failed(int status, bool before_response, TimePoint now) {
   }
   done_.before_response = before_response;
   if (is_pod() && services_->registry != nullptr) {
-    services_->registry->mark_unhealthy(done_.pod.name, services_->unhealthy_cooldown, now);
+    services_->registry->on_pod_failure(done_.pod.name, now);
   }
   end(false, status, now);
 }

@@ -32,7 +32,6 @@ struct LifecycleServices {
   PodRegistry* registry = nullptr;  // in-flight bookkeeping of pool pods (null: none)
   CompletionSink* sink = nullptr;   // completions and the EPP's own answers (null: none)
   AdmissionGate* gate = nullptr;    // router queue (null: none)
-  std::chrono::milliseconds unhealthy_cooldown{5000};  // after a pod's own failure
 };
 
 class PodAttempt;

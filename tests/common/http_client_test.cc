@@ -1,4 +1,6 @@
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <future>
@@ -6,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include "common/http/async_client.h"
 #include "common/http/client.h"
+#include "common/http/descriptor_budget.h"
 #include "tests/common/http_test_util.h"
 
 namespace llmd::http {
@@ -161,6 +165,74 @@ TEST(HttpClient, TimeoutIsStatusZeroAndClientRecovers) {
   const auto fast = client.get("/fast");
   EXPECT_EQ(fast.status, 200) << fast.error;
   EXPECT_EQ(fast.body, "fine");
+}
+
+}  // namespace
+}  // namespace llmd::http
+
+namespace llmd::http {
+namespace {
+
+// Out of descriptors (EMFILE) a client is a failed request the caller can retry, never an
+// exception from a constructor on a background thread (that aborted the EPP and the predictor).
+TEST(HttpClient, OutOfDescriptorsIsAFailedRequestNotAnException) {
+  RunningServer srv(testing::local_options(), [](Request&) { return Response::text(200, "x"); });
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  // The lowest free descriptor number becomes the limit: nothing new can be opened.
+  const int probe = ::dup(0);
+  ASSERT_GE(probe, 0);
+  ::close(probe);
+  rlimit tight = saved;
+  tight.rlim_cur = static_cast<rlim_t>(probe);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
+  ClientResponse res;
+  {
+    HttpClient client("127.0.0.1", srv.port(), std::chrono::seconds(2));
+    res = client.get("/");
+  }
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_EQ(res.status, 0);
+  EXPECT_NE(res.error.find("Too many open files"), std::string::npos) << res.error;
+  HttpClient again("127.0.0.1", srv.port(), std::chrono::seconds(2));
+  EXPECT_EQ(again.get("/").status, 200) << "fine once descriptors are free";
+}
+
+TEST(AsyncHttpClient, TargetsNamedByUrlKeepTheirConnectionAlive) {
+  OneConnectionServer server;
+  {
+    AsyncHttpClient client(std::vector<Url>{});
+    Url url;
+    url.host = "127.0.0.1";
+    url.port = server.port();
+    for (int i = 0; i < 10; ++i) {
+      std::promise<AsyncResponse> done;
+      client.request(url, "GET", "/m", {}, std::chrono::seconds(5),
+                     [&done](AsyncResponse r) { done.set_value(std::move(r)); });
+      const AsyncResponse r = done.get_future().get();
+      ASSERT_EQ(r.status, 200) << r.error;
+      EXPECT_EQ(r.body, "ok");
+    }
+    EXPECT_TRUE(server.backlog_empty()) << "one connection served all ten";
+  }
+  EXPECT_EQ(server.served(), 10);
+}
+
+TEST(DescriptorBudget, KeepsAReserveAndNeverGivesMoreThanItHas) {
+  EXPECT_EQ(DescriptorBudget::capacity_for(1024), 896u);
+  EXPECT_EQ(DescriptorBudget::capacity_for(64), 32u);
+  EXPECT_EQ(DescriptorBudget::capacity_for(1 << 20), (1u << 20) - 1024u);
+  EXPECT_EQ(DescriptorBudget::capacity_for(10), 1u);
+  DescriptorBudget budget(5);
+  EXPECT_TRUE(budget.try_take(2));
+  EXPECT_TRUE(budget.try_take(2));
+  EXPECT_FALSE(budget.try_take(2));
+  EXPECT_TRUE(budget.try_take(1));
+  EXPECT_EQ(budget.held(), 5u);
+  budget.give_back(2);
+  EXPECT_TRUE(budget.try_take(0));
+  EXPECT_TRUE(budget.try_take(2));
+  EXPECT_FALSE(budget.try_take(6));
 }
 
 }  // namespace

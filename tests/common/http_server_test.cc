@@ -381,3 +381,71 @@ TEST(HttpServer, StartFailsClearlyWhenPortIsTaken) {
 
 }  // namespace
 }  // namespace llmd::http
+
+namespace llmd::http {
+namespace {
+
+// Backpressure: a writer that waits with when_drained() whenever buffered() passes its mark
+// holds a bounded number of bytes for a client that does not read, and every byte still
+// arrives once the client reads.
+TEST(HttpServer, AStreamWriterWaitsForAClientThatDoesNotRead) {
+  constexpr std::size_t kChunk = 64 * 1024, kHigh = 1024 * 1024, kLow = 256 * 1024;
+  constexpr int kChunks = 2048;  // 128 MiB: far more than the sockets can hold
+  std::atomic<std::size_t> max_buffered{0};
+  std::atomic<int> written{0};
+  std::atomic<bool> waiting{false};
+  std::thread writer;
+  std::promise<ResponseStreamPtr> stream_promise;
+  auto stream_future = stream_promise.get_future();
+  HttpServer server(local_options(), HttpServer::AsyncHandler([&](Request&&, ResponseStreamPtr s) {
+                      stream_promise.set_value(std::move(s));
+                    }));
+  server.start();
+  std::thread run([&] { server.run(false); });
+  RawSocket client(server.port(), 30);
+  ASSERT_TRUE(client.send_all("GET /stream HTTP/1.1\r\nHost: t\r\n\r\n"));
+  ResponseStreamPtr stream = stream_future.get();
+  stream->begin_stream(200, "text/plain", {});
+  writer = std::thread([&] {
+    for (int i = 0; i < kChunks; ++i) {
+      stream->write(std::string(kChunk, static_cast<char>('a' + i % 26)));
+      written = i + 1;
+      const std::size_t b = stream->buffered();
+      max_buffered = std::max(max_buffered.load(), b);
+      if (b > kHigh) {
+        std::promise<void> drained;
+        waiting = true;
+        stream->when_drained(kLow, [&drained] { drained.set_value(); });
+        drained.get_future().wait();
+        waiting = false;
+      }
+    }
+    stream->end();
+  });
+  // The client reads nothing until the writer has to wait (bounded by the hang guard).
+  for (int i = 0; i < 1000 && !waiting; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(waiting) << "written " << written;
+  EXPECT_LT(written.load(), kChunks / 2) << "the writer was held back";
+  EXPECT_LE(max_buffered.load(), kHigh + kChunk);
+  std::size_t body = 0;
+  std::string tail;  // the last bytes read: the terminating chunk ends the answer
+  while (client.read_some() > 0) {
+    const std::string got = client.take();
+    body += got.size();
+    tail = (tail + got).substr((tail + got).size() > 8 ? (tail + got).size() - 8 : 0);
+    if (tail.ends_with("\r\n0\r\n\r\n")) {
+      break;
+    }
+  }
+  writer.join();
+  EXPECT_EQ(written.load(), kChunks);
+  EXPECT_GT(body, static_cast<std::size_t>(kChunks) * kChunk) << "every byte arrived";
+  EXPECT_EQ(stream->buffered(), 0u);
+  server.stop();
+  run.join();
+}
+
+}  // namespace
+}  // namespace llmd::http

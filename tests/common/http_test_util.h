@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "common/http/server.h"
 
@@ -129,6 +130,8 @@ class RawSocket {
     }
   }
   const std::string& buffered() const { return buffer_; }
+  // What was read so far, handed over (the buffer starts empty again).
+  std::string take() { return std::exchange(buffer_, {}); }
 
  private:
   static std::string lower(std::string s) {

@@ -205,13 +205,24 @@ TEST_F(LifecycleStack, OutOfFileDescriptorsTheProxyBacksOffAndRecovers) {
   for (int i = 0; i < 80; ++i) {
     idle.push_back(std::make_unique<RawSocket>(stack_->epp_port, 1));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  ASSERT_NE(stack_->epp->log().find("accept failed"), std::string::npos)
-      << "the descriptor limit was reached";
+  for (int i = 0; i < 100 && stack_->epp->log().find("accepting again in") == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string log = stack_->epp->log();
+  ASSERT_NE(log.find("connections hold the descriptors the process gives to clients"),
+            std::string::npos)
+      << "the proxy stopped accepting at its share of the descriptor limit";
+  EXPECT_EQ(log.find("accept failed"), std::string::npos) << "before the process ran out";
   const double cpu0 = cpu_seconds(stack_->epp->pid());
   std::this_thread::sleep_for(std::chrono::seconds(2));
   const double busy = cpu_seconds(stack_->epp->pid()) - cpu0;
   EXPECT_LT(busy, 0.5) << "no accept spin while out of descriptors (CPU s in 2 s)";
+  {
+    // Probes are still answered: the health listener takes nothing from the clients' budget.
+    http::HttpClient health("127.0.0.1", stack_->health_port, std::chrono::seconds(5));
+    EXPECT_EQ(health.get("/readyz").status, 200);
+  }
   idle.clear();
   // Recovers: once descriptors are free, requests are served again (the scraper may need a
   // moment to reconnect to the pods).
@@ -296,12 +307,14 @@ TEST_F(LifecycleStack, RequestCountsAreWhatClientsGotAndPodAttemptsApart) {
   StackOptions o;
   o.pods = 2;
   o.predictors = 1;
-  o.epp_args = {"--max-body-bytes", "4096"};
+  // One failure ejects a pod, the whole pool may be ejected and there is no panic routing.
+  o.epp_args = {"--max-body-bytes", "4096", "--outlier-consecutive-failures", "1",
+                "--outlier-max-ejection-percent", "100", "--panic-threshold-percent", "0"};
   start(o);
   fault(0, R"({"mode":"error","duration_ms":60000})");
   fault(1, R"({"mode":"error","duration_ms":60000})");
   // Both pods answer 500: the first request tries both (two attempts) and the client gets one
-  // 502; both pods are then cooling down, so the second is answered 503 by the EPP itself.
+  // 502; both pods are then ejected, so the second is answered 503 by the EPP itself.
   EXPECT_EQ(stack_->complete(words(10, "e0"), 2).status, 502);
   EXPECT_EQ(stack_->complete(words(10, "e1"), 2).status, 503);
   // A body over the limit: the client reads the 413 (no reset while it is still uploading).
@@ -358,7 +371,8 @@ TEST_F(LifecycleStack, EveryEppErrorIsAnOpenAiErrorObject) {
   StackOptions o;
   o.pods = 1;
   o.predictors = 1;
-  o.epp_args = {"--max-body-bytes", "4096"};
+  o.epp_args = {"--max-body-bytes", "4096", "--outlier-consecutive-failures", "1",
+                "--panic-threshold-percent", "0"};
   start(o);
   fault(0, R"({"mode":"error","duration_ms":60000})");
   http::HttpClient c("127.0.0.1", stack_->epp_port);
@@ -376,7 +390,7 @@ TEST_F(LifecycleStack, EveryEppErrorIsAnOpenAiErrorObject) {
       {413, "invalid_request_error",
        c.post("/v1/completions", Json{{"model", stack_->model}, {"prompt", std::string(9000, 'x')}}.dump())},
       {502, "server_error", c.post("/v1/completions", ok_body)},  // the only pod answers 500
-      {503, "service_unavailable_error", c.post("/v1/completions", ok_body)},  // it cools down
+      {503, "service_unavailable_error", c.post("/v1/completions", ok_body)},  // it is ejected
   };
   for (const auto& k : cases) {
     ASSERT_EQ(k.got.status, k.status) << k.got.body << k.got.error;

@@ -28,6 +28,8 @@ class FakeStream final : public http::ResponseStream {
     body += d;
     ++writes;
   }
+  std::size_t buffered() const override { return 0; }
+  void when_drained(std::size_t, std::function<void()> cb) override { cb(); }
   void end() override { ended = true; }
   void close_connection() override { closed = true; }
   void end_incomplete() override { closed = true; }

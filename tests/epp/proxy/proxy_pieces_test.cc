@@ -330,6 +330,11 @@ TEST(PodRegistry, StalenessCooldownAndExactInFlight) {
   r.update_metrics("a", m);
   r.update_metrics("b", m);
   EXPECT_EQ(r.candidates(now).size(), 2u);
+  // Both stale: below the panic threshold every pod that answered a scrape is a candidate.
+  EXPECT_EQ(r.candidates(now + std::chrono::seconds(2)).size(), 2u);
+  OutlierDetectionOptions no_panic;
+  no_panic.panic_threshold_percent = 0;
+  r.configure_outlier_detection(no_panic);
   EXPECT_TRUE(r.candidates(now + std::chrono::seconds(2)).empty());  // stale
   r.on_dispatch("a", 100);
   r.on_dispatch("a", 50);
@@ -344,8 +349,10 @@ TEST(PodRegistry, StalenessCooldownAndExactInFlight) {
   EXPECT_EQ(c[0].dispatched, 0);
   EXPECT_EQ(c[0].prefill_tokens_in_flight, 0);
   EXPECT_EQ(c[0].decode_tokens_in_flight, 0);
-  r.mark_unhealthy("b", std::chrono::seconds(60));
-  EXPECT_EQ(r.candidates(std::chrono::steady_clock::now()).size(), 1u);
+  for (int i = 0; i < no_panic.consecutive_failures; ++i) {
+    r.on_pod_failure("b", now);
+  }
+  EXPECT_EQ(r.candidates(now).size(), 1u);
 }
 
 }  // namespace

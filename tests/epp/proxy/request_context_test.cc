@@ -46,7 +46,7 @@ class RequestContextTest : public ::testing::Test {
     ADD_FAILURE() << name;
     return {};
   }
-  LifecycleServices services() { return {&registry_, &sink_, nullptr, 5000ms}; }
+  LifecycleServices services() { return {&registry_, &sink_, nullptr}; }
 
   PodRegistry registry_;
   RecordingSink sink_;
@@ -143,7 +143,20 @@ TEST_F(RequestContextTest, AnAttemptNobodyEndedCountsAsAClientThatLeft) {
   EXPECT_EQ(sink_.completed[0].status, 499);
 }
 
-TEST_F(RequestContextTest, PodFailureBeforeTheResponseExcludesThePodForTheCooldown) {
+TEST_F(RequestContextTest, PodFailuresInARowEjectThePodAndAnAnswerBreaksTheRun) {
+  OutlierDetectionOptions outliers;
+  outliers.consecutive_failures = 2;
+  outliers.base_ejection = 5s;
+  outliers.max_ejection = 50s;
+  registry_.configure_outlier_detection(outliers);
+  {
+    RequestContext earlier(services(), kT0);
+    earlier.dispatch(request_, pod("a"), route_, "m", 8, 1, kT0).pod_failed(502, false, kT0);
+    earlier.dispatch(request_, pod("a"), route_, "m", 8, 2, kT0).answered(400, kT0);
+    earlier.dispatch(request_, pod("a"), route_, "m", 8, 3, kT0).pod_failed(500, true, kT0);
+  }
+  EXPECT_EQ(registry_.candidates(kT0 + 1s).size(), 2u) << "a 4xx answer broke the run";
+  sink_.completed.clear();
   RequestContext ctx(services(), kT0);
   PodAttempt first = ctx.dispatch(request_, pod("a"), route_, "m", 8, 1, kT0);
   first.pod_failed(503, true, kT0 + 1ms);
@@ -159,7 +172,7 @@ TEST_F(RequestContextTest, PodFailureBeforeTheResponseExcludesThePodForTheCooldo
   fresh.scraped_at = kT0 + 6s;
   registry_.update_metrics("a", fresh);
   registry_.update_metrics("b", fresh);
-  auto later = registry_.candidates(kT0 + 6s);  // a is back after the 5 s cooldown
+  auto later = registry_.candidates(kT0 + 6s);  // a is back after its 5 s ejection
   ASSERT_EQ(later.size(), 2u);
   EXPECT_EQ(later[0].dispatched + later[1].dispatched, 0);
 }
