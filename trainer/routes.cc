@@ -81,18 +81,35 @@ class Handlers {
         features::read_training_entry(e, loc, errors, entries[i]);
       }
     }
+    // Optional idempotency key (ours): a retried batch is acknowledged, not ingested again.
+    std::string batch_id;
+    {
+      json::Loc root;  // `loc` is inside "entries" here
+      if (auto id = json::read_optional_string(*body, "batch_id", root, errors)) {
+        batch_id = std::move(*id);
+        if (batch_id.size() > kMaxBatchIdBytes) {
+          errors.add_at("string_too_long", root, "batch_id",
+                        fmt::format("String should have at most {} characters", kMaxBatchIdBytes),
+                        Json(batch_id.substr(0, 16) + "..."));
+        }
+      }
+    }
     if (!errors.empty()) {
       return Response::json(422, errors.body());
     }
+    IngestResult result;
     try {
-      s_.add_entries(entries);
+      result = s_.add_entries(entries, batch_id);
     } catch (const std::runtime_error& e) {
-      // Not on disk: no 202 (the client keeps the samples and may retry).
+      // Not on disk and not in memory: no 202; the client keeps the samples and may retry.
       spdlog::error("ingest not persisted: {}", e.what());
       return Response::detail(503, std::string("samples not persisted: ") + e.what());
     }
-    return Response::json(202, Json{{"message", fmt::format("Accepted {} training samples.",
-                                                            entries.size())}});
+    Json out{{"message", fmt::format("Accepted {} training samples.", entries.size())}};
+    if (result.duplicate) {
+      out["duplicate"] = true;
+    }
+    return Response::json(202, out);
   }
 
   Response predict(Request& req) {
