@@ -201,7 +201,9 @@ void write_results(const Options& opt, const Result& r) {
   Json rows = Json::array();
   if (std::ifstream in(json_path); in) {
     try {
-      for (const auto& row : Json::parse(in).at("runs")) {
+      // Named: a range-for over a member of a temporary would dangle (C++20).
+      const Json old = Json::parse(in);
+      for (const auto& row : old.at("runs")) {
         if (row.value("label", "") != r.label) {
           rows.push_back(row);
         }
