@@ -182,7 +182,7 @@ int run(int argc, char** argv) {
   fo.trainer_url = o.str("training-server-url");
   fo.streaming_mode = o.boolean("streaming-mode");
   fo.admin_token = o.str("admin-token");
-  TrainingFeedback feedback(fo);
+  TrainingFeedback feedback(fo, &registry);
   RequestMetrics request_metrics(registry);
   CompletionFanout sinks;
   sinks.add(feedback);

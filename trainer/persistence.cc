@@ -3,215 +3,149 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <stdexcept>
-#include <vector>
 
 #include <fmt/format.h>
 
 #include "common/util/files.h"
+#include "trainer/persistence_legacy.h"
+#include "trainer/record_codec.h"
 
 namespace llmd::trainer {
 namespace {
 
-constexpr char kMagic1[8] = {'L', 'L', 'M', 'D', 'S', 'N', 'P', '1'};
-constexpr char kMagic2[8] = {'L', 'L', 'M', 'D', 'S', 'N', 'P', '2'};
-constexpr uint32_t kFormat2 = 2;
-constexpr char kLogMagic[8] = {'L', 'L', 'M', 'D', 'L', 'O', 'G', '1'};
-constexpr std::size_t kRecordSize = 1 + 1 + 4 + 8 + 8 * 4 + 8 + 1 + 8 * 4;
+using codec::kRecordSize;
+using codec::put;
+using codec::Reader;
+using codec::Record;
 
-template <typename T>
-void put(std::string& out, T v) {
-  char buf[sizeof(T)];
-  std::memcpy(buf, &v, sizeof(T));
-  out.append(buf, sizeof(T));
+constexpr char kSnapMagic[8] = {'L', 'L', 'M', 'D', 'S', 'N', 'P', '3'};
+constexpr uint32_t kSnapFormat = 3;
+constexpr char kLogMagic[8] = {'L', 'L', 'M', 'D', 'L', 'O', 'G', '2'};
+// Not ASCII-only, so text and the small integers of a record rarely look like it.
+constexpr char kFrameMagic[4] = {'\xF7', 'F', 'R', 'M'};
+constexpr std::size_t kFrameOverhead = 16;
+constexpr uint32_t kMaxPayload = 1u << 30;
+
+enum Kind : uint32_t { kSamples = 1, kBatch = 2, kBatchIds = 3, kEnd = 4 };
+
+std::size_t begin_frame(std::string& out, Kind kind) {
+  const std::size_t start = out.size();
+  out.append(kFrameMagic, 4);
+  put<uint32_t>(out, kind);
+  put<uint32_t>(out, 0);  // payload length, set by end_frame
+  return start;
 }
 
-class Reader {
+void end_frame(std::string& out, std::size_t start) {
+  const auto len = static_cast<uint32_t>(out.size() - start - 12);
+  std::memcpy(out.data() + start + 8, &len, 4);
+  put<uint32_t>(out, codec::crc(out.data() + start, out.size() - start));
+}
+
+struct Frame {
+  uint32_t kind = 0;
+  std::string_view payload;
+};
+
+// Walks the intact frames of a buffer; a torn or damaged stretch is skipped up to the next
+// magic whose frame checks out, and counted.
+class FrameScanner {
  public:
-  Reader(const std::string& s, std::size_t pos) : s_(s), pos_(pos) {}
-  template <typename T>
-  T get() {
-    T v;
-    std::memcpy(&v, s_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return v;
-  }
-  std::size_t pos() const { return pos_; }
+  FrameScanner(std::string_view bytes, std::size_t pos) : bytes_(bytes), pos_(pos) {}
 
- private:
-  const std::string& s_;
-  std::size_t pos_ = 0;
-};
-
-struct Record {
-  Target target;
-  bool test;
-  Sample sample;
-};
-
-void put_record(std::string& out, Target t, bool test, const Sample& s) {
-  const auto& f = s.features;
-  put<uint8_t>(out, static_cast<uint8_t>(t));
-  put<uint8_t>(out, test ? 1 : 0);
-  put<float>(out, s.actual_ms);
-  put<double>(out, f.kv_cache_percentage);
-  put<int64_t>(out, f.input_token_length);
-  put<int64_t>(out, f.num_request_waiting);
-  put<int64_t>(out, f.num_request_running);
-  put<int64_t>(out, f.num_tokens_generated);
-  put<double>(out, f.prefix_cache_score);
-  put<int8_t>(out, static_cast<int8_t>(f.pod_type));
-  put<int64_t>(out, f.prefill_tokens_in_flight);
-  put<int64_t>(out, f.decode_tokens_in_flight);
-  put<int64_t>(out, f.encoder_matched_size);
-  put<int64_t>(out, f.encoder_input_size);
-}
-
-uint32_t crc(const char* data, std::size_t n) {
-  return static_cast<uint32_t>(
-      crc32(0L, reinterpret_cast<const Bytef*>(data), static_cast<uInt>(n)));
-}
-
-// Reads one record at `r`; false when its values cannot be a sample.
-bool get_record(Reader& r, Record& rec) {
-  uint8_t t = r.get<uint8_t>();
-  uint8_t test = r.get<uint8_t>();
-  auto& f = rec.sample.features;
-  rec.sample.actual_ms = r.get<float>();
-  f.kv_cache_percentage = r.get<double>();
-  f.input_token_length = r.get<int64_t>();
-  f.num_request_waiting = r.get<int64_t>();
-  f.num_request_running = r.get<int64_t>();
-  f.num_tokens_generated = r.get<int64_t>();
-  f.prefix_cache_score = r.get<double>();
-  int8_t pod = r.get<int8_t>();
-  f.prefill_tokens_in_flight = r.get<int64_t>();
-  f.decode_tokens_in_flight = r.get<int64_t>();
-  f.encoder_matched_size = r.get<int64_t>();
-  f.encoder_input_size = r.get<int64_t>();
-  if (t > 1 || test > 1 || pod < -1 || pod > 2 || !(rec.sample.actual_ms > 0)) {
+  bool next(Frame& f) {
+    bool damaged = false;
+    while (pos_ < bytes_.size()) {
+      if (valid_at(pos_, f)) {
+        damaged_regions += damaged ? 1 : 0;
+        pos_ += kFrameOverhead + f.payload.size();
+        return true;
+      }
+      damaged = true;
+      std::size_t n = bytes_.find(std::string_view(kFrameMagic, 4), pos_ + 1);
+      n = n == std::string_view::npos ? bytes_.size() : n;
+      skipped_bytes += n - pos_;
+      pos_ = n;
+    }
+    damaged_regions += damaged ? 1 : 0;
     return false;
   }
-  rec.target = static_cast<Target>(t);
-  rec.test = test == 1;
-  f.pod_type = static_cast<features::PodType>(pod);
+
+  std::size_t damaged_regions = 0;
+  std::size_t skipped_bytes = 0;
+
+ private:
+  bool valid_at(std::size_t pos, Frame& f) const {
+    const std::size_t left = bytes_.size() - pos;
+    if (left < kFrameOverhead || std::memcmp(bytes_.data() + pos, kFrameMagic, 4) != 0) {
+      return false;
+    }
+    uint32_t kind, len, stored;
+    std::memcpy(&kind, bytes_.data() + pos + 4, 4);
+    std::memcpy(&len, bytes_.data() + pos + 8, 4);
+    if (len > kMaxPayload || len > left - kFrameOverhead) {
+      return false;
+    }
+    std::memcpy(&stored, bytes_.data() + pos + 12 + len, 4);
+    if (stored != codec::crc(bytes_.data() + pos, 12 + len)) {
+      return false;
+    }
+    f.kind = kind;
+    f.payload = bytes_.substr(pos + 12, len);
+    return true;
+  }
+
+  std::string_view bytes_;
+  std::size_t pos_;
+};
+
+// u32 count | count x record, exactly filling `p` from `pos`; false when it does not parse.
+bool read_records(std::string_view p, std::size_t pos, std::vector<Record>& out) {
+  out.clear();
+  if (p.size() < pos + 4) {
+    return false;
+  }
+  uint32_t count;
+  std::memcpy(&count, p.data() + pos, 4);
+  if (p.size() - pos - 4 != std::size_t{count} * kRecordSize) {
+    return false;
+  }
+  Reader r(p, pos + 4);
+  out.resize(count);
+  for (auto& rec : out) {
+    if (!codec::get_record(r, rec)) {
+      return false;
+    }
+  }
   return true;
 }
 
-// A checksummed group of records: u32 count | records | u32 crc32(count + records).
-void put_block(std::string& out, const Record* records, std::size_t n) {
-  const std::size_t start = out.size();
+void put_records(std::string& out, const SampleStore::Placement* placed, std::size_t n) {
   put<uint32_t>(out, static_cast<uint32_t>(n));
   for (std::size_t i = 0; i < n; ++i) {
-    put_record(out, records[i].target, records[i].test, records[i].sample);
-  }
-  put<uint32_t>(out, crc(out.data() + start, out.size() - start));
-}
-
-// Restores the blocks of `bytes` from `pos` on into `store`, until the end block (complete) or
-// the first torn or damaged block (an error naming it). Records of a damaged block are dropped
-// whole: its checksum cannot tell which of them are intact.
-SnapshotLoad restore_blocks(const std::string& bytes, std::size_t pos, SampleStore& store,
-                            bool until_end_block, const char* what) {
-  SnapshotLoad result;
-  result.ok = true;
-  std::size_t block = 0;
-  std::vector<Record> records;
-  while (true) {
-    if (bytes.size() - pos == 0 && !until_end_block) {
-      result.complete = true;
-      return result;
-    }
-    if (bytes.size() - pos < 8) {
-      result.error = fmt::format("{} cut after {} blocks ({} records)", what, block, result.samples);
-      return result;
-    }
-    uint32_t count;
-    std::memcpy(&count, bytes.data() + pos, 4);
-    if (count > kBlockRecords || bytes.size() - pos < 8 + std::size_t{count} * kRecordSize) {
-      result.error = fmt::format("{} cut or damaged in block {} (after {} records)", what, block,
-                                 result.samples);
-      return result;
-    }
-    const std::size_t body = 4 + std::size_t{count} * kRecordSize;
-    uint32_t stored;
-    std::memcpy(&stored, bytes.data() + pos + body, 4);
-    if (stored != crc(bytes.data() + pos, body)) {
-      result.error = fmt::format("{} checksum mismatch in block {} (after {} records)", what,
-                                 block, result.samples);
-      return result;
-    }
-    if (count == 0) {
-      result.complete = pos + body + 4 == bytes.size();
-      if (!result.complete) {
-        result.error = fmt::format("{} has bytes after its end", what);
-      }
-      return result;
-    }
-    Reader r(bytes, pos + 4);
-    records.clear();
-    for (uint32_t i = 0; i < count; ++i) {
-      Record rec{};
-      if (!get_record(r, rec)) {
-        result.error = fmt::format("{}: invalid record in block {}", what, block);
-        return result;
-      }
-      records.push_back(rec);
-    }
-    for (const auto& rec : records) {
-      store.restore(rec.target, rec.test, rec.sample);
-    }
-    result.samples += count;
-    pos += body + 4;
-    ++block;
+    codec::put_record(out, placed[i].target, placed[i].test, placed[i].sample);
   }
 }
 
-SnapshotLoad decode_format1(const std::string& bytes, SampleStore& store) {
-  SnapshotLoad result;
-  constexpr std::size_t kHeader = sizeof(kMagic1) + 4 + 8;
-  Reader r(bytes, sizeof(kMagic1) + 4);
-  uint64_t count = r.get<uint64_t>();
-  if (count > (bytes.size() - kHeader) / kRecordSize ||
-      bytes.size() != kHeader + count * kRecordSize + 4) {
-    result.error = fmt::format("truncated snapshot: {} bytes for {} records", bytes.size(), count);
-    return result;
+void describe_damage(SnapshotLoad& r, const FrameScanner& sc, std::size_t bad_frames,
+                     const char* what) {
+  r.damaged_regions = sc.damaged_regions + bad_frames;
+  r.skipped_bytes = sc.skipped_bytes;
+  if (r.damaged_regions > 0 || r.lost_samples > 0) {
+    r.error = fmt::format("{}: {} damaged region(s), {} bytes skipped, {} samples lost", what,
+                          r.damaged_regions, r.skipped_bytes, r.lost_samples);
   }
-  uint32_t stored_crc;
-  std::memcpy(&stored_crc, bytes.data() + bytes.size() - 4, 4);
-  if (stored_crc != crc(bytes.data(), bytes.size() - 4)) {
-    result.error = "snapshot checksum mismatch";
-    return result;
-  }
-  std::vector<Record> records;
-  records.reserve(count);
-  for (uint64_t i = 0; i < count; ++i) {
-    Record rec{};
-    if (!get_record(r, rec)) {
-      result.error = fmt::format("invalid record {}", i);
-      return result;
-    }
-    records.push_back(rec);
-  }
-  for (const auto& rec : records) {
-    store.restore(rec.target, rec.test, rec.sample);
-  }
-  result.ok = true;
-  result.complete = true;
-  result.samples = records.size();
-  return result;
 }
 
 }  // namespace
 
-std::string encode_snapshot(const SampleStore& store) {
-  std::vector<Record> records;
+std::string encode_snapshot(const SampleStore& store, const BatchIdWindow* batch_ids) {
+  std::vector<SampleStore::Placement> records;
   for (Target t : kTargets) {
     for (const auto& s : store.training_samples(t)) {
       records.push_back({t, false, s});
@@ -221,74 +155,161 @@ std::string encode_snapshot(const SampleStore& store) {
     }
   }
   std::string out;
-  out.reserve(32 + records.size() * kRecordSize + (records.size() / kBlockRecords + 1) * 8);
-  out.append(kMagic2, sizeof(kMagic2));
-  put<uint32_t>(out, kFormat2);
-  for (std::size_t i = 0; i < records.size(); i += kBlockRecords) {
-    put_block(out, records.data() + i, std::min(kBlockRecords, records.size() - i));
+  out.reserve(64 + records.size() * kRecordSize +
+              (records.size() / kBlockRecords + 1) * (kFrameOverhead + 4));
+  out.append(kSnapMagic, sizeof(kSnapMagic));
+  put<uint32_t>(out, kSnapFormat);
+  if (batch_ids != nullptr && batch_ids->size() > 0) {
+    const std::size_t f = begin_frame(out, kBatchIds);
+    put<uint32_t>(out, static_cast<uint32_t>(batch_ids->size()));
+    for (const auto& id : batch_ids->ids()) {
+      put<uint16_t>(out, static_cast<uint16_t>(id.size()));
+      out.append(id);
+    }
+    end_frame(out, f);
   }
-  put_block(out, nullptr, 0);
+  uint32_t frames = 0;
+  for (std::size_t i = 0; i < records.size(); i += kBlockRecords, ++frames) {
+    const std::size_t f = begin_frame(out, kSamples);
+    put_records(out, records.data() + i, std::min(kBlockRecords, records.size() - i));
+    end_frame(out, f);
+  }
+  const std::size_t f = begin_frame(out, kEnd);
+  put<uint64_t>(out, records.size());
+  put<uint32_t>(out, frames);
+  end_frame(out, f);
   return out;
 }
 
-SnapshotLoad decode_snapshot(const std::string& bytes, SampleStore& store) {
+SnapshotLoad decode_snapshot(const std::string& bytes, SampleStore& store,
+                             BatchIdWindow* batch_ids) {
+  if (legacy::is_snapshot(bytes)) {
+    return legacy::decode_snapshot(bytes, store);
+  }
   SnapshotLoad result;
-  if (bytes.size() >= sizeof(kMagic1) + 4 + 8 + 4 &&
-      std::memcmp(bytes.data(), kMagic1, sizeof(kMagic1)) == 0) {
-    uint32_t format;
-    std::memcpy(&format, bytes.data() + sizeof(kMagic1), 4);
-    if (format != 1) {
-      result.error = fmt::format("unsupported snapshot format {}", format);
-      return result;
+  uint32_t format = 0;
+  if (bytes.size() < 12 || std::memcmp(bytes.data(), kSnapMagic, 8) != 0 ||
+      (std::memcpy(&format, bytes.data() + 8, 4), format != kSnapFormat)) {
+    result.error = "not a sample snapshot (bad magic, format or too short)";
+    return result;
+  }
+  result.ok = true;
+  FrameScanner sc(bytes, 12);
+  Frame f;
+  std::vector<Record> records;
+  std::size_t bad_frames = 0;
+  bool end_seen = false;
+  uint64_t announced = 0;
+  while (sc.next(f)) {
+    if (f.kind == kSamples) {
+      if (!read_records(f.payload, 0, records)) {
+        ++bad_frames;  // checksum right, values wrong: a writer bug, not a disk error
+        continue;
+      }
+      for (const auto& rec : records) {
+        store.restore(rec.target, rec.test, rec.sample);
+      }
+      result.samples += records.size();
+    } else if (f.kind == kBatchIds && batch_ids != nullptr) {
+      Reader r(f.payload, 0);
+      const uint32_t n = f.payload.size() >= 4 ? r.get<uint32_t>() : 0;
+      for (uint32_t i = 0; i < n && r.pos() + 2 <= f.payload.size(); ++i) {
+        const uint16_t len = r.get<uint16_t>();
+        if (r.pos() + len > f.payload.size()) {
+          break;
+        }
+        batch_ids->add(std::string(f.payload.substr(r.pos(), len)));
+        r.skip(len);
+      }
+    } else if (f.kind == kEnd && f.payload.size() >= 8) {
+      std::memcpy(&announced, f.payload.data(), 8);
+      end_seen = true;
     }
-    return decode_format1(bytes, store);
   }
-  if (bytes.size() < sizeof(kMagic2) + 4 || std::memcmp(bytes.data(), kMagic2, sizeof(kMagic2)) != 0) {
-    result.error = "not a sample snapshot (bad magic or too short)";
-    return result;
+  if (end_seen) {
+    result.lost_samples = announced > result.samples ? announced - result.samples : 0;
+  } else {
+    result.lost_samples = sc.skipped_bytes / kRecordSize;  // an estimate: the count was lost
   }
-  uint32_t format;
-  std::memcpy(&format, bytes.data() + sizeof(kMagic2), 4);
-  if (format != kFormat2) {
-    result.error = fmt::format("unsupported snapshot format {}", format);
-    return result;
+  describe_damage(result, sc, bad_frames, end_seen ? "snapshot" : "snapshot (end missing)");
+  result.complete = end_seen && result.damaged_regions == 0 && result.lost_samples == 0;
+  if (!end_seen && result.error.empty()) {
+    result.error = "snapshot: end frame missing";
   }
-  return restore_blocks(bytes, sizeof(kMagic2) + 4, store, true, "snapshot");
+  return result;
 }
 
 std::string sample_log_header() { return std::string(kLogMagic, sizeof(kLogMagic)); }
 
-std::string encode_log_entry(const std::vector<SampleStore::Placement>& placed) {
+bool is_current_sample_log(const std::string& bytes) {
+  return bytes.size() >= sizeof(kLogMagic) && std::memcmp(bytes.data(), kLogMagic, 8) == 0;
+}
+
+std::string encode_log_entry(const std::vector<SampleStore::Placement>& placed,
+                             std::string_view batch_id) {
   std::string out;
-  for (std::size_t i = 0; i < placed.size(); i += kBlockRecords) {
-    std::vector<Record> records;
-    for (std::size_t k = i; k < std::min(placed.size(), i + kBlockRecords); ++k) {
-      records.push_back({placed[k].target, placed[k].test, placed[k].sample});
-    }
-    put_block(out, records.data(), records.size());
+  if (placed.empty() && batch_id.empty()) {
+    return out;
   }
+  batch_id = batch_id.substr(0, kMaxBatchIdBytes);
+  out.reserve(kFrameOverhead + 6 + batch_id.size() + placed.size() * kRecordSize);
+  const std::size_t f = begin_frame(out, kBatch);
+  put<uint16_t>(out, static_cast<uint16_t>(batch_id.size()));
+  out.append(batch_id);
+  put_records(out, placed.data(), placed.size());
+  end_frame(out, f);
   return out;
 }
 
-SnapshotLoad replay_sample_log(const std::string& bytes, SampleStore& store) {
+SnapshotLoad replay_sample_log(const std::string& bytes, SampleStore& store,
+                               BatchIdWindow* batch_ids) {
+  if (legacy::is_log(bytes)) {
+    return legacy::replay_log(bytes, store);
+  }
   SnapshotLoad result;
-  if (bytes.size() < sizeof(kLogMagic) || std::memcmp(bytes.data(), kLogMagic, sizeof(kLogMagic)) != 0) {
+  if (!is_current_sample_log(bytes)) {
     result.error = "not a sample log (bad magic)";
     return result;
   }
-  return restore_blocks(bytes, sizeof(kLogMagic), store, false, "sample log");
+  result.ok = true;
+  FrameScanner sc(bytes, sizeof(kLogMagic));
+  Frame f;
+  std::vector<Record> records;
+  std::size_t bad_frames = 0;
+  while (sc.next(f)) {
+    if (f.kind != kBatch) {
+      continue;
+    }
+    uint16_t len = 0;
+    if (f.payload.size() >= 2) {
+      std::memcpy(&len, f.payload.data(), 2);
+    }
+    if (f.payload.size() < 2u + len || !read_records(f.payload, 2u + len, records)) {
+      ++bad_frames;
+      continue;
+    }
+    const std::string id(f.payload.substr(2, len));
+    if (!id.empty() && batch_ids != nullptr && batch_ids->contains(id)) {
+      ++result.duplicate_batches;
+      continue;
+    }
+    for (const auto& rec : records) {
+      store.restore(rec.target, rec.test, rec.sample);
+    }
+    result.samples += records.size();
+    if (batch_ids != nullptr) {
+      batch_ids->add(id);
+    }
+  }
+  result.lost_samples = sc.skipped_bytes / kRecordSize;  // estimated: counts sit in the damage
+  describe_damage(result, sc, bad_frames, "sample log");
+  result.complete = result.damaged_regions == 0;
+  return result;
 }
 
 SampleLog::SampleLog(std::string path) : path_(std::move(path)) {
   util::ensure_parent_dir(path_);
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    throw std::runtime_error(fmt::format("cannot open sample log {}: {}", path_, std::strerror(errno)));
-  }
-  struct stat st {};
-  if (::fstat(fd_, &st) == 0 && st.st_size == 0) {
-    append(sample_log_header());
-  }
+  open_existing();
 }
 
 SampleLog::~SampleLog() {
@@ -297,7 +318,43 @@ SampleLog::~SampleLog() {
   }
 }
 
+void SampleLog::open_existing() {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    throw std::runtime_error(
+        fmt::format("cannot open sample log {}: {}", path_, std::strerror(errno)));
+  }
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw std::runtime_error(fmt::format("cannot stat sample log {}: {}", path_, std::strerror(err)));
+  }
+  good_size_ = static_cast<uint64_t>(st.st_size);
+  dirty_ = false;
+  if (good_size_ == 0) {
+    append(sample_log_header());
+  }
+}
+
+void SampleLog::roll_back() {
+  // O_APPEND writes go to the end of the file, so after this the next entry starts exactly
+  // where the last good one ended. If even this fails, the next append retries it first.
+  dirty_ = ::ftruncate(fd_, static_cast<off_t>(good_size_)) != 0;
+}
+
 void SampleLog::append(const std::string& entry) {
+  if (fd_ < 0) {
+    open_existing();  // a reset that could not reopen the file; throws while that persists
+  }
+  if (dirty_) {
+    roll_back();
+    if (dirty_) {
+      throw std::runtime_error(fmt::format("sample log cannot be cut back to its last entry: {}",
+                                           std::strerror(errno)));
+    }
+  }
   std::size_t done = 0;
   while (done < entry.size()) {
     const ssize_t n = ::write(fd_, entry.data() + done, entry.size() - done);
@@ -305,24 +362,28 @@ void SampleLog::append(const std::string& entry) {
       if (errno == EINTR) {
         continue;
       }
-      throw std::runtime_error(fmt::format("sample log write failed: {}", std::strerror(errno)));
+      const int err = errno;
+      roll_back();
+      throw std::runtime_error(fmt::format("sample log write failed: {}", std::strerror(err)));
     }
     done += static_cast<std::size_t>(n);
   }
   if (::fdatasync(fd_) != 0) {
-    throw std::runtime_error(fmt::format("sample log fdatasync failed: {}", std::strerror(errno)));
+    const int err = errno;
+    roll_back();
+    throw std::runtime_error(fmt::format("sample log fdatasync failed: {}", std::strerror(err)));
   }
+  good_size_ += entry.size();
 }
 
 void SampleLog::reset() {
   // A fresh file renamed over the old one (write_file_atomic): a crash leaves either the old
-  // log (replayed on top of the new snapshot: duplicates at worst, never a loss) or the new one.
+  // log (replayed on top of the new snapshot; its batch ids are in the snapshot, so those
+  // entries are skipped) or the new one.
   util::write_file_atomic(path_, sample_log_header());
   ::close(fd_);
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (fd_ < 0) {
-    throw std::runtime_error(fmt::format("cannot reopen sample log {}: {}", path_, std::strerror(errno)));
-  }
+  fd_ = -1;
+  open_existing();
 }
 
 }  // namespace llmd::trainer

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/features/feature_json.h"
+#include "common/json/streaming.h"
 #include "common/metrics/exposition.h"
 #include "common/metrics/http_metrics.h"
 #include "common/util/time.h"
@@ -59,40 +60,70 @@ class Handlers {
   Handlers(TrainerService& s, RouteLimits limits) : s_(s), limits_(limits) {}
 
   Response add_training_data(Request& req) {
+    // Rows are built while the body is parsed (json/streaming.h): only the fields around the
+    // list and one entry at a time exist as documents. Errors and their order are those of the
+    // whole-document reading: the list's shape, then each entry, then batch_id.
     json::Errors errors;
-    auto body = json::parse_body(req.body, errors);
+    std::vector<features::TrainingEntry> entries;
+    json::Loc loc;
+    json::StreamedList list;
+    json::ListCallbacks on_list;
+    on_list.keep_items = limits_.max_bulk_entries;  // a longer list is refused whole below
+    on_list.on_reset = [&] {
+      entries.clear();
+      errors = json::Errors();  // nothing but entries has been checked yet
+    };
+    on_list.on_item = [&](std::size_t i, const Json& e) {
+      json::LocScope entries_scope(loc, "entries");
+      json::LocScope item(loc, static_cast<int64_t>(i));
+      features::TrainingEntry& out = entries.emplace_back();
+      if (json::expect_object(e, loc, errors)) {
+        features::read_training_entry(e, loc, errors, out);
+      }
+    };
+    auto body = json::parse_body_streaming_list(req.body, "entries", on_list, list, errors);
     if (!body) {
       return Response::json(422, errors.body());
     }
-    json::Loc loc;
     if (!json::expect_object(*body, loc, errors)) {
       return Response::json(422, errors.body());
     }
-    const Json* list = json::read_list(*body, "entries", loc, errors, 0, limits_.max_bulk_entries);
-    if (list == nullptr) {
-      return Response::json(422, errors.body());
+    if (!list.present) {  // missing, or not a list: the error read_list records
+      json::Errors shape;
+      json::read_list(*body, "entries", loc, shape, 0, limits_.max_bulk_entries);
+      return Response::json(422, shape.body());
     }
-    std::vector<features::TrainingEntry> entries(list->size());
-    json::LocScope entries_scope(loc, "entries");
-    for (std::size_t i = 0; i < list->size(); ++i) {
-      json::LocScope item(loc, static_cast<int64_t>(i));
-      const Json& e = (*list)[i];
-      if (json::expect_object(e, loc, errors)) {
-        features::read_training_entry(e, loc, errors, entries[i]);
+    if (list.items > limits_.max_bulk_entries) {
+      json::Errors shape;
+      json::add_too_long(loc, "entries", limits_.max_bulk_entries, list.items, shape);
+      return Response::json(422, shape.body());
+    }
+    // Optional idempotency key (ours): a retried batch is acknowledged, not ingested again.
+    std::string batch_id;
+    if (auto id = json::read_optional_string(*body, "batch_id", loc, errors)) {
+      batch_id = std::move(*id);
+      if (batch_id.size() > kMaxBatchIdBytes) {
+        errors.add_at("string_too_long", loc, "batch_id",
+                      fmt::format("String should have at most {} characters", kMaxBatchIdBytes),
+                      Json(batch_id.substr(0, 16) + "..."));
       }
     }
     if (!errors.empty()) {
       return Response::json(422, errors.body());
     }
+    IngestResult result;
     try {
-      s_.add_entries(entries);
+      result = s_.add_entries(entries, batch_id);
     } catch (const std::runtime_error& e) {
-      // Not on disk: no 202 (the client keeps the samples and may retry).
+      // Not on disk and not in memory: no 202; the client keeps the samples and may retry.
       spdlog::error("ingest not persisted: {}", e.what());
       return Response::detail(503, std::string("samples not persisted: ") + e.what());
     }
-    return Response::json(202, Json{{"message", fmt::format("Accepted {} training samples.",
-                                                            entries.size())}});
+    Json out{{"message", fmt::format("Accepted {} training samples.", entries.size())}};
+    if (result.duplicate) {
+      out["duplicate"] = true;
+    }
+    return Response::json(202, out);
   }
 
   Response predict(Request& req) {

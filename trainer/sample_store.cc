@@ -50,23 +50,46 @@ BucketKey bucket_of(const features::FeatureInput& f) {
 
 SampleStore::SampleStore(SampleStoreConfig config) : config_(config), rng_(config.seed) {}
 
-void SampleStore::add(const features::FeatureInput& f, double ttft_ms, double tpot_ms,
-                      std::vector<Placement>* placed) {
+namespace {
+
+// Where one observation goes: the hold-out draw from `rng`, then one sample per observed target.
+void place(std::mt19937_64& rng, double test_ratio, const features::FeatureInput& f,
+           double ttft_ms, double tpot_ms, std::vector<SampleStore::Placement>& out) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
-  const bool test = u(rng_) < config_.test_ratio;
+  const bool test = u(rng) < test_ratio;
   const double values[2] = {ttft_ms, tpot_ms};
   for (Target t : kTargets) {
-    const int ti = static_cast<int>(t);
-    if (!(values[ti] > 0.0)) {
-      continue;
-    }
-    const Sample s{f, static_cast<float>(values[ti])};
-    restore(t, test, s);
-    ++generation_[ti];
-    if (placed != nullptr) {
-      placed->push_back({t, test, s});
+    if (values[static_cast<int>(t)] > 0.0) {
+      out.push_back({t, test, Sample{f, static_cast<float>(values[static_cast<int>(t)])}});
     }
   }
+}
+
+}  // namespace
+
+void SampleStore::add(const features::FeatureInput& f, double ttft_ms, double tpot_ms,
+                      std::vector<Placement>* placed) {
+  std::vector<Placement> local;
+  std::vector<Placement>& out = placed != nullptr ? *placed : local;
+  const std::size_t first = out.size();
+  place(rng_, config_.test_ratio, f, ttft_ms, tpot_ms, out);
+  for (std::size_t i = first; i < out.size(); ++i) {
+    restore(out[i].target, out[i].test, out[i].sample);
+    ++generation_[static_cast<int>(out[i].target)];
+  }
+}
+
+void SampleStore::plan_add(Plan& plan, const features::FeatureInput& f, double ttft_ms,
+                           double tpot_ms) const {
+  place(plan.rng, config_.test_ratio, f, ttft_ms, tpot_ms, plan.placed);
+}
+
+void SampleStore::commit(Plan&& plan) {
+  for (const auto& p : plan.placed) {
+    restore(p.target, p.test, p.sample);
+    ++generation_[static_cast<int>(p.target)];
+  }
+  rng_ = plan.rng;
 }
 
 void SampleStore::restore(Target t, bool test, const Sample& s) {

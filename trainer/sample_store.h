@@ -66,6 +66,18 @@ class SampleStore {
   // stored to `placed` when given.
   void add(const features::FeatureInput& f, double ttft_ms, double tpot_ms,
            std::vector<Placement>* placed = nullptr);
+
+  // All-or-nothing ingestion: decide where a batch goes (the random hold-out split runs on a
+  // copy of the store's generator), make it durable, then commit() it. A plan that is never
+  // committed leaves no trace, and committing gives exactly what add() would have given.
+  // Valid only while nothing else is added between begin_plan() and commit().
+  struct Plan {
+    std::vector<Placement> placed;
+    std::mt19937_64 rng;
+  };
+  Plan begin_plan() const { return Plan{{}, rng_}; }
+  void plan_add(Plan& plan, const features::FeatureInput& f, double ttft_ms, double tpot_ms) const;
+  void commit(Plan&& plan);
   // Re-inserts a persisted sample where it was (no random split).
   void restore(Target t, bool test, const Sample& s);
 

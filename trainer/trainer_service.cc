@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -104,7 +105,16 @@ struct TrainerService::Metrics {
                       .Help("Sample snapshots written, by result")
                       .Register(r)),
         snapshot_ok(snapshots.Add({{"result", "ok"}})),
-        snapshot_error(snapshots.Add({{"result", "error"}})) {
+        snapshot_error(snapshots.Add({{"result", "error"}})),
+        batches(prometheus::BuildCounter()
+                    .Name("llmd_trainer_ingest_batches_total")
+                    .Help("Bulk ingestion requests by result: ok, duplicate (batch id already "
+                          "ingested: 202, nothing added), refused (not persisted: 503, nothing "
+                          "added)")
+                    .Register(r)),
+        batch_ok(batches.Add({{"result", "ok"}})),
+        batch_duplicate(batches.Add({{"result", "duplicate"}})),
+        batch_refused(batches.Add({{"result", "refused"}})) {
     for (Target t : kTargets) {
       const std::string n(target_name(t));
       int i = static_cast<int>(t);
@@ -130,6 +140,10 @@ struct TrainerService::Metrics {
   prometheus::Family<prometheus::Counter>& snapshots;
   prometheus::Counter& snapshot_ok;
   prometheus::Counter& snapshot_error;
+  prometheus::Family<prometheus::Counter>& batches;
+  prometheus::Counter& batch_ok;
+  prometheus::Counter& batch_duplicate;
+  prometheus::Counter& batch_refused;
   std::array<prometheus::Counter*, 2> ingested_by{};
   std::array<prometheus::Counter*, 2> fit_ok{};
   std::array<prometheus::Counter*, 2> fit_error{};
@@ -145,7 +159,8 @@ struct TrainerService::Metrics {
 TrainerService::TrainerService(TrainerConfig config, prometheus::Registry& registry)
     : config_(std::move(config)),
       metrics_(std::make_unique<Metrics>(registry)),
-      store_(config_.store) {
+      store_(config_.store),
+      batch_ids_(config_.batch_id_window) {
   fit_config_.objective = config_.objective;
   fit_config_.alpha = config_.quantile_alpha;
   fit_config_.params = config_.params;
@@ -172,15 +187,18 @@ std::string TrainerService::samples_path() const {
   return (dir / "training_samples.bin").string();
 }
 
-std::string TrainerService::load_or_start_generation(bool models_found) const {
+std::pair<std::string, int64_t> TrainerService::load_or_start_generation(
+    bool models_found) const {
   const auto path = std::filesystem::path(config_.ttft_model_path).parent_path() / "generation";
   if (models_found) {
+    // "<id>\n<highest published version>\n" (earlier trainers wrote the id alone).
     if (auto bytes = util::read_file(path.string())) {
-      std::string id = *bytes;
-      id.erase(std::remove_if(id.begin(), id.end(), [](unsigned char c) { return std::isspace(c); }),
-               id.end());
+      std::istringstream in(*bytes);
+      std::string id;
+      int64_t version = 0;
+      in >> id >> version;
       if (!id.empty() && id.size() <= 64) {
-        return id;
+        return {id, std::max<int64_t>(version, 0)};
       }
     }
   }
@@ -193,14 +211,21 @@ std::string TrainerService::load_or_start_generation(bool models_found) const {
     }
   }
   const std::string id = fmt::format("{:016x}{:016x}", words[0], words[1]);
-  try {
-    util::write_file_atomic(path.string(), id + "\n");
-  } catch (const std::exception& e) {
-    spdlog::warn("cannot persist the model generation at {}: {}", path.string(), e.what());
-  }
   spdlog::info("model generation {} ({})", id,
                models_found ? "model files without a generation" : "no model files: a new lineage");
-  return id;
+  return {id, 0};
+}
+
+bool TrainerService::persist_lineage(const std::string& generation, int64_t version) const {
+  const auto path = std::filesystem::path(config_.ttft_model_path).parent_path() / "generation";
+  try {
+    util::write_file_atomic(path.string(), fmt::format("{}\n{}\n", generation, version));
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::warn("cannot persist model generation {} version {} at {}: {}", generation, version,
+                 path.string(), e.what());
+    return false;
+  }
 }
 
 void TrainerService::load_models_at_start() {
@@ -240,9 +265,28 @@ void TrainerService::load_models_at_start() {
   }
   // Cold start: constant default models, published so predictors can sync them too.
   bool need_default = !next->ttft.base || !next->tpot.base;
-  next->generation = load_or_start_generation(!need_default);
+  const auto [generation, published_before] = load_or_start_generation(!need_default);
+  next->generation = generation;
   if (need_default) {
     ++next->version;
+  } else if (published_before > next->version) {
+    // The model files are older than what this lineage already served (their write was
+    // refused, e.g. by a full disk): serve them under a version above it, never below.
+    const int64_t v = persist_lineage(generation, published_before + 1) ? published_before + 1
+                                                                       : published_before;
+    spdlog::warn("model files are at version {} but lineage {} published version {}: serving "
+                 "them as version {}", next->version, generation, published_before, v);
+    next->version = v;
+    for (Target t : kTargets) {
+      const std::string name(target_name(t));
+      const model::TargetPredictor& pred = t == Target::kTtft ? next->ttft : next->tpot;
+      next->files[name] = make_file(pred.base->serialize(v), v);
+      written.push_back(name);
+      if (pred.gated && next->files.count(name + "_gated") > 0) {
+        next->files[name + "_gated"] = make_file(pred.gated->serialize(v), v);
+        written.push_back(name + "_gated");
+      }
+    }
   }
   for (Target t : kTargets) {
     model::TargetPredictor& pred = t == Target::kTtft ? next->ttft : next->tpot;
@@ -260,33 +304,51 @@ void TrainerService::load_models_at_start() {
     spdlog::info("no usable {} model: using the default model ({} ms)", name,
                  config_.default_model_ms);
   }
+  if (next->version > published_before) {
+    persist_lineage(next->generation, next->version);
+  }
   publish(next, written, {});
 }
 
 void TrainerService::load_snapshot_at_start() {
   const std::string path = samples_path();
+  const std::string log_path = path + ".log";
+  // A log of the previous format waits here until a snapshot holds its samples (new entries
+  // cannot be appended to it).
+  const std::string old_log_path = path + ".log.v1";
   bool rewrite = false;  // compact what was restored into a fresh snapshot and empty the log
+  bool log_is_old_format = false;
   {
     std::lock_guard lock(mu_);
     if (auto bytes = util::read_file(path)) {
-      auto result = decode_snapshot(*bytes, store_);
-      if (!result.ok || !result.complete) {
-        // Keep the damaged file for inspection; what was intact is restored.
-        spdlog::error("sample snapshot {}: {}; restored {} samples before the damage", path,
-                      result.error, result.samples);
-        std::error_code ec;
-        std::filesystem::rename(path, path + ".corrupt", ec);
+      auto r = decode_snapshot(*bytes, store_, &batch_ids_);
+      if (!r.ok || !r.complete) {
+        spdlog::error("sample snapshot {}: {}; restored {} samples, lost {} ({} damaged "
+                      "region(s))", path, r.error, r.samples, r.lost_samples, r.damaged_regions);
+        // A copy for inspection; the file itself stays until a new snapshot replaces it, so a
+        // rewrite refused by a full disk loses nothing more.
+        try {
+          util::write_file_atomic(path + ".corrupt", *bytes);
+        } catch (const std::exception& e) {
+          spdlog::warn("no copy of the damaged snapshot: {}", e.what());
+        }
         rewrite = true;
       } else {
-        spdlog::info("restored {} samples from {}", result.samples, path);
+        spdlog::info("restored {} samples and {} batch ids from {}", r.samples, batch_ids_.size(),
+                     path);
       }
     }
     if (config_.durable_ingest) {
-      if (auto log = util::read_file(path + ".log")) {
-        auto result = replay_sample_log(*log, store_);
-        if (result.samples > 0 || !result.complete) {
-          spdlog::info("replayed {} samples from the sample log{}", result.samples,
-                       result.complete ? "" : " (" + result.error + ")");
+      for (const std::string& p : {old_log_path, log_path}) {
+        auto log = util::read_file(p);
+        if (!log) {
+          continue;
+        }
+        log_is_old_format = p == log_path && !log->empty() && !is_current_sample_log(*log);
+        auto r = replay_sample_log(*log, store_, &batch_ids_);
+        if (r.samples > 0 || !r.complete || r.duplicate_batches > 0) {
+          spdlog::info("replayed {} samples from {} ({} batches already in the snapshot){}",
+                       r.samples, p, r.duplicate_batches, r.complete ? "" : "; " + r.error);
           rewrite = true;
         }
       }
@@ -295,14 +357,18 @@ void TrainerService::load_snapshot_at_start() {
   }
   if (config_.durable_ingest) {
     std::lock_guard log_lock(log_mu_);
+    std::error_code ec;
+    if (log_is_old_format) {
+      std::filesystem::rename(log_path, old_log_path, ec);
+    }
     try {
-      log_ = std::make_unique<SampleLog>(path + ".log");
+      log_ = std::make_unique<SampleLog>(log_path);
     } catch (const std::exception& e) {
-      // Serving without durability beats not serving: every ingest will say so (503).
+      // Serving beats not serving: each ingest retries the open and says why it failed (503).
       spdlog::error("{}", e.what());
     }
-    if (rewrite && log_) {
-      snapshot_locked(true);
+    if (rewrite && log_ && snapshot_locked(true)) {
+      std::filesystem::remove(old_log_path, ec);
     }
   }
 }
@@ -333,26 +399,48 @@ std::shared_ptr<const PublishedModels> TrainerService::models() const {
   return published_;
 }
 
-void TrainerService::add_entries(const std::vector<features::TrainingEntry>& entries) {
+IngestResult TrainerService::add_entries(const std::vector<features::TrainingEntry>& entries,
+                                         const std::string& batch_id) {
+  // log_mu_ serialises ingests: nothing is added between the plan and its commit, and two
+  // requests with the same batch id cannot both miss it.
   std::lock_guard log_lock(log_mu_);
-  std::vector<SampleStore::Placement> placed;
+  SampleStore::Plan plan;
   {
     std::lock_guard lock(mu_);
-    add_entries_locked(entries, config_.durable_ingest ? &placed : nullptr);
+    if (!batch_id.empty() && batch_ids_.contains(batch_id)) {
+      metrics_->batch_duplicate.Increment();
+      return IngestResult{true};
+    }
+    plan = store_.begin_plan();
   }
-  if (!config_.durable_ingest || placed.empty()) {
-    return;
+  for (const auto& e : entries) {
+    store_.plan_add(plan, e.features, e.actual_ttft_ms, e.actual_tpot_ms);  // const: no mu_
   }
-  if (!log_) {
-    throw std::runtime_error("the sample log is not open");
+  if (config_.durable_ingest) {
+    const std::string entry = encode_log_entry(plan.placed, batch_id);
+    if (!entry.empty()) {
+      try {
+        if (!log_) {
+          log_ = std::make_unique<SampleLog>(samples_path() + ".log");
+        }
+        log_->append(entry);
+      } catch (const std::runtime_error&) {
+        metrics_->batch_refused.Increment();
+        throw;  // nothing was stored: the client keeps the batch and retries it
+      }
+    }
   }
-  log_->append(encode_log_entry(placed));
+  std::lock_guard lock(mu_);
+  store_.commit(std::move(plan));
+  batch_ids_.add(batch_id);
+  track_live_error(entries);
+  change_counter_ += entries.empty() && batch_id.empty() ? 0 : 1;
+  metrics_->batch_ok.Increment();
+  return IngestResult{false};
 }
 
-void TrainerService::add_entries_locked(const std::vector<features::TrainingEntry>& entries,
-                                        std::vector<SampleStore::Placement>* placed) {
+void TrainerService::track_live_error(const std::vector<features::TrainingEntry>& entries) {
   for (const auto& e : entries) {
-    store_.add(e.features, e.actual_ttft_ms, e.actual_tpot_ms, placed);
     const double actual[2] = {e.actual_ttft_ms, e.actual_tpot_ms};
     const double predicted[2] = {e.predicted_ttft_ms, e.predicted_tpot_ms};
     const double expected[2] = {e.expected_ttft_ms, e.expected_tpot_ms};
@@ -375,7 +463,6 @@ void TrainerService::add_entries_locked(const std::vector<features::TrainingEntr
       }
     }
   }
-  change_counter_ += entries.empty() ? 0 : 1;
 }
 
 FlushResult TrainerService::flush(bool training, bool test, bool metrics) {
@@ -428,6 +515,7 @@ bool TrainerService::train_once() {
   std::vector<std::string> written;
   std::vector<std::string> removed;
   bool changed = false;
+  const auto trained_before = trained_generation_;
   for (Target t : kTargets) {
     const int ti = static_cast<int>(t);
     std::vector<Sample> samples;
@@ -520,6 +608,14 @@ bool TrainerService::train_once() {
   if (!changed) {
     return false;
   }
+  if (!persist_lineage(next->generation, next->version)) {
+    // Publishing a version a restart could not get back to would let versions go backwards.
+    std::lock_guard lock(mu_);
+    trained_generation_ = trained_before;
+    spdlog::error("not publishing model version {}: its lineage record could not be saved",
+                  next->version);
+    return false;
+  }
   next->last_retrain = std::chrono::system_clock::now();
   publish(next, written, removed);
   spdlog::info("published model set version {}", next->version);
@@ -540,7 +636,7 @@ bool TrainerService::snapshot_locked(bool force) {
       return true;
     }
     counter = change_counter_;
-    bytes = encode_snapshot(store_);
+    bytes = encode_snapshot(store_, &batch_ids_);
   }
   try {
     util::write_file_atomic(samples_path(), bytes);

@@ -22,6 +22,7 @@
 #include "common/features/feature_json.h"
 #include "common/model/latency_model.h"
 #include "common/util/time.h"
+#include "trainer/batch_ids.h"
 #include "trainer/evaluation.h"
 #include "trainer/model_fitter.h"
 #include "trainer/persistence.h"
@@ -53,6 +54,12 @@ struct TrainerConfig {
   // Every acknowledged sample is in the sample log (<samples_path>.log, fsynced per request)
   // until the next snapshot holds it.
   bool durable_ingest = true;
+  // Batch ids remembered for idempotent ingestion (BatchIdWindow); persisted with the samples.
+  std::size_t batch_id_window = 10000;
+};
+
+struct IngestResult {
+  bool duplicate = false;  // the batch id was known: nothing was ingested
 };
 
 // Published model names, in the order of /models/list.
@@ -111,9 +118,12 @@ class TrainerService {
   void stop_background();
 
   // Stores the entries and, with durable ingestion, appends them to the sample log and syncs
-  // it before returning: an entry acknowledged after this returned survives a crash. Throws
-  // std::runtime_error when the log cannot be written (the entries are then in memory only).
-  void add_entries(const std::vector<features::TrainingEntry>& entries);
+  // it first: an entry acknowledged after this returned survives a crash. All or nothing: when
+  // the log cannot be written it throws std::runtime_error (the message says why, e.g. "No space
+  // left on device") and nothing was stored. A non-empty `batch_id` that was already ingested
+  // is not ingested again (IngestResult::duplicate).
+  IngestResult add_entries(const std::vector<features::TrainingEntry>& entries,
+                           const std::string& batch_id = "");
   // Clears and, with durable ingestion, rewrites the snapshot at once (the log must not bring
   // flushed samples back after a restart).
   FlushResult flush(bool training, bool test, bool metrics);
@@ -135,8 +145,12 @@ class TrainerService {
  private:
   struct Metrics;
   void load_models_at_start();
-  // The lineage id saved next to the model files (see PublishedModels::generation).
-  std::string load_or_start_generation(bool models_found) const;
+  // The lineage id saved next to the model files (see PublishedModels::generation) and the
+  // highest version that lineage ever published (0 when unknown).
+  std::pair<std::string, int64_t> load_or_start_generation(bool models_found) const;
+  // Saves (lineage, version) before `version` is published, so that a restart whose model
+  // files are older (a write refused by a full disk) never serves a lower version.
+  bool persist_lineage(const std::string& generation, int64_t version) const;
   void load_snapshot_at_start();
   void publish(std::shared_ptr<PublishedModels> next, const std::vector<std::string>& written,
                const std::vector<std::string>& removed);
@@ -144,8 +158,7 @@ class TrainerService {
   void snapshot_loop();
   // Writes the snapshot and empties the log; `log_mu_` held.
   bool snapshot_locked(bool force);
-  void add_entries_locked(const std::vector<features::TrainingEntry>& entries,
-                          std::vector<SampleStore::Placement>* placed);  // mu_ held
+  void track_live_error(const std::vector<features::TrainingEntry>& entries);  // mu_ held
   std::string samples_path() const;
 
   TrainerConfig config_;
@@ -159,6 +172,7 @@ class TrainerService {
   std::unique_ptr<SampleLog> log_;                 // guarded by log_mu_; null = not durable
   mutable std::mutex mu_;
   SampleStore store_;                              // guarded by mu_
+  BatchIdWindow batch_ids_;                        // guarded by mu_
   std::array<std::deque<Evaluation>, 2> evals_;    // guarded by mu_
   uint64_t snapshot_generation_ = 0;               // guarded by mu_
   uint64_t change_counter_ = 0;                    // guarded by mu_; bumps on add and flush

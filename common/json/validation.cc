@@ -150,32 +150,42 @@ std::size_t find_excess_depth(std::string_view text, int max_depth) {
   return std::string_view::npos;
 }
 
+void add_depth_error(std::size_t at, Errors& errors) {
+  errors.add_raw(Json{{"type", "json_invalid"},
+                      {"loc", Json::array({"body", static_cast<int64_t>(at)})},
+                      {"msg", "JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                                  " levels"},
+                      {"input", Json::object()}});
+}
+
+void add_decode_error(const nlohmann::json::parse_error& e, Errors& errors) {
+  errors.add_raw(Json{{"type", "json_invalid"},
+                      {"loc", Json::array({"body", static_cast<int64_t>(e.byte)})},
+                      {"msg", "JSON decode error"},
+                      {"input", Json::object()},
+                      {"ctx", {{"error", e.what()}}}});
+}
+
+void add_number_error(const nlohmann::json::exception& e, Errors& errors) {
+  errors.add_raw(Json{{"type", "finite_number"},
+                      {"loc", Json::array({"body"})},
+                      {"msg", "Input should be a finite number"},
+                      {"input", e.what()}});
+}
+
 std::optional<Json> parse_body(std::string_view body, Errors& errors) {
   if (const std::size_t at = find_excess_depth(body); at != std::string_view::npos) {
-    errors.add_raw(Json{{"type", "json_invalid"},
-                        {"loc", Json::array({"body", static_cast<int64_t>(at)})},
-                        {"msg", "JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
-                                    " levels"},
-                        {"input", Json::object()}});
+    add_depth_error(at, errors);
     return std::nullopt;
   }
   try {
     return Json::parse(body.begin(), body.end());
   } catch (const nlohmann::json::parse_error& e) {
-    Json loc = Json::array({"body", static_cast<int64_t>(e.byte)});
-    Json detail = {{"type", "json_invalid"},
-                   {"loc", loc},
-                   {"msg", "JSON decode error"},
-                   {"input", Json::object()},
-                   {"ctx", {{"error", e.what()}}}};
-    errors.add_raw(std::move(detail));
+    add_decode_error(e, errors);
     return std::nullopt;
   } catch (const nlohmann::json::exception& e) {
     // e.g. a number literal that overflows a double (1e999): not a finite number.
-    errors.add_raw(Json{{"type", "finite_number"},
-                        {"loc", Json::array({"body"})},
-                        {"msg", "Input should be a finite number"},
-                        {"input", e.what()}});
+    add_number_error(e, errors);
     return std::nullopt;
   }
 }

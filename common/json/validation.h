@@ -86,6 +86,13 @@ std::size_t find_excess_depth(std::string_view text, int max_depth = kMaxJsonDep
 // for nesting deeper than kMaxJsonDepth, checked before parsing).
 std::optional<Json> parse_body(std::string_view body, Errors& errors);
 
+// The errors parse_body records, for other parsers of client JSON (json/streaming.h): nesting
+// deeper than kMaxJsonDepth at offset `at`; a syntax error (`json_invalid` at its byte); a
+// number literal that is not a finite double (`finite_number`).
+void add_depth_error(std::size_t at, Errors& errors);
+void add_decode_error(const nlohmann::json::parse_error& e, Errors& errors);
+void add_number_error(const nlohmann::json::exception& e, Errors& errors);
+
 // Field readers on a JSON object. `required` missing -> "missing" error. Out-of-range,
 // non-finite, wrong type -> the matching error. The return value is only meaningful when no
 // error was added.

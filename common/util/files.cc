@@ -44,7 +44,14 @@ void write_file_atomic(const std::string& path, std::string_view data) {
     p += n;
     left -= static_cast<std::size_t>(n);
   }
-  ::fsync(fd);
+  // A full disk may only show at the sync (delayed allocation): never rename a file whose
+  // bytes are not on disk over a good one.
+  if (::fsync(fd) != 0) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot sync " + tmp + ": " + std::strerror(err));
+  }
   ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <random>
 
+#include <fmt/format.h>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
 #include "common/features/feature_json.h"
@@ -68,7 +72,79 @@ std::vector<Json> completion_entries(const CompletedRequest& done, bool streamin
   return out;
 }
 
-TrainingFeedback::TrainingFeedback(FeedbackOptions options) : options_(std::move(options)) {}
+struct TrainingFeedback::Metrics {
+  explicit Metrics(prometheus::Registry& r)
+      : produced(counter(r, "llmd_epp_feedback_samples_produced_total",
+                         "Training samples made from requests")
+                     .Add({})),
+        sent(counter(r, "llmd_epp_feedback_samples_sent_total",
+                     "Training samples posted to the trainer (first attempt of each batch)")
+                 .Add({})),
+        acknowledged(counter(r, "llmd_epp_feedback_samples_acknowledged_total",
+                             "Training samples the trainer answered 202 for")
+                         .Add({})),
+        retried(counter(r, "llmd_epp_feedback_samples_retried_total",
+                        "Training samples posted again with their batch's id after no answer")
+                    .Add({})),
+        dropped_family(counter(r, "llmd_epp_feedback_samples_dropped_total",
+                               "Training samples given up, by reason: buffer_full (oldest "
+                               "dropped), over_flush_cap (sampled out), send_failed (no 202 "
+                               "after max_send_attempts), rejected (4xx)")),
+        queue_depth(prometheus::BuildGauge()
+                        .Name("llmd_epp_feedback_queue_depth")
+                        .Help("Training samples buffered or pending (sent, not yet answered "
+                              "202); produced = acknowledged + dropped + this")
+                        .Register(r)
+                        .Add({})) {}
+  static prometheus::Family<prometheus::Counter>& counter(prometheus::Registry& r,
+                                                          const char* name, const char* help) {
+    return prometheus::BuildCounter().Name(name).Help(help).Register(r);
+  }
+  prometheus::Counter& produced;
+  prometheus::Counter& sent;
+  prometheus::Counter& acknowledged;
+  prometheus::Counter& retried;
+  prometheus::Family<prometheus::Counter>& dropped_family;
+  prometheus::Gauge& queue_depth;
+  // Mirrors counts_ into the registry (mu_ held by the caller).
+  void update(const FeedbackCounts& c, const FeedbackCounts& last) {
+    produced.Increment(static_cast<double>(c.produced - last.produced));
+    sent.Increment(static_cast<double>(c.sent - last.sent));
+    acknowledged.Increment(static_cast<double>(c.acknowledged - last.acknowledged));
+    retried.Increment(static_cast<double>(c.retried - last.retried));
+    const std::pair<const char*, uint64_t FeedbackCounts::*> reasons[] = {
+        {"buffer_full", &FeedbackCounts::dropped_buffer_full},
+        {"over_flush_cap", &FeedbackCounts::dropped_over_flush_cap},
+        {"send_failed", &FeedbackCounts::dropped_send_failed},
+        {"rejected", &FeedbackCounts::dropped_rejected}};
+    for (const auto& [name, field] : reasons) {
+      if (c.*field != last.*field) {
+        dropped_family.Add({{"reason", name}}).Increment(static_cast<double>(c.*field - last.*field));
+      }
+    }
+    queue_depth.Set(static_cast<double>(c.queued));
+  }
+  FeedbackCounts last;  // what update() has exported; mu_ guards it
+};
+
+namespace {
+
+// A random id per process: a restarted EPP starts its sequence again under a new sender.
+std::string random_sender_id() {
+  std::random_device entropy;
+  const uint64_t id = (uint64_t{entropy()} << 32) | entropy();
+  return fmt::format("epp-{:016x}", id);
+}
+
+}  // namespace
+
+TrainingFeedback::TrainingFeedback(FeedbackOptions options, prometheus::Registry* registry,
+                                   FeedbackSender sender)
+    : options_(std::move(options)), sender_(std::move(sender)), sender_id_(random_sender_id()) {
+  if (registry != nullptr) {
+    metrics_ = std::make_unique<Metrics>(*registry);
+  }
+}
 
 TrainingFeedback::~TrainingFeedback() { stop(); }
 
@@ -120,16 +196,30 @@ void TrainingFeedback::on_completed(const CompletedRequest& done) {
   }
 }
 
+FeedbackCounts TrainingFeedback::counts() const {
+  std::lock_guard lock(mu_);
+  FeedbackCounts c = counts_;
+  c.queued = buffer_.size() + (pending_ ? pending_->samples : 0);
+  return c;
+}
+
 void TrainingFeedback::enqueue(Json entry) {
   std::lock_guard lock(mu_);
   buffer_.push_back(std::move(entry));
+  ++counts_.produced;
   while (buffer_.size() > options_.max_buffer) {
     buffer_.pop_front();
-    ++dropped_;
+    ++counts_.dropped_buffer_full;
   }
+  // The registry is updated on the feedback thread's tick, not per sample.
 }
 
-void TrainingFeedback::flush() {
+void TrainingFeedback::drop(uint64_t n, uint64_t FeedbackCounts::*reason) {
+  std::lock_guard lock(mu_);
+  counts_.*reason += n;
+}
+
+std::optional<TrainingFeedback::Batch> TrainingFeedback::next_batch() {
   std::vector<Json> batch;
   {
     std::lock_guard lock(mu_);
@@ -137,38 +227,91 @@ void TrainingFeedback::flush() {
     buffer_.clear();
   }
   if (batch.empty()) {
-    return;
+    return std::nullopt;
   }
   if (batch.size() > options_.max_per_flush) {
     // A uniform sample keeps the TTFT/TPOT mix in expectation.
     thread_local std::mt19937_64 rng{std::random_device{}()};
     std::shuffle(batch.begin(), batch.end(), rng);
-    dropped_ += batch.size() - options_.max_per_flush;
+    drop(batch.size() - options_.max_per_flush, &FeedbackCounts::dropped_over_flush_cap);
     batch.resize(options_.max_per_flush);
+  }
+  Batch b;
+  b.samples = batch.size();
+  b.body = Json{{"entries", batch}, {"batch_id", fmt::format("{}:{}", sender_id_, next_seq_++)}}
+               .dump();
+  return b;
+}
+
+int TrainingFeedback::send(const std::string& body, std::string& error) {
+  if (sender_) {
+    return sender_(body, error);
   }
   auto url = http::parse_url(options_.trainer_url);
   if (!url) {
-    dropped_ += batch.size();
-    return;
+    error = "bad trainer URL " + options_.trainer_url;
+    return 0;
   }
-  const std::string body = Json{{"entries", batch}}.dump();
-  http::HttpClient client(url->host, url->port, std::chrono::seconds(5));
+  http::HttpClient client(url->host, url->port, options_.send_timeout);
   std::vector<http::Header> headers;
   if (!options_.admin_token.empty()) {
     headers.push_back({"Authorization", "Bearer " + options_.admin_token});
   }
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    auto r = client.request("POST", url->base_path + "/add_training_data_bulk", body,
-                            "application/json", headers);
-    if (r.status == 202) {
-      sent_ += batch.size();
-      return;
-    }
-    spdlog::warn("training feedback flush failed ({}), attempt {}",
-                 r.status == 0 ? r.error : std::to_string(r.status), attempt + 1);
+  auto r = client.request("POST", url->base_path + "/add_training_data_bulk", body,
+                          "application/json", headers);
+  error = r.status == 0 ? r.error : r.body.substr(0, 200);
+  return r.status;
+}
+
+void TrainingFeedback::flush() {
+  bool retry = false;
+  {
+    std::lock_guard lock(mu_);
+    retry = pending_.has_value();
   }
-  ++failed_flushes_;
-  dropped_ += batch.size();
+  if (!retry) {
+    auto b = next_batch();
+    std::lock_guard lock(mu_);
+    if (b) {
+      pending_ = std::move(*b);
+    }
+  }
+  // Only this thread changes pending_, so its body can be read without mu_ while sending.
+  std::optional<Batch>& p = pending_;
+  if (p) {
+    {
+      std::lock_guard lock(mu_);
+      (p->attempts == 0 ? counts_.sent : counts_.retried) += p->samples;
+      ++p->attempts;
+    }
+    std::string error;
+    const int status = send(p->body, error);
+    std::lock_guard lock(mu_);
+    if (status == 202) {
+      counts_.acknowledged += p->samples;
+      pending_.reset();
+    } else if (status >= 400 && status < 500) {
+      spdlog::warn("training feedback rejected ({}): {}; {} samples dropped", status, error,
+                   p->samples);
+      counts_.dropped_rejected += p->samples;
+      pending_.reset();
+    } else if (p->attempts >= options_.max_send_attempts) {
+      spdlog::warn("training feedback failed ({}) {} times: {} samples dropped",
+                   status == 0 ? error : std::to_string(status), p->attempts, p->samples);
+      counts_.dropped_send_failed += p->samples;
+      pending_.reset();
+    } else {
+      spdlog::warn("training feedback failed ({}), attempt {}: retried at the next interval",
+                   status == 0 ? error : std::to_string(status), p->attempts);
+    }
+  }
+  if (metrics_) {
+    std::lock_guard lock(mu_);
+    FeedbackCounts c = counts_;
+    c.queued = buffer_.size() + (pending_ ? pending_->samples : 0);
+    metrics_->update(c, metrics_->last);
+    metrics_->last = c;
+  }
 }
 
 }  // namespace llmd::epp

@@ -10,12 +10,21 @@
 // Both samples use feature_row() on the Endpoint copy the scheduler picked: the same row the
 // prediction was made from. Failed or aborted requests give no completion sample.
 // The buffer is bounded (oldest dropped, counted); above `max_per_flush` a flush keeps a
-// random sample that preserves the TTFT/TPOT mix; a failed flush is retried once, then dropped
-// and counted.
+// random sample that preserves the TTFT/TPOT mix.
+// Exactly once: each batch carries `"batch_id": "<sender>:<seq>"` (sender = random per process),
+// and a batch without an answer (timeout, 5xx, connection error) stays pending and is sent again
+// with the same id, up to `max_send_attempts` times, before anything newer; the trainer ingests
+// a known id once and answers 202 again. A 4xx is final (dropped, reason "rejected").
+// Counters (llmd_epp_feedback_*): produced = acknowledged + dropped (by reason) + queued, where
+// queued (the queue-depth gauge) = buffered + pending.
+// Threading: on_first_token/on_completed run on proxy threads (enqueue under mu_); sending runs
+// on the feedback thread only, which owns pending_.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -26,6 +35,10 @@
 
 #include "epp/proxy/proxy_types.h"
 
+namespace prometheus {
+class Registry;
+}
+
 namespace llmd::epp {
 
 struct FeedbackOptions {
@@ -35,6 +48,22 @@ struct FeedbackOptions {
   std::size_t max_per_flush = 10000;
   bool streaming_mode = true;
   std::string admin_token;  // sent as "Authorization: Bearer" when the trainer requires one
+  int max_send_attempts = 4;   // per batch, one per interval, the same batch_id each time
+  std::chrono::milliseconds send_timeout{5000};
+};
+
+// Sends one bulk body; returns the HTTP status, 0 when no answer came (error says why).
+using FeedbackSender = std::function<int(const std::string& body, std::string& error)>;
+
+// Where every produced sample is: counts since start (see the class comment).
+struct FeedbackCounts {
+  uint64_t produced = 0, sent = 0, acknowledged = 0, retried = 0;
+  uint64_t dropped_buffer_full = 0, dropped_over_flush_cap = 0, dropped_send_failed = 0,
+           dropped_rejected = 0;
+  uint64_t queued = 0;
+  uint64_t dropped() const {
+    return dropped_buffer_full + dropped_over_flush_cap + dropped_send_failed + dropped_rejected;
+  }
 };
 
 // Pure: the TTFT sample of a request whose first token just arrived (nullopt when it is not a
@@ -45,27 +74,44 @@ std::vector<nlohmann::json> completion_entries(const CompletedRequest& done, boo
 
 class TrainingFeedback : public CompletionSink {
  public:
-  explicit TrainingFeedback(FeedbackOptions options);
+  // `registry` (optional) gets the llmd_epp_feedback_* metrics; `sender` replaces the HTTP POST
+  // (tests).
+  explicit TrainingFeedback(FeedbackOptions options, prometheus::Registry* registry = nullptr,
+                            FeedbackSender sender = nullptr);
   ~TrainingFeedback() override;
   void start();
   void stop();  // flushes what is buffered
   void on_first_token(const CompletedRequest& req) override;
   void on_completed(const CompletedRequest& done) override;
 
-  uint64_t sent() const { return sent_.load(); }
-  uint64_t dropped() const { return dropped_.load(); }
-  uint64_t failed_flushes() const { return failed_flushes_.load(); }
+  FeedbackCounts counts() const;
+  const std::string& sender_id() const { return sender_id_; }
+  // One send round (the feedback thread's tick; tests call it directly, without start()).
+  void flush();
 
  private:
-  void flush();
+  struct Metrics;
+  struct Batch {
+    std::string body;
+    uint64_t samples = 0;
+    int attempts = 0;
+  };
   void enqueue(nlohmann::json entry);
+  std::optional<Batch> next_batch();
+  void drop(uint64_t n, uint64_t FeedbackCounts::*reason);
+  int send(const std::string& body, std::string& error);
   FeedbackOptions options_;
-  std::mutex mu_;
+  FeedbackSender sender_;
+  std::string sender_id_;
+  uint64_t next_seq_ = 1;  // feedback thread only
+  std::unique_ptr<Metrics> metrics_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<nlohmann::json> buffer_;  // guarded by mu_
+  std::optional<Batch> pending_;       // guarded by mu_ (read by counts())
+  FeedbackCounts counts_;              // guarded by mu_; queued computed on read
   bool stopping_ = false;              // guarded by mu_
   std::thread thread_;
-  std::atomic<uint64_t> sent_{0}, dropped_{0}, failed_flushes_{0};
 };
 
 }  // namespace llmd::epp

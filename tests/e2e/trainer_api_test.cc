@@ -176,6 +176,45 @@ TEST_F(TrainerApi, BadInputIs422WithDetailAndNothingIsAccepted) {
   EXPECT_EQ(trainer_->get_json("/data/status")["training_data"]["total_samples"], 0);
 }
 
+// The bulk body is read while it is parsed (entries built one at a time); the rules that the
+// whole-document reading applied to the list as a whole still hold: an over-long list gets only
+// its too_long error (no per-entry ones), batch_id is read wherever it stands, and a body that
+// is not an object gets the dictionary error.
+TEST(TrainerApiStreaming, ListRulesHoldWhenEntriesAreReadWhileParsing) {
+  TempDir dir;
+  TrainerProcess t(dir.path(), {"--max-bulk-entries", "3", "--retraining-interval", "3600",
+                                "--test-train-ratio", "0"});
+  ASSERT_TRUE(t.ready) << t.process->log();
+  Json good = entry(0.1, 10, 0, 1, 0.0, 20, 5);
+  Json four = Json::array({good, Json{{"bad", 1}}, good, good});
+  auto r = t.post("/add_training_data_bulk", Json{{"entries", four}});
+  ASSERT_EQ(r.status, 422) << r.body;
+  Json d = Json::parse(r.body)["detail"];
+  ASSERT_EQ(d.size(), 1u) << r.body;
+  EXPECT_EQ(d[0]["type"], "too_long");
+  EXPECT_EQ(d[0]["loc"], Json::array({"body", "entries"}));
+  EXPECT_EQ(d[0]["msg"], "List should have at most 3 items after validation, not 4");
+  // Entry errors come before the batch_id error, wherever batch_id stands in the body.
+  r = t.client->post("/add_training_data_bulk",
+                     R"({"batch_id": 7, "entries": [{"kv_cache_percentage": 0.5}]})");
+  ASSERT_EQ(r.status, 422) << r.body;
+  d = Json::parse(r.body)["detail"];
+  ASSERT_GE(d.size(), 2u) << r.body;
+  EXPECT_EQ(d[0]["loc"][1], "entries");
+  EXPECT_EQ(d.back()["loc"], Json::array({"body", "batch_id"}));
+  EXPECT_EQ(d.back()["type"], "string_type");
+  expect_422(t, "/add_training_data_bulk", R"([{"entries": []}])", "model_attributes_type",
+             Json::array({"body"}));
+  // batch_id before the list: read, and a repeat is acknowledged without a second ingest.
+  const std::string body = "{\"batch_id\": \"s:1\", \"entries\": [" + good.dump() + "]}";
+  r = t.client->post("/add_training_data_bulk", body);
+  EXPECT_EQ(r.status, 202) << r.body;
+  r = t.client->post("/add_training_data_bulk", body);
+  EXPECT_EQ(r.status, 202) << r.body;
+  EXPECT_EQ(Json::parse(r.body).value("duplicate", false), true) << r.body;
+  EXPECT_EQ(t.get_json("/data/status")["training_data"]["ttft_samples"], 1);
+}
+
 TEST_F(TrainerApi, OversizedBodyIs413AndServerKeepsServing) {
   TempDir dir;
   TrainerProcess small(dir.path(), {"--max-body-bytes", "2048"});

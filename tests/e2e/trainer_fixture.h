@@ -16,8 +16,9 @@ namespace llmd::testing {
 using Json = nlohmann::json;
 
 struct TrainerProcess {
+  // `max_file_bytes` > 0: the trainer's RLIMIT_FSIZE (see Process), a stand-in for a full disk.
   explicit TrainerProcess(const std::string& dir, std::vector<std::string> extra = {},
-                          uint16_t port_hint = 0)
+                          uint16_t port_hint = 0, int64_t max_file_bytes = 0)
       : port(port_hint != 0 ? port_hint : free_port()) {
     std::vector<std::string> args = {"--host", "127.0.0.1",
                                      "--port", std::to_string(port),
@@ -27,7 +28,8 @@ struct TrainerProcess {
                                      "--tpot-gated-model-path", dir + "/tpot_gated.bin",
                                      "--fit-threads", "1"};
     args.insert(args.end(), extra.begin(), extra.end());
-    process = std::make_unique<Process>(binary("trainer/trainer"), args);
+    process = std::make_unique<Process>(binary("trainer/trainer"), args,
+                                        std::vector<std::string>{}, 0, max_file_bytes);
     ready = process->wait_http_ok(port);
     client = std::make_unique<http::HttpClient>("127.0.0.1", port, std::chrono::seconds(30));
   }

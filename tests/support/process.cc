@@ -65,7 +65,7 @@ TempDir::~TempDir() {
 }
 
 Process::Process(std::string exe, std::vector<std::string> args, std::vector<std::string> env,
-                 int max_open_files) {
+                 int max_open_files, int64_t max_file_bytes) {
   static int counter = 0;
   log_path_ = "/tmp/llmd-proc-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".log";
   pid_ = ::fork();
@@ -79,6 +79,11 @@ Process::Process(std::string exe, std::vector<std::string> args, std::vector<std
     if (max_open_files > 0) {
       rlimit lim{static_cast<rlim_t>(max_open_files), static_cast<rlim_t>(max_open_files)};
       ::setrlimit(RLIMIT_NOFILE, &lim);
+    }
+    if (max_file_bytes > 0) {
+      ::signal(SIGXFSZ, SIG_IGN);  // an ignored signal stays ignored across execv
+      rlimit lim{static_cast<rlim_t>(max_file_bytes), static_cast<rlim_t>(max_file_bytes)};
+      ::setrlimit(RLIMIT_FSIZE, &lim);
     }
     std::vector<char*> argv;
     argv.push_back(exe.data());

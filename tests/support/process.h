@@ -30,9 +30,11 @@ class TempDir {
 
 class Process {
  public:
-  // `max_open_files` > 0 lowers the child's RLIMIT_NOFILE (descriptor exhaustion tests).
+  // `max_open_files` > 0 lowers the child's RLIMIT_NOFILE (descriptor exhaustion tests);
+  // `max_file_bytes` > 0 its RLIMIT_FSIZE, with SIGXFSZ ignored so that a write past it fails
+  // with EFBIG part-way, as one on a full disk fails with ENOSPC.
   Process(std::string exe, std::vector<std::string> args, std::vector<std::string> env = {},
-          int max_open_files = 0);
+          int max_open_files = 0, int64_t max_file_bytes = 0);
   ~Process();
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;

@@ -98,129 +98,30 @@ TEST(Snapshot, RoundTripKeepsOrderAndPlacement) {
   }
 }
 
-std::size_t total(const SampleStore& s) {
-  std::size_t n = 0;
-  for (Target t : kTargets) {
-    n += s.training_count(t) + s.test_count(t);
-  }
-  return n;
-}
-
-// 10,000 one-target samples: blocks of 4096, 4096 and 1808 records.
-SampleStore filled(int n) {
-  SampleStoreConfig cfg;
-  cfg.max_per_bucket = 100000;
-  cfg.max_test_per_target = 100000;
-  SampleStore a(cfg);
-  for (int i = 0; i < n; ++i) {
-    a.add(row(i % 12, (i % 20) / 20.0, (i % 4) / 4.0), 10 + i, 0);
-  }
-  return a;
-}
-
-SampleStore empty_store() {
-  SampleStoreConfig cfg;
-  cfg.max_per_bucket = 100000;
-  cfg.max_test_per_target = 100000;
-  return SampleStore(cfg);
-}
-
-// Decodes `bytes` (a snapshot, or a sample log when `log`) into a fresh store; checks that the
-// count it reports is what the store holds.
-SnapshotLoad load_into_fresh(const std::string& bytes, bool log) {
-  SampleStore s = empty_store();
-  auto r = log ? replay_sample_log(bytes, s) : decode_snapshot(bytes, s);
-  EXPECT_EQ(total(s), r.samples);
-  return r;
-}
-
-TEST(Snapshot, DamageKeepsEveryIntactBlockBeforeIt) {
-  const std::string bytes = encode_snapshot(filled(10000));
-  constexpr std::size_t kRecord = 87;  // bytes per record
-  const std::size_t header = 12, block = 8 + kBlockRecords * kRecord;
-  auto restore = [](const std::string& b) { return load_into_fresh(b, false); };
-  auto whole = restore(bytes);
-  EXPECT_TRUE(whole.ok && whole.complete) << whole.error;
-  EXPECT_EQ(whole.samples, 10000u);
-  // Cut in the middle of the second block: the first block is back.
-  auto cut = restore(bytes.substr(0, header + block + block / 2));
-  EXPECT_TRUE(cut.ok);
-  EXPECT_FALSE(cut.complete);
-  EXPECT_EQ(cut.samples, kBlockRecords);
-  EXPECT_NE(cut.error.find("cut"), std::string::npos) << cut.error;
-  // A flipped bit in the second block: the first block is back, nothing after the damage.
-  std::string flipped = bytes;
-  flipped[header + block + 100] ^= 1;
-  auto damaged = restore(flipped);
-  EXPECT_EQ(damaged.samples, kBlockRecords);
-  EXPECT_NE(damaged.error.find("checksum"), std::string::npos) << damaged.error;
-  // Only the end block missing: every record is back, and the loss of the end is reported.
-  auto no_end = restore(bytes.substr(0, bytes.size() - 1));
-  EXPECT_EQ(no_end.samples, 10000u);
-  EXPECT_FALSE(no_end.complete);
-  // Not a snapshot at all.
-  for (const std::string& junk : {std::string(), std::string("hello world, not a snapshot"),
-                                  bytes.substr(0, 10)}) {
-    auto r = restore(junk);
-    EXPECT_FALSE(r.ok);
-    EXPECT_EQ(r.samples, 0u);
-  }
-  std::string huge_count = bytes;
-  huge_count[header + 3] = '\x7f';
-  EXPECT_EQ(restore(huge_count).samples, 0u);
-}
-
-TEST(SampleLog, ReplayStopsAtATornOrDamagedEntry) {
-  SampleStore a = empty_store();
-  std::vector<std::vector<SampleStore::Placement>> batches(3);
-  for (int b = 0; b < 3; ++b) {
-    for (int i = 0; i < 5; ++i) {
-      a.add(row(b, 0.1 * i, 0.0), 100 * b + i + 1, 3, &batches[b]);
+TEST(SampleStore, APlanLeavesNoTraceUntilCommittedAndThenEqualsAdd) {
+  SampleStore planned(SampleStoreConfig{});
+  SampleStore added(SampleStoreConfig{});
+  for (int round = 0; round < 2; ++round) {
+    SampleStore::Plan plan = planned.begin_plan();
+    for (int i = 0; i < 500; ++i) {
+      planned.plan_add(plan, row(i % 7, (i % 20) / 20.0, 0.5), 10 + i, i % 2 ? 3 : 0);
     }
+    EXPECT_EQ(plan.placed.size(), 750u);
+    if (round == 0) {
+      continue;  // dropped: as if the log append had failed
+    }
+    EXPECT_EQ(planned.training_count(Target::kTtft) + planned.test_count(Target::kTtft), 0u);
+    EXPECT_EQ(planned.generation(Target::kTtft), 0u);
+    planned.commit(std::move(plan));
   }
-  std::string log = sample_log_header();
-  std::vector<std::size_t> ends;
-  for (const auto& batch : batches) {
-    log += encode_log_entry(batch);
-    ends.push_back(log.size());
+  for (int i = 0; i < 500; ++i) {
+    added.add(row(i % 7, (i % 20) / 20.0, 0.5), 10 + i, i % 2 ? 3 : 0);
   }
-  auto replay = [](const std::string& bytes) { return load_into_fresh(bytes, true); };
-  auto all = replay(log);
-  EXPECT_TRUE(all.complete) << all.error;
-  EXPECT_EQ(all.samples, 30u);  // 3 batches x 5 rows x 2 targets
-  auto torn = replay(log.substr(0, ends[1] + 7));
-  EXPECT_EQ(torn.samples, 20u);
-  EXPECT_FALSE(torn.complete);
-  std::string damaged = log;
-  damaged[ends[0] + 20] ^= 0x10;
-  EXPECT_EQ(replay(damaged).samples, 10u);
-  EXPECT_FALSE(replay_sample_log("LLMDSNP2....", a).ok);
-  EXPECT_EQ(encode_log_entry({}), "");
-}
-
-TEST(SampleLog, AppendsSurviveAndResetEmpties) {
-  const std::string path = ::testing::TempDir() + "/llmd_sample_log_test.log";
-  std::remove(path.c_str());
-  SampleStore a = empty_store();
-  std::vector<SampleStore::Placement> placed;
-  a.add(row(1, 0.5, 0.5), 12, 4, &placed);
-  {
-    SampleLog log(path);
-    log.append(encode_log_entry(placed));
+  for (Target t : kTargets) {
+    EXPECT_EQ(planned.training_count(t), added.training_count(t));
+    EXPECT_EQ(planned.test_count(t), added.test_count(t));  // the same hold-out draws
+    EXPECT_EQ(planned.generation(t), added.generation(t));
   }
-  {
-    SampleLog again(path);  // reopened: appends after what is there
-    again.append(encode_log_entry(placed));
-    auto bytes = util::read_file(path);
-    ASSERT_TRUE(bytes.has_value());
-    SampleStore s = empty_store();
-    EXPECT_EQ(replay_sample_log(*bytes, s).samples, 4u);
-    again.reset();
-    again.append(encode_log_entry(placed));
-  }
-  SampleStore s = empty_store();
-  EXPECT_EQ(replay_sample_log(*util::read_file(path), s).samples, 2u);
-  std::remove(path.c_str());
 }
 
 }  // namespace
