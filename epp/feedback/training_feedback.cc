@@ -211,7 +211,7 @@ void TrainingFeedback::enqueue(Json entry) {
     buffer_.pop_front();
     ++counts_.dropped_buffer_full;
   }
-  // The registry is updated on the feedback thread's tick, not per sample.
+  // The registry is updated by the feedback thread (around each send), not per sample.
 }
 
 void TrainingFeedback::drop(uint64_t n, uint64_t FeedbackCounts::*reason) {
@@ -283,6 +283,7 @@ void TrainingFeedback::flush() {
       std::lock_guard lock(mu_);
       (p->attempts == 0 ? counts_.sent : counts_.retried) += p->samples;
       ++p->attempts;
+      export_metrics();  // visible now: a post to a stalled trainer can take the send timeout
     }
     std::string error;
     const int status = send(p->body, error);
@@ -305,13 +306,18 @@ void TrainingFeedback::flush() {
                    status == 0 ? error : std::to_string(status), p->attempts);
     }
   }
-  if (metrics_) {
-    std::lock_guard lock(mu_);
-    FeedbackCounts c = counts_;
-    c.queued = buffer_.size() + (pending_ ? pending_->samples : 0);
-    metrics_->update(c, metrics_->last);
-    metrics_->last = c;
+  std::lock_guard lock(mu_);
+  export_metrics();
+}
+
+void TrainingFeedback::export_metrics() {
+  if (!metrics_) {
+    return;
   }
+  FeedbackCounts c = counts_;
+  c.queued = buffer_.size() + (pending_ ? pending_->samples : 0);
+  metrics_->update(c, metrics_->last);
+  metrics_->last = c;
 }
 
 }  // namespace llmd::epp

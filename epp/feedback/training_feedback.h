@@ -100,6 +100,7 @@ class TrainingFeedback : public CompletionSink {
   std::optional<Batch> next_batch();
   void drop(uint64_t n, uint64_t FeedbackCounts::*reason);
   int send(const std::string& body, std::string& error);
+  void export_metrics();  // mirrors counts_ into the registry; mu_ held
   FeedbackOptions options_;
   FeedbackSender sender_;
   std::string sender_id_;
