@@ -89,7 +89,9 @@ void setup_section(std::ostream& o, const std::vector<ScenarioGroup>& groups,
        "(mean over seeds) | SLO |\n|---|---|---|---|---|---|---|---:|---|\n";
   for (const auto& g : groups) {
     const Scenario& s = g.scenario();
-    std::string pool = std::to_string(s.pool.num_pods - s.pool.num_slow) + " x h100";
+    std::string pool =
+        std::to_string(s.pool.num_pods - s.pool.num_slow - s.pool.num_mid) + " x h100";
+    if (s.pool.num_mid > 0) pool += " + " + std::to_string(s.pool.num_mid) + " x mid";
     if (s.pool.num_slow > 0) pool += " + " + std::to_string(s.pool.num_slow) + " x slow";
     std::string slo = "-";
     if (g.has_slo()) {
