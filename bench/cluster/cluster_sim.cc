@@ -250,14 +250,16 @@ class ClusterRun {
   ClusterRun(const workload::Trace& trace, const RunConfig& cfg)
       : trace_(trace), cfg_(cfg), rng_(cfg.seed * 0x9e3779b97f4a7c15ull + 17) {
     if (cfg.pool.num_pods < 1 || cfg.pool.num_pods > 1000 || cfg.pool.num_slow < 0 ||
-        cfg.pool.num_slow > cfg.pool.num_pods || !(cfg.pool.kv_scale > 0)) {
+        cfg.pool.num_mid < 0 || cfg.pool.num_slow + cfg.pool.num_mid > cfg.pool.num_pods ||
+        !(cfg.pool.kv_scale > 0)) {
       throw std::invalid_argument("bad pool spec");
     }
     std::vector<epp::PodConfig> pod_configs;
     for (int i = 0; i < cfg.pool.num_pods; ++i) {
       sim::EngineConfig ec;
       const bool slow = i >= cfg.pool.num_pods - cfg.pool.num_slow;
-      ec.profile = slow ? sim::slow_profile() : sim::h100_profile();
+      const bool mid = !slow && i >= cfg.pool.num_pods - cfg.pool.num_slow - cfg.pool.num_mid;
+      ec.profile = slow ? sim::slow_profile() : mid ? sim::mid_profile() : sim::h100_profile();
       ec.profile.num_gpu_blocks = std::max<int64_t>(
           64, std::llround(static_cast<double>(ec.profile.num_gpu_blocks) * cfg.pool.kv_scale));
       ec.seed = cfg.pool.seed * 1000003ull + static_cast<uint64_t>(i);
@@ -276,7 +278,9 @@ class ClusterRun {
     root_ = sim::root_hash(kModel);
     hash_prompts_ = cfg.hash_prompts == HashPrompts::kAlways ||
                     (cfg.hash_prompts == HashPrompts::kAuto &&
-                     (trace.spec.shared_prefix || trace.spec.multi_turn));
+                     (trace.spec.shared_prefix || trace.spec.multi_turn ||
+                      (trace.mix_spec &&
+                       (trace.mix_spec->shared_prefix || trace.mix_spec->multi_turn))));
     if (cfg.strategy != Strategy::kOracle) {
       std::string err;
       auto yaml = cfg.pipeline_override.empty()

@@ -58,6 +58,7 @@ std::optional<std::string> pipeline_yaml(Strategy s, const std::string& epp_conf
 struct PoolSpec {
   int num_pods = 10;      // [1, 1000]
   int num_slow = 0;       // the last `num_slow` pods use sim::slow_profile()
+  int num_mid = 0;        // the `num_mid` pods before them use sim::mid_profile()
   double kv_scale = 1.0;  // num_gpu_blocks x kv_scale (keep = the trace's length_scale)
   uint64_t seed = 1;      // engine jitter seeds derive from it
 };

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -26,6 +27,7 @@
 #include "bench/cluster/report.h"
 #include "bench/cluster/report_metrics.h"
 #include "bench/cluster/scenarios.h"
+#include "bench/cluster/suite.h"
 
 using namespace llmd;
 using namespace llmd::cluster;
@@ -105,6 +107,27 @@ void reexec_with_malloc_tunables(char** argv) {
   ::unsetenv("GLIBC_TUNABLES");  // exec failed: carry on with the defaults
 }
 
+// Calls `fn(i)` for i in [0, n) on `threads` threads, in index order; stops handing out work
+// once `fn` returns false.
+void parallel_for(std::size_t n, int threads, const std::function<bool(std::size_t)>& fn) {
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> stop{false};
+  auto worker = [&] {
+    for (std::size_t i = next++; i < n && !stop; i = next++) {
+      if (!fn(i)) {
+        stop = true;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < std::max(1, threads); ++t) {
+    pool.emplace_back(worker);
+  }
+  for (auto& t : pool) {
+    t.join();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -141,6 +164,9 @@ int main(int argc, char** argv) {
     ("linear-base", "Ablation: trainer fits on a linear base (true/false; default: the trainer's)", cxxopts::value<std::string>()->default_value(""))
     ("objective", "Ablation: trainer objective quantile|mean (default: the trainer's)", cxxopts::value<std::string>()->default_value(""))
     ("pipeline-file", "Ablation: use this pipeline YAML instead of the strategies' own", cxxopts::value<std::string>()->default_value(""))
+    ("suite", "Generalization suite: N random scenarios (bench/cluster/suite.h) instead of a scenario set; writes suite.md and suite.csv", cxxopts::value<int>())
+    ("suite-seed", "Generalization suite: the seed scenarios are drawn from", cxxopts::value<uint64_t>()->default_value("1"))
+    ("suite-quick", "Generalization suite: 20 smaller scenarios (unless --suite N), no oracle")
     ("no-report", "Print summaries only")
     ("h,help", "Help");
   // clang-format on
@@ -177,9 +203,57 @@ int main(int argc, char** argv) {
   set.quick = args.count("quick") > 0;
   set.stage_seconds = args["stage-seconds"].as<double>();
 
+  const int threads = std::max(1, args["threads"].as<int>());
   std::vector<Scenario> scenarios;
   std::string set_name = args.count("holdout") ? "holdout" : "default";
-  if (!args["preset"].as<std::string>().empty()) {
+  const bool suite = args.count("suite") > 0 || args.count("suite-quick") > 0;
+  const uint64_t suite_seed = args["suite-seed"].as<uint64_t>();
+  std::vector<SuiteEntry> suite_entries;
+  double probe_wall_s = 0, probe_cpu_s = 0;
+  if (suite) {
+    // Draw, then probe each scenario's saturation with round-robin, then run the set below with
+    // each scenario's own seed.
+    set_name = "suite";
+    const SuiteOptions so = args.count("suite-quick") ? SuiteOptions::quick() : SuiteOptions{};
+    const int n = args.count("suite") ? args["suite"].as<int>() : 20;
+    for (const auto& p : SuiteGenerator(so).generate(suite_seed, n)) {
+      suite_entries.push_back({p, {}});
+    }
+    std::mutex probe_mu;
+    bool probe_failed = false;
+    const auto probe_t0 = std::chrono::steady_clock::now();
+    const double probe_cpu0 = process_cpu_s();
+    parallel_for(suite_entries.size(), threads, [&](std::size_t i) {
+      auto& e = suite_entries[i];
+      try {
+        e.probe = probe_saturation(e.params, so, [&](const Scenario& probe) {
+          const auto trace = make_trace(probe);
+          return summarize(
+              trace, run_cluster(trace, make_run_config(probe, Strategy::kRoundRobin, epp_dir, time)));
+        });
+        std::lock_guard lock(probe_mu);
+        std::cout << e.params.name() << " probe: saturation " << e.probe.saturation_rps
+                  << " req/s" << (e.probe.saturated ? "" : " (extrapolated)") << "; "
+                  << e.params.describe() << std::endl;
+        return true;
+      } catch (const std::exception& ex) {
+        std::lock_guard lock(probe_mu);
+        std::cerr << e.params.name() << " probe: " << ex.what() << std::endl;
+        probe_failed = true;
+        return false;
+      }
+    });
+    if (probe_failed) {
+      return 1;
+    }
+    probe_wall_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - probe_t0).count();
+    probe_cpu_s = process_cpu_s() - probe_cpu0;
+    std::cout << "probes: " << probe_wall_s << " s wall, " << probe_cpu_s << " s CPU" << std::endl;
+    for (const auto& e : suite_entries) {
+      scenarios.push_back(suite_scenario(e.params, e.probe, so));
+    }
+  } else if (!args["preset"].as<std::string>().empty()) {
     set_name = "custom";
     Scenario s;
     s.name = "custom";
@@ -260,11 +334,14 @@ int main(int argc, char** argv) {
   }
   // One entry per (scenario, seed), the seeds of a scenario next to each other.
   std::vector<ScenarioRuns> all;
+  if (suite) {
+    seeds = {0};  // placeholder: every suite scenario runs once, on its own seed
+  }
   for (const auto& sc : scenarios) {
     for (uint64_t seed : seeds) {
       ScenarioRuns sr;
       sr.scenario = sc;
-      sr.scenario.seed = seed;
+      sr.scenario.seed = suite ? sc.seed : seed;
       sr.trace = make_trace(sr.scenario);
       sr.runs.resize(strategies.size());
       sr.summaries.resize(strategies.size());
@@ -298,65 +375,52 @@ int main(int argc, char** argv) {
 
   const auto t0 = std::chrono::steady_clock::now();
   const double cpu_start = process_cpu_s();
-  std::atomic<std::size_t> next{0};
   std::mutex out_mu;
-  std::atomic<bool> failed{false};
-  auto worker = [&] {
-    while (true) {
-      const std::size_t j = next.fetch_add(1);
-      if (j >= jobs.size() || failed) {
-        return;
-      }
-      const Job job = jobs[j];
-      auto& sr = all[job.entry];
-      RunConfig cfg = make_run_config(sr.scenario, strategies[job.strategy], epp_dir, time);
-      cfg.oracle_max_probes = args["oracle-probes"].as<int>();
-      cfg.oracle_horizon_ms = args["oracle-horizon-ms"].as<double>();
-      cfg.request_timeout_ms = args["timeout-s"].as<double>() * 1000.0;
-      cfg.pipeline_override = pipeline_override;
-      if (const auto lb = args["linear-base"].as<std::string>(); !lb.empty()) {
-        cfg.linear_base = lb == "true";
-      }
-      if (const auto ob = args["objective"].as<std::string>(); !ob.empty()) {
-        cfg.objective = model::parse_objective(ob);
-      }
-      const std::string hp = args["hash-prompts"].as<std::string>();
-      cfg.hash_prompts = hp == "always" ? HashPrompts::kAlways
-                         : hp == "never" ? HashPrompts::kNever
-                                         : HashPrompts::kAuto;
-      try {
-        const double cpu0 = thread_cpu_s();
-        RunResult r = run_cluster(sr.trace, cfg);
-        const double cpu = thread_cpu_s() - cpu0;
-        auto sums = summarize(sr.trace, r);
-        const double cold = cold_share(r);
-        const std::string line = one_line(sr.scenario, r, sums.back());
-        // Single requests are only needed for the first seed's prediction plots.
-        if (sr.scenario.seed != seeds.front()) {
-          std::vector<RequestResult>().swap(r.requests);
-        }
-        std::lock_guard lock(out_mu);
-        std::cout << line << std::endl;
-        sr.runs[job.strategy] = std::move(r);
-        sr.summaries[job.strategy] = std::move(sums);
-        sr.cold_share[job.strategy] = cold;
-        sr.cpu_s[job.strategy] = cpu;
-      } catch (const std::exception& e) {
-        std::lock_guard lock(out_mu);
-        std::cerr << sr.scenario.name << " seed " << sr.scenario.seed << "/"
-                  << strategy_name(strategies[job.strategy]) << ": " << e.what() << std::endl;
-        failed = true;
-      }
+  bool failed = false;
+  parallel_for(jobs.size(), threads, [&](std::size_t j) {
+    const Job job = jobs[j];
+    auto& sr = all[job.entry];
+    RunConfig cfg = make_run_config(sr.scenario, strategies[job.strategy], epp_dir, time);
+    cfg.oracle_max_probes = args["oracle-probes"].as<int>();
+    cfg.oracle_horizon_ms = args["oracle-horizon-ms"].as<double>();
+    cfg.request_timeout_ms = args["timeout-s"].as<double>() * 1000.0;
+    cfg.pipeline_override = pipeline_override;
+    if (const auto lb = args["linear-base"].as<std::string>(); !lb.empty()) {
+      cfg.linear_base = lb == "true";
     }
-  };
-  const int threads = std::max(1, args["threads"].as<int>());
-  std::vector<std::thread> pool;
-  for (int i = 0; i < threads; ++i) {
-    pool.emplace_back(worker);
-  }
-  for (auto& t : pool) {
-    t.join();
-  }
+    if (const auto ob = args["objective"].as<std::string>(); !ob.empty()) {
+      cfg.objective = model::parse_objective(ob);
+    }
+    const std::string hp = args["hash-prompts"].as<std::string>();
+    cfg.hash_prompts = hp == "always" ? HashPrompts::kAlways
+                       : hp == "never" ? HashPrompts::kNever
+                                       : HashPrompts::kAuto;
+    try {
+      const double cpu0 = thread_cpu_s();
+      RunResult r = run_cluster(sr.trace, cfg);
+      const double cpu = thread_cpu_s() - cpu0;
+      auto sums = summarize(sr.trace, r);
+      const double cold = cold_share(r);
+      const std::string line = one_line(sr.scenario, r, sums.back());
+      // Single requests are only needed for the first seed's prediction plots.
+      if (suite || sr.scenario.seed != seeds.front()) {
+        std::vector<RequestResult>().swap(r.requests);
+      }
+      std::lock_guard lock(out_mu);
+      std::cout << line << std::endl;
+      sr.runs[job.strategy] = std::move(r);
+      sr.summaries[job.strategy] = std::move(sums);
+      sr.cold_share[job.strategy] = cold;
+      sr.cpu_s[job.strategy] = cpu;
+      return true;
+    } catch (const std::exception& e) {
+      std::lock_guard lock(out_mu);
+      std::cerr << sr.scenario.name << " seed " << sr.scenario.seed << "/"
+                << strategy_name(strategies[job.strategy]) << ": " << e.what() << std::endl;
+      failed = true;
+      return false;
+    }
+  });
   if (failed) {
     return 1;
   }
@@ -380,7 +444,14 @@ int main(int argc, char** argv) {
   info.oracle_horizon_ms = args["oracle-horizon-ms"].as<double>();
   std::cout << "total wall time " << info.total_wall_s << " s, CPU time " << info.total_cpu_s
             << " s\n";
-  if (!args.count("no-report")) {
+  if (suite && !args.count("no-report")) {
+    info.seeds = {suite_seed};
+    info.total_wall_s += probe_wall_s;
+    info.total_cpu_s += probe_cpu_s;
+    const std::string dir = args["out-dir"].as<std::string>();
+    write_suite(dir, suite_entries, all, info, suite_seed);
+    std::cout << "wrote " << dir << "/suite.md\n";
+  } else if (!args.count("no-report")) {
     const std::string dir = args["out-dir"].as<std::string>();
     write_outputs(dir, all, info);
     std::cout << "wrote " << dir << "/report.md\n";

@@ -10,42 +10,20 @@
 #include <fstream>
 #include <sstream>
 
+#include "bench/cluster/report_format.h"
 #include "bench/cluster/report_metrics.h"
 
 namespace llmd::cluster {
 
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
-  return buf;
-}
-
-// Milliseconds with a sensible number of digits.
-std::string ms(double v) {
-  if (!std::isfinite(v)) return "-";
-  if (v >= 100) return fmt("%.0f", v);
-  if (v >= 10) return fmt("%.1f", v);
-  return fmt("%.2f", v);
-}
-std::string pct(double frac) { return std::isfinite(frac) ? fmt("%.1f%%", 100.0 * frac) : "-"; }
-std::string num(double v) { return std::isfinite(v) ? fmt("%.0f", v) : "-"; }
-// Relative difference with one decimal, so that a small loss never reads "+0%".
-std::string rel(double r) { return std::isfinite(r) ? fmt("%+.1f%%", 100.0 * r) : "-"; }
+using namespace format;
 
 // "mean (min-max)" over seeds; the mean alone for one seed.
 std::string spread(const Spread& s, std::string (*f)(double)) {
   if (s.n == 0) return "-";
   if (s.n == 1) return f(s.mean);
   return f(s.mean) + " (" + f(s.min) + "-" + f(s.max) + ")";
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[64];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&t));
-  return buf;
 }
 
 // 1-based stage list with ranges: "1-6", "1,3,5,7".
@@ -89,7 +67,9 @@ void setup_section(std::ostream& o, const std::vector<ScenarioGroup>& groups,
        "(mean over seeds) | SLO |\n|---|---|---|---|---|---|---|---:|---|\n";
   for (const auto& g : groups) {
     const Scenario& s = g.scenario();
-    std::string pool = std::to_string(s.pool.num_pods - s.pool.num_slow) + " x h100";
+    std::string pool =
+        std::to_string(s.pool.num_pods - s.pool.num_slow - s.pool.num_mid) + " x h100";
+    if (s.pool.num_mid > 0) pool += " + " + std::to_string(s.pool.num_mid) + " x mid";
     if (s.pool.num_slow > 0) pool += " + " + std::to_string(s.pool.num_slow) + " x slow";
     std::string slo = "-";
     if (g.has_slo()) {

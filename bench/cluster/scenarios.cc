@@ -257,27 +257,52 @@ std::vector<int> overload_stages(const Scenario& s) {
   return out;
 }
 
-workload::Trace make_trace(const Scenario& s) {
-  auto spec = workload::preset(s.preset);
+namespace {
+
+// A preset with the scenario's sharing settings and its context limit scaled.
+workload::WorkloadSpec scenario_spec(const Scenario& s, const std::string& name) {
+  auto spec = workload::preset(name);
   if (!spec) {
-    throw std::invalid_argument("unknown preset " + s.preset);
+    throw std::invalid_argument("unknown preset " + name);
   }
   if (s.unshared) {
     spec->shared_prefix = false;
     spec->multi_turn = false;
     spec->system_prompt_len = 0;
   }
+  if (s.system_prompt_tokens) {
+    spec->system_prompt_len = std::max<int64_t>(0, *s.system_prompt_tokens);
+    if (spec->system_prompt_len > 0) {
+      spec->shared_prefix = true;
+    }
+  }
+  if (s.prompt_groups > 0 && spec->shared_prefix) {
+    const int64_t users = std::max(spec->num_groups * spec->prompts_per_group, s.prompt_groups);
+    spec->num_groups = s.prompt_groups;
+    spec->prompts_per_group = std::max<int64_t>(1, users / s.prompt_groups);
+  }
   // Conversations restart at the scaled context limit, so a scaled KV cache can hold them.
   spec->max_context_tokens = std::max<int64_t>(
       spec->system_prompt_len + 64,
       std::llround(static_cast<double>(spec->max_context_tokens) * s.length_scale));
+  return *spec;
+}
+
+}  // namespace
+
+workload::Trace make_trace(const Scenario& s) {
   workload::GenerateOptions o;
   o.seed = s.seed;
   o.stages = s.stages;
   o.length_scale = s.length_scale;
   o.slo_ttft_ms = s.slo_ttft_ms;
   o.slo_tpot_ms = s.slo_tpot_ms;
-  return workload::generate(*spec, o);
+  o.slo_share = s.slo_share;
+  if (!s.mix_preset.empty() && s.mix_share > 0) {
+    o.mix = scenario_spec(s, s.mix_preset);
+    o.mix_share = s.mix_share;
+  }
+  return workload::generate(scenario_spec(s, s.preset), o);
 }
 
 double scrape_interval_ms(const Scenario& s, const TimeBase& t) {

@@ -41,6 +41,17 @@ struct Scenario {
   // Every request is a fresh single-turn user without a system prompt (the preset's length
   // distributions, no shared prefix at all).
   bool unshared = false;
+  // Prefix sharing, when set (else the preset's): tokens of each group's system prompt before
+  // length scaling (0 = none; > 0 on a preset without shared prefixes makes its single-turn
+  // users share them), and the number of groups (the preset's users are spread over them).
+  std::optional<int64_t> system_prompt_tokens;
+  int64_t prompt_groups = 0;
+  // A second preset mixed into the same arrivals (`mix_share` of the requests), with the same
+  // length scale and sharing settings; "" = none.
+  std::string mix_preset;
+  double mix_share = 0;
+  // Share of requests carrying the SLO headers (1 = every request).
+  double slo_share = 1;
   // Cluster-wide rate at which round-robin saturates this pool (found by running round-robin
   // on the ladder: TTFT p50 leaves the tens of milliseconds); 0 = unknown (no split of the
   // report into below-saturation and overload stages).
@@ -69,8 +80,8 @@ std::vector<Scenario> holdout_scenarios(const SetOptions& options);
 std::vector<int> below_saturation_stages(const Scenario& s);
 std::vector<int> overload_stages(const Scenario& s);
 
-// The scenario's trace: the preset with lengths (and the context limit) scaled by
-// `length_scale`, the given stages, seed and SLO headers.
+// The scenario's trace: the preset (and the mixed-in one) with the sharing settings, lengths
+// (and the context limit) scaled by `length_scale`, the given stages, seed and SLO headers.
 workload::Trace make_trace(const Scenario& s);
 
 // Virtual milliseconds between metric scrapes / retrains for a scenario.

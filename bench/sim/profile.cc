@@ -29,9 +29,23 @@ GpuProfile slow_profile() {
   return p;
 }
 
+GpuProfile mid_profile() {
+  GpuProfile p;
+  p.name = "mid";
+  p.step_overhead_ms = 6.5;
+  p.prefill_ms_per_token = 0.026;
+  p.decode_ms_per_seq = 0.0045;
+  p.decode_ms_per_context_token = 0.00012;
+  p.num_gpu_blocks = 24000;
+  return p;
+}
+
 std::optional<GpuProfile> profile_by_name(std::string_view name) {
   if (name == "h100") {
     return h100_profile();
+  }
+  if (name == "mid" || name == "l40s") {
+    return mid_profile();
   }
   if (name == "slow" || name == "a100") {
     return slow_profile();

@@ -28,7 +28,10 @@ GpuProfile h100_profile();
 // A slower GPU class (A100-40GB-like: ~2x slower compute and bandwidth, half the KV blocks)
 // for heterogeneous pools.
 GpuProfile slow_profile();
-// "h100" or "slow" (also "a100"); nullopt for anything else.
+// Between the two (L40S-like: ~1.4x slower than h100, 3/4 of its KV blocks): a second slow
+// class, so that a pool can mix three speeds.
+GpuProfile mid_profile();
+// "h100", "mid" (also "l40s") or "slow" (also "a100"); nullopt for anything else.
 std::optional<GpuProfile> profile_by_name(std::string_view name);
 
 enum class SchedulingPolicy { kFcfs, kPriority };

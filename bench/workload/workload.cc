@@ -216,11 +216,12 @@ std::string words(uint64_t seed, int64_t n) {
 }
 
 std::string Trace::system_prompt(int64_t group) const {
-  if (spec.system_prompt_len <= 0) {
+  const int64_t len = mix_spec && group >= spec.num_groups ? mix_spec->system_prompt_len
+                                                           : spec.system_prompt_len;
+  if (len <= 0) {
     return {};
   }
-  return words(mix2(options.seed, 0x5157454d00000000ull + static_cast<uint64_t>(group)),
-               spec.system_prompt_len);
+  return words(mix2(options.seed, 0x5157454d00000000ull + static_cast<uint64_t>(group)), len);
 }
 
 std::string Trace::question(const TraceRequest& r) const {
@@ -245,21 +246,38 @@ Trace generate(const WorkloadSpec& input_spec, const GenerateOptions& options) {
   if (!(options.sheddable_fraction >= 0 && options.sheddable_fraction <= 1)) {
     throw std::invalid_argument("sheddable_fraction must be in [0, 1]");
   }
+  if (!(options.slo_share >= 0 && options.slo_share <= 1) ||
+      !(options.mix_share >= 0 && options.mix_share <= 1)) {
+    throw std::invalid_argument("slo_share and mix_share must be in [0, 1]");
+  }
+  if (options.mix) {
+    if (auto err = options.mix->validate(); !err.empty()) {
+      throw std::invalid_argument("workload " + options.mix->name + ": " + err);
+    }
+  }
   Trace trace;
   trace.options = options;
   trace.spec = input_spec;
-  WorkloadSpec& spec = trace.spec;
-  if (options.length_scale != 1.0) {
+  trace.mix_spec = options.mix;
+  auto scale = [&](WorkloadSpec& spec) {
+    if (options.length_scale == 1.0) {
+      return;
+    }
     if (spec.system_prompt_len > 0) {
       spec.system_prompt_len = std::max<int64_t>(
           1, std::llround(static_cast<double>(spec.system_prompt_len) * options.length_scale));
     }
     spec.question_len = spec.question_len.scaled(options.length_scale);
     spec.output_len = spec.output_len.scaled(options.length_scale);
+  };
+  scale(trace.spec);
+  if (trace.mix_spec) {
+    scale(*trace.mix_spec);
   }
-  trace.stages = options.stages.empty() ? spec.default_stages : options.stages;
+  const WorkloadSpec& first = trace.spec;
+  trace.stages = options.stages.empty() ? first.default_stages : options.stages;
   if (trace.stages.empty()) {
-    throw std::invalid_argument("workload " + spec.name + ": no stages");
+    throw std::invalid_argument("workload " + first.name + ": no stages");
   }
   for (auto& st : trace.stages) {
     st.rate *= options.rate_scale;
@@ -272,6 +290,9 @@ Trace generate(const WorkloadSpec& input_spec, const GenerateOptions& options) {
   std::mt19937_64 arrivals(mix2(options.seed, 1));
   std::mt19937_64 content(mix2(options.seed, 2));
   std::mt19937_64 policy(mix2(options.seed, 3));
+  // Only consulted when asked for, so traces without a mix or an SLO share are unchanged.
+  std::mt19937_64 mixing(mix2(options.seed, 4));
+  std::mt19937_64 slo(mix2(options.seed, 5));
 
   struct User {
     uint64_t session = 0;
@@ -280,7 +301,7 @@ Trace generate(const WorkloadSpec& input_spec, const GenerateOptions& options) {
     bool started = false;
   };
   std::unordered_map<uint64_t, User> users;
-  const int64_t num_users = spec.num_groups * spec.prompts_per_group;
+  const int64_t first_users = first.num_groups * first.prompts_per_group;
   uint64_t next_session = 0;
 
   double stage_start = 0;
@@ -299,16 +320,20 @@ Trace generate(const WorkloadSpec& input_spec, const GenerateOptions& options) {
       r.arrival_ms = t;
       r.stage = static_cast<int>(si);
       r.question_seed = mix2(options.seed ^ 0x7155u, index);
+      const bool mixed = trace.mix_spec && options.mix_share > 0 &&
+                         std::uniform_real_distribution<double>(0, 1)(mixing) < options.mix_share;
+      const WorkloadSpec& spec = mixed ? *trace.mix_spec : first;
       int64_t question = spec.question_len.sample(content);
       r.max_tokens = spec.output_len.sample(content);
-      const int64_t user_pick =
-          std::uniform_int_distribution<int64_t>(0, num_users - 1)(content);
+      const int64_t num_users = spec.num_groups * spec.prompts_per_group;
+      int64_t user_pick = std::uniform_int_distribution<int64_t>(0, num_users - 1)(content);
       if (!spec.shared_prefix) {
         r.session = next_session++;
-        r.group = 0;
+        r.group = mixed ? first.num_groups : 0;
         r.turn = 0;
       } else {
-        r.group = user_pick / spec.prompts_per_group;
+        r.group = user_pick / spec.prompts_per_group + (mixed ? first.num_groups : 0);
+        user_pick += mixed ? first_users : 0;
         User& u = users[static_cast<uint64_t>(user_pick)];
         const int64_t base = u.started && spec.multi_turn ? u.context : spec.system_prompt_len;
         if (!u.started || !spec.multi_turn ||
@@ -332,10 +357,12 @@ Trace generate(const WorkloadSpec& input_spec, const GenerateOptions& options) {
       if (std::uniform_real_distribution<double>(0, 1)(policy) < options.sheddable_fraction) {
         r.priority = -1;
       }
-      if (options.slo_ttft_ms) {
+      const bool with_slo = options.slo_share >= 1 ||
+                            std::uniform_real_distribution<double>(0, 1)(slo) < options.slo_share;
+      if (options.slo_ttft_ms && with_slo) {
         r.headers.emplace_back("x-slo-ttft-ms", std::to_string(*options.slo_ttft_ms));
       }
-      if (options.slo_tpot_ms) {
+      if (options.slo_tpot_ms && with_slo) {
         r.headers.emplace_back("x-slo-tpot-ms", std::to_string(*options.slo_tpot_ms));
       }
       trace.requests.push_back(std::move(r));

@@ -66,6 +66,13 @@ struct GenerateOptions {
   std::optional<double> slo_ttft_ms;  // adds x-slo-ttft-ms to every request
   std::optional<double> slo_tpot_ms;  // adds x-slo-tpot-ms
   double sheddable_fraction = 0;   // share of requests with priority -1 (sheddable)
+  // Share of requests that carry the SLO headers above (drawn per request; 1 = every one).
+  double slo_share = 1.0;
+  // A second workload mixed into the same arrivals: each request belongs to it with
+  // probability `mix_share` and then takes its lengths, users and system prompts (its groups
+  // follow the first workload's, so the two never share a prefix).
+  std::optional<WorkloadSpec> mix;
+  double mix_share = 0;
 };
 
 struct TraceRequest {
@@ -84,11 +91,12 @@ struct TraceRequest {
 
 struct Trace {
   WorkloadSpec spec;           // after length scaling
+  std::optional<WorkloadSpec> mix_spec;  // options.mix after length scaling
   GenerateOptions options;
   std::vector<Stage> stages;   // after rate scaling
   std::vector<TraceRequest> requests;
 
-  // Words of a group's system prompt (empty when the spec has none).
+  // Words of a group's system prompt (empty when its workload has none).
   std::string system_prompt(int64_t group) const;
   // Words of a request's new question text.
   std::string question(const TraceRequest& r) const;
