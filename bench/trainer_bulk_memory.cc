@@ -41,21 +41,6 @@ struct Options {
   std::string out_dir = std::string(LLMD_SOURCE_DIR) + "/bench/results";
 };
 
-// A "VmXXX:  1234 kB" field of /proc/<pid>/status in MiB; -1 when unreadable.
-double status_mib(pid_t pid, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) {
-      std::istringstream ss(line.substr(field.size() + 1));
-      double kb = 0;
-      ss >> kb;
-      return kb / 1024.0;
-    }
-  }
-  return -1;
-}
-
 // One bulk body of about `bytes` bytes: entries shaped like the EPP's feedback (every feature,
 // actuals, predictions, pod type and timestamp), values varied so numbers have mixed lengths.
 std::string make_body(std::size_t bytes, uint64_t seed, const std::string& batch_id,
@@ -128,7 +113,7 @@ Result run(const Options& opt) {
   r.body_mb = opt.body_mb;
   r.rounds = opt.rounds;
   r.date = llmd::util::now_rfc3339();
-  r.baseline_mib = status_mib(trainer.pid(), "VmRSS");
+  r.baseline_mib = trainer.status_mib("VmRSS");
   std::vector<std::string> bodies(static_cast<std::size_t>(opt.concurrency));
   for (int i = 0; i < opt.concurrency; ++i) {
     bodies[i] = make_body(static_cast<std::size_t>(opt.body_mb * 1e6), 1000 + i,
@@ -156,8 +141,8 @@ Result run(const Options& opt) {
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   r.accepted = accepted;
   r.refused = refused;
-  r.peak_mib = status_mib(trainer.pid(), "VmHWM");
-  r.rss_after_mib = status_mib(trainer.pid(), "VmRSS");
+  r.peak_mib = trainer.status_mib("VmHWM");
+  r.rss_after_mib = trainer.status_mib("VmRSS");
   return r;
 }
 

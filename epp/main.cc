@@ -21,6 +21,7 @@
 #include "common/http/server.h"
 #include "common/metrics/exposition.h"
 #include "common/util/files.h"
+#include "common/util/memory.h"
 #include "epp/datastore/prefix_index.h"
 #include "epp/datastore/scraper.h"
 #include "epp/feedback/request_metrics.h"
@@ -474,6 +475,7 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  llmd::util::return_large_blocks_to_the_system();
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {

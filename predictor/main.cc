@@ -12,6 +12,7 @@
 #include "common/http/server.h"
 #include "common/http/server_flags.h"
 #include "common/model/latency_model.h"
+#include "common/util/memory.h"
 #include "predictor/model_store.h"
 #include "predictor/model_sync.h"
 #include "predictor/routes.h"
@@ -110,6 +111,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  llmd::util::return_large_blocks_to_the_system();
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {

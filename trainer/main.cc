@@ -13,6 +13,7 @@
 #include "common/config/options.h"
 #include "common/http/server.h"
 #include "common/http/server_flags.h"
+#include "common/util/memory.h"
 #include "trainer/routes.h"
 #include "trainer/trainer_service.h"
 
@@ -141,6 +142,7 @@ int main(int argc, char** argv) {
   // A file-size limit (RLIMIT_FSIZE) then fails the write with EFBIG, which the sample log
   // rolls back and answers with 503, instead of killing the trainer.
   std::signal(SIGXFSZ, SIG_IGN);
+  llmd::util::return_large_blocks_to_the_system();
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {

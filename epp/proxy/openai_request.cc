@@ -186,6 +186,10 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
         r.prompt_text += ' ';
       }
     }
+  } else if (auto p = out.body.find("prompt"); p != out.body.end() && p->is_string()) {
+    r.prompt_text = std::move(p->get_ref<std::string&>());
+    *p = "";
+    out.prompt_in_text = true;
   } else {
     const Json& prompt = out.body.value("prompt", Json());
     if (auto error = prompt_text(prompt, r.prompt_text)) {
@@ -319,6 +323,9 @@ std::optional<std::string> upstream_body(const ParsedRequest& parsed,
     return std::nullopt;
   }
   Json body = parsed.body;
+  if (parsed.prompt_in_text) {
+    body["prompt"] = parsed.request.prompt_text;
+  }
   if (set_priority) {
     body["priority"] = -parsed.request.priority;
   }
@@ -340,9 +347,8 @@ std::string continuation_prompt(const ParsedRequest& parsed, std::string_view ge
     out += ' ';
     return out;
   }
-  const auto it = parsed.body.find("prompt");
-  if (it == parsed.body.end() || !it->is_string()) {
-    return {};
+  if (!parsed.prompt_in_text) {
+    return {};  // a list of prompts, or token ids: no single conversation
   }
   return parsed.request.prompt_text + std::string(generated);
 }

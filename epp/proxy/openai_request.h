@@ -44,6 +44,9 @@ struct ParsedRequest {
   int64_t max_tokens = 16;
   bool unknown_objective = false;  // named an objective the config does not have
   bool vllm_priority_in_body = false;  // the client set vLLM's own top-level `priority`
+  // A completion's single string prompt was moved from `body` into request.prompt_text (one
+  // copy of a long prompt instead of two); upstream_body() puts it back when it rewrites.
+  bool prompt_in_text = false;
 };
 
 // Returns an error message (for a 400 JSON detail) or fills `out`.

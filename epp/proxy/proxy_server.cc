@@ -316,6 +316,8 @@ struct ProxyServer::Impl {
     }
     const std::optional<std::string> body =
         upstream_body(parsed, route.override_params, options.forward_priority);
+    parsed.body = nlohmann::json();  // its last reader was upstream_body(): a long prompt's copy
+                                     // goes before the response is relayed
     const std::string model = target_model(parsed, route.override_params);
     const int max_attempts = pick.ranked.size() > 1 ? 2 : 1;
     for (int attempt = 0; attempt < max_attempts; ++attempt) {
@@ -477,7 +479,8 @@ struct ProxyServer::Impl {
     CompletedRequest& done = attempt.record();
     auto executor = co_await net::this_coro::executor;
     const std::string path = target.route.base_path + req.target;
-    bhttp::request<bhttp::string_body> up{bhttp::verb::post, path, 11};
+    // The body is sent from the caller's buffer (a span, not a copy: prompts run to 16 MiB).
+    bhttp::request<bhttp::span_body<const char>> up{bhttp::verb::post, path, 11};
     // End-to-end client headers travel on (Authorization for pods started with --api-key,
     // OpenAI-Organization, trace context, ...); hop-by-hop ones and those the EPP sets do not.
     for (const auto& h : req.headers) {
@@ -490,7 +493,7 @@ struct ProxyServer::Impl {
     up.set(bhttp::field::content_type, "application/json");
     up.set("x-request-id", request_id);
     up.keep_alive(true);
-    up.body() = target.body;
+    up.body() = {target.body.data(), target.body.size()};
     up.prepare_payload();
     std::optional<beast::tcp_stream> upstream;
     beast::flat_buffer ubuf;

@@ -52,6 +52,10 @@ PodAttempt::PodAttempt(RequestContext& owner, const SchedulingRequest& request,
     : services_(&owner.services()), pool_(route.pool), max_tokens_(max_tokens),
       dispatched_(now) {
   done_.request = request;
+  // The record does not keep the prompt: its readers want the continuation prompt (the prompt
+  // followed by the answer), and a long prompt held for the whole response would be one more
+  // copy of up to --max-body-bytes per request.
+  std::string().swap(done_.request.prompt_text);  // (assigning "" would keep the capacity)
   done_.pod = pod;
   done_.attempts = number;
   done_.target_model = target_model;

@@ -189,5 +189,67 @@ TEST_F(DataPlaneStack, APodWhoseMetricsHangDelaysNoOtherPod) {
   fault(0, R"({"mode":"none"})");
 }
 
+// A 1,024-descriptor limit and 1,100 idle connections to the EPP and to a predictor: both stop
+// accepting at their share of the limit instead of running out (which aborted them: an
+// HttpClient for feedback or model sync could not get its eventfd), a stream in flight
+// finishes, probes are answered, and both serve again once the connections are gone.
+TEST_F(DataPlaneStack, IdleConnectionsBeyondTheDescriptorLimitKillNeitherEppNorPredictor) {
+  StackOptions o;
+  o.pods = 2;
+  o.predictors = 1;
+  o.epp_max_open_files = 1024;
+  start(o);
+  const uint16_t predictor_port = free_port();
+  const std::string d = stack_->dir_.path() + "/limited";
+  Process predictor(binary("predictor/predictor"),
+                    {"--host", "127.0.0.1", "--port", std::to_string(predictor_port),
+                     "--training-server-url",
+                     "http://127.0.0.1:" + std::to_string(stack_->trainer->port),
+                     "--model-sync-interval", "0.2", "--workers", "1",
+                     "--local-ttft-model-path", d + "/ttft.ubj", "--local-tpot-model-path",
+                     d + "/tpot.ubj", "--local-ttft-gated-model-path", d + "/ttft_gated.bin",
+                     "--local-tpot-gated-model-path", d + "/tpot_gated.bin"},
+                    {}, 1024);
+  ASSERT_TRUE(predictor.wait_http_ok(predictor_port, "/readyz"));
+  int stream_status = 0;
+  std::thread streamer([&] {
+    http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(60));
+    Json body = {{"model", stack_->model}, {"prompt", words(10, "during")}, {"max_tokens", 300},
+                 {"stream", true}};
+    stream_status = c.post("/v1/completions", body.dump()).status;
+  });
+  std::vector<std::unique_ptr<RawSocket>> idle;
+  for (int i = 0; i < 1100; ++i) {
+    idle.push_back(std::make_unique<RawSocket>(stack_->epp_port, 1));
+    idle.push_back(std::make_unique<RawSocket>(predictor_port, 1));
+  }
+  for (int i = 0; i < 200 && (stack_->epp->log().find("accepting again in") == std::string::npos ||
+                              predictor.log().find("accepting again in") == std::string::npos);
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(stack_->epp->log().find("accepting again in"), std::string::npos);
+  EXPECT_NE(predictor.log().find("accepting again in"), std::string::npos);
+  EXPECT_EQ(readyz(), 200) << "probes are answered while clients hold the budget";
+  // Feedback flushes and model syncs run meanwhile (every 0.2-1 s): they need descriptors.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  streamer.join();
+  EXPECT_EQ(stream_status, 200);
+  EXPECT_TRUE(stack_->epp->running()) << stack_->epp->log();
+  EXPECT_TRUE(predictor.running()) << predictor.log();
+  EXPECT_EQ(predictor.log().find("Too many open files"), std::string::npos) << predictor.log();
+  idle.clear();
+  int status = 0;
+  for (int i = 0; i < 100 && status != 200; ++i) {
+    status = stack_->complete(words(6, "after" + std::to_string(i)), 2).status;
+    if (status != 200) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  EXPECT_EQ(status, 200);
+  http::HttpClient p("127.0.0.1", predictor_port, std::chrono::seconds(5));
+  EXPECT_EQ(p.get("/readyz").status, 200);
+}
+
 }  // namespace
 }  // namespace llmd::testing

@@ -168,4 +168,18 @@ std::string Process::log() const {
   return ss.str();
 }
 
+double Process::status_mib(const std::string& field) const {
+  std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) {
+      std::istringstream ss(line.substr(field.size() + 1));
+      double kb = 0;
+      ss >> kb;
+      return kb / 1024.0;
+    }
+  }
+  return -1;
+}
+
 }  // namespace llmd::testing

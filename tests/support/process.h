@@ -48,6 +48,9 @@ class Process {
   bool running();
   std::string log() const;
   pid_t pid() const { return pid_; }
+  // A "VmXXX:  1234 kB" field of /proc/<pid>/status (VmRSS, VmHWM, ...) in MiB; -1 when
+  // unreadable.
+  double status_mib(const std::string& field) const;
 
  private:
   pid_t pid_ = -1;

@@ -1,0 +1,210 @@
+// EPP memory under concurrent long prompts (issue 29): starts a modelsim pool and the real EPP,
+// sends N streamed completions with prompts of about M MiB each at once on loopback, and reads
+// the EPP's VmHWM (peak) after all answers and its VmRSS 10 s later (memory given back after
+// the burst). Prints a table and writes bench/results/epp_memory.{md,json} (one row per --label;
+// a row with the same label is replaced).
+//
+//   epp_memory [--concurrency 16] [--prompt-mib 16] [--max-tokens 200] [--label NAME]
+//              [--out-dir DIR]
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/http/client.h"
+#include "common/util/time.h"
+#include "tests/support/process.h"
+
+namespace {
+
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using llmd::testing::Process;
+
+struct Options {
+  int concurrency = 16;
+  double prompt_mib = 16;
+  int max_tokens = 200;
+  std::string label = "current";
+  std::string out_dir = std::string(LLMD_SOURCE_DIR) + "/bench/results";
+};
+
+struct Result {
+  std::string label;
+  int concurrency = 0;
+  double body_mib = 0;
+  int ok = 0;
+  int other = 0;
+  double baseline_mib = 0, peak_mib = 0, after_mib = 0, seconds = 0;
+  std::string date;
+};
+
+// A completion body just under `mib` MiB (the EPP's default body limit is 16 MiB): 200-byte
+// words, so the prompt stays within the simulated model's context.
+std::string make_body(double mib, int max_tokens, int i) {
+  const std::size_t target = static_cast<std::size_t>(mib * 1024 * 1024) - 512;
+  std::string prompt = "request " + std::to_string(i) + " ";
+  prompt.reserve(target);
+  const std::string word = std::string(199, static_cast<char>('a' + i % 26)) + " ";
+  while (prompt.size() + word.size() < target) {
+    prompt += word;
+  }
+  return Json{{"model", "meta-llama/Llama-3.1-8B-Instruct"}, {"prompt", std::move(prompt)},
+              {"max_tokens", max_tokens}, {"stream", true}}.dump();
+}
+
+Result run(const Options& opt) {
+  llmd::testing::TempDir dir;
+  const uint16_t pod_port = llmd::testing::free_port();
+  Process modelsim(std::string(LLMD_BINARY_DIR) + "/bench/modelsim/modelsim",
+                   {"--pods", "1", "--base-port", std::to_string(pod_port), "--host",
+                    "127.0.0.1"});
+  if (!modelsim.wait_http_ok(pod_port, "/health")) {
+    throw std::runtime_error("modelsim did not start:\n" + modelsim.log());
+  }
+  std::ofstream(dir.file("pool.yaml"))
+      << "pool:\n  pods:\n  - {name: pod-0, address: 127.0.0.1:" << pod_port << "}\n"
+      << "pipeline: " << LLMD_SOURCE_DIR << "/epp/config/default-pipeline.yaml\n";
+  const uint16_t port = llmd::testing::free_port(), health = llmd::testing::free_port(),
+                 metrics = llmd::testing::free_port();
+  Process epp(std::string(LLMD_BINARY_DIR) + "/epp/epp",
+              {"--config", dir.file("pool.yaml"), "--host", "127.0.0.1", "--port",
+               std::to_string(port), "--health-port", std::to_string(health), "--metrics-port",
+               std::to_string(metrics), "--log-level", "warn"});
+  if (!epp.wait_http_ok(health, "/readyz")) {
+    throw std::runtime_error("epp did not start:\n" + epp.log());
+  }
+  Result r;
+  r.label = opt.label;
+  r.concurrency = opt.concurrency;
+  r.date = llmd::util::now_rfc3339();
+  std::vector<std::string> bodies;
+  for (int i = 0; i < opt.concurrency; ++i) {
+    bodies.push_back(make_body(opt.prompt_mib, opt.max_tokens, i));
+  }
+  r.body_mib = static_cast<double>(bodies[0].size()) / (1024 * 1024);
+  r.baseline_mib = epp.status_mib("VmRSS");
+  std::atomic<int> ok{0}, other{0};
+  const auto t0 = Clock::now();
+  std::vector<std::thread> senders;
+  for (int i = 0; i < opt.concurrency; ++i) {
+    senders.emplace_back([&, i] {
+      llmd::http::HttpClient c("127.0.0.1", port, std::chrono::seconds(300));
+      const auto res = c.post("/v1/completions", bodies[static_cast<std::size_t>(i)]);
+      const bool done = res.status == 200 && res.body.find("[DONE]") != std::string::npos;
+      (done ? ok : other) += 1;
+    });
+  }
+  for (auto& t : senders) {
+    t.join();
+  }
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.ok = ok;
+  r.other = other;
+  r.peak_mib = epp.status_mib("VmHWM");
+  std::this_thread::sleep_for(std::chrono::seconds(10));
+  r.after_mib = epp.status_mib("VmRSS");
+  return r;
+}
+
+Json to_json(const Result& r) {
+  return Json{{"label", r.label},          {"concurrency", r.concurrency},
+              {"body_mib", r.body_mib},    {"ok", r.ok},
+              {"other", r.other},          {"baseline_rss_mib", r.baseline_mib},
+              {"peak_rss_mib", r.peak_mib}, {"rss_10s_after_mib", r.after_mib},
+              {"seconds", r.seconds},      {"date", r.date}};
+}
+
+std::string table(const Json& rows) {
+  std::string out =
+      "| label | prompts at once | body MiB | streams completed | other | baseline RSS MiB | "
+      "peak RSS MiB | RSS 10 s after MiB | seconds | date |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+  for (const auto& r : rows) {
+    out += fmt::format("| {} | {} | {:.1f} | {} | {} | {:.0f} | {:.0f} | {:.0f} | {:.1f} | {} |\n",
+                       r["label"].get<std::string>(), r["concurrency"].get<int>(),
+                       r["body_mib"].get<double>(), r["ok"].get<int>(), r["other"].get<int>(),
+                       r["baseline_rss_mib"].get<double>(), r["peak_rss_mib"].get<double>(),
+                       r["rss_10s_after_mib"].get<double>(), r["seconds"].get<double>(),
+                       r["date"].get<std::string>());
+  }
+  return out;
+}
+
+void write_results(const Options& opt, const Result& r) {
+  std::filesystem::create_directories(opt.out_dir);
+  const std::string json_path = opt.out_dir + "/epp_memory.json";
+  Json rows = Json::array();
+  if (std::ifstream in(json_path); in) {
+    try {
+      const Json old = Json::parse(in);
+      for (const auto& row : old.at("runs")) {
+        if (row.value("label", "") != r.label) {
+          rows.push_back(row);
+        }
+      }
+    } catch (const std::exception&) {
+      rows = Json::array();
+    }
+  }
+  rows.push_back(to_json(r));
+  std::ofstream(json_path) << Json{{"runs", rows}}.dump(2) << "\n";
+  std::ofstream(opt.out_dir + "/epp_memory.md")
+      << "# EPP memory under concurrent long prompts\n\n"
+         "`bench/epp_memory`: one modelsim pod and the real EPP (default flags: 16 MiB body "
+         "limit, 256 MiB body budget), N streamed completions with prompts just under the "
+         "limit sent at once on loopback. *peak RSS* is the EPP's VmHWM after every answer, "
+         "*RSS 10 s after* what it holds once the burst is over. Goal (issue 29): 16 x 16 MiB "
+         "-> peak <= 600 MiB and <= 150 MiB 10 s later.\n\n"
+      << table(rows);
+}
+
+int main_impl(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        throw std::runtime_error("missing value for " + a);
+      }
+      return argv[++i];
+    };
+    if (a == "--concurrency") {
+      opt.concurrency = std::stoi(next());
+    } else if (a == "--prompt-mib") {
+      opt.prompt_mib = std::stod(next());
+    } else if (a == "--max-tokens") {
+      opt.max_tokens = std::stoi(next());
+    } else if (a == "--label") {
+      opt.label = next();
+    } else if (a == "--out-dir") {
+      opt.out_dir = next();
+    } else {
+      std::cerr << "usage: epp_memory [--concurrency N] [--prompt-mib MiB] [--max-tokens N] "
+                   "[--label NAME] [--out-dir DIR]\n";
+      return 2;
+    }
+  }
+  const Result r = run(opt);
+  std::cout << table(Json::array({to_json(r)}));
+  write_results(opt, r);
+  return r.ok == opt.concurrency ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return main_impl(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "epp_memory: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,12 @@
+#include "common/util/memory.h"
+
+#include <malloc.h>
+
+namespace llmd::util {
+
+void return_large_blocks_to_the_system() {
+  // Setting it fixes the threshold (no dynamic adjustment).
+  mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
+}
+
+}  // namespace llmd::util
