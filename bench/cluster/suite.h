@@ -69,7 +69,7 @@ struct SuiteOptions {
   int stages = 6;
   // Virtual seconds per stage at length scale 0.1 (a stage is 10x longer at full length, so
   // that each stage holds as many requests and retrains whatever the scale).
-  double stage_seconds = 5;
+  double stage_seconds = 4;
   double probe_stage_seconds = 2;         // the same for the saturation probe
   // Stages are shortened so that a scenario sends at most about this many requests (large
   // pools of short requests would otherwise take hours); the probe gets a third of it.
