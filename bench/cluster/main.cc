@@ -167,6 +167,9 @@ int main(int argc, char** argv) {
     ("suite", "Generalization suite: N random scenarios (bench/cluster/suite.h) instead of a scenario set; writes suite.md and suite.csv", cxxopts::value<int>())
     ("suite-seed", "Generalization suite: the seed scenarios are drawn from", cxxopts::value<uint64_t>()->default_value("1"))
     ("suite-quick", "Generalization suite: 20 smaller scenarios (unless --suite N), no oracle")
+    ("suite-only", "Generalization suite: run only these scenario indices (comma list)", cxxopts::value<std::string>()->default_value(""))
+    ("suite-reseed", "Generalization suite: replace each scenario's trace seed by a new one (same shape, other arrivals); 0 = off", cxxopts::value<uint64_t>()->default_value("0"))
+    ("suite-detail", "Generalization suite: also write the per-stage report (report.md, stages.csv) to <out-dir>/detail")
     ("no-report", "Print summaries only")
     ("h,help", "Help");
   // clang-format on
@@ -216,7 +219,20 @@ int main(int argc, char** argv) {
     set_name = "suite";
     const SuiteOptions so = args.count("suite-quick") ? SuiteOptions::quick() : SuiteOptions{};
     const int n = args.count("suite") ? args["suite"].as<int>() : 20;
-    for (const auto& p : SuiteGenerator(so).generate(suite_seed, n)) {
+    std::vector<int> only;
+    if (const std::string want = args["suite-only"].as<std::string>(); !want.empty()) {
+      for (const auto& k : split(want, ',')) {
+        only.push_back(std::stoi(k));
+      }
+    }
+    const uint64_t reseed = args["suite-reseed"].as<uint64_t>();
+    for (auto p : SuiteGenerator(so).generate(suite_seed, n)) {
+      if (!only.empty() && std::find(only.begin(), only.end(), p.index) == only.end()) {
+        continue;
+      }
+      if (reseed > 0) {
+        p.seed += reseed * 1000003;
+      }
       suite_entries.push_back({p, {}});
     }
     std::mutex probe_mu;
@@ -451,6 +467,10 @@ int main(int argc, char** argv) {
     const std::string dir = args["out-dir"].as<std::string>();
     write_suite(dir, suite_entries, all, info, suite_seed);
     std::cout << "wrote " << dir << "/suite.md\n";
+    if (args.count("suite-detail")) {
+      write_outputs(dir + "/detail", all, info);
+      std::cout << "wrote " << dir << "/detail/report.md\n";
+    }
   } else if (!args.count("no-report")) {
     const std::string dir = args["out-dir"].as<std::string>();
     write_outputs(dir, all, info);

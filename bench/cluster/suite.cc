@@ -155,6 +155,9 @@ SuiteOptions SuiteOptions::quick() {
   o.stage_seconds = 3;
   o.probe_stage_seconds = 1.5;
   o.max_requests = 8000;
+  o.max_work = 0;
+  o.max_pod_seconds = 0;
+  o.min_retrains_per_stage = 0;
   o.oracle_max_pods = 0;
   return o;
 }
@@ -263,14 +266,31 @@ Scenario probe_scenario(const SuiteParams& p, const SuiteOptions& o) {
   const double pods = (p.pods - p.mid - p.slow) + 0.7 * p.mid + 0.45 * p.slow;
   const double capacity = per_pod * pods;
   // The first seven stages offer ~10.9x the guess per stage-second; the probe rarely runs more.
-  const double seconds = std::max(
-      0.5, std::min(o.probe_stage_seconds * stage_scale(p), o.max_requests / 3 / (10.9 * capacity)));
+  const double seconds = capped_stage_seconds(p, o, o.probe_stage_seconds * stage_scale(p),
+                                              10.9 * capacity, 7, 1.0 / 3);
   for (int k = 0; k < 12; ++k) {
     s.stages.push_back({round_sig(capacity * 0.25 * std::pow(1.6, k), 3), seconds});
   }
   s.own_stage_length = true;
   s.strategies = {Strategy::kRoundRobin};
   return s;
+}
+
+double capped_stage_seconds(const SuiteParams& p, const SuiteOptions& o, double wanted,
+                            double offered, int stages, double share) {
+  double seconds = wanted;
+  if (offered > 0) {
+    seconds = std::min(seconds, share * o.max_requests / offered);
+    if (o.max_work > 0) {
+      seconds = std::min(seconds, share * o.max_work / (offered * stage_scale(p)));
+    }
+  }
+  if (o.max_pod_seconds > 0 && stages > 0) {
+    seconds = std::min(seconds, share * o.max_pod_seconds / (p.pods * stages));
+  }
+  // 10 s of real time between retrains, times the scenario's time scale (its length scale).
+  const double floor = std::min(wanted, o.min_retrains_per_stage * 10.0 * p.length_scale);
+  return std::max({0.5, floor, seconds});
 }
 
 bool probe_stage_saturated(const std::vector<Summary>& sums, std::size_t i) {
@@ -329,8 +349,8 @@ Scenario suite_scenario(const SuiteParams& p, const ProbeResult& probe, const Su
   for (double f : p.load) {
     offered += f * probe.saturation_rps;
   }
-  const double seconds =
-      std::max(0.5, std::min(o.stage_seconds * stage_scale(p), o.max_requests / offered));
+  const double seconds = capped_stage_seconds(p, o, o.stage_seconds * stage_scale(p), offered,
+                                              static_cast<int>(p.load.size()), 1.0);
   for (double f : p.load) {
     s.stages.push_back({round_sig(f * probe.saturation_rps, 3), seconds});
   }

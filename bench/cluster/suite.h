@@ -69,15 +69,25 @@ struct SuiteOptions {
   int stages = 6;
   // Virtual seconds per stage at length scale 0.1 (a stage is 10x longer at full length, so
   // that each stage holds as many requests and retrains whatever the scale).
-  double stage_seconds = 5;
+  double stage_seconds = 4;
   double probe_stage_seconds = 2;         // the same for the saturation probe
   // Stages are shortened so that a scenario sends at most about this many requests (large
   // pools of short requests would otherwise take hours); the probe gets a third of it.
   double max_requests = 25000;
+  // A run's cost grows with the tokens it simulates and hashes (requests x length scale) and
+  // with the pod-time it steps, not with requests alone: stages are also shortened so that
+  // requests x max(1, length scale / 0.1) stays under max_work (request-equivalents at length
+  // 0.1) and pods x the ladder's virtual seconds under max_pod_seconds; the probe gets a third
+  // of each. 0 = no such cap.
+  double max_work = 15000;
+  double max_pod_seconds = 3000;
+  // No cap shortens a stage below this many retrain intervals (10 s x the length scale), so
+  // that predicted-latency's model is refitted a few times per stage however large the pool.
+  double min_retrains_per_stage = 2;
   int oracle_max_pods = 12;               // the oracle runs on pools up to this size
   double oracle_max_length_scale = 0.5;   // and length scales up to this
   // ~20 scenarios in a few minutes: pools up to 24 pods, length scales up to 0.3, 3-s stages,
-  // at most 8000 requests, no oracle.
+  // at most 8000 requests (no work or pod-time cap), no oracle.
   static SuiteOptions quick();
 };
 
@@ -96,6 +106,12 @@ class SuiteGenerator {
 // The probe: round-robin alone on a geometric ladder (x1.6 per stage, 12 stages) from a
 // quarter of an analytic guess of the pool's capacity up to 44x it.
 Scenario probe_scenario(const SuiteParams& p, const SuiteOptions& o);
+
+// Seconds per stage for a ladder offering `offered` requests per stage-second over `stages`
+// stages: `wanted`, shortened by the request, work and pod-time caps of `o` (each scaled by
+// `share`, 1/3 for the probe), never below 0.5 s.
+double capped_stage_seconds(const SuiteParams& p, const SuiteOptions& o, double wanted,
+                            double offered, int stages, double share);
 
 struct ProbeResult {
   double saturation_rps = 0;

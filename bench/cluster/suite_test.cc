@@ -191,6 +191,36 @@ TEST(SuiteProbe, TheLadderGrowsOneStageAtATimeAndStopsAtTheFirstSaturatedStage) 
               0.01 * r.saturation_rps);
 }
 
+TEST(SuiteGenerator, StagesAreCappedByWorkAndPodTimeNotByRequestsAlone) {
+  SuiteOptions o;
+  o.max_requests = 25000;
+  o.max_work = 15000;
+  o.max_pod_seconds = 3000;
+  o.min_retrains_per_stage = 2;
+  SuiteParams p;
+  p.pods = 10;
+  p.load = std::vector<double>(6, 1.0);
+  p.length_scale = 0.1;
+  // Short requests on a small pool: the request and work caps agree (15000 / 1000 req/s).
+  EXPECT_DOUBLE_EQ(capped_stage_seconds(p, o, 20, 1000, 6, 1), 15);
+  // Ten times longer requests: a tenth of the requests, but never under two retrains (2 s).
+  p.length_scale = 1.0;
+  EXPECT_DOUBLE_EQ(capped_stage_seconds(p, o, 50, 100, 6, 1), 20);
+  EXPECT_DOUBLE_EQ(capped_stage_seconds(p, o, 50, 1, 6, 1), 50);  // nothing binds
+  // A large pool: pod-time binds (3000 / (100 x 6) = 5 s, raised to the 20-s floor).
+  p.pods = 100;
+  EXPECT_DOUBLE_EQ(capped_stage_seconds(p, o, 50, 1, 6, 1), 20);
+  p.length_scale = 0.1;
+  EXPECT_DOUBLE_EQ(capped_stage_seconds(p, o, 5, 1, 6, 1), 5);
+  p.pods = 200;
+  EXPECT_DOUBLE_EQ(capped_stage_seconds(p, o, 5, 1, 6, 1), 2.5);
+  // The probe gets a third of each cap; quick mode has only the request cap.
+  EXPECT_DOUBLE_EQ(capped_stage_seconds(p, o, 5, 1, 6, 1.0 / 3), 2);
+  const SuiteOptions q = SuiteOptions::quick();
+  EXPECT_DOUBLE_EQ(capped_stage_seconds(p, q, 3, 1000, 6, 1), 3);
+  EXPECT_DOUBLE_EQ(capped_stage_seconds(p, q, 3, 4000, 6, 1), 2);
+}
+
 TEST(SuiteQuantile, InterpolatesAndSkipsNaN) {
   EXPECT_DOUBLE_EQ(quantile({3, 1, 2, kNaN}, 0.5), 2);
   EXPECT_DOUBLE_EQ(quantile({0, 10}, 0.1), 1);
