@@ -18,6 +18,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_results.h"
+#include "common/config/options.h"
 #include "common/http/client.h"
 #include "common/util/time.h"
 #include "tests/support/process.h"
@@ -32,8 +34,8 @@ struct Options {
   int concurrency = 16;
   double prompt_mib = 16;
   int max_tokens = 200;
-  std::string label = "current";
-  std::string out_dir = std::string(LLMD_SOURCE_DIR) + "/bench/results";
+  std::string label;
+  std::string out_dir;
 };
 
 struct Result {
@@ -139,23 +141,8 @@ std::string table(const Json& rows) {
 }
 
 void write_results(const Options& opt, const Result& r) {
-  std::filesystem::create_directories(opt.out_dir);
-  const std::string json_path = opt.out_dir + "/epp_memory.json";
-  Json rows = Json::array();
-  if (std::ifstream in(json_path); in) {
-    try {
-      const Json old = Json::parse(in);
-      for (const auto& row : old.at("runs")) {
-        if (row.value("label", "") != r.label) {
-          rows.push_back(row);
-        }
-      }
-    } catch (const std::exception&) {
-      rows = Json::array();
-    }
-  }
-  rows.push_back(to_json(r));
-  std::ofstream(json_path) << Json{{"runs", rows}}.dump(2) << "\n";
+  const nlohmann::json rows =
+      llmd::bench::save_labelled_run(opt.out_dir + "/epp_memory.json", to_json(r));
   std::ofstream(opt.out_dir + "/epp_memory.md")
       << "# EPP memory under concurrent long prompts\n\n"
          "`bench/epp_memory`: one modelsim pod and the real EPP (default flags: 16 MiB body "
@@ -167,31 +154,21 @@ void write_results(const Options& opt, const Result& r) {
 }
 
 int main_impl(int argc, char** argv) {
-  Options opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        throw std::runtime_error("missing value for " + a);
-      }
-      return argv[++i];
-    };
-    if (a == "--concurrency") {
-      opt.concurrency = std::stoi(next());
-    } else if (a == "--prompt-mib") {
-      opt.prompt_mib = std::stod(next());
-    } else if (a == "--max-tokens") {
-      opt.max_tokens = std::stoi(next());
-    } else if (a == "--label") {
-      opt.label = next();
-    } else if (a == "--out-dir") {
-      opt.out_dir = next();
-    } else {
-      std::cerr << "usage: epp_memory [--concurrency N] [--prompt-mib MiB] [--max-tokens N] "
-                   "[--label NAME] [--out-dir DIR]\n";
-      return 2;
-    }
+  llmd::config::Options o("epp_memory", "EPP memory under concurrent long prompts");
+  o.add("concurrency", "", "16", "Prompts sent at once");
+  o.add("prompt-mib", "", "16", "Size of each request body (MiB; the EPP's limit is 16)");
+  o.add("max-tokens", "", "200", "Tokens each streamed answer asks for");
+  o.add("label", "", "current", "Row label (a row with the same label is replaced)");
+  o.add("out-dir", "", std::string(LLMD_SOURCE_DIR) + "/bench/results", "Where results go");
+  if (!o.parse(argc, argv)) {
+    return 0;
   }
+  Options opt;
+  opt.concurrency = static_cast<int>(o.integer("concurrency", 1, 1024));
+  opt.prompt_mib = o.number("prompt-mib", 0.01, 16);
+  opt.max_tokens = static_cast<int>(o.integer("max-tokens", 1, 100000));
+  opt.label = o.str("label");
+  opt.out_dir = o.str("out-dir");
   const Result r = run(opt);
   std::cout << table(Json::array({to_json(r)}));
   write_results(opt, r);

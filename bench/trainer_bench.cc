@@ -44,6 +44,7 @@
 #include "common/http/client.h"
 #include "common/testing/synthetic_law.h"
 #include "common/util/time.h"
+#include "tests/support/process.h"
 #include "trainer/model_fitter.h"
 #include "trainer/sample_store.h"
 #include "trainer/trainer_service.h"
@@ -80,19 +81,8 @@ std::string utc_now() {
   return buf;
 }
 
-// A "VmXXX:  1234 kB" field of /proc/self/status in MiB; -1 when unreadable.
 double proc_status_mib(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) {
-      std::istringstream ss(line.substr(field.size() + 1));
-      double kb = 0;
-      ss >> kb;
-      return kb / 1024.0;
-    }
-  }
-  return -1;
+  return llmd::testing::proc_status_mib("self", field);
 }
 
 // VmHWM is a process-lifetime maximum; writing 5 to clear_refs (Linux >= 4.0) resets it to the

@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_results.h"
 #include "common/http/client.h"
 #include "common/util/time.h"
 #include "tests/support/process.h"
@@ -180,25 +181,8 @@ std::string table(const Json& rows) {
 }
 
 void write_results(const Options& opt, const Result& r) {
-  namespace fs = std::filesystem;
-  fs::create_directories(opt.out_dir);
-  const std::string json_path = opt.out_dir + "/trainer_bulk_memory.json";
-  Json rows = Json::array();
-  if (std::ifstream in(json_path); in) {
-    try {
-      // Named: a range-for over a member of a temporary would dangle (C++20).
-      const Json old = Json::parse(in);
-      for (const auto& row : old.at("runs")) {
-        if (row.value("label", "") != r.label) {
-          rows.push_back(row);
-        }
-      }
-    } catch (const std::exception&) {
-      rows = Json::array();  // unreadable: start over
-    }
-  }
-  rows.push_back(to_json(r));
-  std::ofstream(json_path) << Json{{"runs", rows}}.dump(2) << "\n";
+  const nlohmann::json rows =
+      llmd::bench::save_labelled_run(opt.out_dir + "/trainer_bulk_memory.json", to_json(r));
   std::ofstream md(opt.out_dir + "/trainer_bulk_memory.md");
   md << "# Trainer peak memory under concurrent bulk uploads\n\n"
         "`bench/trainer_bulk_memory`: the real trainer binary (default flags, retraining and "

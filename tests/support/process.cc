@@ -168,8 +168,8 @@ std::string Process::log() const {
   return ss.str();
 }
 
-double Process::status_mib(const std::string& field) const {
-  std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+double proc_status_mib(const std::string& proc, const std::string& field) {
+  std::ifstream in("/proc/" + proc + "/status");
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind(field + ":", 0) == 0) {

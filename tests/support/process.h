@@ -14,6 +14,10 @@ namespace llmd::testing {
 uint16_t free_port();
 // True when a TCP socket can bind 127.0.0.1:`port` right now.
 bool loopback_port_free(uint16_t port);
+// A "VmXXX:  1234 kB" field (VmRSS, VmHWM, ...) of /proc/<proc>/status in MiB, `proc` being a
+// pid or "self"; -1 when unreadable.
+double proc_status_mib(const std::string& proc, const std::string& field);
+
 // Path of a built executable, e.g. binary("trainer/trainer").
 std::string binary(const std::string& relative);
 // A fresh empty directory under /tmp, removed by the destructor.
@@ -48,9 +52,10 @@ class Process {
   bool running();
   std::string log() const;
   pid_t pid() const { return pid_; }
-  // A "VmXXX:  1234 kB" field of /proc/<pid>/status (VmRSS, VmHWM, ...) in MiB; -1 when
-  // unreadable.
-  double status_mib(const std::string& field) const;
+  // proc_status_mib() of this process.
+  double status_mib(const std::string& field) const {
+    return proc_status_mib(std::to_string(pid_), field);
+  }
 
  private:
   pid_t pid_ = -1;
