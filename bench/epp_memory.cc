@@ -1,12 +1,20 @@
-// EPP memory under concurrent long prompts (issue 29): starts a modelsim pool and the real EPP,
-// sends N streamed completions with prompts of about M MiB each at once on loopback, and reads
-// the EPP's VmHWM (peak) after all answers and its VmRSS 10 s later (memory given back after
-// the burst). Prints a table and writes bench/results/epp_memory.{md,json} (one row per --label;
-// a row with the same label is replaced).
+// EPP memory (issue 29), two scenarios against a modelsim pool and the real EPP on loopback:
+// - long prompts: N streamed completions with prompts of about M MiB each sent at once; the
+//   EPP's VmHWM (peak) after all answers and its VmRSS 10 s later (memory given back);
+// - slow readers (--slow-readers N): N clients ask for long streams and never read them (a
+//   4-KiB receive buffer); the EPP's peak while the pod keeps generating, against its baseline.
+// Prints a table and writes bench/results/epp_memory.{md,json} (one row per label; a row with
+// the same label is replaced).
 //
-//   epp_memory [--concurrency 16] [--prompt-mib 16] [--max-tokens 200] [--label NAME]
-//              [--out-dir DIR]
+//   epp_memory [--concurrency 16] [--prompt-mib 16] [--max-tokens 200] [--slow-readers 0]
+//              [--label NAME] [--out-dir DIR]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <memory>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -34,6 +42,7 @@ struct Options {
   int concurrency = 16;
   double prompt_mib = 16;
   int max_tokens = 200;
+  int slow_readers = 0;
   std::string label;
   std::string out_dir;
 };
@@ -62,27 +71,96 @@ std::string make_body(double mib, int max_tokens, int i) {
               {"max_tokens", max_tokens}, {"stream", true}}.dump();
 }
 
-Result run(const Options& opt) {
+// One modelsim pod (simulated time `time_scale` x faster than wall time) and the real EPP.
+struct Stack {
+  explicit Stack(int time_scale) {
+    const uint16_t pod_port = llmd::testing::free_port();
+    modelsim = std::make_unique<Process>(
+        std::string(LLMD_BINARY_DIR) + "/bench/modelsim/modelsim",
+        std::vector<std::string>{"--pods", "1", "--base-port", std::to_string(pod_port), "--host",
+                                 "127.0.0.1", "--time-scale", std::to_string(time_scale)});
+    if (!modelsim->wait_http_ok(pod_port, "/health")) {
+      throw std::runtime_error("modelsim did not start:\n" + modelsim->log());
+    }
+    std::ofstream(dir.file("pool.yaml"))
+        << "pool:\n  pods:\n  - {name: pod-0, address: 127.0.0.1:" << pod_port << "}\n"
+        << "pipeline: " << LLMD_SOURCE_DIR << "/epp/config/default-pipeline.yaml\n";
+    port = llmd::testing::free_port();
+    const uint16_t health = llmd::testing::free_port(), metrics = llmd::testing::free_port();
+    epp = std::make_unique<Process>(
+        std::string(LLMD_BINARY_DIR) + "/epp/epp",
+        std::vector<std::string>{"--config", dir.file("pool.yaml"), "--host", "127.0.0.1",
+                                 "--port", std::to_string(port), "--health-port",
+                                 std::to_string(health), "--metrics-port",
+                                 std::to_string(metrics), "--log-level", "warn"});
+    if (!epp->wait_http_ok(health, "/readyz")) {
+      throw std::runtime_error("epp did not start:\n" + epp->log());
+    }
+  }
   llmd::testing::TempDir dir;
-  const uint16_t pod_port = llmd::testing::free_port();
-  Process modelsim(std::string(LLMD_BINARY_DIR) + "/bench/modelsim/modelsim",
-                   {"--pods", "1", "--base-port", std::to_string(pod_port), "--host",
-                    "127.0.0.1"});
-  if (!modelsim.wait_http_ok(pod_port, "/health")) {
-    throw std::runtime_error("modelsim did not start:\n" + modelsim.log());
+  std::unique_ptr<Process> modelsim, epp;
+  uint16_t port = 0;
+};
+
+// A client that asks for a stream and never reads it, with a small receive buffer so the
+// EPP's side fills after a few KiB.
+int slow_reader(uint16_t port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(request.size())) {
+    ::close(fd);
+    return -1;
   }
-  std::ofstream(dir.file("pool.yaml"))
-      << "pool:\n  pods:\n  - {name: pod-0, address: 127.0.0.1:" << pod_port << "}\n"
-      << "pipeline: " << LLMD_SOURCE_DIR << "/epp/config/default-pipeline.yaml\n";
-  const uint16_t port = llmd::testing::free_port(), health = llmd::testing::free_port(),
-                 metrics = llmd::testing::free_port();
-  Process epp(std::string(LLMD_BINARY_DIR) + "/epp/epp",
-              {"--config", dir.file("pool.yaml"), "--host", "127.0.0.1", "--port",
-               std::to_string(port), "--health-port", std::to_string(health), "--metrics-port",
-               std::to_string(metrics), "--log-level", "warn"});
-  if (!epp.wait_http_ok(health, "/readyz")) {
-    throw std::runtime_error("epp did not start:\n" + epp.log());
+  return fd;
+}
+
+Result run_slow_readers(const Options& opt) {
+  Stack stack(100);
+  Result r;
+  r.label = opt.label;
+  r.concurrency = opt.slow_readers;
+  r.date = llmd::util::now_rfc3339();
+  const std::string body = Json{{"model", "meta-llama/Llama-3.1-8B-Instruct"},
+                                {"prompt", "tell me everything"},
+                                {"max_tokens", 100000},
+                                {"stream", true}}.dump();
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: epp\r\n"
+                              "Content-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  r.body_mib = static_cast<double>(body.size()) / (1024 * 1024);
+  r.baseline_mib = stack.epp->status_mib("VmRSS");
+  std::vector<int> fds;
+  for (int i = 0; i < opt.slow_readers; ++i) {
+    const int fd = slow_reader(stack.port, request);
+    (fd >= 0 ? r.ok : r.other) += 1;
+    fds.push_back(fd);
   }
+  // The pod generates 100x faster than real time: 20 s is ~2M tokens of streams on offer.
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(20));
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.peak_mib = stack.epp->status_mib("VmHWM");
+  for (int fd : fds) {
+    if (fd >= 0) {
+      ::close(fd);
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(10));
+  r.after_mib = stack.epp->status_mib("VmRSS");
+  return r;
+}
+
+Result run(const Options& opt) {
+  Stack stack(1);
+  Process& epp = *stack.epp;
+  const uint16_t port = stack.port;
   Result r;
   r.label = opt.label;
   r.concurrency = opt.concurrency;
@@ -149,7 +227,11 @@ void write_results(const Options& opt, const Result& r) {
          "limit, 256 MiB body budget), N streamed completions with prompts just under the "
          "limit sent at once on loopback. *peak RSS* is the EPP's VmHWM after every answer, "
          "*RSS 10 s after* what it holds once the burst is over. Goal (issue 29): 16 x 16 MiB "
-         "-> peak <= 600 MiB and <= 150 MiB 10 s later.\n\n"
+         "-> peak <= 600 MiB and <= 150 MiB 10 s later. Slow-reader rows (`--slow-readers N`): "
+         "N clients with a 4-KiB receive buffer ask for 100,000-token streams from a pod "
+         "running 100x faster than real time and never read; *streams completed* counts the "
+         "clients connected, *peak* is taken after 20 s of generation, *RSS 10 s after* once "
+         "they hung up. Goal: RSS growth <= 64 MiB for 100.\n\n"
       << table(rows);
 }
 
@@ -158,6 +240,8 @@ int main_impl(int argc, char** argv) {
   o.add("concurrency", "", "16", "Prompts sent at once");
   o.add("prompt-mib", "", "16", "Size of each request body (MiB; the EPP's limit is 16)");
   o.add("max-tokens", "", "200", "Tokens each streamed answer asks for");
+  o.add("slow-readers", "", "0",
+        "Instead: this many clients that ask for long streams and never read them");
   o.add("label", "", "current", "Row label (a row with the same label is replaced)");
   o.add("out-dir", "", std::string(LLMD_SOURCE_DIR) + "/bench/results", "Where results go");
   if (!o.parse(argc, argv)) {
@@ -167,12 +251,13 @@ int main_impl(int argc, char** argv) {
   opt.concurrency = static_cast<int>(o.integer("concurrency", 1, 1024));
   opt.prompt_mib = o.number("prompt-mib", 0.01, 16);
   opt.max_tokens = static_cast<int>(o.integer("max-tokens", 1, 100000));
+  opt.slow_readers = static_cast<int>(o.integer("slow-readers", 0, 10000));
   opt.label = o.str("label");
   opt.out_dir = o.str("out-dir");
-  const Result r = run(opt);
+  const Result r = opt.slow_readers > 0 ? run_slow_readers(opt) : run(opt);
   std::cout << table(Json::array({to_json(r)}));
   write_results(opt, r);
-  return r.ok == opt.concurrency ? 0 : 1;
+  return r.ok == r.concurrency ? 0 : 1;
 }
 
 }  // namespace
