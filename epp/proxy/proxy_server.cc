@@ -353,7 +353,13 @@ struct ProxyServer::Impl {
       }
       return llmd::http::Response::json(200, nlohmann::json{{"object", "list"}, {"data", data}});
     }
-    const std::string id = path.substr(std::string_view("/v1/models/").size());
+    // SDKs encode the id as one segment (the Node SDK sends "meta-llama%2FLlama-3.1-8B").
+    const std::string raw = path.substr(std::string_view("/v1/models/").size());
+    const std::optional<std::string> decoded = llmd::http::percent_decode(raw);
+    if (!decoded) {
+      return error_response(400, "The model id '" + raw + "' is not validly percent-encoded");
+    }
+    const std::string& id = *decoded;
     if (models.count(id) == 0) {
       return error_response(404, "The model '" + id + "' does not exist");
     }

@@ -84,6 +84,21 @@ TEST_F(EppStack, ModelsListsWhatThePodsServe) {
   auto missing = stack_->client->get("/v1/models/no-such-model");
   EXPECT_EQ(missing.status, 404);
   EXPECT_EQ(Json::parse(missing.body)["error"]["type"], "not_found_error");
+  // The Node SDK's models.retrieve() encodes the id as one path segment.
+  ASSERT_EQ(stack_->model, "meta-llama/Llama-3.1-8B-Instruct");
+  auto encoded = stack_->client->get("/v1/models/meta-llama%2FLlama-3.1-8B-Instruct");
+  ASSERT_EQ(encoded.status, 200) << encoded.body;
+  EXPECT_EQ(Json::parse(encoded.body)["id"], stack_->model);
+  auto encoded_missing = stack_->client->get("/v1/models/org%2Fno-such-model");
+  ASSERT_EQ(encoded_missing.status, 404);
+  EXPECT_NE(Json::parse(encoded_missing.body)["error"]["message"].get<std::string>().find(
+                "'org/no-such-model'"),
+            std::string::npos)
+      << encoded_missing.body;
+  auto malformed = stack_->client->get("/v1/models/bad%zzid");
+  ASSERT_EQ(malformed.status, 400) << malformed.body;
+  EXPECT_NE(malformed.body.find("percent-encoded"), std::string::npos) << malformed.body;
+  EXPECT_EQ(stack_->client->get("/v1/models").status, 200);  // still serving
 }
 
 // Token-id prompts (what benchmark tools and pre-tokenizing clients send) are scheduled, and
