@@ -78,10 +78,12 @@ bool is_hop_by_hop(std::string_view name) {
 
 // The EPP's own error answer: the OpenAI error object, Retry-After on 429/503.
 llmd::http::Response error_response(int status, const std::string& detail,
-                                    const std::string& request_id = {}) {
+                                    const std::string& request_id = {},
+                                    std::optional<std::string> code = std::nullopt) {
   llmd::http::Response r;
   r.status = status;
-  r.body = openai_error_body(status, detail);
+  r.body = code ? openai_error_body(status, detail, std::nullopt, code)
+                : openai_error_body(status, detail);
   if (status == 429 || status == 503) {
     // Without it, SDKs retry at once; a second is the scale of a queue turning over.
     r.headers.push_back({"Retry-After", "1"});
@@ -361,7 +363,7 @@ struct ProxyServer::Impl {
     }
     const std::string& id = *decoded;
     if (models.count(id) == 0) {
-      return error_response(404, "The model '" + id + "' does not exist");
+      return error_response(404, "The model '" + id + "' does not exist", {}, "model_not_found");
     }
     return llmd::http::Response::json(200, card(id));
   }

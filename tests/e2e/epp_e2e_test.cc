@@ -300,7 +300,8 @@ TEST_F(EppSheddingStack, UnreachableSloShedsSheddableRequestButServesNormalOne) 
   const Json shed_error = Json::parse(shed.body)["error"];
   EXPECT_TRUE(shed_error["message"].is_string()) << shed.body;
   EXPECT_EQ(shed_error["type"], "rate_limit_error");
-  EXPECT_EQ(shed_error["code"], 429);
+  EXPECT_EQ(shed_error["code"], "rate_limit_exceeded");
+  EXPECT_TRUE(shed_error["param"].is_null());
   EXPECT_EQ(shed.header("retry-after"), "1");
   EXPECT_EQ(normal.status, 200) << normal.body;
 }

@@ -322,7 +322,7 @@ TEST_F(LifecycleStack, RequestCountsAreWhatClientsGotAndPodAttemptsApart) {
   Json body = {{"model", stack_->model}, {"prompt", std::string(200000, 'x')}, {"max_tokens", 2}};
   auto r = big.post("/v1/completions", body.dump());
   EXPECT_EQ(r.status, 413) << r.error;
-  EXPECT_EQ(Json::parse(r.body)["error"]["code"], 413);
+  EXPECT_TRUE(Json::parse(r.body)["error"]["code"].is_null()) << r.body;
   EXPECT_EQ(stack_->complete("{", 2, false, {}, Json{{"prompt", 7}}).status, 400);
   const std::string m = stack_->metrics();
   EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"502\""), 1) << m;
@@ -382,10 +382,30 @@ TEST_F(LifecycleStack, EveryEppErrorIsAnOpenAiErrorObject) {
     int status;
     const char* type;
     http::ClientResponse got;
+    Json param = nullptr;  // the offending field of a 400, else null
+    Json code = nullptr;   // a string or null, never a number
+  };
+  auto body_with = [&](Json extra) {
+    Json b = {{"model", stack_->model}, {"prompt", "hi"}, {"max_tokens", 2}};
+    b.merge_patch(extra);
+    return b.dump();
   };
   std::vector<Case> cases = {
       {400, "invalid_request_error", c.post("/v1/completions", "{not json")},
+      {400, "invalid_request_error", c.post("/v1/completions", body_with({{"max_tokens", "x"}})),
+       "max_tokens", "invalid_value"},
+      {400, "invalid_request_error", c.post("/v1/completions", body_with({{"model", nullptr}})),
+       "model", "missing_required_parameter"},
+      {400, "invalid_request_error",
+       c.post("/v1/chat/completions",
+              Json{{"model", stack_->model}, {"messages", {{{"role", "user"}, {"content", 7}}}}}
+                  .dump()),
+       "messages[0].content", "invalid_value"},
+      {400, "invalid_request_error",
+       c.post("/v1/completions", body_with({{"stream_options", {{"include_usage", 1}}}})),
+       "stream_options.include_usage", "invalid_value"},
       {404, "not_found_error", c.post("/v1/embeddings", ok_body)},
+      {404, "not_found_error", c.get("/v1/models/org%2Fnone"), nullptr, "model_not_found"},
       {405, "invalid_request_error", c.get("/v1/chat/completions")},
       {413, "invalid_request_error",
        c.post("/v1/completions", Json{{"model", stack_->model}, {"prompt", std::string(9000, 'x')}}.dump())},
@@ -397,8 +417,10 @@ TEST_F(LifecycleStack, EveryEppErrorIsAnOpenAiErrorObject) {
     const Json e = Json::parse(k.got.body)["error"];
     EXPECT_TRUE(e["message"].is_string()) << k.status;
     EXPECT_EQ(e["type"], k.type) << k.status;
-    EXPECT_TRUE(e.contains("param")) << k.status;
-    EXPECT_EQ(e["code"], k.status);
+    ASSERT_TRUE(e.contains("param")) << k.got.body;
+    EXPECT_EQ(e["param"], k.param) << k.got.body;
+    ASSERT_TRUE(e.contains("code")) << k.got.body;
+    EXPECT_EQ(e["code"], k.code) << k.got.body;
     EXPECT_EQ(k.got.header("content-type"), "application/json") << k.status;
     EXPECT_EQ(!k.got.header("retry-after").empty(), k.status == 503 || k.status == 429) << k.status;
   }
