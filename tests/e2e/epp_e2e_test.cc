@@ -59,14 +59,25 @@ TEST_F(EppStack, StreamingAndNonStreamingSucceedAndFeedbackTrainsAModel) {
   // Predictions were used and are compared with actuals in the metrics.
   std::string m = stack_->metrics();
   EXPECT_GT(metric_sum(m, "inference_objective_request_predicted_ttft_seconds_count{"), 0) << m;
-  EXPECT_GT(metric_sum(m, "inference_objective_request_ttft_seconds_count{"), 50);
+  // Only the 30 streams have a first token; all 60 have an end-to-end duration.
+  EXPECT_EQ(metric_sum(m, "inference_objective_request_ttft_seconds_count{"), 30);
+  EXPECT_EQ(metric_sum(m, "inference_objective_request_duration_seconds_count{"), 60);
   EXPECT_GT(metric_sum(m, "inference_objective_request_tpot_seconds_count{"), 0);
   EXPECT_GT(metric_sum(m, "llmd_epp_predictor_batch_rows_count"), 0);
-  // The client-facing TTFT counts the EPP's own time: every request's dispatch delay is
-  // observed, and the TTFT sum covers it.
+  // The client-facing latencies count the EPP's own time: every request's dispatch delay is
+  // observed, and the duration sum covers it.
   EXPECT_EQ(metric_sum(m, "llmd_epp_dispatch_delay_seconds_count{"), 60);
-  EXPECT_GT(metric_sum(m, "inference_objective_request_ttft_seconds_sum{"),
+  EXPECT_GT(metric_sum(m, "inference_objective_request_duration_seconds_sum{"),
             metric_sum(m, "llmd_epp_dispatch_delay_seconds_sum{"));
+  // Non-streaming requests leave the TTFT histogram as it was and add to the duration.
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(stack_->complete(words(30, "ns" + std::to_string(i)), 8, false).status, 200);
+  }
+  const std::string after = stack_->metrics();
+  EXPECT_EQ(metric_sum(after, "inference_objective_request_ttft_seconds_count{"), 30);
+  EXPECT_EQ(metric_sum(after, "inference_objective_request_ttft_seconds_sum{"),
+            metric_sum(m, "inference_objective_request_ttft_seconds_sum{"));
+  EXPECT_EQ(metric_sum(after, "inference_objective_request_duration_seconds_count{"), 65);
 }
 
 // Model discovery as the OpenAI SDKs do it (client.models.list / retrieve).

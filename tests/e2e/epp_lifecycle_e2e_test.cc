@@ -333,6 +333,28 @@ TEST_F(LifecycleStack, RequestCountsAreWhatClientsGotAndPodAttemptsApart) {
   EXPECT_EQ(metric_sum(m, "llmd_epp_pod_attempts_total{code=\"500\"}"), 2);
 }
 
+// Right after a start no pod has answered yet: rejections still carry the model's name, which
+// the pool's pods publish in their metrics; a name the pool does not serve stays "other".
+TEST_F(LifecycleStack, RejectionsBeforeTheFirstSuccessCarryTheModelName) {
+  StackOptions o;
+  o.pods = 1;
+  o.predictors = 1;
+  o.epp_args = {"--outlier-consecutive-failures", "1", "--panic-threshold-percent", "0"};
+  start(o);
+  fault(0, R"({"mode":"error","duration_ms":60000})");
+  EXPECT_EQ(stack_->complete(words(10, "l0"), 2).status, 502);  // the only pod answers 500
+  EXPECT_EQ(stack_->complete(words(10, "l1"), 2).status, 503);  // it is ejected
+  EXPECT_EQ(stack_->complete(words(10, "l2"), 2, false, {}, Json{{"model", "no-such"}}).status,
+            503);
+  const std::string m = stack_->metrics();
+  const std::string named = "llmd_epp_requests_total{code=\"503\",model_name=\"" + stack_->model;
+  EXPECT_EQ(metric_sum(m, named), 1) << m;
+  EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"502\",model_name=\"" + stack_->model),
+            1);
+  EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"503\",model_name=\"other\""), 1);
+  EXPECT_EQ(m.find("no-such"), std::string::npos);
+}
+
 // Bodies held at once are bounded: past the budget a request gets 503 + Retry-After before its
 // body is read, and is served again once memory is free.
 TEST_F(LifecycleStack, RequestBodiesBeyondTheBudgetGetA503UntilMemoryIsFree) {
