@@ -355,6 +355,54 @@ TEST_F(LifecycleStack, RejectionsBeforeTheFirstSuccessCarryTheModelName) {
   EXPECT_EQ(m.find("no-such"), std::string::npos);
 }
 
+// A client that abandons a stream the pod stopped sending releases the pod's in-flight count
+// at once, not after the upstream idle timeout (60 s): the EPP notices the client is gone and
+// ends the attempt as a client abort (499), not as a pod failure.
+TEST_F(LifecycleStack, ClientThatAbandonsAHungStreamReleasesThePodAtOnce) {
+  StackOptions o;
+  o.pods = 1;
+  o.predictors = 1;
+  o.epp_args = {"--upstream-first-byte-timeout-ms", "60000"};
+  start(o);
+  {
+    RawSocket client(stack_->epp_port);
+    ASSERT_TRUE(client.send_all(raw_request(words(20, "hung"), 2000, true)));
+    while (client.buffered().find("data: ") == std::string::npos) {
+      ASSERT_GT(client.read_some(), 0) << client.buffered();
+    }
+    fault(0, R"({"mode":"stall","duration_ms":120000})");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the pod is silent now
+  }  // the client hangs up
+  EXPECT_GE(wait_metric("llmd_epp_pod_attempts_total{code=\"499\"}", 1), 1)
+      << stack_->metrics();
+  fault(0, R"({"mode":"none"})");
+  const std::string m = stack_->metrics();
+  EXPECT_EQ(metric_sum(m, "llmd_epp_pod_attempts_total{code=\"502\"}"), 0) << m;
+  EXPECT_EQ(metric_sum(m, "llmd_epp_pod_attempts_total{code=\"504\"}"), 0) << m;
+  // The pod is back (fresh metrics) with nothing in flight: it serves at once.
+  ASSERT_EQ(stack_->complete(words(10, "after"), 2).status, 200);
+  EXPECT_EQ(metric_sum(stack_->metrics(), "llmd_epp_pod_in_flight{"), 0);
+}
+
+// Headers the client names in Connection: are hop-by-hop and never reach the pod.
+TEST_F(LifecycleStack, HeadersNamedInConnectionAreNotForwarded) {
+  StackOptions o;
+  o.pods = 1;
+  o.predictors = 1;
+  o.modelsim_args = {"--api-key", "sk-pool"};
+  start(o);
+  // The pod needs the key: named in Connection, Authorization is dropped (the pod's 401);
+  // otherwise it travels on.
+  auto dropped = stack_->complete(words(10, "c"), 2, false,
+                                  {{"Authorization", "Bearer sk-pool"},
+                                   {"Connection", "keep-alive, Authorization"}});
+  EXPECT_EQ(dropped.status, 401) << dropped.body;
+  auto kept = stack_->complete(words(10, "c"), 2, false,
+                               {{"Authorization", "Bearer sk-pool"},
+                                {"Connection", "keep-alive, x-other"}});
+  EXPECT_EQ(kept.status, 200) << kept.body;
+}
+
 // Bodies held at once are bounded: past the budget a request gets 503 + Retry-After before its
 // body is read, and is served again once memory is free.
 TEST_F(LifecycleStack, RequestBodiesBeyondTheBudgetGetA503UntilMemoryIsFree) {
