@@ -185,6 +185,9 @@ int run(int argc, char** argv) {
   fo.admin_token = o.str("admin-token");
   TrainingFeedback feedback(fo, &registry);
   RequestMetrics request_metrics(registry);
+  request_metrics.set_pool_serves([&pods](const std::string& model) {
+    return pods.serves_model(model);
+  });
   CompletionFanout sinks;
   sinks.add(feedback);
   sinks.add(request_metrics);

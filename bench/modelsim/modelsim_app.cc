@@ -40,14 +40,13 @@ struct ModelSim::Impl {
     std::size_t listener = 0;
   };
 
-  // The server core answers its own errors (413, 431, 400) in vLLM's error shape, as vLLM
-  // does, and a stopping simulator drops its connections at once.
+  // The server core answers its own errors (413, 431, 400) as OpenAI error objects, and a stopping simulator drops its connections at once.
   static http::StreamServerOptions server_options(http::StreamServerOptions o) {
     o.server_name = "modelsim";
     o.drain_timeout = std::chrono::milliseconds(0);
     if (!o.error_response) {
       o.error_response = [](int status, const std::string& message) {
-        return error_response(status, message, "BadRequestError");
+        return error_response(status, message);
       };
     }
     return o;
@@ -158,14 +157,13 @@ struct ModelSim::Impl {
     const bool post = req.method == "POST";
 
     if (!config.api_key.empty() && path.starts_with("/v1/") &&
-        req.header("authorization") != "Bearer " + config.api_key) {
-      return stream->respond(http::Response::json(
-          401, nlohmann::json{{"error", {{"message", "Unauthorized"}, {"type", "invalid_request_error"},
-                                         {"param", nullptr}, {"code", 401}}}}));
+        http::require_bearer(config.api_key, req)) {
+      return stream->respond(error_response(
+          ProtocolError{401, "Unauthorized", "invalid_request_error", "", "invalid_api_key"}));
     }
     if (path == "/v1/completions" || path == "/v1/chat/completions") {
       if (!post) {
-        return stream->respond(http::Response::detail(405, "Method Not Allowed"));
+        return stream->respond(error_response(405, "Method Not Allowed"));
       }
       auto parsed = parse_inference_request(path == "/v1/chat/completions", req.body,
                                             config.protocol);
@@ -239,6 +237,8 @@ struct ModelSim::Impl {
       with_pod(h, [stream](double) {
         stream->respond(http::Response::json(200, Json{{"version", "modelsim"}}));
       });
+    } else if (path.starts_with("/v1/")) {
+      stream->respond(error_response(404, "Not Found: " + req.method + " " + path));
     } else {
       stream->respond(http::Response::detail(404, "Not Found"));
     }

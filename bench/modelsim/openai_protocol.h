@@ -21,17 +21,23 @@ struct InferenceRequest {
   bool chat = false;
   std::string model;
   std::vector<sim::TokenId> prompt_tokens;  // words of the prompt text (or given token ids)
+  // Prompts in a completions batch (a list of strings or of token-id lists): each gets its own
+  // choice. The engine simulates them as one sequence over all their tokens (an
+  // approximation: vLLM runs one sequence per prompt).
+  int prompts = 1;
   int64_t max_tokens = 0;
   bool stream = false;
   bool include_usage = false;
   int priority = 0;  // vLLM polarity (lower first)
 };
 
-// A request vLLM would refuse: HTTP status and an OpenAI-style error.
+// A request vLLM would refuse: HTTP status and the fields of an OpenAI error object.
 struct ProtocolError {
   int status = 400;
   std::string message;
-  std::string type = "BadRequestError";
+  std::string type = "invalid_request_error";
+  std::string param;  // the offending request field; empty: null
+  std::string code;   // e.g. "model_not_found"; empty: null
 };
 
 // Parses the JSON body of /v1/completions (chat = false) or /v1/chat/completions (chat = true).
@@ -41,11 +47,12 @@ std::variant<InferenceRequest, ProtocolError> parse_inference_request(bool chat,
                                                                       std::string_view body,
                                                                       const ProtocolConfig& cfg);
 
-// vLLM's error body: {"object":"error","message":...,"type":...,"param":null,"code":status}.
+// OpenAI's error object {"error": {"message", "type", "param", "code"}} (param and code a
+// string or null), which the official SDKs parse into their exception. vLLM's legacy
+// {"object": "error", ...} shape made the Node SDK report "(no body)".
 http::Response error_response(const ProtocolError& error);
-inline http::Response error_response(int status, std::string message, std::string type) {
-  return error_response(ProtocolError{status, std::move(message), std::move(type)});
-}
+// type from the status: invalid_request_error (4xx), server_error (5xx).
+http::Response error_response(int status, std::string message);
 
 struct Usage {
   int64_t prompt_tokens = 0;
@@ -56,7 +63,9 @@ struct Usage {
 // Formats one response. Chunks are complete SSE events ("data: {json}\n\n").
 class ResponseFormatter {
  public:
-  ResponseFormatter(bool chat, std::string id, int64_t created, std::string model);
+  // `choices`: one per prompt of a completions batch, all carrying the generated text.
+  ResponseFormatter(bool chat, std::string id, int64_t created, std::string model,
+                    int choices = 1);
 
   const std::string& id() const { return id_; }
   // Chat streams open with a role chunk (delta {"role":"assistant","content":""}); empty for
@@ -73,7 +82,9 @@ class ResponseFormatter {
   bool chat_;
   std::string id_;
   int64_t created_;
+  Usage scaled(const Usage& usage) const;  // completion tokens of every choice
   std::string model_;
+  int choices_;
 };
 
 }  // namespace llmd::modelsim

@@ -31,8 +31,7 @@ uint64_t Pod::handle_inference(InferenceRequest request, const std::string& requ
   advance(wall_ms);
   const FaultMode mode = fault_mode(wall_ms);
   if (mode == FaultMode::kError) {
-    auto r = error_response(500, "simulated engine failure (fault injection)",
-                            "InternalServerError");
+    auto r = error_response(500, "simulated engine failure (fault injection)");
     r.headers = response_headers(request_id);
     stream->respond(std::move(r));
     return 0;
@@ -47,14 +46,14 @@ uint64_t Pod::handle_inference(InferenceRequest request, const std::string& requ
   sr.priority = request.priority;
   const auto submitted = engine_.submit(std::move(sr));
   if (!submitted.accepted) {
-    auto r = error_response(400, submitted.error, "BadRequestError");
+    auto r = error_response(400, submitted.error);
     r.headers = response_headers(request_id);
     stream->respond(std::move(r));
     return 0;
   }
   const bool chat = request.chat;
   ResponseFormatter format(chat, (chat ? "chatcmpl-" : "cmpl-") + request_id, created_unix_s,
-                           config_.protocol.model_name);
+                           config_.protocol.model_name, request.prompts);
   Live live{std::move(request), stream, std::move(format)};
   live.request.prompt_tokens.clear();  // no longer needed; keep memory small
   live.request.prompt_tokens.shrink_to_fit();
@@ -222,8 +221,7 @@ double Pod::next_wakeup() const {
 http::Response Pod::health(double wall_ms) {
   advance(wall_ms);
   if (fault_mode(wall_ms) == FaultMode::kError) {
-    return error_response(500, "simulated engine failure (fault injection)",
-                          "InternalServerError");
+    return error_response(500, "simulated engine failure (fault injection)");
   }
   return http::Response::text(200, "");
 }

@@ -16,6 +16,19 @@ std::string to_lower(std::string_view s) {
 
 namespace {
 
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') {
+    return c - '0';
+  }
+  if (c >= 'a' && c <= 'f') {
+    return c - 'a' + 10;
+  }
+  if (c >= 'A' && c <= 'F') {
+    return c - 'A' + 10;
+  }
+  return -1;
+}
+
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) {
     return false;
@@ -37,6 +50,25 @@ bool iequals(std::string_view a, std::string_view b) {
 }
 
 }  // namespace
+
+std::optional<std::string> percent_decode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    const int hi = i + 2 < s.size() ? hex_value(s[i + 1]) : -1;
+    const int lo = i + 2 < s.size() ? hex_value(s[i + 2]) : -1;
+    if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
+      return std::nullopt;
+    }
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
 
 std::string_view Request::header(std::string_view name) const {
   // Names are stored lower-case, but callers may build Requests by hand in tests.
@@ -84,10 +116,14 @@ std::optional<Response> require_bearer(const std::string& token, const Request& 
   }
   const std::string_view got = req.header("authorization");
   // Constant-time comparison: the time to refuse does not tell how much of the token matched.
-  const std::string want = "Bearer " + token;
-  unsigned diff = got.size() != want.size() ? 1u : 0u;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    diff |= static_cast<unsigned>(want[i] ^ (i < got.size() ? got[i] : 0));
+  // The scheme is case-insensitive ("bearer x" is the same credential); the token is not.
+  constexpr std::string_view kScheme = "bearer ";
+  const bool scheme_ok =
+      got.size() >= kScheme.size() && iequals(got.substr(0, kScheme.size()), kScheme);
+  const std::string_view credential = scheme_ok ? got.substr(kScheme.size()) : std::string_view{};
+  unsigned diff = scheme_ok && credential.size() == token.size() ? 0u : 1u;
+  for (std::size_t i = 0; i < token.size(); ++i) {
+    diff |= static_cast<unsigned>(token[i] ^ (i < credential.size() ? credential[i] : 0));
   }
   if (diff == 0) {
     return std::nullopt;

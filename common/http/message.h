@@ -19,6 +19,10 @@ struct Header {
 // ASCII lower-case (header names are case-insensitive; the project keeps them lower-case).
 std::string to_lower(std::string_view s);
 
+// RFC 3986 percent-decoding of one path segment ("meta-llama%2FLlama" -> "meta-llama/Llama");
+// '+' stays '+'. nullopt when a '%' is not followed by two hex digits or the result holds NUL.
+std::optional<std::string> percent_decode(std::string_view s);
+
 struct Request {
   std::string method;  // "GET", "POST", ...
   std::string target;  // raw request target, e.g. "/model/ttft/info?x=1"
@@ -26,7 +30,8 @@ struct Request {
   std::string query;   // text after '?', empty if none
   std::vector<Header> headers;
   std::string body;
-  // Filled by the Router for `{param}` segments, in pattern order.
+  // Filled by the Router for `{param}` segments, in pattern order, percent-decoded (a segment
+  // that does not decode is kept as sent).
   std::vector<std::pair<std::string, std::string>> path_params;
 
   // Case-insensitive header lookup; empty view when absent.
@@ -35,7 +40,8 @@ struct Request {
 };
 
 // Bearer-token check of an admin endpoint: nullopt when `token` is empty (no token configured)
-// or the request carries "Authorization: Bearer <token>"; else the 401 to answer.
+// or the request carries "Authorization: Bearer <token>" (the scheme in any case, RFC 9110
+// section 11.1); else the 401 to answer.
 struct Response;
 std::optional<Response> require_bearer(const std::string& token, const Request& req);
 

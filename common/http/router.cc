@@ -110,7 +110,9 @@ Response Router::route(Request& request) const {
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const auto& seg = best->segments[i];
     if (is_param(seg)) {
-      request.path_params.emplace_back(seg.substr(1, seg.size() - 2), std::string(parts[i]));
+      auto decoded = percent_decode(parts[i]);
+      request.path_params.emplace_back(seg.substr(1, seg.size() - 2),
+                                       decoded ? std::move(*decoded) : std::string(parts[i]));
     }
   }
   return best->handler(request);

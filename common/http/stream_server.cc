@@ -332,6 +332,22 @@ class StreamServer::Impl::Session final : public ResponseStream,
     if (ec) {
       return on_read_error(ec);
     }
+    // "chunked" is the only transfer coding this server decodes; any other (gzip, ...) gets
+    // 501 (RFC 9112 section 6.1), never a handler's guess at an undecoded body.
+    if (const auto te = parser_->get().find(bhttp::field::transfer_encoding);
+        te != parser_->get().end()) {
+      std::string_view coding(te->value().data(), te->value().size());
+      while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) {
+        coding.remove_prefix(1);
+      }
+      while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) {
+        coding.remove_suffix(1);
+      }
+      if (!beast::iequals(beast::string_view(coding.data(), coding.size()), "chunked")) {
+        return send_error(501, "Transfer-Encoding '" + std::string(coding) +
+                                   "' is not implemented (only chunked)");
+      }
+    }
     // The body's bytes count against the server's budget from now until the answer is out.
     const std::size_t length = static_cast<std::size_t>(parser_->content_length().value_or(0));
     if (length <= server_.options.body_limit) {  // larger ones get their 413 from the parser

@@ -240,6 +240,14 @@ std::size_t PodRegistry::ready_count(std::chrono::steady_clock::time_point now) 
       pods_.begin(), pods_.end(), [&](const auto& kv) { return routable(kv.second, h, now); }));
 }
 
+bool PodRegistry::serves_model(const std::string& model) const {
+  std::lock_guard lock(mu_);
+  return std::any_of(pods_.begin(), pods_.end(), [&](const auto& kv) {
+    const auto& models = kv.second.metrics.models;
+    return std::find(models.begin(), models.end(), model) != models.end();
+  });
+}
+
 void PodRegistry::on_dispatch(const std::string& name, int64_t input_tokens) {
   std::lock_guard lock(mu_);
   auto it = pods_.find(name);

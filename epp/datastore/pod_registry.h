@@ -45,6 +45,9 @@ class PodRegistry {
   std::vector<Endpoint> candidates(std::chrono::steady_clock::time_point now) const;
   // How many pods candidates() would return: what the EPP can route to now.
   std::size_t ready_count(std::chrono::steady_clock::time_point now) const;
+  // Whether a pod of the pool names `model` in its scraped `model_name` labels (stale or
+  // ejected pods included: the name is the pool's, whatever the pod's health now).
+  bool serves_model(const std::string& model) const;
 
   struct Health {
     std::size_t pods = 0;     // in the pool

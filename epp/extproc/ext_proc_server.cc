@@ -57,6 +57,18 @@ class ProcessReactor final
       maybe_finish();
       return;
     }
+    if (incoming_.request_case() == pb::ProcessingRequest::REQUEST_NOT_SET) {
+      // Nothing this EPP can answer (bytes that decoded to no known request, e.g. another
+      // protocol or version): an error status, so the gateway applies its failure mode
+      // instead of waiting for a response that never comes.
+      stream_->cancel();
+      reads_done_ = true;
+      error_ = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "ProcessingRequest carries no request_headers, request_body, "
+                            "response_headers, response_body or trailers");
+      maybe_finish();
+      return;
+    }
     stream_->on_message(incoming_);
     StartRead(&incoming_);
   }
@@ -109,7 +121,7 @@ class ProcessReactor final
   void maybe_finish() {
     if (reads_done_ && !writing_ && outgoing_.empty() && !finished_) {
       finished_ = true;
-      Finish(grpc::Status::OK);
+      Finish(error_);
     }
   }
 
@@ -121,6 +133,7 @@ class ProcessReactor final
   bool writing_ = false;                         // guarded by lock_->mu
   bool reads_done_ = false;                      // guarded by lock_->mu
   bool finished_ = false;                        // guarded by lock_->mu
+  grpc::Status error_ = grpc::Status::OK;        // guarded by lock_->mu; the stream's status
 };
 
 class Service final : public pb::ExternalProcessor::CallbackService {

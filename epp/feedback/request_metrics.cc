@@ -28,13 +28,18 @@ struct RequestMetrics::Families {
       return &prometheus::BuildCounter().Name(kPrefix + name).Help(help).Register(r);
     };
     ttft = hist("ttft_seconds",
-                "Observed time to first token, from the request's arrival at the EPP");
+                "Observed time to first token of streamed responses, from the request's arrival "
+                "at the EPP (a non-streaming answer has no first token and is not counted)");
+    // The Gateway API Inference Extension's name for the end-to-end latency.
+    duration = hist("duration_seconds",
+                    "End-to-end latency of every answered request, streamed or not, from its "
+                    "arrival at the EPP to the last byte");
     dispatch_delay = &prometheus::BuildHistogram()
                           .Name("llmd_epp_dispatch_delay_seconds")
                           .Help("Arrival at the EPP to dispatch to a pod: router queue and "
-                                "scheduling (included in the TTFT)")
+                                "scheduling (included in the TTFT and the duration)")
                           .Register(r);
-    ttft_gauge = gauge("ttft_seconds_gauge", "Last observed time to first token");
+    ttft_gauge = gauge("ttft_seconds_gauge", "Last observed time to first token (streams)");
     predicted_ttft = hist("predicted_ttft_seconds", "Predicted TTFT of the picked pod");
     predicted_ttft_gauge = gauge("predicted_ttft_seconds_gauge", "Last predicted TTFT");
     expected_ttft = &prometheus::BuildHistogram()
@@ -47,11 +52,13 @@ struct RequestMetrics::Families {
     tpot_gauge = gauge("tpot_seconds_gauge", "Last observed TPOT");
     predicted_tpot = hist("predicted_tpot_seconds", "Predicted TPOT of the picked pod");
     predicted_tpot_gauge = gauge("predicted_tpot_seconds_gauge", "Last predicted TPOT");
-    ttft_violation = gauge("ttft_slo_violation", "1 when the last request missed its TTFT SLO");
-    ttft_violation_total = counter("ttft_slo_violation_total", "Requests that missed their TTFT SLO");
+    ttft_violation =
+        gauge("ttft_slo_violation", "1 when the last stream missed its TTFT SLO");
+    ttft_violation_total =
+        counter("ttft_slo_violation_total", "Streams that missed their TTFT SLO");
     tpot_violation = gauge("tpot_slo_violation", "1 when the last request missed its TPOT SLO");
     tpot_violation_total = counter("tpot_slo_violation_total", "Requests that missed their TPOT SLO");
-    ttft_threshold = gauge("ttft_slo_threshold_seconds", "TTFT SLO of the last request with one");
+    ttft_threshold = gauge("ttft_slo_threshold_seconds", "TTFT SLO of the last stream with one");
     tpot_threshold = gauge("tpot_slo_threshold_seconds", "TPOT SLO of the last request with one");
     requests = &prometheus::BuildCounter()
                     .Name("llmd_epp_requests_total")
@@ -64,8 +71,8 @@ struct RequestMetrics::Families {
                               "(502/504: no answer)")
                         .Register(r);
   }
-  prometheus::Family<prometheus::Histogram>*ttft, *predicted_ttft, *expected_ttft, *tpot,
-      *predicted_tpot, *dispatch_delay;
+  prometheus::Family<prometheus::Histogram>*ttft, *duration, *predicted_ttft, *expected_ttft,
+      *tpot, *predicted_tpot, *dispatch_delay;
   prometheus::Family<prometheus::Gauge>*ttft_gauge, *predicted_ttft_gauge, *tpot_gauge,
       *predicted_tpot_gauge, *ttft_violation, *tpot_violation, *ttft_threshold, *tpot_threshold;
   prometheus::Family<prometheus::Counter>*ttft_violation_total, *tpot_violation_total, *requests,
@@ -76,6 +83,7 @@ struct RequestMetrics::Children {
   Children(Families& f, const std::string& model, const std::string& target_model) {
     prometheus::Labels l{{"model_name", model}, {"target_model_name", target_model}};
     ttft = &f.ttft->Add(l, kSeconds);
+    duration = &f.duration->Add(l, kSeconds);
     predicted_ttft = &f.predicted_ttft->Add(l, kSeconds);
     expected_ttft = &f.expected_ttft->Add(l, kSeconds);
     tpot = &f.tpot->Add(l, kTpotSeconds);
@@ -94,7 +102,7 @@ struct RequestMetrics::Children {
     requests = f.requests;
     model_name = model;
   }
-  prometheus::Histogram *ttft, *predicted_ttft, *expected_ttft, *tpot, *predicted_tpot,
+  prometheus::Histogram *ttft, *duration, *predicted_ttft, *expected_ttft, *tpot, *predicted_tpot,
       *dispatch_delay;
   prometheus::Gauge *ttft_gauge, *predicted_ttft_gauge, *tpot_gauge, *predicted_tpot_gauge,
       *ttft_violation, *tpot_violation, *ttft_threshold, *tpot_threshold;
@@ -130,7 +138,10 @@ const std::string& RequestMetrics::label(const std::string& model, bool served) 
   if (served_models_.count(model) > 0) {
     return model;
   }
-  if (served && served_models_.size() < kMaxModelLabels) {
+  if (model.empty() || served_models_.size() >= kMaxModelLabels) {
+    return kOtherModel;
+  }
+  if (served || (pool_serves_ && pool_serves_(model))) {
     return *served_models_.insert(model).first;
   }
   return kOtherModel;
@@ -156,10 +167,17 @@ void RequestMetrics::on_completed(const CompletedRequest& done) {
   if (!done.success) {
     return;
   }
-  const double ttft_s = (done.dispatch_delay_ms + done.ttft_ms) / 1000.0;
   c.dispatch_delay->Observe(done.dispatch_delay_ms / 1000.0);
-  c.ttft->Observe(ttft_s);
-  c.ttft_gauge->Set(ttft_s);
+  c.duration->Observe((done.dispatch_delay_ms + done.e2e_ms) / 1000.0);
+  // Only a stream has a first token the client sees before the end; a non-streaming answer's
+  // "TTFT" would be its whole duration and inflate TTFT dashboards (training is apart: it
+  // takes that duration on purpose, see training_feedback.cc).
+  const bool has_first_token = done.request.streaming && done.first_token;
+  const double ttft_s = (done.dispatch_delay_ms + done.ttft_ms) / 1000.0;
+  if (has_first_token) {
+    c.ttft->Observe(ttft_s);
+    c.ttft_gauge->Set(ttft_s);
+  }
   std::optional<double> tpot_s;
   if (done.request.streaming && done.completion_tokens && *done.completion_tokens > 1) {
     tpot_s = (done.e2e_ms - done.ttft_ms) / 1000.0 / static_cast<double>(*done.completion_tokens - 1);
@@ -173,7 +191,7 @@ void RequestMetrics::on_completed(const CompletedRequest& done) {
     c.predicted_tpot->Observe(done.pod.latency->predicted_tpot_ms / 1000.0);
     c.predicted_tpot_gauge->Set(done.pod.latency->predicted_tpot_ms / 1000.0);
   }
-  if (done.request.slo_ttft_ms) {
+  if (done.request.slo_ttft_ms && has_first_token) {
     const double slo = *done.request.slo_ttft_ms / 1000.0;
     c.ttft_threshold->Set(slo);
     bool violated = ttft_s > slo;

@@ -361,17 +361,51 @@ std::string target_model(const ParsedRequest& parsed, const nlohmann::json& over
   return parsed.request.model;
 }
 
-std::string openai_error_body(int status, const std::string& message) {
+std::string openai_error_body(int status, const std::string& message,
+                              const std::optional<std::string>& param,
+                              const std::optional<std::string>& code) {
   const char* type = status == 429   ? "rate_limit_error"
                      : status == 404 ? "not_found_error"
                      : status == 401 ? "authentication_error"
                      : status < 500  ? "invalid_request_error"
                      : status == 503 ? "service_unavailable_error"
                                      : "server_error";
-  return nlohmann::json{{"error",
-                         {{"message", message}, {"type", type}, {"param", nullptr},
-                          {"code", status}}}}
-      .dump();
+  auto or_null = [](const std::optional<std::string>& v) {
+    return v ? Json(*v) : Json(nullptr);
+  };
+  return Json{{"error",
+               {{"message", message}, {"type", type}, {"param", or_null(param)},
+                {"code", or_null(code)}}}}
+      .dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+std::optional<std::string> error_param(std::string_view message) {
+  constexpr std::string_view kField = "field '";
+  if (!message.starts_with(kField)) {
+    return std::nullopt;
+  }
+  const auto end = message.find('\'', kField.size());
+  if (end == std::string_view::npos || end == kField.size()) {
+    return std::nullopt;
+  }
+  return std::string(message.substr(kField.size(), end - kField.size()));
+}
+
+std::string openai_error_body(int status, const std::string& message) {
+  std::optional<std::string> param;
+  std::optional<std::string> code;
+  if (status == 400) {
+    param = error_param(message);
+    if (param) {
+      code = message.find("is required") != std::string::npos ? "missing_required_parameter"
+                                                              : "invalid_value";
+    }
+  } else if (status == 429) {
+    code = "rate_limit_exceeded";
+  } else if (status == 401) {
+    code = "invalid_api_key";
+  }
+  return openai_error_body(status, message, param, code);
 }
 
 std::string new_request_id() {

@@ -73,8 +73,19 @@ std::string target_model(const ParsedRequest& parsed, const nlohmann::json& over
 int64_t count_words(std::string_view text);
 
 // The error object of the OpenAI API ({"error": {message, type, param, code}}), which the
-// official SDKs parse into their exception.
+// official SDKs parse into their exception. `param` names the offending request field or is
+// null; `code` is a short string ("invalid_value", "model_not_found", ...) or null, never a
+// number.
+std::string openai_error_body(int status, const std::string& message,
+                              const std::optional<std::string>& param,
+                              const std::optional<std::string>& code);
+// The same with param and code derived from the status and message: a 400 from
+// parse_openai_request names its field as "field '<path>' ..." (e.g. messages[0].content),
+// which becomes `param`; code: missing_required_parameter / invalid_value for such a field,
+// rate_limit_exceeded (429), invalid_api_key (401), else null.
 std::string openai_error_body(int status, const std::string& message);
+// The request field a parse_openai_request message names, or nullopt (headers, bad JSON).
+std::optional<std::string> error_param(std::string_view message);
 // A fresh x-request-id (32 hex digits) for requests that come without one.
 std::string new_request_id();
 

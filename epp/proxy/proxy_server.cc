@@ -75,13 +75,40 @@ bool is_hop_by_hop(std::string_view name) {
   return false;
 }
 
+// Whether `name` (lower-case) is listed in the message's Connection header: such headers are
+// hop-by-hop too and are not forwarded (RFC 9110 section 7.6.1).
+bool named_by_connection(const std::vector<llmd::http::Header>& headers, std::string_view name) {
+  for (const auto& h : headers) {
+    if (h.name != "connection") {
+      continue;
+    }
+    std::string_view list = h.value;
+    while (!list.empty()) {
+      const auto comma = list.find(',');
+      std::string_view token = list.substr(0, comma);
+      list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+      while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) {
+        token.remove_prefix(1);
+      }
+      while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) {
+        token.remove_suffix(1);
+      }
+      if (!token.empty() && llmd::http::to_lower(token) == name) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
 
 // The EPP's own error answer: the OpenAI error object, Retry-After on 429/503.
 llmd::http::Response error_response(int status, const std::string& detail,
-                                    const std::string& request_id = {}) {
+                                    const std::string& request_id = {},
+                                    std::optional<std::string> code = std::nullopt) {
   llmd::http::Response r;
   r.status = status;
-  r.body = openai_error_body(status, detail);
+  r.body = code ? openai_error_body(status, detail, std::nullopt, code)
+                : openai_error_body(status, detail);
   if (status == 429 || status == 503) {
     // Without it, SDKs retry at once; a second is the scale of a queue turning over.
     r.headers.push_back({"Retry-After", "1"});
@@ -355,9 +382,15 @@ struct ProxyServer::Impl {
       }
       return llmd::http::Response::json(200, nlohmann::json{{"object", "list"}, {"data", data}});
     }
-    const std::string id = path.substr(std::string_view("/v1/models/").size());
+    // SDKs encode the id as one segment (the Node SDK sends "meta-llama%2FLlama-3.1-8B").
+    const std::string raw = path.substr(std::string_view("/v1/models/").size());
+    const std::optional<std::string> decoded = llmd::http::percent_decode(raw);
+    if (!decoded) {
+      return error_response(400, "The model id '" + raw + "' is not validly percent-encoded");
+    }
+    const std::string& id = *decoded;
     if (models.count(id) == 0) {
-      return error_response(404, "The model '" + id + "' does not exist");
+      return error_response(404, "The model '" + id + "' does not exist", {}, "model_not_found");
     }
     return llmd::http::Response::json(200, card(id));
   }
@@ -469,7 +502,7 @@ struct ProxyServer::Impl {
     co_return rec;
   }
 
-  net::awaitable<Outcome> forward(llmd::http::ResponseStream& client, const ClientWatch& watch,
+  net::awaitable<Outcome> forward(llmd::http::ResponseStream& client, ClientWatch& watch,
                                   const llmd::http::Request& req, const ParsedRequest& parsed,
                                   const Upstream& target, RequestContext& request, int number) {
     const Endpoint& pod = target.pod;
@@ -485,7 +518,8 @@ struct ProxyServer::Impl {
     // OpenAI-Organization, trace context, ...); hop-by-hop ones and those the EPP sets do not.
     for (const auto& h : req.headers) {
       if (!is_hop_by_hop(h.name) && h.name != "host" && h.name != "content-length" &&
-          h.name != "content-type" && h.name != "expect" && h.name != "x-request-id") {
+          h.name != "content-type" && h.name != "expect" && h.name != "x-request-id" &&
+          !named_by_connection(req.headers, h.name)) {
         up.insert(h.name, h.value);
       }
     }
@@ -496,6 +530,23 @@ struct ProxyServer::Impl {
     up.body() = {target.body.data(), target.body.size()};
     up.prepare_payload();
     std::optional<beast::tcp_stream> upstream;
+    // A client that leaves ends the attempt at once, even while the pod is silent (a hung
+    // stream would otherwise hold the pod's in-flight count until the first-byte or idle
+    // timeout): the pending operation on the pod is cancelled. on_gone runs on this strand.
+    watch.on_gone = [&upstream] {
+      if (upstream) {
+        beast::error_code ignored;
+        upstream->socket().cancel(ignored);
+      }
+    };
+    struct ClearOnGone {
+      ClientWatch& w;
+      ~ClearOnGone() { w.on_gone = nullptr; }
+    } clear_on_gone{watch};
+    if (watch.gone) {
+      attempt.client_gone(Clock::now());
+      co_return Outcome::kClientGone;
+    }
     beast::flat_buffer ubuf;
     std::optional<bhttp::response_parser<bhttp::buffer_body>> rp;
     beast::error_code hec;
@@ -519,6 +570,10 @@ struct ProxyServer::Impl {
         }
       } else {
         rec = co_await connect(*upstream, pod.address);
+        if (rec && watch.gone) {
+          attempt.client_gone(Clock::now());
+          co_return Outcome::kClientGone;
+        }
         if (rec) {
           spdlog::warn("connect to pod {} ({}) failed: {}", pod.name, pod.address, rec.message());
           attempt.pod_failed(502, true, Clock::now());
@@ -544,6 +599,10 @@ struct ProxyServer::Impl {
       spdlog::debug("request {}: kept-alive connection to {} was closed ({}); a fresh one",
                     request_id, pod.address, hec.message());
       ubuf.clear();
+    }
+    if (hec && watch.gone) {
+      attempt.client_gone(Clock::now());  // cancelled by on_gone, not the pod's failure
+      co_return Outcome::kClientGone;
     }
     if (hec || rp->get().result_int() >= 500) {
       int status = hec ? 504 : rp->get().result_int();
@@ -590,6 +649,10 @@ struct ProxyServer::Impl {
       co_await bhttp::async_read_some(*upstream, ubuf, *rp, redirect(rec2));
       if (rec2 == bhttp::error::need_buffer) {
         rec2 = {};
+      }
+      if (rec2 && watch.gone) {
+        attempt.client_gone(Clock::now());  // cancelled by on_gone, not the pod's failure
+        co_return Outcome::kClientGone;
       }
       if (rec2) {
         ok = false;

@@ -114,5 +114,41 @@ TEST(HttpMessage, ResponseHelpers) {
   EXPECT_EQ(t.content_type, "text/plain; version=0.0.4");
 }
 
+TEST(HttpMessage, PercentDecodeHandlesSdkEncodingAndRejectsMalformedEscapes) {
+  EXPECT_EQ(percent_decode("meta-llama%2FLlama-3.1-8B-Instruct"), "meta-llama/Llama-3.1-8B-Instruct");
+  EXPECT_EQ(percent_decode("a%2fb%20c+d"), "a/b c+d");
+  EXPECT_EQ(percent_decode("plain"), "plain");
+  EXPECT_EQ(percent_decode("%E2%82%AC"), "\xE2\x82\xAC");
+  for (const char* bad : {"%", "%2", "a%zz", "%G1", "x%00y"}) {
+    EXPECT_EQ(percent_decode(bad), std::nullopt) << bad;
+  }
+}
+
+TEST(HttpRouter, PathParamsArePercentDecoded) {
+  Router router;
+  router.add("GET", "/model/{name}/info", tag("info"));
+  EXPECT_EQ(route_json(router, "GET", "/model/ttft%2Fx/info")["params"]["name"], "ttft/x");
+  // A segment that does not decode is handed over as sent; the handler decides.
+  EXPECT_EQ(route_json(router, "GET", "/model/a%zz/info")["params"]["name"], "a%zz");
+}
+
+TEST(HttpMessage, BearerSchemeIsCaseInsensitiveTokenIsNot) {
+  auto with = [](std::string value) {
+    Request r;
+    r.headers.push_back({"authorization", std::move(value)});
+    return r;
+  };
+  EXPECT_EQ(require_bearer("s3cret", with("Bearer s3cret")), std::nullopt);
+  EXPECT_EQ(require_bearer("s3cret", with("bearer s3cret")), std::nullopt);
+  EXPECT_EQ(require_bearer("s3cret", with("BEARER s3cret")), std::nullopt);
+  for (const char* bad : {"Bearer S3CRET", "Bearer s3cre", "Bearer s3cretx", "Basic s3cret",
+                          "s3cret", "Bearers3cret", ""}) {
+    auto refused = require_bearer("s3cret", with(bad));
+    ASSERT_TRUE(refused.has_value()) << bad;
+    EXPECT_EQ(refused->status, 401) << bad;
+  }
+  EXPECT_EQ(require_bearer("", with("")), std::nullopt);
+}
+
 }  // namespace
 }  // namespace llmd::http

@@ -125,6 +125,29 @@ TEST(HttpServer, BodyOverLimitIs413AndServerKeepsServing) {
   EXPECT_EQ(other.get("/echo").status, 200);
 }
 
+// A transfer coding the server cannot decode is 501 (RFC 9112 section 6.1), not a handler's
+// 4xx about a body it never saw; "chunked" (any case) is served.
+TEST(HttpServer, UnknownTransferEncodingIs501) {
+  TestApp app;
+  RunningServer srv(local_options(), app.handler());
+  for (const char* coding : {"gzip", "gzip, chunked", "identity"}) {
+    RawSocket sock(srv.port());
+    ASSERT_TRUE(sock.send_all(std::string("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ") +
+                              coding + "\r\nContent-Type: application/json\r\n\r\n"
+                              "2\r\n{}\r\n0\r\n\r\n"));
+    const auto res = sock.read_response();
+    ASSERT_TRUE(res.has_value()) << coding;
+    EXPECT_EQ(res->rfind("HTTP/1.1 501", 0), 0u) << coding << "\n" << *res;
+    EXPECT_NE(res->find("not implemented"), std::string::npos) << *res;
+  }
+  RawSocket ok(srv.port());
+  ASSERT_TRUE(ok.send_all("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n"
+                          "2\r\n{}\r\n0\r\n\r\n"));
+  const auto res = ok.read_response();
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->rfind("HTTP/1.1 200", 0), 0u) << *res;
+}
+
 TEST(HttpServer, ChunkedBodyOverLimitIs413) {
   TestApp app;
   auto options = local_options();

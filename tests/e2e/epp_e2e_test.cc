@@ -59,14 +59,25 @@ TEST_F(EppStack, StreamingAndNonStreamingSucceedAndFeedbackTrainsAModel) {
   // Predictions were used and are compared with actuals in the metrics.
   std::string m = stack_->metrics();
   EXPECT_GT(metric_sum(m, "inference_objective_request_predicted_ttft_seconds_count{"), 0) << m;
-  EXPECT_GT(metric_sum(m, "inference_objective_request_ttft_seconds_count{"), 50);
+  // Only the 30 streams have a first token; all 60 have an end-to-end duration.
+  EXPECT_EQ(metric_sum(m, "inference_objective_request_ttft_seconds_count{"), 30);
+  EXPECT_EQ(metric_sum(m, "inference_objective_request_duration_seconds_count{"), 60);
   EXPECT_GT(metric_sum(m, "inference_objective_request_tpot_seconds_count{"), 0);
   EXPECT_GT(metric_sum(m, "llmd_epp_predictor_batch_rows_count"), 0);
-  // The client-facing TTFT counts the EPP's own time: every request's dispatch delay is
-  // observed, and the TTFT sum covers it.
+  // The client-facing latencies count the EPP's own time: every request's dispatch delay is
+  // observed, and the duration sum covers it.
   EXPECT_EQ(metric_sum(m, "llmd_epp_dispatch_delay_seconds_count{"), 60);
-  EXPECT_GT(metric_sum(m, "inference_objective_request_ttft_seconds_sum{"),
+  EXPECT_GT(metric_sum(m, "inference_objective_request_duration_seconds_sum{"),
             metric_sum(m, "llmd_epp_dispatch_delay_seconds_sum{"));
+  // Non-streaming requests leave the TTFT histogram as it was and add to the duration.
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(stack_->complete(words(30, "ns" + std::to_string(i)), 8, false).status, 200);
+  }
+  const std::string after = stack_->metrics();
+  EXPECT_EQ(metric_sum(after, "inference_objective_request_ttft_seconds_count{"), 30);
+  EXPECT_EQ(metric_sum(after, "inference_objective_request_ttft_seconds_sum{"),
+            metric_sum(m, "inference_objective_request_ttft_seconds_sum{"));
+  EXPECT_EQ(metric_sum(after, "inference_objective_request_duration_seconds_count{"), 65);
 }
 
 // Model discovery as the OpenAI SDKs do it (client.models.list / retrieve).
@@ -84,6 +95,21 @@ TEST_F(EppStack, ModelsListsWhatThePodsServe) {
   auto missing = stack_->client->get("/v1/models/no-such-model");
   EXPECT_EQ(missing.status, 404);
   EXPECT_EQ(Json::parse(missing.body)["error"]["type"], "not_found_error");
+  // The Node SDK's models.retrieve() encodes the id as one path segment.
+  ASSERT_EQ(stack_->model, "meta-llama/Llama-3.1-8B-Instruct");
+  auto encoded = stack_->client->get("/v1/models/meta-llama%2FLlama-3.1-8B-Instruct");
+  ASSERT_EQ(encoded.status, 200) << encoded.body;
+  EXPECT_EQ(Json::parse(encoded.body)["id"], stack_->model);
+  auto encoded_missing = stack_->client->get("/v1/models/org%2Fno-such-model");
+  ASSERT_EQ(encoded_missing.status, 404);
+  EXPECT_NE(Json::parse(encoded_missing.body)["error"]["message"].get<std::string>().find(
+                "'org/no-such-model'"),
+            std::string::npos)
+      << encoded_missing.body;
+  auto malformed = stack_->client->get("/v1/models/bad%zzid");
+  ASSERT_EQ(malformed.status, 400) << malformed.body;
+  EXPECT_NE(malformed.body.find("percent-encoded"), std::string::npos) << malformed.body;
+  EXPECT_EQ(stack_->client->get("/v1/models").status, 200);  // still serving
 }
 
 // Token-id prompts (what benchmark tools and pre-tokenizing clients send) are scheduled, and
@@ -285,7 +311,8 @@ TEST_F(EppSheddingStack, UnreachableSloShedsSheddableRequestButServesNormalOne) 
   const Json shed_error = Json::parse(shed.body)["error"];
   EXPECT_TRUE(shed_error["message"].is_string()) << shed.body;
   EXPECT_EQ(shed_error["type"], "rate_limit_error");
-  EXPECT_EQ(shed_error["code"], 429);
+  EXPECT_EQ(shed_error["code"], "rate_limit_exceeded");
+  EXPECT_TRUE(shed_error["param"].is_null());
   EXPECT_EQ(shed.header("retry-after"), "1");
   EXPECT_EQ(normal.status, 200) << normal.body;
 }

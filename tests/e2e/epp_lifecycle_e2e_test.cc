@@ -322,7 +322,7 @@ TEST_F(LifecycleStack, RequestCountsAreWhatClientsGotAndPodAttemptsApart) {
   Json body = {{"model", stack_->model}, {"prompt", std::string(200000, 'x')}, {"max_tokens", 2}};
   auto r = big.post("/v1/completions", body.dump());
   EXPECT_EQ(r.status, 413) << r.error;
-  EXPECT_EQ(Json::parse(r.body)["error"]["code"], 413);
+  EXPECT_TRUE(Json::parse(r.body)["error"]["code"].is_null()) << r.body;
   EXPECT_EQ(stack_->complete("{", 2, false, {}, Json{{"prompt", 7}}).status, 400);
   const std::string m = stack_->metrics();
   EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"502\""), 1) << m;
@@ -331,6 +331,76 @@ TEST_F(LifecycleStack, RequestCountsAreWhatClientsGotAndPodAttemptsApart) {
   EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"400\""), 1);
   EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"500\""), 0);
   EXPECT_EQ(metric_sum(m, "llmd_epp_pod_attempts_total{code=\"500\"}"), 2);
+}
+
+// Right after a start no pod has answered yet: rejections still carry the model's name, which
+// the pool's pods publish in their metrics; a name the pool does not serve stays "other".
+TEST_F(LifecycleStack, RejectionsBeforeTheFirstSuccessCarryTheModelName) {
+  StackOptions o;
+  o.pods = 1;
+  o.predictors = 1;
+  o.epp_args = {"--outlier-consecutive-failures", "1", "--panic-threshold-percent", "0"};
+  start(o);
+  fault(0, R"({"mode":"error","duration_ms":60000})");
+  EXPECT_EQ(stack_->complete(words(10, "l0"), 2).status, 502);  // the only pod answers 500
+  EXPECT_EQ(stack_->complete(words(10, "l1"), 2).status, 503);  // it is ejected
+  EXPECT_EQ(stack_->complete(words(10, "l2"), 2, false, {}, Json{{"model", "no-such"}}).status,
+            503);
+  const std::string m = stack_->metrics();
+  const std::string named = "llmd_epp_requests_total{code=\"503\",model_name=\"" + stack_->model;
+  EXPECT_EQ(metric_sum(m, named), 1) << m;
+  EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"502\",model_name=\"" + stack_->model),
+            1);
+  EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"503\",model_name=\"other\""), 1);
+  EXPECT_EQ(m.find("no-such"), std::string::npos);
+}
+
+// A client that abandons a stream the pod stopped sending releases the pod's in-flight count
+// at once, not after the upstream idle timeout (60 s): the EPP notices the client is gone and
+// ends the attempt as a client abort (499), not as a pod failure.
+TEST_F(LifecycleStack, ClientThatAbandonsAHungStreamReleasesThePodAtOnce) {
+  StackOptions o;
+  o.pods = 1;
+  o.predictors = 1;
+  o.epp_args = {"--upstream-first-byte-timeout-ms", "60000"};
+  start(o);
+  {
+    RawSocket client(stack_->epp_port);
+    ASSERT_TRUE(client.send_all(raw_request(words(20, "hung"), 2000, true)));
+    while (client.buffered().find("data: ") == std::string::npos) {
+      ASSERT_GT(client.read_some(), 0) << client.buffered();
+    }
+    fault(0, R"({"mode":"stall","duration_ms":120000})");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the pod is silent now
+  }  // the client hangs up
+  EXPECT_GE(wait_metric("llmd_epp_pod_attempts_total{code=\"499\"}", 1), 1)
+      << stack_->metrics();
+  fault(0, R"({"mode":"none"})");
+  const std::string m = stack_->metrics();
+  EXPECT_EQ(metric_sum(m, "llmd_epp_pod_attempts_total{code=\"502\"}"), 0) << m;
+  EXPECT_EQ(metric_sum(m, "llmd_epp_pod_attempts_total{code=\"504\"}"), 0) << m;
+  // The pod is back (fresh metrics) with nothing in flight: it serves at once.
+  ASSERT_EQ(stack_->complete(words(10, "after"), 2).status, 200);
+  EXPECT_EQ(metric_sum(stack_->metrics(), "llmd_epp_pod_in_flight{"), 0);
+}
+
+// Headers the client names in Connection: are hop-by-hop and never reach the pod.
+TEST_F(LifecycleStack, HeadersNamedInConnectionAreNotForwarded) {
+  StackOptions o;
+  o.pods = 1;
+  o.predictors = 1;
+  o.modelsim_args = {"--api-key", "sk-pool"};
+  start(o);
+  // The pod needs the key: named in Connection, Authorization is dropped (the pod's 401);
+  // otherwise it travels on.
+  auto dropped = stack_->complete(words(10, "c"), 2, false,
+                                  {{"Authorization", "Bearer sk-pool"},
+                                   {"Connection", "keep-alive, Authorization"}});
+  EXPECT_EQ(dropped.status, 401) << dropped.body;
+  auto kept = stack_->complete(words(10, "c"), 2, false,
+                               {{"Authorization", "Bearer sk-pool"},
+                                {"Connection", "keep-alive, x-other"}});
+  EXPECT_EQ(kept.status, 200) << kept.body;
 }
 
 // Bodies held at once are bounded: past the budget a request gets 503 + Retry-After before its
@@ -382,10 +452,30 @@ TEST_F(LifecycleStack, EveryEppErrorIsAnOpenAiErrorObject) {
     int status;
     const char* type;
     http::ClientResponse got;
+    Json param = nullptr;  // the offending field of a 400, else null
+    Json code = nullptr;   // a string or null, never a number
+  };
+  auto body_with = [&](Json extra) {
+    Json b = {{"model", stack_->model}, {"prompt", "hi"}, {"max_tokens", 2}};
+    b.merge_patch(extra);
+    return b.dump();
   };
   std::vector<Case> cases = {
       {400, "invalid_request_error", c.post("/v1/completions", "{not json")},
+      {400, "invalid_request_error", c.post("/v1/completions", body_with({{"max_tokens", "x"}})),
+       "max_tokens", "invalid_value"},
+      {400, "invalid_request_error", c.post("/v1/completions", body_with({{"model", nullptr}})),
+       "model", "missing_required_parameter"},
+      {400, "invalid_request_error",
+       c.post("/v1/chat/completions",
+              Json{{"model", stack_->model}, {"messages", {{{"role", "user"}, {"content", 7}}}}}
+                  .dump()),
+       "messages[0].content", "invalid_value"},
+      {400, "invalid_request_error",
+       c.post("/v1/completions", body_with({{"stream_options", {{"include_usage", 1}}}})),
+       "stream_options.include_usage", "invalid_value"},
       {404, "not_found_error", c.post("/v1/embeddings", ok_body)},
+      {404, "not_found_error", c.get("/v1/models/org%2Fnone"), nullptr, "model_not_found"},
       {405, "invalid_request_error", c.get("/v1/chat/completions")},
       {413, "invalid_request_error",
        c.post("/v1/completions", Json{{"model", stack_->model}, {"prompt", std::string(9000, 'x')}}.dump())},
@@ -397,8 +487,10 @@ TEST_F(LifecycleStack, EveryEppErrorIsAnOpenAiErrorObject) {
     const Json e = Json::parse(k.got.body)["error"];
     EXPECT_TRUE(e["message"].is_string()) << k.status;
     EXPECT_EQ(e["type"], k.type) << k.status;
-    EXPECT_TRUE(e.contains("param")) << k.status;
-    EXPECT_EQ(e["code"], k.status);
+    ASSERT_TRUE(e.contains("param")) << k.got.body;
+    EXPECT_EQ(e["param"], k.param) << k.got.body;
+    ASSERT_TRUE(e.contains("code")) << k.got.body;
+    EXPECT_EQ(e["code"], k.code) << k.got.body;
     EXPECT_EQ(k.got.header("content-type"), "application/json") << k.status;
     EXPECT_EQ(!k.got.header("retry-after").empty(), k.status == 503 || k.status == 429) << k.status;
   }

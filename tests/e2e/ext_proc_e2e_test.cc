@@ -300,6 +300,29 @@ TEST_F(ExtProcStack, BufferedCompletionsGetThePickWithTheBodyAnswer) {
   EXPECT_EQ(metric_sum(stack_->metrics(), "llmd_epp_requests_total{code=\"200\""), 1);
 }
 
+// A message the EPP cannot make sense of (it decodes to no known request: unknown fields of
+// another protocol, or an empty message) ends the stream with an error status, not with OK
+// and no response (the gateway would wait for one, then treat the exchange as a success).
+TEST_F(ExtProcStack, UndecodableMessageEndsTheStreamWithAnError) {
+  start_gateway_mode();
+  GatewayExchange x(*stub_);
+  pb::ProcessingRequest junk;
+  // Field 999, a length-delimited blob: kept as an unknown field, no request set.
+  junk.GetReflection()->MutableUnknownFields(&junk)->AddLengthDelimited(999, "\x01\x02garbage");
+  ASSERT_TRUE(x.send(junk));
+  EXPECT_FALSE(x.receive().has_value());
+  const grpc::Status status = x.finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  // The server goes on serving well-formed exchanges.
+  GatewayExchange ok(*stub_);
+  ASSERT_TRUE(ok.send(request_headers("/v1/completions", true)));
+  ASSERT_TRUE(ok.send(body_chunk("{\"prompt\": ", true)));
+  auto r = ok.receive();
+  ASSERT_TRUE(r && r->has_immediate_response());
+  EXPECT_EQ(r->immediate_response().status().code(), 400);
+  ok.finish();
+}
+
 TEST_F(ExtProcStack, RefusalsComeBackAsImmediateResponses) {
   start_gateway_mode();
   {

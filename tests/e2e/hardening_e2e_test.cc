@@ -266,6 +266,11 @@ TEST(Hardening, PredictorReloadNeedsItsToken) {
   EXPECT_EQ(c.post("/reload", "").status, 401);
   EXPECT_EQ(c.request("POST", "/reload", "", "application/json", {{"Authorization", "Bearer k"}}).status,
             200);
+  // The scheme is case-insensitive (RFC 9110 section 11.1); the token is not.
+  EXPECT_EQ(c.request("POST", "/reload", "", "application/json", {{"Authorization", "bearer k"}}).status,
+            200);
+  EXPECT_EQ(c.request("POST", "/reload", "", "application/json", {{"Authorization", "bearer K"}}).status,
+            401);
 }
 
 }  // namespace

@@ -209,9 +209,21 @@ TEST_F(ModelsimE2E, BadRequestsGetVllmErrors) {
   auto bad = fetch("127.0.0.1", port(0), "POST", "/v1/completions", "{not json");
   EXPECT_EQ(bad.status, 400);
   auto err = Json::parse(bad.body);
-  EXPECT_EQ(err["object"], "error");
-  EXPECT_EQ(err["code"], 400);
-  EXPECT_EQ(post(0, "/v1/completions", {{"prompt", "a"}, {"model", "nope"}}).status, 404);
+  ASSERT_TRUE(err.contains("error")) << bad.body;  // OpenAI's shape, which the SDKs parse
+  EXPECT_EQ(err["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(err["error"]["code"].is_null());
+  auto missing = post(0, "/v1/completions", {{"prompt", "a"}, {"model", "nope"}});
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(Json::parse(missing.body)["error"]["code"], "model_not_found") << missing.body;
+  // Token-id prompts, lists of token-id lists and multi-prompt lists, as vLLM accepts them.
+  for (const Json& prompt : {Json::array({1, 2, 3}), Json::array({Json::array({1, 2, 3})}),
+                             Json::array({Json::array({1, 2}), Json::array({3, 4})}),
+                             Json::array({"a b", "c d"})}) {
+    auto r = post(0, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 2}});
+    ASSERT_EQ(r.status, 200) << prompt << r.body;
+    const std::size_t want = prompt[0].is_number() ? 1 : prompt.size();
+    EXPECT_EQ(Json::parse(r.body)["choices"].size(), want) << prompt;
+  }
   EXPECT_EQ(post(0, "/v1/completions", {{"prompt", "a"}, {"max_tokens", -1}}).status, 400);
   EXPECT_EQ(get(0, "/nowhere").status, 404);
   EXPECT_EQ(get(0, "/v1/completions").status, 405);
@@ -324,7 +336,7 @@ TEST_F(ModelsimE2E, ErrorFaultAnswers500UntilCleared) {
   fault(1, {{"mode", "error"}});
   auto r = post(1, "/v1/completions", {{"prompt", "a b"}, {"max_tokens", 2}, {"stream", true}});
   EXPECT_EQ(r.status, 500);
-  EXPECT_EQ(Json::parse(r.body)["object"], "error");
+  EXPECT_EQ(Json::parse(r.body)["error"]["type"], "server_error");
   EXPECT_EQ(get(1, "/health").status, 500);
   EXPECT_EQ(get(1, "/metrics").status, 200);
   EXPECT_EQ(post(0, "/v1/completions", {{"prompt", "a b"}, {"max_tokens", 2}}).status, 200);

@@ -93,10 +93,57 @@ TEST(ModelsimProtocol, ParsesCompletionsAndChat) {
   EXPECT_EQ(bad(false, R"({"prompt":"a","stream_options":{"include_usage":true}})").status, 400);
   EXPECT_EQ(bad(true, R"({"messages":[]})").status, 400);
   EXPECT_EQ(bad(false, R"({"prompt":"a","model":"other"})").status, 404);
+  // OpenAI's error object (not vLLM's legacy {"object":"error"}): param names the field,
+  // code is a string or null.
   auto e = Json::parse(error_response(bad(false, "[1,")).body);
-  EXPECT_EQ(e["object"], "error");
-  EXPECT_EQ(e["code"], 400);
-  EXPECT_EQ(e["type"], "BadRequestError");
+  ASSERT_TRUE(e.contains("error")) << e;
+  EXPECT_FALSE(e.contains("object"));
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(e["error"]["param"].is_null());
+  EXPECT_TRUE(e["error"]["code"].is_null());
+  auto field = Json::parse(error_response(bad(false, R"({"prompt":"a","max_tokens":0})")).body);
+  EXPECT_EQ(field["error"]["param"], "max_tokens");
+  auto model = Json::parse(error_response(bad(false, R"({"prompt":"a","model":"x"})")).body);
+  EXPECT_EQ(model["error"]["code"], "model_not_found");
+  EXPECT_EQ(Json::parse(error_response(500, "boom").body)["error"]["type"], "server_error");
+  // Prompt forms vLLM rejects too.
+  for (const char* b : {R"({"prompt":[]})", R"({"prompt":[[]]})", R"({"prompt":[1,"a"]})",
+                        R"({"prompt":[-1]})", R"({"prompt":["a",7]})", R"({"prompt":{}})"}) {
+    EXPECT_EQ(bad(false, b).status, 400) << b;
+    EXPECT_EQ(bad(false, b).param, "prompt") << b;
+  }
+}
+
+// vLLM's completions prompt forms: token ids, lists of token-id lists, lists of strings. A
+// batch answers one choice per prompt.
+TEST(ModelsimProtocol, AcceptsTokenIdAndMultiPromptForms) {
+  auto ok = [](const std::string& body) {
+    auto r = parse_inference_request(false, body, ProtocolConfig{});
+    EXPECT_TRUE(std::holds_alternative<InferenceRequest>(r)) << body;
+    return std::holds_alternative<InferenceRequest>(r) ? std::get<InferenceRequest>(r)
+                                                       : InferenceRequest{};
+  };
+  const auto ids = ok(R"({"prompt":[1,2,3]})");
+  EXPECT_EQ(ids.prompt_tokens.size(), 3u);
+  EXPECT_EQ(ids.prompts, 1);
+  const auto nested = ok(R"({"prompt":[[1,2,3]]})");
+  EXPECT_EQ(nested.prompt_tokens, ids.prompt_tokens);
+  EXPECT_EQ(nested.prompts, 1);
+  const auto two_ids = ok(R"({"prompt":[[1,2],[3,4,5]]})");
+  EXPECT_EQ(two_ids.prompt_tokens.size(), 5u);
+  EXPECT_EQ(two_ids.prompts, 2);
+  const auto two_texts = ok(R"({"prompt":["a b","c"]})");
+  EXPECT_EQ(two_texts.prompt_tokens, sim::tokenize("a b c"));
+  EXPECT_EQ(two_texts.prompts, 2);
+  ResponseFormatter f(false, "cmpl-1", 100, "m", 2);
+  const Json full = Json::parse(f.full_response(" a", {5, 1, 0}));
+  ASSERT_EQ(full["choices"].size(), 2u);
+  EXPECT_EQ(full["choices"][1]["index"], 1);
+  EXPECT_EQ(full["choices"][1]["text"], " a");
+  EXPECT_EQ(full["usage"]["completion_tokens"], 2);
+  const std::string chunks = f.token_chunk(" w", false);
+  EXPECT_NE(chunks.find("\"index\":0"), std::string::npos);
+  EXPECT_NE(chunks.find("\"index\":1"), std::string::npos);
 }
 
 TEST(ModelsimProtocol, FormatsChunksLikeVllm) {

@@ -12,6 +12,41 @@
 namespace llmd::epp {
 namespace {
 
+// The EPP's error objects: OpenAI's shape, `param` the offending field of a 400, `code` a
+// string or null (the SDKs type it as a string).
+TEST(OpenAiError, ParamNamesTheFieldAndCodeIsAStringOrNull) {
+  ParsedRequest p;
+  auto error_of = [&](std::string_view path, std::string_view body) {
+    auto message = parse_openai_request(path, body, InboundHeaders{}, RequestDefaults{}, p);
+    EXPECT_TRUE(message.has_value()) << body;
+    return nlohmann::json::parse(openai_error_body(400, message.value_or("")))["error"];
+  };
+  auto e = error_of("/v1/completions", R"({"model":"m","prompt":"x","max_tokens":-1})");
+  EXPECT_EQ(e["param"], "max_tokens");
+  EXPECT_EQ(e["code"], "invalid_value");
+  EXPECT_EQ(e["type"], "invalid_request_error");
+  e = error_of("/v1/completions", R"({"prompt":"x"})");
+  EXPECT_EQ(e["param"], "model");
+  EXPECT_EQ(e["code"], "missing_required_parameter");
+  e = error_of("/v1/chat/completions", R"({"model":"m","messages":[{"role":"user","content":1}]})");
+  EXPECT_EQ(e["param"], "messages[0].content");
+  e = error_of("/v1/completions", "{oops");
+  EXPECT_TRUE(e["param"].is_null());
+  EXPECT_TRUE(e["code"].is_null());
+  EXPECT_EQ(error_param("header x-metadata must be a JSON object"), std::nullopt);
+  for (int status : {404, 405, 413, 502, 503, 504}) {
+    const auto other = nlohmann::json::parse(openai_error_body(status, "field 'x' is odd"))["error"];
+    EXPECT_TRUE(other["param"].is_null()) << status;
+    EXPECT_TRUE(other["code"].is_null()) << status;
+  }
+  EXPECT_EQ(nlohmann::json::parse(openai_error_body(429, "shed"))["error"]["code"],
+            "rate_limit_exceeded");
+  const auto named = nlohmann::json::parse(
+      openai_error_body(404, "no such model", std::nullopt, "model_not_found"))["error"];
+  EXPECT_EQ(named["code"], "model_not_found");
+  EXPECT_TRUE(named["param"].is_null());
+}
+
 TEST(OpenAiRequest, CompletionAndChatPromptsHeadersAndHints) {
   InboundHeaders h;
   h.request_id = "r1";
