@@ -27,21 +27,22 @@ namespace {
 // base its coefficients (ms per unit) and intercept; otherwise the booster's base score.
 void describe(const model::TargetModel& m, PublishedModels& out, int target) {
   const auto columns = model::column_info(m.feature_set());
-  out.importance[target] = m.booster().gain_importance(columns);
-  if (out.importance[target].empty()) {
-    // A model without splits (the cold-start constant): every column at 0, so that clients
-    // that look for the *_importance lines (the reference always has them) find them.
-    for (const auto& name : columns.names) {
-      out.importance[target].emplace_back(name, 0.0);
+  // Every column gets a line, 0 where no split or coefficient uses it: clients look features
+  // up by name (the reference's scikit-style importances list every feature).
+  const auto gains = m.booster().gain_importance(columns);
+  out.importance[target].clear();
+  for (const auto& name : columns.names) {
+    double gain = 0.0;
+    for (const auto& [feature, g] : gains) {
+      gain = feature == name ? g : gain;
     }
+    out.importance[target].emplace_back(name, gain);
   }
   out.coef[target].clear();
   if (const auto& base = m.linear_base()) {
     out.intercept[target] = base->intercept;
-    for (std::size_t c = 0; c < base->coef.size(); ++c) {
-      if (base->coef[c] != 0.0) {
-        out.coef[target].emplace_back(columns.names[c], base->coef[c]);
-      }
+    for (std::size_t c = 0; c < base->coef.size() && c < columns.names.size(); ++c) {
+      out.coef[target].emplace_back(columns.names[c], base->coef[c]);
     }
   } else {
     out.intercept[target] = m.base_score();

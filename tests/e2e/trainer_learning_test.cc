@@ -200,8 +200,12 @@ TEST(TrainerExport, SeedBundleStartsANewTrainer) {
     ASSERT_EQ(trees.status, 200) << target << ": " << trees.body.substr(0, 300);
     EXPECT_EQ(Json::parse(trees.body).size(), 200u) << target;
   }
-  EXPECT_NE(t.get("/metrics").body.find("ttft_coef{feature=\"num_request_waiting\"}"),
-            std::string::npos);
+  const std::string metrics = t.get("/metrics").body;
+  EXPECT_NE(metrics.find("ttft_coef{feature=\"num_request_waiting\"}"), std::string::npos);
+  // Every feature has its coef and importance lines, 0 included (the reference's clients look
+  // prefix_cache_score up by name whichever lines the model type has).
+  EXPECT_NE(metrics.find("ttft_coef{feature=\"prefix_cache_score\"}"), std::string::npos);
+  EXPECT_NE(metrics.find("ttft_importance{feature=\"prefix_cache_score\"}"), std::string::npos);
   auto r = t.get("/model/export");
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.header("content-type"), "application/gzip");
