@@ -100,13 +100,21 @@ std::string url_encode(const std::string& s) {
   return out;
 }
 
-std::string selector_query(const std::map<std::string, std::string>& selector) {
+// "k=v,k2=v2": as logged; selector_query() is its URL-encoded form.
+std::string selector_text(const std::map<std::string, std::string>& selector) {
   std::string s;
   for (const auto& [k, v] : selector) {
     s += (s.empty() ? "" : ",") + k + "=" + v;
   }
-  return url_encode(s);
+  return s;
 }
+
+std::string selector_query(const std::map<std::string, std::string>& selector) {
+  return url_encode(selector_text(selector));
+}
+
+// Pods asked for per list page: the API server may answer fewer, with a continue token.
+constexpr std::size_t kListPageSize = 500;
 
 }  // namespace
 
@@ -389,7 +397,7 @@ struct PodDiscovery::Impl {
     }
     if (next != selector || next_port != port) {
       spdlog::info("discovery: InferencePool {}/{} selects {} on port {}", namespace_,
-                   options.pool_name, selector_query(next), next_port);
+                   options.pool_name, selector_text(next), next_port);
       relist = true;
     }
     selector = std::move(next);
@@ -419,17 +427,47 @@ struct PodDiscovery::Impl {
     publish(endpoints);
   }
 
+  // Lists the selected pods page by page (following `continue`, as the API server pages large
+  // lists whatever limit is asked), up to max_pods.
   bool list(PodTracker& tracker, std::string& error) {
-    int status = 0;
-    auto pods = get_json("/api/v1/namespaces/" + namespace_ + "/pods?labelSelector=" +
-                             selector_query(selector) + "&limit=" + std::to_string(options.max_pods),
-                         status, error);
-    if (!pods) {
-      error = "pod list: " + (error.empty() ? "HTTP " + std::to_string(status) : error);
-      return false;
+    Json merged = {{"items", Json::array()}, {"metadata", Json::object()}};
+    std::string token;
+    int pages = 0;
+    do {
+      int status = 0;
+      const std::size_t page_size = std::min(kListPageSize, options.max_pods);
+      auto page = get_json("/api/v1/namespaces/" + namespace_ + "/pods?labelSelector=" +
+                               selector_query(selector) + "&limit=" + std::to_string(page_size) +
+                               (token.empty() ? "" : "&continue=" + url_encode(token)),
+                           status, error);
+      if (!page || !page->is_object()) {
+        // An expired continue token (410) included: the next attempt lists from the start.
+        error = "pod list: " + (error.empty() ? "HTTP " + std::to_string(status) : error);
+        return false;
+      }
+      if (auto items = page->find("items"); items != page->end() && items->is_array()) {
+        for (auto& item : *items) {
+          merged["items"].push_back(std::move(item));
+        }
+      }
+      const Json meta = page->value("metadata", Json::object());
+      if (pages++ == 0) {
+        merged["metadata"] = meta;  // every page of one list carries its resourceVersion
+      }
+      token = meta.is_object() && meta.value("continue", Json()).is_string()
+                  ? meta["continue"].get<std::string>()
+                  : std::string();
+      if (merged["items"].size() >= options.max_pods && !token.empty()) {
+        spdlog::warn("discovery: more than {} pods match {}; the rest are ignored",
+                     options.max_pods, selector_text(selector));
+        break;
+      }
+    } while (!token.empty());
+    if (pages > 1) {
+      spdlog::debug("discovery: pod list in {} pages ({} pods)", pages, merged["items"].size());
     }
     tracker.set_target_port(port);
-    tracker.replace_all(*pods);
+    tracker.replace_all(merged);
     announce(tracker.endpoints());
     relist = false;
     return true;

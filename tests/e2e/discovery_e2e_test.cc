@@ -82,6 +82,7 @@ class FakeApiServer {
     return true;
   }
   int lists() const { return lists_; }
+  int pages() const { return pages_; }
   std::string last_auth() {
     std::lock_guard lock(mu_);
     return auth_;
@@ -107,8 +108,26 @@ class FakeApiServer {
         return;
       }
       if (req.query.find("watch=1") == std::string::npos) {
-        ++lists_;
-        stream->respond(http::Response::json(200, list_));
+        // Pages of one pod each, as an API server may answer fewer items than the limit
+        // asks for: the rest comes with the continue token.
+        if (req.query.find("limit=") == std::string::npos) {
+          stream->respond(http::Response::detail(400, "a list without a limit"));
+          return;
+        }
+        const auto c = req.query.find("continue=");
+        const std::size_t offset =
+            c == std::string::npos ? 0 : std::stoul(req.query.substr(c + 9));
+        lists_ += offset == 0 ? 1 : 0;
+        ++pages_;
+        Json page = list_;
+        page["items"] = Json::array();
+        if (offset < list_["items"].size()) {
+          page["items"].push_back(list_["items"][offset]);
+        }
+        if (offset + 1 < list_["items"].size()) {
+          page["metadata"]["continue"] = std::to_string(offset + 1);
+        }
+        stream->respond(http::Response::json(200, page));
         return;
       }
       stream->begin_stream(200, "application/json", {});
@@ -126,6 +145,7 @@ class FakeApiServer {
   Json list_ = Json{{"kind", "PodList"}, {"metadata", {{"resourceVersion", "1"}}}, {"items", Json::array()}};
   http::ResponseStreamPtr watch_;
   std::atomic<int> lists_{0};
+  std::atomic<int> pages_{0};
   std::string auth_;
 };
 
@@ -174,6 +194,9 @@ TEST(Discovery, EppFollowsPodsAddedRemovedAndUnreadiedThroughListAndWatch) {
   ASSERT_TRUE(epp.wait_http_ok(health_port, "/readyz")) << epp.log();
   ASSERT_GE(until_ready_pods(metrics_port, 2), 0) << epp.log();
   EXPECT_EQ(api.lists(), 1);
+  EXPECT_EQ(api.pages(), 2) << "both pods, one page each, followed by continue";
+  EXPECT_NE(epp.log().find("selects app=vllm on port"), std::string::npos)
+      << "the selector is logged as written, not URL-encoded: " << epp.log();
 
   // A pod becomes ready: it joins.
   ASSERT_TRUE(api.event("ADDED", pod_object("c", "127.0.0.4", true, "11")));
@@ -206,6 +229,7 @@ TEST(Discovery, EppFollowsPodsAddedRemovedAndUnreadiedThroughListAndWatch) {
   const double relisted = until_ready_pods(metrics_port, 2);
   EXPECT_GE(relisted, 0) << epp.log();
   EXPECT_EQ(api.lists(), 2) << epp.log();
+  EXPECT_EQ(api.pages(), 4);
   // The service account token travels as a bearer token.
   EXPECT_EQ(api.last_auth(), "Bearer test-token");
   RecordProperty("seconds_to_follow_added_pod", std::to_string(added));
