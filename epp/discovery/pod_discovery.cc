@@ -353,7 +353,7 @@ struct PodDiscovery::Impl {
   bool read_pool(std::string& error) {
     if (options.pool_name.empty()) {
       selector = options.selector;
-      port = options.target_port;
+      ports = {options.target_port};
       return true;
     }
     const std::string v1 = "/apis/inference.networking.k8s.io/v1/namespaces/" + namespace_ +
@@ -384,24 +384,39 @@ struct PodDiscovery::Impl {
         }
       }
     }
-    uint16_t next_port = options.target_port;
-    if (auto ports = spec.find("targetPorts"); ports != spec.end() && ports->is_array() &&
-                                               !ports->empty()) {
-      next_port = static_cast<uint16_t>((*ports)[0].value("number", int{options.target_port}));
+    // v1 lists one port per serving process of a pod (e.g. a data-parallel rank): each is an
+    // endpoint of its own. v1alpha2 has one targetPortNumber.
+    std::vector<uint16_t> next_ports;
+    if (auto listed = spec.find("targetPorts"); listed != spec.end() && listed->is_array()) {
+      for (const auto& p : *listed) {
+        const int number = p.is_object() ? p.value("number", 0) : 0;
+        if (number > 0 && number <= 65535) {
+          next_ports.push_back(static_cast<uint16_t>(number));
+        }
+      }
     } else if (spec.contains("targetPortNumber")) {
-      next_port = static_cast<uint16_t>(spec.value("targetPortNumber", int{options.target_port}));
+      next_ports.push_back(
+          static_cast<uint16_t>(spec.value("targetPortNumber", int{options.target_port})));
+    }
+    if (next_ports.empty()) {
+      next_ports.push_back(options.target_port);
     }
     if (next.empty()) {
       error = "InferencePool " + options.pool_name + " has no selector";
       return false;
     }
-    if (next != selector || next_port != port) {
-      spdlog::info("discovery: InferencePool {}/{} selects {} on port {}", namespace_,
-                   options.pool_name, selector_text(next), next_port);
+    if (next != selector || next_ports != ports) {
+      std::string port_list;
+      for (auto p : next_ports) {
+        port_list += (port_list.empty() ? "" : ", ") + std::to_string(p);
+      }
+      spdlog::info("discovery: InferencePool {}/{} selects {} on port{} {}", namespace_,
+                   options.pool_name, selector_text(next), next_ports.size() > 1 ? "s" : "",
+                   port_list);
       relist = true;
     }
     selector = std::move(next);
-    port = next_port;
+    ports = std::move(next_ports);
     return true;
   }
 
@@ -466,7 +481,7 @@ struct PodDiscovery::Impl {
     if (pages > 1) {
       spdlog::debug("discovery: pod list in {} pages ({} pods)", pages, merged["items"].size());
     }
-    tracker.set_target_port(port);
+    tracker.set_target_ports(ports);
     tracker.replace_all(merged);
     announce(tracker.endpoints());
     relist = false;
@@ -570,7 +585,7 @@ struct PodDiscovery::Impl {
   std::thread thread;
   // Loop state (discovery thread only).
   std::map<std::string, std::string> selector;
-  uint16_t port = 0;
+  std::vector<uint16_t> ports;  // the pods' serving ports, one endpoint each
   bool relist = true;
   std::map<std::string, std::string> published;  // name -> address last published
 };

@@ -52,7 +52,7 @@ std::optional<PodConfig> PodTracker::endpoint_of(const Json& pod) const {
   }
   // IPv6 pod IPs need brackets in host:port.
   p.address = (ip.find(':') != std::string::npos ? "[" + ip + "]" : ip) + ":" +
-              std::to_string(target_port_);
+              std::to_string(target_ports_.front());
   if (const Json* labels = object_at(*meta, "labels")) {
     for (const auto& [k, v] : labels->items()) {
       // `pool` names a pool of model-level routing rules in the EPP; a Kubernetes label of
@@ -129,9 +129,19 @@ PodTracker::Outcome PodTracker::apply(const Json& event) {
 
 std::vector<PodConfig> PodTracker::endpoints() const {
   std::vector<PodConfig> out;
-  out.reserve(ready_.size());
+  out.reserve(ready_.size() * target_ports_.size());
   for (const auto& [name, p] : ready_) {
-    out.push_back(p);
+    if (target_ports_.size() == 1) {
+      out.push_back(p);
+      continue;
+    }
+    const std::string host = p.address.substr(0, p.address.rfind(':'));
+    for (std::size_t i = 0; i < target_ports_.size(); ++i) {
+      PodConfig rank = p;
+      rank.name = name + "-rank-" + std::to_string(i);
+      rank.address = host + ":" + std::to_string(target_ports_[i]);
+      out.push_back(std::move(rank));
+    }
   }
   return out;
 }

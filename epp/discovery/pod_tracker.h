@@ -21,7 +21,7 @@ namespace llmd::epp::discovery {
 
 class PodTracker {
  public:
-  explicit PodTracker(uint16_t target_port) : target_port_(target_port) {}
+  explicit PodTracker(uint16_t target_port) : target_ports_{target_port} {}
 
   // A PodList (the answer to a LIST): replaces everything. Returns whether endpoints changed.
   bool replace_all(const nlohmann::json& pod_list);
@@ -34,17 +34,24 @@ class PodTracker {
   // One watch event {"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": {...}}.
   Outcome apply(const nlohmann::json& event);
 
-  // The ready endpoints, by pod name.
+  // The ready endpoints, by pod name: one per pod, or with several target ports one per pod
+  // and port, named <pod>-rank-<i> in the ports' order.
   std::vector<PodConfig> endpoints() const;
   // Where the next watch resumes ("" before the first LIST).
   const std::string& resource_version() const { return resource_version_; }
-  void set_target_port(uint16_t port) { target_port_ = port; }
+  void set_target_port(uint16_t port) { target_ports_ = {port}; }
+  // Empty keeps the current ports.
+  void set_target_ports(const std::vector<uint16_t>& ports) {
+    if (!ports.empty()) {
+      target_ports_ = ports;
+    }
+  }
 
   // The endpoint a pod object describes, or nullopt when it is not ready to serve.
   std::optional<PodConfig> endpoint_of(const nlohmann::json& pod) const;
 
  private:
-  uint16_t target_port_;
+  std::vector<uint16_t> target_ports_;  // never empty; ready_ holds addresses on the first
   std::map<std::string, PodConfig> ready_;  // by pod name
   std::string resource_version_;
 };

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -31,7 +32,9 @@ Json pod_object(const std::string& name, const std::string& ip, bool ready, cons
 // The API server's side: answers are set by the test; the current watch stream gets events.
 class FakeApiServer {
  public:
-  explicit FakeApiServer(uint16_t target_port) : target_port_(target_port) {
+  // The InferencePool lists `ranks` target ports: target_port, target_port + 1, ...
+  explicit FakeApiServer(uint16_t target_port, int ranks = 1)
+      : target_port_(target_port), ranks_(ranks) {
     http::StreamServerOptions o;
     o.host = "127.0.0.1";
     o.io_threads = 1;
@@ -99,7 +102,7 @@ class FakeApiServer {
                     {"metadata", {{"name", "p"}, {"namespace", "llm"}}},
                     {"spec",
                      {{"selector", {{"matchLabels", {{"app", "vllm"}}}}},
-                      {"targetPorts", Json::array({{{"number", target_port_}}})}}}}));
+                      {"targetPorts", target_ports()}}}}));
       return;
     }
     if (req.path == "/api/v1/namespaces/llm/pods") {
@@ -137,7 +140,16 @@ class FakeApiServer {
     stream->respond(http::Response::detail(404, "not found: " + req.path));
   }
 
+  Json target_ports() const {
+    Json ports = Json::array();
+    for (int r = 0; r < ranks_; ++r) {
+      ports.push_back({{"number", target_port_ + r}});
+    }
+    return ports;
+  }
+
   uint16_t target_port_;
+  int ranks_;
   std::unique_ptr<http::StreamServer> server_;
   uint16_t port_ = 0;
   std::thread thread_;
@@ -234,6 +246,52 @@ TEST(Discovery, EppFollowsPodsAddedRemovedAndUnreadiedThroughListAndWatch) {
   EXPECT_EQ(api.last_auth(), "Bearer test-token");
   RecordProperty("seconds_to_follow_added_pod", std::to_string(added));
   RecordProperty("seconds_to_follow_unready_pod", std::to_string(unready));
+}
+
+// A v1 InferencePool with several targetPorts (one serving process per data-parallel rank): every
+// port of every ready pod is an endpoint, and requests reach each rank.
+TEST(Discovery, EveryTargetPortOfAPoolIsAnEndpoint) {
+  const uint16_t base = free_port_block(2);
+  ASSERT_NE(base, 0);
+  std::vector<std::unique_ptr<Process>> pods;
+  for (const char* ip : {"127.0.0.2", "127.0.0.3"}) {
+    pods.push_back(std::make_unique<Process>(
+        binary("bench/modelsim/modelsim"),
+        std::vector<std::string>{"--pods", "2", "--base-port", std::to_string(base), "--host",
+                                 ip}));
+  }
+  FakeApiServer api(base, 2);
+  api.set_list(Json::array({pod_object("a", "127.0.0.2", true, "5"),
+                            pod_object("b", "127.0.0.3", true, "6")}),
+               "10");
+  TempDir dir;
+  const std::string config = dir.file("epp.yaml");
+  std::ofstream(config) << "scrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: "
+                        << LLMD_SOURCE_DIR << "/epp/config/round-robin.yaml\n";
+  std::ofstream(dir.file("token")) << "test-token\n";
+  const uint16_t epp_port = free_port(), health_port = free_port(), metrics_port = free_port();
+  Process epp(binary("epp/epp"),
+              {"--config", config, "--host", "127.0.0.1", "--port", std::to_string(epp_port),
+               "--health-port", std::to_string(health_port), "--metrics-port",
+               std::to_string(metrics_port), "--pool-name", "p", "--pool-namespace", "llm",
+               "--kube-api-url", "http://127.0.0.1:" + std::to_string(api.port())},
+              {"EPP_KUBE_TOKEN_FILE=" + dir.file("token")});
+  ASSERT_TRUE(epp.wait_http_ok(health_port, "/readyz")) << epp.log();
+  ASSERT_GE(until_ready_pods(metrics_port, 4), 0) << epp.log();
+  EXPECT_NE(epp.log().find("on ports " + std::to_string(base) + ", " + std::to_string(base + 1)),
+            std::string::npos)
+      << epp.log();
+  std::set<std::string> reached;
+  http::HttpClient client("127.0.0.1", epp_port, std::chrono::seconds(30));
+  for (int i = 0; i < 12; ++i) {
+    Json body = {{"model", "meta-llama/Llama-3.1-8B-Instruct"},
+                 {"prompt", words(10, "r" + std::to_string(i))},
+                 {"max_tokens", 2}};
+    auto r = client.post("/v1/completions", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body << epp.log();
+    reached.insert(std::string(r.header("x-gateway-destination-endpoint")));
+  }
+  EXPECT_EQ(reached.size(), 4u) << "round-robin over both ranks of both pods";
 }
 
 // The in-cluster path: HTTPS with the CA the service account mounts. A one-connection-at-a-time

@@ -64,6 +64,29 @@ TEST(PodTracker, ListThenWatchEvents) {
   EXPECT_EQ(t.endpoints()[0].name, "b");
 }
 
+TEST(PodTracker, EveryTargetPortOfAPodIsAnEndpointOfItsOwn) {
+  PodTracker t(8000);
+  t.set_target_ports({8000, 8001});
+  t.replace_all(Json{{"metadata", {{"resourceVersion", "1"}}},
+                     {"items", Json::array({pod("a", "10.0.0.1", true), pod("b", "fd00::2", true)})}});
+  const auto e = t.endpoints();
+  ASSERT_EQ(e.size(), 4u);
+  EXPECT_EQ(e[0].name, "a-rank-0");
+  EXPECT_EQ(e[0].address, "10.0.0.1:8000");
+  EXPECT_EQ(e[1].name, "a-rank-1");
+  EXPECT_EQ(e[1].address, "10.0.0.1:8001");
+  EXPECT_EQ(e[1].labels.at("role"), "decode");
+  EXPECT_EQ(e[3].address, "[fd00::2]:8001");
+  t.set_target_ports({});  // no ports named: the last ones stay
+  EXPECT_EQ(t.endpoints().size(), 4u);
+  t.set_target_ports({9000});
+  t.replace_all(Json{{"metadata", {{"resourceVersion", "2"}}},
+                     {"items", Json::array({pod("a", "10.0.0.1", true)})}});
+  ASSERT_EQ(t.endpoints().size(), 1u);
+  EXPECT_EQ(t.endpoints()[0].name, "a") << "one port: the pod's own name";
+  EXPECT_EQ(t.endpoints()[0].address, "10.0.0.1:9000");
+}
+
 TEST(PodDiscoveryOptions, SelectorsParseOrNameTheBadPart) {
   auto s = parse_selector("app=vllm, tier = decode");
   EXPECT_EQ(s.at("app"), "vllm");
