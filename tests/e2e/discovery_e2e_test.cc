@@ -178,6 +178,28 @@ double until_ready_pods(uint16_t metrics_port, double n) {
   return -1;
 }
 
+// The EPP discovering pool "p" in namespace "llm" through `api`, with `pipeline` (a file of
+// epp/config) and a service account token.
+struct DiscoveringEpp {
+  DiscoveringEpp(FakeApiServer& api, const std::string& pipeline) {
+    std::ofstream(dir.file("epp.yaml")) << "scrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: "
+                                        << LLMD_SOURCE_DIR << "/epp/config/" << pipeline << "\n";
+    std::ofstream(dir.file("token")) << "test-token\n";
+    epp = std::make_unique<Process>(
+        binary("epp/epp"),
+        std::vector<std::string>{
+            "--config", dir.file("epp.yaml"), "--host", "127.0.0.1", "--port",
+            std::to_string(epp_port), "--health-port", std::to_string(health_port),
+            "--metrics-port", std::to_string(metrics_port), "--pool-name", "p",
+            "--pool-namespace", "llm", "--kube-api-url",
+            "http://127.0.0.1:" + std::to_string(api.port())},
+        std::vector<std::string>{"EPP_KUBE_TOKEN_FILE=" + dir.file("token")});
+  }
+  TempDir dir;
+  uint16_t epp_port = free_port(), health_port = free_port(), metrics_port = free_port();
+  std::unique_ptr<Process> epp;
+};
+
 TEST(Discovery, EppFollowsPodsAddedRemovedAndUnreadiedThroughListAndWatch) {
   const uint16_t pod_port = free_port();
   std::vector<std::unique_ptr<Process>> pods;
@@ -191,19 +213,10 @@ TEST(Discovery, EppFollowsPodsAddedRemovedAndUnreadiedThroughListAndWatch) {
   api.set_list(Json::array({pod_object("a", "127.0.0.2", true, "5"),
                             pod_object("b", "127.0.0.3", true, "6")}),
                "10");
-  TempDir dir;
-  const std::string config = dir.file("epp.yaml");
-  std::ofstream(config) << "scrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: "
-                        << LLMD_SOURCE_DIR << "/epp/config/load-prefix.yaml\n";
-  std::ofstream(dir.file("token")) << "test-token\n";
-  const uint16_t epp_port = free_port(), health_port = free_port(), metrics_port = free_port();
-  Process epp(binary("epp/epp"),
-              {"--config", config, "--host", "127.0.0.1", "--port", std::to_string(epp_port),
-               "--health-port", std::to_string(health_port), "--metrics-port",
-               std::to_string(metrics_port), "--pool-name", "p", "--pool-namespace", "llm",
-               "--kube-api-url", "http://127.0.0.1:" + std::to_string(api.port())},
-              {"EPP_KUBE_TOKEN_FILE=" + dir.file("token")});
-  ASSERT_TRUE(epp.wait_http_ok(health_port, "/readyz")) << epp.log();
+  DiscoveringEpp d(api, "load-prefix.yaml");
+  Process& epp = *d.epp;
+  const uint16_t epp_port = d.epp_port, metrics_port = d.metrics_port;
+  ASSERT_TRUE(epp.wait_http_ok(d.health_port, "/readyz")) << epp.log();
   ASSERT_GE(until_ready_pods(metrics_port, 2), 0) << epp.log();
   EXPECT_EQ(api.lists(), 1);
   EXPECT_EQ(api.pages(), 2) << "both pods, one page each, followed by continue";
@@ -264,19 +277,10 @@ TEST(Discovery, EveryTargetPortOfAPoolIsAnEndpoint) {
   api.set_list(Json::array({pod_object("a", "127.0.0.2", true, "5"),
                             pod_object("b", "127.0.0.3", true, "6")}),
                "10");
-  TempDir dir;
-  const std::string config = dir.file("epp.yaml");
-  std::ofstream(config) << "scrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: "
-                        << LLMD_SOURCE_DIR << "/epp/config/round-robin.yaml\n";
-  std::ofstream(dir.file("token")) << "test-token\n";
-  const uint16_t epp_port = free_port(), health_port = free_port(), metrics_port = free_port();
-  Process epp(binary("epp/epp"),
-              {"--config", config, "--host", "127.0.0.1", "--port", std::to_string(epp_port),
-               "--health-port", std::to_string(health_port), "--metrics-port",
-               std::to_string(metrics_port), "--pool-name", "p", "--pool-namespace", "llm",
-               "--kube-api-url", "http://127.0.0.1:" + std::to_string(api.port())},
-              {"EPP_KUBE_TOKEN_FILE=" + dir.file("token")});
-  ASSERT_TRUE(epp.wait_http_ok(health_port, "/readyz")) << epp.log();
+  DiscoveringEpp d(api, "round-robin.yaml");
+  Process& epp = *d.epp;
+  const uint16_t epp_port = d.epp_port, metrics_port = d.metrics_port;
+  ASSERT_TRUE(epp.wait_http_ok(d.health_port, "/readyz")) << epp.log();
   ASSERT_GE(until_ready_pods(metrics_port, 4), 0) << epp.log();
   EXPECT_NE(epp.log().find("on ports " + std::to_string(base) + ", " + std::to_string(base + 1)),
             std::string::npos)
