@@ -14,23 +14,6 @@
 
 namespace llmd::testing {
 
-// A block of `n` consecutive free ports in [20000, 30000): below the kernel's ephemeral range
-// (no outgoing connection lands inside it) and above free_port()'s range.
-inline uint16_t free_port_block(int n) {
-  static std::mt19937 rng{std::random_device{}()};
-  for (int attempt = 0; attempt < 200; ++attempt) {
-    uint16_t base = static_cast<uint16_t>(20000 + rng() % 10000);
-    bool ok = true;
-    for (int i = 0; i < n && ok; ++i) {
-      ok = loopback_port_free(static_cast<uint16_t>(base + i));
-    }
-    if (ok) {
-      return base;
-    }
-  }
-  return 0;
-}
-
 struct StackOptions {
   int pods = 4;
   int predictors = 2;

@@ -28,23 +28,6 @@ using loadclient::FetchResult;
 
 constexpr int kPods = 3;
 
-// A run of `n` free ports below the kernel's ephemeral range (32768+), so outgoing client
-// connections cannot take them between this check and modelsim's bind.
-uint16_t consecutive_free_ports(int n) {
-  std::mt19937 rng(std::random_device{}());
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    const auto base = static_cast<uint16_t>(std::uniform_int_distribution<int>(20000, 32000)(rng));
-    bool ok = true;
-    for (int i = 0; ok && i < n; ++i) {
-      ok = loopback_port_free(static_cast<uint16_t>(base + i));
-    }
-    if (ok) {
-      return base;
-    }
-  }
-  return 0;
-}
-
 int64_t count_words(const std::string& s) {
   std::istringstream in(s);
   int64_t n = 0;
@@ -76,7 +59,7 @@ double metric(const std::string& text, const std::string& name) {
 class ModelsimE2E : public ::testing::Test {
  protected:
   void SetUp() override {
-    base_ = consecutive_free_ports(kPods);
+    base_ = free_port_block(kPods);
     ASSERT_NE(base_, 0);
     proc_ = std::make_unique<Process>(
         binary("bench/modelsim/modelsim"),

@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,7 +14,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -36,15 +40,57 @@ bool loopback_port_free(uint16_t port) {
   return ok;
 }
 
+// A port handed out is reserved until this process exits: in the process by a set (three
+// free_port() calls before any server binds could otherwise return the same port twice) and
+// across the parallel test processes by an flock()ed file that the kernel releases when the
+// process dies, however it dies. CI saw "Address already in use" from both races.
+bool claim_loopback_port(uint16_t port) {
+  static std::mutex mu;
+  static std::set<uint16_t> claimed;
+  std::lock_guard<std::mutex> lock(mu);
+  if (claimed.count(port) != 0 || !loopback_port_free(port)) {
+    return false;
+  }
+  const std::string dir = "/tmp/llmd-test-ports";
+  ::mkdir(dir.c_str(), 0777);
+  const std::string path = dir + "/" + std::to_string(port);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return false;  // another test process holds it
+  }
+  // fd < 0 (an unwritable /tmp): the in-process set still holds; the fd stays open on purpose.
+  claimed.insert(port);
+  return true;
+}
+
 uint16_t free_port() {
   thread_local std::mt19937 rng{std::random_device{}()};
   for (int attempt = 0; attempt < 500; ++attempt) {
     auto port = static_cast<uint16_t>(10000 + rng() % 10000);
-    if (loopback_port_free(port)) {
+    if (claim_loopback_port(port)) {
       return port;
     }
   }
   throw std::runtime_error("free_port: no free port in [10000, 20000)");
+}
+
+uint16_t free_port_block(int n) {
+  thread_local std::mt19937 rng{std::random_device{}()};
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const auto base = static_cast<uint16_t>(20000 + rng() % 10000);
+    bool ok = true;
+    for (int i = 0; i < n && ok; ++i) {
+      ok = loopback_port_free(static_cast<uint16_t>(base + i));
+    }
+    for (int i = 0; i < n && ok; ++i) {  // claimed only when all were free: no half blocks held
+      ok = claim_loopback_port(static_cast<uint16_t>(base + i));
+    }
+    if (ok) {
+      return base;
+    }
+  }
+  throw std::runtime_error("free_port_block: no run of free ports in [20000, 30000)");
 }
 
 std::string binary(const std::string& relative) {

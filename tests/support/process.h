@@ -12,8 +12,14 @@ namespace llmd::testing {
 
 // A port that was free a moment ago on 127.0.0.1.
 uint16_t free_port();
+// A block of `n` consecutive free ports in [20000, 30000), claimed like free_port()'s: below
+// the kernel's ephemeral range and above free_port()'s range (modelsim pods take a block).
+uint16_t free_port_block(int n);
 // True when a TCP socket can bind 127.0.0.1:`port` right now.
 bool loopback_port_free(uint16_t port);
+// True when `port` is free and now reserved for this process (no other free_port() or
+// free_port_block() here or in a parallel test process returns it until this process exits).
+bool claim_loopback_port(uint16_t port);
 // A "VmXXX:  1234 kB" field (VmRSS, VmHWM, ...) of /proc/<proc>/status in MiB, `proc` being a
 // pid or "self"; -1 when unreadable.
 double proc_status_mib(const std::string& proc, const std::string& field);
