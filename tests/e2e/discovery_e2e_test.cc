@@ -116,6 +116,16 @@ class FakeApiServer {
     }
     return when_open(pool_watch_, Json{{"type", "MODIFIED"}, {"object", pool}});
   }
+  // The InferencePool is deleted: its watch gets a DELETED event.
+  bool delete_pool() {
+    Json pool;
+    {
+      std::lock_guard lock(mu_);
+      ++pool_version_;
+      pool = pool_object();
+    }
+    return when_open(pool_watch_, Json{{"type", "DELETED"}, {"object", pool}});
+  }
   // The resourceVersion is too old: an ERROR event with a 410 Status, and the stream ends.
   bool gone() {
     std::lock_guard lock(mu_);
@@ -475,6 +485,14 @@ TEST(Discovery, AnInferencePoolEditMovesTrafficToWhatThePoolNowSelects) {
             std::string::npos)
       << epp.log();
   EXPECT_EQ(api.pool_watches(), 1) << "one pool watch, kept open across the edits";
+
+  // The pool is deleted (say, to be created again): its last pods keep serving.
+  ASSERT_TRUE(api.delete_pool());
+  for (int i = 0; i < 200 && epp.log().find("was deleted") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_NE(epp.log().find("InferencePool llm/p was deleted"), std::string::npos) << epp.log();
+  EXPECT_EQ(endpoints_reached(d.epp_port, 4, "deleted"), next_port) << epp.log();
   RecordProperty("seconds_to_follow_selector_edit", std::to_string(selector_seconds));
   RecordProperty("seconds_to_follow_target_port_edit", std::to_string(port_seconds));
   RecordProperty("requests_refused_during_edits", std::to_string(refused));
