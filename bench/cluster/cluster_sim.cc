@@ -273,8 +273,15 @@ class ClusterRun {
     }
     // The EPP's pod table and in-flight bookkeeping, on the virtual clock. Scrapes never fail
     // here, so staleness never excludes a pod (the scrape period is a scenario setting).
-    pods_registry_.set_pods(pod_configs);
-    refresh_metrics();
+    if (cfg.epp_replicas < 1 || cfg.epp_replicas > 64) {
+      throw std::invalid_argument("epp_replicas must be in [1, 64]");
+    }
+    const int n_replicas = cfg.strategy == Strategy::kOracle ? 1 : cfg.epp_replicas;
+    for (int k = 0; k < n_replicas; ++k) {
+      replicas_.push_back(std::make_unique<Replica>());
+      replicas_.back()->registry.set_pods(pod_configs);
+      refresh_metrics(*replicas_.back());
+    }
     root_ = sim::root_hash(kModel);
     hash_prompts_ = cfg.hash_prompts == HashPrompts::kAlways ||
                     (cfg.hash_prompts == HashPrompts::kAuto &&
@@ -291,30 +298,39 @@ class ClusterRun {
       }
       if (uses_predictions(cfg.strategy)) {
         scratch_ = std::make_unique<ScratchDir>(cfg.work_dir);
-        predictor_ = std::make_unique<InProcessPredictor>(
-            scratch_->str(), InProcessPredictor::FitOverrides{cfg_.linear_base, cfg_.objective});
+        const int trainers = cfg.shared_training ? 1 : n_replicas;
+        for (int k = 0; k < trainers; ++k) {
+          const std::string dir = scratch_->str() + "/trainer-" + std::to_string(k);
+          std::filesystem::create_directories(dir);
+          predictors_.push_back(std::make_unique<InProcessPredictor>(
+              dir, InProcessPredictor::FitOverrides{cfg_.linear_base, cfg_.objective}));
+        }
       }
       epp::register_builtin_plugins(registry_);
-      epp::Handle handle{index_, predictor_.get(),
-                         [](std::string_view) -> std::optional<std::string> {
-                           return std::nullopt;  // no process environment leaks into a run
-                         },
-                         [this] { return vclock(now_); }};
-      auto loaded = epp::load_pipeline(*yaml, registry_, handle);
-      if (!loaded.ok()) {
-        throw std::invalid_argument(std::string(strategy_name(cfg.strategy)) + ": " +
-                                    loaded.error);
+      for (std::size_t k = 0; k < replicas_.size(); ++k) {
+        Replica& r = *replicas_[k];
+        r.predictor =
+            predictors_.empty() ? nullptr : predictors_[cfg.shared_training ? 0 : k].get();
+        epp::Handle handle{r.index, r.predictor,
+                           [](std::string_view) -> std::optional<std::string> {
+                             return std::nullopt;  // no process environment leaks into a run
+                           },
+                           [this] { return vclock(now_); }};
+        auto loaded = epp::load_pipeline(*yaml, registry_, handle);
+        if (!loaded.ok()) {
+          throw std::invalid_argument(std::string(strategy_name(cfg.strategy)) + ": " +
+                                      loaded.error);
+        }
+        r.director = std::make_unique<epp::Director>(loaded.pipeline);
+        // The EPP's scheduling port and completion fan-out: what the proxy calls, on the
+        // virtual clock (training feedback first, then the prefix index learns the answer).
+        r.port = std::make_unique<epp::EppSchedulingPort>(*r.director, r.registry, r.predictor,
+                                                          [this] { return vclock(now_); });
+        if (r.predictor != nullptr) {
+          r.sinks.add(*r.predictor);
+        }
+        r.sinks.add(*r.port);
       }
-      director_ = std::make_unique<epp::Director>(loaded.pipeline);
-      // The EPP's scheduling port and completion fan-out: what the proxy calls, on the
-      // virtual clock (training feedback first, then the prefix index learns the answer).
-      port_ = std::make_unique<epp::EppSchedulingPort>(*director_, pods_registry_,
-                                                       predictor_.get(),
-                                                       [this] { return vclock(now_); });
-      if (predictor_) {
-        sinks_.add(*predictor_);
-      }
-      sinks_.add(*port_);
     }
   }
 
@@ -337,9 +353,14 @@ class ClusterRun {
       push(trace_.requests[0].arrival_ms, EvKind::kArrival, 0);
     }
     if (cfg_.scrape_interval_ms > 0) {
-      push(0, EvKind::kScrape, 0);
+      // Replicas scrape out of phase, as independent processes would.
+      for (std::size_t k = 0; k < replicas_.size(); ++k) {
+        push(cfg_.scrape_interval_ms * static_cast<double>(k) /
+                 static_cast<double>(replicas_.size()),
+             EvKind::kScrape, static_cast<int64_t>(k));
+      }
     }
-    if (predictor_) {
+    if (!predictors_.empty()) {
       push(1000, EvKind::kFlush, 0);
       push(cfg_.retrain_interval_ms, EvKind::kRetrain, 0);
     }
@@ -363,11 +384,13 @@ class ClusterRun {
         }
         case EvKind::kTimeout: on_timeout(static_cast<uint64_t>(ev.id)); break;
         case EvKind::kScrape:
-          refresh_metrics();
-          push(now_ + cfg_.scrape_interval_ms, EvKind::kScrape, 0);
+          refresh_metrics(*replicas_[static_cast<std::size_t>(ev.id)]);
+          push(now_ + cfg_.scrape_interval_ms, EvKind::kScrape, ev.id);
           break;
         case EvKind::kFlush:
-          predictor_->flush();
+          for (auto& p : predictors_) {
+            p->flush();
+          }
           push(now_ + 1000, EvKind::kFlush, 0);
           break;
         case EvKind::kRetrain: retrain(); break;
@@ -416,6 +439,15 @@ class ClusterRun {
     std::map<std::string, std::string> labels;
     int64_t requests = 0;
     double key = kInf;  // time of this pod's live heap entry
+  };
+  // One EPP replica's state: what a separate EPP process would hold for the same pool.
+  struct Replica {
+    epp::PodRegistry registry{std::chrono::hours(24 * 365)};  // scrapes never fail here
+    epp::PrefixIndex index;
+    InProcessPredictor* predictor = nullptr;  // shared or its own; null without predictions
+    std::unique_ptr<epp::Director> director;
+    std::unique_ptr<epp::EppSchedulingPort> port;
+    epp::CompletionFanout sinks;
   };
   struct Session {
     bool busy = false;
@@ -470,18 +502,31 @@ class ClusterRun {
   }
 
   // What the EPP's scraper does every scrape period: every pod's metrics into the registry.
-  void refresh_metrics() {
+  void refresh_metrics(Replica& r) {
     for (const auto& p : pods_) {
-      pods_registry_.update_metrics(p.name, live_metrics(p, now_));
+      r.registry.update_metrics(p.name, live_metrics(p, now_));
     }
   }
 
   // The registry's candidates now (exact metrics per decision when there is no scrape period).
-  std::vector<epp::Endpoint> candidates() {
+  std::vector<epp::Endpoint> candidates(Replica& r) {
     if (cfg_.scrape_interval_ms <= 0) {
-      refresh_metrics();
+      refresh_metrics(r);
     }
-    return pods_registry_.candidates(vclock(now_));
+    return r.registry.candidates(vclock(now_));
+  }
+
+  // The gateway's split of arrivals between the EPP replicas.
+  Replica& next_replica() {
+    std::size_t k = 0;
+    if (replicas_.size() > 1) {
+      k = cfg_.replica_split == RunConfig::ReplicaSplit::kRandom
+              ? std::min(replicas_.size() - 1,
+                         static_cast<std::size_t>(split_rng_.uniform() *
+                                                  static_cast<double>(replicas_.size())))
+              : next_replica_++ % replicas_.size();
+    }
+    return *replicas_[k];
   }
 
   // Estimate of the TTFT a pod would give `req` now, from the engine's visible state: the rest
@@ -642,9 +687,10 @@ class ClusterRun {
 
     int pod = -1;
     ++result_.cycles;
+    Replica& rep = next_replica();
     if (cfg_.strategy == Strategy::kOracle) {
       pod = oracle_pick(sreq);
-      for (auto& e : candidates()) {
+      for (auto& e : candidates(rep)) {
         if (e.name == pods_[static_cast<std::size_t>(pod)].name) {
           f.picked = std::move(e);
         }
@@ -661,11 +707,11 @@ class ClusterRun {
       req.priority = tr.priority;
       f.request = req;
       if (cfg_.scrape_interval_ms <= 0) {
-        refresh_metrics();
+        refresh_metrics(rep);
       }
       // The proxy's call; every producer here answers inline (in-process model).
       std::optional<epp::PickResult> res;
-      port_->pick_async(f.request, route_, *port_->generation(), rng_, {},
+      rep.port->pick_async(f.request, route_, *rep.port->generation(), rng_, {},
                         [&res](epp::PickResult r) { res = std::move(r); });
       if (res->predictions_used) {
         ++result_.cycles_with_predictions;
@@ -696,7 +742,7 @@ class ClusterRun {
     r.pod = pod;
     ++p.requests;
     f.context = std::make_unique<epp::RequestContext>(
-        epp::LifecycleServices{&pods_registry_, port_ ? &sinks_ : nullptr, nullptr},
+        epp::LifecycleServices{&rep.registry, rep.port ? &rep.sinks : nullptr, nullptr},
         vclock(r.sent_ms));
     f.attempt.emplace(f.context->dispatch(f.request, f.picked, route_, kModel, f.max_tokens, 1,
                                           vclock(now_)));
@@ -756,7 +802,7 @@ class ClusterRun {
         done.e2e_ms = r.e2e_ms;
         done.completion_tokens = st.output_tokens;
         done.cached_tokens = st.cached_tokens;
-        if (director_) {
+        if (cfg_.strategy != Strategy::kOracle) {
           done.continuation_prompt = continuation_text(f, st.output_tokens);
         }
         f.attempt->answered(200, vclock(e.time_ms));
@@ -785,21 +831,23 @@ class ClusterRun {
   }
 
   void retrain() {
-    predictor_->flush();
-    const auto w0 = std::chrono::steady_clock::now();
-    auto out = predictor_->train();
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
-    result_.train_wall_s += secs;
-    RetrainRecord rec;
-    rec.time_ms = now_;
-    rec.published = out.published;
-    rec.version = out.version;
-    rec.ttft_samples = out.ttft_samples;
-    rec.tpot_samples = out.tpot_samples;
-    rec.ensemble = out.ensemble;
-    rec.wall_s = secs;
-    result_.retrains.push_back(rec);
+    for (auto& predictor : predictors_) {
+      predictor->flush();
+      const auto w0 = std::chrono::steady_clock::now();
+      auto out = predictor->train();
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+      result_.train_wall_s += secs;
+      RetrainRecord rec;
+      rec.time_ms = now_;
+      rec.published = out.published;
+      rec.version = out.version;
+      rec.ttft_samples = out.ttft_samples;
+      rec.tpot_samples = out.tpot_samples;
+      rec.ensemble = out.ensemble;
+      rec.wall_s = secs;
+      result_.retrains.push_back(rec);
+    }
     push(now_ + cfg_.retrain_interval_ms, EvKind::kRetrain, 0);
   }
 
@@ -809,16 +857,15 @@ class ClusterRun {
   std::unordered_map<std::string, int> pod_index_;
   sim::BlockHash root_ = 0;
   bool hash_prompts_ = true;
-  epp::PrefixIndex index_;
   epp::PluginRegistry registry_;
   std::unique_ptr<ScratchDir> scratch_;
-  std::unique_ptr<InProcessPredictor> predictor_;
-  std::unique_ptr<epp::Director> director_;
-  epp::PodRegistry pods_registry_{std::chrono::hours(24 * 365)};
-  std::unique_ptr<epp::EppSchedulingPort> port_;
-  epp::CompletionFanout sinks_;
+  // One trainer for all replicas, or one per replica (RunConfig::shared_training).
+  std::vector<std::unique_ptr<InProcessPredictor>> predictors_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  std::size_t next_replica_ = 0;
   const epp::Route route_{};  // the default pool, no model-level rule
   epp::Rng rng_;
+  epp::Rng split_rng_{cfg_.seed * 0x2545f4914f6cdd1dull + 29};
   std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> heap_;
   uint64_t seq_ = 0;
   double now_ = 0;

@@ -88,6 +88,15 @@ struct RunConfig {
   // Ablation of the trainer's fit (unset = the trainer's defaults).
   std::optional<bool> linear_base;
   std::optional<model::Objective> objective;
+  // Active-active EPP replicas over the same pool (issue 32): each has its own pod table and
+  // in-flight view, prefix index, pipeline and scrape phase (replica i scrapes at
+  // i x scrape interval / N), and the gateway in front splits arrivals between them.
+  int epp_replicas = 1;  // [1, 64]
+  enum class ReplicaSplit { kRoundRobin, kRandom };
+  ReplicaSplit replica_split = ReplicaSplit::kRoundRobin;
+  // Predicted-latency with several replicas: one trainer fed by every replica (true) or one
+  // per replica, fitted on its own share of the traffic (false).
+  bool shared_training = true;
 };
 
 struct RequestResult {

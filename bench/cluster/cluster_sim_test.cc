@@ -203,6 +203,52 @@ TEST_F(ClusterSimTest, PredictedLatencyTrainsOnItsOwnRequests) {
   EXPECT_LT(total.pred_ttft.mape_percent, 200.0);
 }
 
+// Active-active replicas keep separate state: with round-robin each replica has its own
+// counter, so two replicas taking turns send pairs of consecutive requests to the same pod,
+// where one replica walks the pods one by one.
+TEST_F(ClusterSimTest, EppReplicasEachKeepTheirOwnSchedulingState) {
+  const Scenario s = tiny("sharegpt", {{30, 2}}, 3, 0.5);  // single-turn: dispatch = trace order
+  const auto trace = make_trace(s);
+  ASSERT_GT(trace.requests.size(), 20u);
+  RunConfig one = make_run_config(s, Strategy::kRoundRobin, kEppConfig);
+  RunConfig two = one;
+  two.epp_replicas = 2;
+  const RunResult a = run_cluster(trace, one);
+  const RunResult b = run_cluster(trace, two);
+  for (std::size_t i = 0; i < trace.requests.size(); ++i) {
+    ASSERT_TRUE(a.requests[i].ok && b.requests[i].ok) << "request " << i;
+    EXPECT_EQ(a.requests[i].pod, static_cast<int>(i % 3)) << "request " << i;
+    EXPECT_EQ(b.requests[i].pod, static_cast<int>((i / 2) % 3)) << "request " << i;
+  }
+  two.epp_replicas = 0;
+  EXPECT_THROW(run_cluster(trace, two), std::invalid_argument);
+}
+
+// Several replicas feed one trainer, or each its own (fitted on its share of the traffic).
+TEST_F(ClusterSimTest, EppReplicasTrainTogetherOrEachOnItsShare) {
+  const Scenario s = tiny("C", {{40, 3}, {60, 3}}, 3, 0.1);
+  const auto trace = make_trace(s);
+  RunConfig c = make_run_config(s, Strategy::kPredictedLeast, kEppConfig);
+  c.retrain_interval_ms = 2000;
+  c.epp_replicas = 2;
+  const RunResult shared = run_cluster(trace, c);
+  c.shared_training = false;
+  const RunResult own = run_cluster(trace, c);
+  ASSERT_FALSE(shared.retrains.empty());
+  EXPECT_EQ(own.retrains.size(), 2 * shared.retrains.size()) << "two trainers, same cadence";
+  // Each own trainer has about half the samples of the shared one at the end.
+  const auto n = shared.retrains.size();
+  const double whole = static_cast<double>(shared.retrains.back().ttft_samples);
+  const double part = static_cast<double>(own.retrains[2 * n - 1].ttft_samples +
+                                          own.retrains[2 * n - 2].ttft_samples);
+  EXPECT_GT(whole, 100.0);
+  EXPECT_NEAR(part / whole, 1.0, 0.1);
+  EXPECT_LT(static_cast<double>(own.retrains.back().ttft_samples), 0.7 * whole);
+  for (const auto* r : {&shared, &own}) {
+    EXPECT_EQ(r->cycles_with_predictions, r->cycles);
+  }
+}
+
 TEST_F(ClusterSimTest, PipelinesOfEveryStrategyLoad) {
   std::string err;
   const bool upstream_file =

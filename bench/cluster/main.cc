@@ -170,6 +170,9 @@ int main(int argc, char** argv) {
     ("suite-only", "Generalization suite: run only these scenario indices (comma list)", cxxopts::value<std::string>()->default_value(""))
     ("suite-reseed", "Generalization suite: replace each scenario's trace seed by a new one (same shape, other arrivals); 0 = off", cxxopts::value<uint64_t>()->default_value("0"))
     ("suite-detail", "Generalization suite: also write the per-stage report (report.md, stages.csv) to <out-dir>/detail")
+    ("epp-replicas", "Active-active EPP replicas over each pool (own pod table, in-flight view, prefix index, scrape phase)", cxxopts::value<int>()->default_value("1"))
+    ("replica-split", "How the gateway splits arrivals between EPP replicas: rr | random", cxxopts::value<std::string>()->default_value("rr"))
+    ("replica-training", "Predicted-latency with several replicas: shared (one trainer fed by all) | own (one per replica)", cxxopts::value<std::string>()->default_value("shared"))
     ("no-report", "Print summaries only")
     ("h,help", "Help");
   // clang-format on
@@ -194,6 +197,18 @@ int main(int argc, char** argv) {
     std::cerr << "--seeds: expected a comma list of integers\n";
     return 2;
   }
+  const int epp_replicas = args["epp-replicas"].as<int>();
+  const std::string split_by = args["replica-split"].as<std::string>();
+  const std::string training = args["replica-training"].as<std::string>();
+  if (epp_replicas < 1 || epp_replicas > 64 || (split_by != "rr" && split_by != "random") ||
+      (training != "shared" && training != "own")) {
+    std::cerr << "--epp-replicas must be in [1, 64], --replica-split rr or random, "
+                 "--replica-training shared or own\n";
+    return 2;
+  }
+  const auto replica_split =
+      split_by == "random" ? RunConfig::ReplicaSplit::kRandom : RunConfig::ReplicaSplit::kRoundRobin;
+  const bool shared_training = training == "shared";
   const std::string epp_dir = args["epp-config-dir"].as<std::string>();
   TimeBase time;
   time.scrape_real_ms = args["scrape-real-ms"].as<double>();
@@ -401,6 +416,9 @@ int main(int argc, char** argv) {
     cfg.oracle_horizon_ms = args["oracle-horizon-ms"].as<double>();
     cfg.request_timeout_ms = args["timeout-s"].as<double>() * 1000.0;
     cfg.pipeline_override = pipeline_override;
+    cfg.epp_replicas = epp_replicas;
+    cfg.replica_split = replica_split;
+    cfg.shared_training = shared_training;
     if (const auto lb = args["linear-base"].as<std::string>(); !lb.empty()) {
       cfg.linear_base = lb == "true";
     }
