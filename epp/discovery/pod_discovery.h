@@ -15,8 +15,8 @@
 //   broken stream re-lists; errors back off from 1 s to 10 s. Everything read is bounded
 //   (line length, pods per list).
 //
-// Threading: one thread of its own (start() to stop()); publish runs on it. Beast/Asio/OpenSSL
-// stay in pod_discovery.cc.
+// Threading: one thread of its own (start() to stop()); publish runs on it. The HTTP/TLS client
+// is epp/discovery/kube_api_client.h.
 #include <chrono>
 #include <cstdint>
 #include <functional>
