@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -52,10 +53,19 @@ class FakeLeaseApi {
     partitioned_.erase("Bearer " + token);
   }
   // Another writer slips in before the next update from `token`: the Lease is written first with
-  // `holder` (and a 2 s duration), so that update carries a stale resourceVersion (409).
-  void write_before_next_update(const std::string& token, const std::string& holder) {
+  // `holder` for `seconds`, so that update carries a stale resourceVersion (409).
+  void write_before_next_update(const std::string& token, const std::string& holder,
+                                int seconds = 2) {
     std::lock_guard lock(mu_);
-    intruders_["Bearer " + token] = holder;
+    intruders_["Bearer " + token] = {holder, seconds};
+  }
+  // The holder releases the Lease (no holder, as client-go's release writes it).
+  void release(const std::string& name) {
+    std::lock_guard lock(mu_);
+    Json lease = leases_.at(name);
+    lease["spec"].erase("holderIdentity");
+    lease["spec"]["leaseDurationSeconds"] = 1;
+    store(name, std::move(lease));
   }
   // The Lease's spec ("null" when absent).
   Json spec(const std::string& name) {
@@ -129,8 +139,8 @@ class FakeLeaseApi {
       if (auto in = intruders_.find(std::string(req.header("authorization")));
           in != intruders_.end()) {
         Json other = it->second;
-        other["spec"]["holderIdentity"] = in->second;
-        other["spec"]["leaseDurationSeconds"] = 2;
+        other["spec"]["holderIdentity"] = in->second.first;
+        other["spec"]["leaseDurationSeconds"] = in->second.second;
         intruders_.erase(in);
         store(name, std::move(other));
       }
@@ -163,7 +173,8 @@ class FakeLeaseApi {
   std::mutex mu_;
   std::map<std::string, Json> leases_;
   std::set<std::string> partitioned_;
-  std::map<std::string, std::string> intruders_;  // token -> holder written before its update
+  // token -> (holder, seconds) written before that client's next update
+  std::map<std::string, std::pair<std::string, int>> intruders_;
   std::vector<http::ResponseStreamPtr> held_;
   std::vector<std::string> holders_;
   int version_ = 1000;
