@@ -34,8 +34,12 @@ std::string LeaderElectionConfig::validate() const {
   if (identity.empty()) {
     return "leader election: no identity (set POD_NAME or --leader-elect-identity)";
   }
-  if (lease_name.empty() || lease_namespace.empty()) {
-    return "leader election: the Lease needs a name and a namespace";
+  if (lease_name.empty()) {
+    return "leader election: no Lease name (--leader-elect-lease-name)";
+  }
+  if (lease_namespace.empty()) {
+    return "leader election: no Lease namespace (--leader-elect-lease-namespace, "
+           "--pool-namespace, or the service account's namespace file)";
   }
   if (lease_duration.count() < 1) {
     return "--leader-elect-lease-duration must be at least 1 s";
@@ -222,11 +226,17 @@ void LeaderElector::start() {
 
 void LeaderElector::stop() {
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     stopping_ = true;
+    leading_until_ns_ = 0;  // stops serving now; the thread hands the Lease over
+    cv_.notify_all();
+    // An attempt in progress may wait for an unreachable API server (up to its timeouts, per
+    // step): past the renew deadline the hand-over is given up so that shutdown stays bounded.
+    if (thread_.joinable() &&
+        !cv_.wait_for(lock, election_.config().renew_deadline, [this] { return finished_; })) {
+      client_.interrupt();
+    }
   }
-  leading_until_ns_ = 0;  // stops serving now; the thread hands the Lease over
-  cv_.notify_all();
   if (thread_.joinable()) {
     thread_.join();
   }
@@ -257,6 +267,9 @@ void LeaderElector::loop() {
     cv_.wait_for(lock, wait, [this] { return stopping_.load(); });
   }
   hand_over();
+  std::lock_guard lock(mu_);
+  finished_ = true;
+  cv_.notify_all();
 }
 
 void LeaderElector::attempt() {

@@ -128,7 +128,8 @@ class LeaderElector {
   LeaderElector& operator=(const LeaderElector&) = delete;
 
   void start();
-  // Stops campaigning; a leader hands the Lease over first (a bounded wait on the API server).
+  // Stops serving at once and campaigning; a leader hands the Lease over first. Returns within
+  // about the renew deadline even when the API server does not answer.
   void stop();
 
   // True while this replica leads; false from its renew deadline on even when the thread is
@@ -150,6 +151,7 @@ class LeaderElector {
   LeaderElection election_;
   std::atomic<int64_t> leading_until_ns_{0};  // steady_clock; 0 = not leading
   std::atomic<bool> stopping_{false};
+  bool finished_ = false;  // the thread handed over and is about to end (guarded by mu_)
   std::condition_variable cv_;
   // Elector thread only: what was last logged.
   bool reported_leading_ = false;
