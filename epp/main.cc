@@ -55,7 +55,15 @@ std::filesystem::file_time_type mtime(const std::string& path) {
 int run(int argc, char** argv) {
   config::Options o("epp", "Endpoint picker: predicted-latency router for LLM inference");
   o.add("config", "EPP_CONFIG", "epp/config/local-pool.yaml", "Pool + pipeline config (YAML)");
-  o.add("host", "EPP_HOST", "0.0.0.0", "Address of all listeners");
+  // Every listener binds loopback unless told otherwise: what a pod must open (the proxy for
+  // a Service, ext_proc for a Gateway, health for the kubelet, metrics for Prometheus) its
+  // manifest opens one by one (deploy/README.md, "Ports").
+  o.add("host", "EPP_HOST", "127.0.0.1",
+        "Address of the proxy port, and of every other listener whose own host flag is empty "
+        "(loopback by default; 0.0.0.0 opens it)");
+  o.add("health-host", "EPP_HEALTH_HOST", "", "Address of the health port (empty: --host)");
+  o.add("metrics-host", "EPP_METRICS_HOST", "", "Address of the metrics port (empty: --host)");
+  o.add("ext-proc-host", "EPP_EXT_PROC_HOST", "", "Address of the ext_proc port (empty: --host)");
   o.add("port", "EPP_PORT", "8080", "Proxy port (OpenAI API)");
   o.add("admin-token", "LLMD_ADMIN_TOKEN", "",
         "Bearer token the trainer requires on /add_training_data_bulk (its --admin-token)");
@@ -287,7 +295,7 @@ int run(int argc, char** argv) {
   std::unique_ptr<extproc::ExtProcServer> ext_proc;
   if (const auto ext_port = o.integer("ext-proc-port", 0, 65535); ext_port > 0) {
     extproc::ExtProcServerOptions eo;
-    eo.host = po.host;
+    eo.host = o.str("ext-proc-host").empty() ? po.host : o.str("ext-proc-host");
     eo.port = static_cast<uint16_t>(ext_port);
     eo.stream.body_limit = po.body_limit;
     eo.stream.default_prediction = po.default_prediction;
@@ -399,13 +407,17 @@ int run(int argc, char** argv) {
   });
   auto handler = [&admin](http::Request& r) { return admin.route(r); };
   http::ServerOptions ho;
-  ho.host = po.host;
   ho.io_threads = 1;
   // Probes and scrapes are answered even while clients hold every descriptor the proxy may use.
   ho.max_connections = 64;
   ho.descriptors_per_connection = 0;
+  const std::string health_host = o.str("health-host").empty() ? po.host : o.str("health-host");
+  const std::string metrics_host =
+      o.str("metrics-host").empty() ? po.host : o.str("metrics-host");
+  ho.host = health_host;
   ho.port = static_cast<uint16_t>(o.integer("health-port", 0, 65535));
   http::HttpServer health(ho, handler);
+  ho.host = metrics_host;
   ho.port = static_cast<uint16_t>(o.integer("metrics-port", 0, 65535));
   http::HttpServer metrics_server(ho, handler);
 
@@ -429,7 +441,9 @@ int run(int argc, char** argv) {
   proxy.start();
   if (ext_proc) {
     ext_proc->start();
-    spdlog::info("gateway mode: ext_proc gRPC on {}:{}", po.host, ext_proc->port());
+    spdlog::info("gateway mode: ext_proc gRPC on {}:{}",
+                 o.str("ext-proc-host").empty() ? po.host : o.str("ext-proc-host"),
+                 ext_proc->port());
   }
   health.start();
   metrics_server.start();
@@ -481,8 +495,10 @@ int run(int argc, char** argv) {
     }
   });
 
-  spdlog::info("epp proxy on {}:{}, health :{}, metrics :{}; {} pods; predictions {}; feedback {}",
-               po.host, proxy.port(), health.port(), metrics_server.port(), file_cfg.pods.size(),
+  spdlog::info("epp proxy on {}:{}, health {}:{}, metrics {}:{}; {} pods; predictions {}; "
+               "feedback {}",
+               po.host, proxy.port(), health_host, health.port(), metrics_host,
+               metrics_server.port(), file_cfg.pods.size(),
                predictions ? urls : "off", fo.trainer_url.empty() ? "off" : fo.trainer_url);
   spdlog::info("policies: {} objectives, {} model-level routing rules, router queue {}",
                file_cfg.objectives->size(),

@@ -95,7 +95,8 @@ std::string service_account_namespace(const std::string& namespace_file) {
 }
 
 struct KubeApiClient::Impl {
-  explicit Impl(const KubeApiOptions& o) : options(o) {
+  Impl(const KubeApiOptions& o, std::function<bool()> pred)
+      : options(o), interrupted_by(std::move(pred)) {
     if (options.api_url.empty()) {
       const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
       const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
@@ -124,11 +125,13 @@ struct KubeApiClient::Impl {
     }
   }
 
-  // Runs the io_context until `done`; interrupt() cancels the connection's operations.
+  bool cancelled() const { return interrupted || (interrupted_by && interrupted_by()); }
+
+  // Runs the io_context until `done`; once cancelled, the connection's operations are cancelled.
   template <typename Stream>
   void pump(Stream& stream, const bool& done) {
     while (!done) {
-      if (interrupted) {
+      if (cancelled()) {
         beast::get_lowest_layer(stream).cancel();
       }
       ioc.run_for(std::chrono::milliseconds(100));
@@ -200,7 +203,7 @@ struct KubeApiClient::Impl {
       pump(stream, done);
     }
     if (ec) {
-      error = interrupted ? "stopping" : ec.message();
+      error = cancelled() ? "interrupted" : ec.message();
       return 0;
     }
     char chunk[16384];
@@ -218,7 +221,7 @@ struct KubeApiClient::Impl {
         ec = {};
       }
       if (ec) {
-        error = interrupted ? "stopping" : ec.message();
+        error = cancelled() ? "interrupted" : ec.message();
         return parser.get().result_int();
       }
       const std::size_t got = sizeof(chunk) - parser.get().body().size;
@@ -231,8 +234,8 @@ struct KubeApiClient::Impl {
 
   int request(KubeMethod method, const std::string& target, const std::string& body,
               const KubeTimeouts& timeouts, const OnBody& on_body, std::string& error) {
-    if (interrupted) {
-      error = "stopping";
+    if (cancelled()) {
+      error = "interrupted";
       return 0;
     }
     beast::error_code ec;
@@ -240,7 +243,7 @@ struct KubeApiClient::Impl {
       beast::tcp_stream stream(ioc);
       connect(stream, timeouts.io, ec);
       if (ec) {
-        error = interrupted ? "stopping" : ec.message();
+        error = cancelled() ? "interrupted" : ec.message();
         return 0;
       }
       const int status = exchange(stream, method, target, body, timeouts, on_body, error);
@@ -265,7 +268,7 @@ struct KubeApiClient::Impl {
       pump(stream, done);
     }
     if (ec) {
-      error = interrupted ? "stopping" : ec.message();
+      error = cancelled() ? "interrupted" : ec.message();
       return 0;
     }
     const int status = exchange(stream, method, target, body, timeouts, on_body, error);
@@ -279,11 +282,12 @@ struct KubeApiClient::Impl {
   std::string verify_name;
   net::io_context ioc;
   ssl::context ssl_ctx{ssl::context::tls_client};
+  std::function<bool()> interrupted_by;  // may be null
   std::atomic<bool> interrupted{false};
 };
 
-KubeApiClient::KubeApiClient(const KubeApiOptions& options)
-    : impl_(std::make_unique<Impl>(options)) {}
+KubeApiClient::KubeApiClient(const KubeApiOptions& options, std::function<bool()> interrupted)
+    : impl_(std::make_unique<Impl>(options, std::move(interrupted))) {}
 
 KubeApiClient::~KubeApiClient() = default;
 

@@ -48,15 +48,18 @@ class KubeApiClient {
  public:
   using OnBody = std::function<bool(std::string_view bytes)>;  // false: stop reading
 
-  // Throws std::invalid_argument on a bad URL, an unreadable CA file, or no API server (not in
-  // a cluster and no api_url).
-  explicit KubeApiClient(const KubeApiOptions& options);
+  // `interrupted` (optional; called on the requesting thread every 100 ms while it waits)
+  // cancels the request in progress when it turns true, as interrupt() does, but only while it
+  // holds: the next request runs. Throws std::invalid_argument on a bad URL, an unreadable CA
+  // file, or no API server (not in a cluster and no api_url).
+  explicit KubeApiClient(const KubeApiOptions& options,
+                         std::function<bool()> interrupted = nullptr);
   ~KubeApiClient();
   KubeApiClient(const KubeApiClient&) = delete;
   KubeApiClient& operator=(const KubeApiClient&) = delete;
 
   // One request with an optional JSON `body` ("" = none). Returns the HTTP status, or 0 when no
-  // answer came (`error` says why; "stopping" after interrupt()). The body goes to `on_body` as
+  // answer came (`error` says why; "interrupted" when cancelled). The body goes to `on_body` as
   // it arrives.
   int request(KubeMethod method, const std::string& target, const std::string& body,
               const KubeTimeouts& timeouts, const OnBody& on_body, std::string& error);

@@ -14,6 +14,7 @@
 #include "common/util/files.h"
 #include "epp/discovery/kube_api_client.h"
 #include "epp/discovery/pod_tracker.h"
+#include "epp/discovery/pool_spec.h"
 
 namespace llmd::epp::discovery {
 namespace {
@@ -49,15 +50,7 @@ std::string url_encode(const std::string& s) {
   return out;
 }
 
-// "k=v,k2=v2": as logged; selector_query() is its URL-encoded form.
-std::string selector_text(const std::map<std::string, std::string>& selector) {
-  std::string s;
-  for (const auto& [k, v] : selector) {
-    s += (s.empty() ? "" : ",") + k + "=" + v;
-  }
-  return s;
-}
-
+// The URL query form of selector_text().
 std::string selector_query(const std::map<std::string, std::string>& selector) {
   return url_encode(selector_text(selector));
 }
@@ -88,37 +81,42 @@ std::map<std::string, std::string> parse_selector(const std::string& text) {
   return out;
 }
 
-struct PodDiscovery::Impl {
-  Impl(DiscoveryOptions o, Publish p)
-      : options(std::move(o)),
-        publish(std::move(p)),
-        client(KubeApiOptions{options.api_url, options.token_file, options.ca_file}) {
-    if (options.pool_name.empty() && options.selector.empty()) {
-      throw std::invalid_argument("Kubernetes discovery needs --pool-name or --pool-selector");
-    }
-    namespace_ = options.pool_namespace;
-    if (namespace_.empty()) {
-      if (auto ns = util::read_file(options.namespace_file)) {
-        namespace_ = trimmed(*ns);
-      }
-    }
-    if (namespace_.empty()) {
-      throw std::invalid_argument("Kubernetes discovery: no --pool-namespace and no " +
-                                  options.namespace_file);
-    }
+
+namespace {
+
+std::string string_at(const Json& j, const char* key) {
+  if (!j.is_object()) {
+    return {};
   }
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
 
-  // --- one HTTP exchange on the discovery thread, interruptible by stop() ---
+std::string resource_version_of(const Json& object) {
+  return object.is_object() ? string_at(object.value("metadata", Json::object()), "resourceVersion")
+                            : std::string();
+}
 
-  // One GET; `on_body(bytes)` gets the body as it arrives and returns false to stop reading.
-  // Returns the status (0 on failure, `error` says why).
+// GETs from the API server through a KubeApiClient (each on a fresh connection, on the calling
+// thread). `interrupted` is checked every 100 ms while waiting: when it turns true the
+// connection is cancelled and the GET fails with "interrupted". Owned by one thread (the loop
+// that uses it).
+class ApiClient {
+ public:
+  ApiClient(const KubeApiOptions& api, std::function<bool()> interrupted)
+      : client_(api, interrupted), interrupted_(std::move(interrupted)) {}
+
+  // GET `target`; `on_body(bytes)` gets the body as it arrives and returns false to stop
+  // reading. Returns the status (0 on failure, `error` says why).
   int get(const std::string& target, std::chrono::seconds read_timeout,
           const std::function<bool(std::string_view)>& on_body, std::string& error) {
     KubeTimeouts timeouts;
+    timeouts.io = kIoTimeout;
     timeouts.body_read = read_timeout;
-    return client.request(KubeMethod::kGet, target, "", timeouts, on_body, error);
+    return client_.request(KubeMethod::kGet, target, "", timeouts, on_body, error);
   }
 
+  // GET `target` as one JSON document (at most kMaxBody bytes); nullopt unless 200 and JSON.
   std::optional<Json> get_json(const std::string& target, int& status, std::string& error) {
     std::string body;
     status = get(target, kIoTimeout, [&](std::string_view b) {
@@ -140,78 +138,226 @@ struct PodDiscovery::Impl {
     }
   }
 
-  // --- the discovery loop ---
+  // GET a watch stream: `on_event` gets each event (a JSON object per line) and returns false
+  // to stop. A line that is not a JSON object or longer than kMaxLine ends the watch with
+  // `error` set. Returns the status.
+  int watch(const std::string& target, std::chrono::seconds read_timeout,
+            const std::function<bool(const Json& event)>& on_event, std::string& error) {
+    std::string pending;
+    return get(target, read_timeout, [&](std::string_view bytes) {
+      pending.append(bytes);
+      for (auto nl = pending.find('\n'); nl != std::string::npos; nl = pending.find('\n')) {
+        const std::string line = pending.substr(0, nl);
+        pending.erase(0, nl + 1);
+        if (trimmed(line).empty()) {
+          continue;
+        }
+        Json event = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (!event.is_object()) {
+          error = "unreadable watch event";
+          return false;
+        }
+        if (!on_event(event)) {
+          return false;
+        }
+      }
+      if (pending.size() > kMaxLine) {
+        error = "watch event longer than " + std::to_string(kMaxLine) + " bytes";
+        return false;
+      }
+      return !interrupted_();
+    }, error);
+  }
 
-  // Reads the InferencePool (when named): its selector and target port. False on failure.
-  bool read_pool(std::string& error) {
-    if (options.pool_name.empty()) {
-      selector = options.selector;
-      ports = {options.target_port};
-      return true;
+ private:
+  KubeApiClient client_;
+  std::function<bool()> interrupted_;
+};
+
+// A watch that ends sooner than this after it began (a proxy's short timeout, an overloaded API
+// server) is retried after a back-off rather than in a tight loop.
+constexpr auto kShortestWatch = std::chrono::seconds(1);
+constexpr auto kFirstBackoff = std::chrono::milliseconds(1000);
+constexpr auto kLongestBackoff = std::chrono::milliseconds(10000);
+
+}  // namespace
+
+// Two loops, each on a thread of its own with its own ApiClient:
+// - the pool loop (only with an InferencePool) GETs the pool, then watches it; every spec it
+//   reads goes through set_pool_spec(), which bumps pool_generation when the selector or the
+//   ports changed;
+// - the pod loop lists and watches the pods of the current spec. A new pool_generation
+//   interrupts its list or watch at once (its client's `interrupted`), and it lists again with
+//   the new spec: that is how a pool edit moves traffic within a second, not at the next watch
+//   timeout.
+struct PodDiscovery::Impl {
+  Impl(DiscoveryOptions o, Publish p) : options(std::move(o)), publish(std::move(p)) {
+    if (options.pool_name.empty() && options.selector.empty()) {
+      throw std::invalid_argument("Kubernetes discovery needs --pool-name or --pool-selector");
     }
-    const std::string v1 = "/apis/inference.networking.k8s.io/v1/namespaces/" + namespace_ +
-                           "/inferencepools/" + options.pool_name;
-    const std::string alpha = "/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/" +
-                              namespace_ + "/inferencepools/" + options.pool_name;
+    const KubeApiOptions api{options.api_url, options.token_file, options.ca_file};
+    namespace_ = options.pool_namespace;
+    if (namespace_.empty()) {
+      if (auto ns = util::read_file(options.namespace_file)) {
+        namespace_ = trimmed(*ns);
+      }
+    }
+    if (namespace_.empty()) {
+      throw std::invalid_argument("Kubernetes discovery: no --pool-namespace and no " +
+                                  options.namespace_file);
+    }
+    pods_api = std::make_unique<ApiClient>(api, [this] {
+      return stopping.load() || pool_generation.load() != listed_generation;
+    });
+    if (options.pool_name.empty()) {
+      pool_spec = PoolSpec{options.selector, {options.target_port}};
+      pool_generation = 1;
+    } else {
+      pool_api = std::make_unique<ApiClient>(api, [this] { return stopping.load(); });
+    }
+  }
+
+  std::string pool_id() const { return namespace_ + "/" + options.pool_name; }
+
+  // Waits `delay` unless stopping (or `wake` turns true) first.
+  void back_off(std::chrono::milliseconds delay, const std::function<bool()>& wake) {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, delay, [&] { return stopping.load() || wake(); });
+  }
+
+  // --- the InferencePool (pool thread) ---
+
+  std::string pool_collection(bool v1) const {
+    return (v1 ? "/apis/inference.networking.k8s.io/v1/namespaces/"
+               : "/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/") +
+           namespace_ + "/inferencepools";
+  }
+
+  // A spec read from the API server; logs and publishes it to the pod loop when it differs.
+  void set_pool_spec(PoolSpec spec) {
+    {
+      std::lock_guard lock(mu);
+      if (pool_spec && *pool_spec == spec) {
+        return;
+      }
+      if (pool_spec) {
+        spdlog::info("discovery: InferencePool {} changed: {}; listing the pods it selects now",
+                     pool_id(), describe_change(*pool_spec, spec));
+      } else {
+        spdlog::info("discovery: InferencePool {} {}", pool_id(), describe(spec));
+      }
+      pool_spec = std::move(spec);
+      ++pool_generation;
+    }
+    cv.notify_all();
+  }
+
+  bool take_pool(const Json& pool, std::string& error) {
+    auto spec = pool_spec_of(pool, options.target_port, error);
+    if (!spec) {
+      error = "InferencePool " + pool_id() + ": " + error;
+      return false;
+    }
+    set_pool_spec(std::move(*spec));
+    return true;
+  }
+
+  // GETs the pool (v1, else v1alpha2; the group that answers is the one watched) and takes its
+  // spec. Sets `resource_version`, where its watch starts.
+  bool read_pool(std::string& resource_version, std::string& error) {
     int status = 0;
-    auto pool = get_json(v1, status, error);
+    watched_collection = pool_collection(true);
+    auto pool = pool_api->get_json(watched_collection + "/" + options.pool_name, status, error);
     if (!pool && status == 404) {
       error.clear();
-      pool = get_json(alpha, status, error);
+      watched_collection = pool_collection(false);
+      pool = pool_api->get_json(watched_collection + "/" + options.pool_name, status, error);
     }
     if (!pool) {
-      error = "InferencePool " + namespace_ + "/" + options.pool_name + ": " +
+      error = "InferencePool " + pool_id() + ": " +
               (error.empty() ? "HTTP " + std::to_string(status) : error);
       return false;
     }
-    const Json spec = pool->value("spec", Json::object());
-    std::map<std::string, std::string> next;
-    Json labels = spec.value("selector", Json::object());
-    if (labels.contains("matchLabels")) {
-      labels = labels["matchLabels"];  // v1
-    }
-    if (labels.is_object()) {
-      for (const auto& [k, v] : labels.items()) {
-        if (v.is_string()) {
-          next[k] = v.get<std::string>();
-        }
-      }
-    }
-    // v1 lists one port per serving process of a pod (e.g. a data-parallel rank): each is an
-    // endpoint of its own. v1alpha2 has one targetPortNumber.
-    std::vector<uint16_t> next_ports;
-    if (auto listed = spec.find("targetPorts"); listed != spec.end() && listed->is_array()) {
-      for (const auto& p : *listed) {
-        const int number = p.is_object() ? p.value("number", 0) : 0;
-        if (number > 0 && number <= 65535) {
-          next_ports.push_back(static_cast<uint16_t>(number));
-        }
-      }
-    } else if (spec.contains("targetPortNumber")) {
-      next_ports.push_back(
-          static_cast<uint16_t>(spec.value("targetPortNumber", int{options.target_port})));
-    }
-    if (next_ports.empty()) {
-      next_ports.push_back(options.target_port);
-    }
-    if (next.empty()) {
-      error = "InferencePool " + options.pool_name + " has no selector";
+    if (!take_pool(*pool, error)) {
       return false;
     }
-    if (next != selector || next_ports != ports) {
-      std::string port_list;
-      for (auto p : next_ports) {
-        port_list += (port_list.empty() ? "" : ", ") + std::to_string(p);
-      }
-      spdlog::info("discovery: InferencePool {}/{} selects {} on port{} {}", namespace_,
-                   options.pool_name, selector_text(next), next_ports.size() > 1 ? "s" : "",
-                   port_list);
-      relist = true;
-    }
-    selector = std::move(next);
-    ports = std::move(next_ports);
+    resource_version = resource_version_of(*pool);
     return true;
   }
+
+  // Watches the pool (a watch on its collection, narrowed to its name) from `resource_version`,
+  // which follows the events, until the watch ends. On failure `error` says why and
+  // `resource_version` is cleared: the pool is read again.
+  void watch_pool(std::string& resource_version, std::string& error) {
+    const std::string target = watched_collection + "?fieldSelector=" +
+                               url_encode("metadata.name=" + options.pool_name) +
+                               "&watch=1&allowWatchBookmarks=true&resourceVersion=" +
+                               url_encode(resource_version) + "&timeoutSeconds=" +
+                               std::to_string(options.watch_timeout.count());
+    const int status = pool_api->watch(
+        target, options.watch_timeout + std::chrono::seconds(30),
+        [&](const Json& event) {
+          const std::string type = string_at(event, "type");
+          const Json object = event.value("object", Json::object());
+          if (type == "ERROR") {  // 410 Gone (too old a resourceVersion) or worse: read again
+            error = "InferencePool watch: " + string_at(object, "message");
+            return false;
+          }
+          if (auto rv = resource_version_of(object); !rv.empty()) {
+            resource_version = rv;
+          }
+          if (type == "ADDED" || type == "MODIFIED") {
+            std::string unusable;
+            if (!take_pool(object, unusable)) {
+              spdlog::warn("discovery: {}; the pods it selected before stay endpoints", unusable);
+            }
+          } else if (type == "DELETED") {
+            // A pool deleted and created again (kubectl replace, a chart reinstall) should not
+            // drop traffic; while it is gone no route sends requests through it anyway.
+            spdlog::warn("discovery: InferencePool {} was deleted; the pods it selected stay "
+                         "endpoints until it is created again",
+                         pool_id());
+          }
+          return true;
+        },
+        error);
+    if (status != 200 && error.empty()) {
+      error = "InferencePool watch: HTTP " + std::to_string(status);
+    }
+    if (!error.empty()) {
+      resource_version.clear();
+    }
+  }
+
+  void pool_loop() {
+    std::string resource_version;  // "" = read the pool
+    auto backoff = kFirstBackoff;
+    while (!stopping) {
+      std::string error;
+      bool ok = !resource_version.empty() || read_pool(resource_version, error);
+      const auto watch_start = std::chrono::steady_clock::now();
+      if (ok) {
+        watch_pool(resource_version, error);
+        ok = error.empty();
+      }
+      if (stopping) {
+        break;
+      }
+      if (ok && std::chrono::steady_clock::now() - watch_start > kShortestWatch) {
+        backoff = kFirstBackoff;
+        continue;  // the server ended the watch (timeoutSeconds): resume it
+      }
+      if (ok) {
+        error = "the InferencePool watch ended at once";
+      }
+      spdlog::warn("discovery: {}; retrying in {} ms", error, backoff.count());
+      resource_version.clear();
+      back_off(backoff, [] { return false; });
+      backoff = std::min(backoff * 2, kLongestBackoff);
+    }
+  }
+
+  // --- the pods (pod thread) ---
 
   void announce(const std::vector<PodConfig>& endpoints) {
     std::map<std::string, std::string> now;
@@ -244,10 +390,11 @@ struct PodDiscovery::Impl {
     do {
       int status = 0;
       const std::size_t page_size = std::min(kListPageSize, options.max_pods);
-      auto page = get_json("/api/v1/namespaces/" + namespace_ + "/pods?labelSelector=" +
-                               selector_query(selector) + "&limit=" + std::to_string(page_size) +
-                               (token.empty() ? "" : "&continue=" + url_encode(token)),
-                           status, error);
+      auto page = pods_api->get_json("/api/v1/namespaces/" + namespace_ +
+                                         "/pods?labelSelector=" + selector_query(selector) +
+                                         "&limit=" + std::to_string(page_size) +
+                                         (token.empty() ? "" : "&continue=" + url_encode(token)),
+                                     status, error);
       if (!page || !page->is_object()) {
         // An expired continue token (410) included: the next attempt lists from the start.
         error = "pod list: " + (error.empty() ? "HTTP " + std::to_string(status) : error);
@@ -262,9 +409,7 @@ struct PodDiscovery::Impl {
       if (pages++ == 0) {
         merged["metadata"] = meta;  // every page of one list carries its resourceVersion
       }
-      token = meta.is_object() && meta.value("continue", Json()).is_string()
-                  ? meta["continue"].get<std::string>()
-                  : std::string();
+      token = string_at(meta, "continue");
       if (merged["items"].size() >= options.max_pods && !token.empty()) {
         spdlog::warn("discovery: more than {} pods match {}; the rest are ignored",
                      options.max_pods, selector_text(selector));
@@ -277,52 +422,34 @@ struct PodDiscovery::Impl {
     tracker.set_target_ports(ports);
     tracker.replace_all(merged);
     announce(tracker.endpoints());
-    relist = false;
     return true;
   }
 
-  // Watches from the tracker's resourceVersion until the watch ends, breaks or asks to re-list.
-  void watch(PodTracker& tracker, std::string& error) {
-    std::string pending;
+  // Watches from the tracker's resourceVersion until the watch ends, breaks (`error`) or asks
+  // for a new list (`relist`).
+  void watch(PodTracker& tracker, bool& relist, std::string& error) {
     const std::string target = "/api/v1/namespaces/" + namespace_ + "/pods?labelSelector=" +
                                selector_query(selector) + "&watch=1&allowWatchBookmarks=true" +
                                "&resourceVersion=" + url_encode(tracker.resource_version()) +
                                "&timeoutSeconds=" + std::to_string(options.watch_timeout.count());
-    const int status = get(target, options.watch_timeout + std::chrono::seconds(30),
-                           [&](std::string_view bytes) {
-      pending.append(bytes);
-      for (auto nl = pending.find('\n'); nl != std::string::npos; nl = pending.find('\n')) {
-        const std::string line = pending.substr(0, nl);
-        pending.erase(0, nl + 1);
-        if (trimmed(line).empty()) {
-          continue;
-        }
-        Json event;
-        try {
-          event = Json::parse(line);
-        } catch (const std::exception&) {
-          relist = true;
-          return false;
-        }
-        switch (tracker.apply(event)) {
-          case PodTracker::Outcome::kChanged:
-            announce(tracker.endpoints());
-            break;
-          case PodTracker::Outcome::kRelist:
-            spdlog::info("discovery: watch asks for a new list ({})",
-                         event.value("object", Json::object()).value("message", "event"));
-            relist = true;
-            return false;
-          case PodTracker::Outcome::kUnchanged:
-            break;
-        }
-      }
-      if (pending.size() > kMaxLine) {
-        relist = true;
-        return false;
-      }
-      return !stopping;
-    }, error);
+    const int status = pods_api->watch(
+        target, options.watch_timeout + std::chrono::seconds(30),
+        [&](const Json& event) {
+          switch (tracker.apply(event)) {
+            case PodTracker::Outcome::kChanged:
+              announce(tracker.endpoints());
+              break;
+            case PodTracker::Outcome::kRelist:
+              spdlog::info("discovery: the pod watch asks for a new list ({})",
+                           string_at(event.value("object", Json::object()), "message"));
+              relist = true;
+              return false;
+            case PodTracker::Outcome::kUnchanged:
+              break;
+          }
+          return true;
+        },
+        error);
     if (status == 410) {
       relist = true;
     } else if (status != 200 && error.empty()) {
@@ -330,53 +457,71 @@ struct PodDiscovery::Impl {
     }
   }
 
-  void loop() {
+  void pod_loop() {
     PodTracker tracker(options.target_port);
-    auto backoff = std::chrono::milliseconds(1000);
-    relist = true;
+    auto backoff = kFirstBackoff;
+    bool relist = true;
     while (!stopping) {
-      std::string error;
-      bool ok = read_pool(error);
-      if (ok && relist) {
-        ok = list(tracker, error);
+      {
+        // Nothing to list before the pool has been read.
+        std::unique_lock lock(mu);
+        cv.wait(lock, [this] { return stopping.load() || pool_spec.has_value(); });
+        if (stopping) {
+          break;
+        }
+        if (pool_generation != listed_generation) {
+          selector = pool_spec->selector;
+          ports = pool_spec->ports;
+          listed_generation = pool_generation;
+          relist = true;
+        }
       }
+      std::string error;
+      bool ok = !relist || list(tracker, error);
+      relist = relist && !ok;
       const auto watch_start = std::chrono::steady_clock::now();
       if (ok) {
-        watch(tracker, error);
-        ok = error.empty() || stopping;
+        watch(tracker, relist, error);
+        ok = error.empty();
       }
       if (stopping) {
         break;
       }
-      if (ok && std::chrono::steady_clock::now() - watch_start > std::chrono::seconds(1)) {
-        backoff = std::chrono::milliseconds(1000);
+      if (pool_generation != listed_generation) {
+        continue;  // interrupted by a pool edit: list what the pool selects now
+      }
+      if (ok && std::chrono::steady_clock::now() - watch_start > kShortestWatch) {
+        backoff = kFirstBackoff;
         continue;
       }
       if (ok) {
-        // A watch the server ended at once (a proxy's short timeout, an overloaded API server):
-        // not a reason to reconnect in a tight loop.
         error = "the pod watch ended at once";
       }
       spdlog::warn("discovery: {}; retrying in {} ms", error, backoff.count());
       relist = true;
-      std::unique_lock lock(mu);
-      cv.wait_for(lock, backoff, [this] { return stopping.load(); });
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(10000));
+      back_off(backoff, [this] { return pool_generation.load() != listed_generation; });
+      backoff = std::min(backoff * 2, kLongestBackoff);
     }
   }
 
   DiscoveryOptions options;
   Publish publish;
   std::string namespace_;
-  KubeApiClient client;
   std::atomic<bool> stopping{false};
   std::mutex mu;
-  std::condition_variable cv;
-  std::thread thread;
-  // Loop state (discovery thread only).
+  std::condition_variable cv;  // stopping, a new pool spec
+  std::optional<PoolSpec> pool_spec;        // guarded by mu
+  std::atomic<uint64_t> pool_generation{0};  // bumped (under mu) with each new pool_spec
+  std::unique_ptr<ApiClient> pool_api;  // pool thread; null without an InferencePool
+  std::unique_ptr<ApiClient> pods_api;  // pod thread
+  std::thread pool_thread;
+  std::thread pod_thread;
+  // Pool loop state (pool thread only).
+  std::string watched_collection;  // the InferencePool API group that answered
+  // Pod loop state (pod thread only).
+  uint64_t listed_generation = 0;  // the pool_spec that selector and ports come from
   std::map<std::string, std::string> selector;
   std::vector<uint16_t> ports;  // the pods' serving ports, one endpoint each
-  bool relist = true;
   std::map<std::string, std::string> published;  // name -> address last published
 };
 
@@ -386,10 +531,13 @@ PodDiscovery::PodDiscovery(DiscoveryOptions options, Publish publish)
 PodDiscovery::~PodDiscovery() { stop(); }
 
 void PodDiscovery::start() {
-  if (impl_->thread.joinable()) {
+  if (impl_->pod_thread.joinable()) {
     return;
   }
-  impl_->thread = std::thread([this] { impl_->loop(); });
+  if (impl_->pool_api) {
+    impl_->pool_thread = std::thread([this] { impl_->pool_loop(); });
+  }
+  impl_->pod_thread = std::thread([this] { impl_->pod_loop(); });
 }
 
 void PodDiscovery::stop() {
@@ -397,10 +545,11 @@ void PodDiscovery::stop() {
     std::lock_guard lock(impl_->mu);
     impl_->stopping = true;
   }
-  impl_->client.interrupt();  // ends a request or watch in progress
   impl_->cv.notify_all();
-  if (impl_->thread.joinable()) {
-    impl_->thread.join();
+  for (auto* t : {&impl_->pool_thread, &impl_->pod_thread}) {
+    if (t->joinable()) {
+      t->join();
+    }
   }
 }
 

@@ -7,16 +7,18 @@
 //   account's bearer token (re-read for each request: it rotates) and CA certificate, the
 //   namespace from its namespace file unless given. `api_url` (http or https) overrides the
 //   address, e.g. for `kubectl proxy` or tests.
-// - InferencePool: inference.networking.k8s.io/v1 (spec.selector.matchLabels,
-//   spec.targetPorts[0].number), or the older inference.networking.x-k8s.io/v1alpha2
-//   (spec.selector, spec.targetPortNumber). Re-read whenever a watch ends; a changed selector
-//   or port re-lists.
+// - InferencePool (pool_spec.h: v1 or v1alpha2, whichever the API server serves): read, then
+//   watched on a connection of its own. An edit of its selector or targetPorts interrupts the
+//   pod watch, re-lists the pods the pool selects now and watches those (logged as
+//   "changed: selector a -> b; ports x -> y"). A deleted pool keeps its last pods as endpoints
+//   until it is created again.
 // - A watch resumes from the last resourceVersion (bookmarks keep it fresh); 410 Gone or a
 //   broken stream re-lists; errors back off from 1 s to 10 s. Everything read is bounded
 //   (line length, pods per list).
 //
-// Threading: one thread of its own (start() to stop()); publish runs on it. The HTTP/TLS client
-// is epp/discovery/kube_api_client.h.
+// Threading: two threads of its own from start() to stop(), one watching the pool (only with
+// --pool-name) and one the pods; publish runs on the pods' thread. The HTTP/TLS client is
+// epp/discovery/kube_api_client.h (one per thread).
 #include <chrono>
 #include <cstdint>
 #include <functional>

@@ -120,16 +120,24 @@ Json merge_list(const Json& base, const Json& patch, const std::string& key) {
     if (!p.is_object() || !p.contains(key)) {
       throw std::runtime_error("patch list item without merge key '" + key + "': " + p.dump());
     }
+    // {key: ..., $patch: delete} removes the base item with that key (and adds nothing).
+    const bool remove = p.value("$patch", "") == "delete";
+    if (p.contains("$patch") && !remove) {
+      throw std::runtime_error("patch directive $patch: " + p["$patch"].dump() +
+                               " is not supported by the built-in renderer");
+    }
     bool found = false;
     for (std::size_t i = 0; i < base.size(); ++i) {
       if (!used[i] && base[i].is_object() && base[i].contains(key) && base[i][key] == p[key]) {
-        out.push_back(strategic_merge(base[i], p));
+        if (!remove) {
+          out.push_back(strategic_merge(base[i], p));
+        }
         used[i] = true;
         found = true;
         break;
       }
     }
-    if (!found) {
+    if (!found && !remove) {
       out.push_back(strategic_merge(Json::object(), p));
     }
   }

@@ -34,7 +34,8 @@ LiteRender render_lite(const std::filesystem::path& kustomization_dir);
 
 // Strategic merge patch (the subset deploy/ uses): maps merge, null deletes a key, lists of
 // containers/volumes/env merge by name, volumeMounts by mountPath, ports by containerPort or
-// port; other lists are replaced. Patch items come first, then the base's unmatched items
+// port, and an item {<merge key>: x, $patch: delete} removes the base's item x; other lists
+// are replaced. Patch items come first, then the base's unmatched items
 // (kustomize's order).
 Json strategic_merge(const Json& base, const Json& patch);
 

@@ -347,6 +347,7 @@ struct ContainerView {
   std::map<std::string, std::string> eff;  // flag -> effective value
   std::map<std::string, int> port_by_name;
   std::set<int> ports;
+  std::map<std::string, std::string> secret_env;  // env name -> "<Secret>/<key>" it comes from
 };
 
 // Flag > env (env entries override envFrom, later envFrom sources override earlier) > default.
@@ -417,6 +418,10 @@ ContainerView view_container(const Json& c, const std::vector<Json>& docs, const
       env_values[name] = scalar(e["value"]);
     } else {
       env_values[name] = "<valueFrom>";
+      const Json ref = e.value("valueFrom", Json::object()).value("secretKeyRef", Json());
+      if (ref.is_object()) {
+        v.secret_env[name] = ref.value("name", "") + "/" + ref.value("key", "");
+      }
     }
   }
   for (const auto& [env, value] : env_values) {
@@ -531,6 +536,48 @@ void check_probes(const ContainerView& v, const std::string& where, Problems& p)
   }
 }
 
+bool is_loopback(const std::string& host) {
+  return host.rfind("127.", 0) == 0 || host == "localhost" || host == "::1";
+}
+
+// The address a listener binds: the EPP's health, metrics and ext_proc listeners have their own
+// host flag (empty: --host); everything else binds --host.
+std::string bind_host(const ContainerView& v, const std::string& listener = "") {
+  if (!listener.empty()) {
+    auto own = v.eff.find(listener + "-host");
+    if (own != v.eff.end() && !own->second.empty()) return own->second;
+  }
+  auto it = v.eff.find("host");
+  return it == v.eff.end() ? std::string() : it->second;
+}
+
+// The EPP listener serving `port`: "" (the proxy), "health", "metrics", "ext-proc"; nullopt
+// when the EPP does not listen there.
+std::optional<std::string> epp_listener(const ContainerView& v, int port) {
+  for (const char* l : {"", "health", "metrics", "ext-proc"}) {
+    const std::string flag = std::string(l).empty() ? "port" : std::string(l) + "-port";
+    auto it = v.eff.find(flag);
+    if (it != v.eff.end() && to_int(it->second) == port && port > 0) return std::string(l);
+  }
+  return std::nullopt;
+}
+
+// The admin token: from a Secret, never written into a manifest, and required on every sidecar
+// that listens beyond loopback (anything in the cluster could otherwise POST /flush).
+void check_admin_token(const ContainerView& v, const std::string& where, Problems& p) {
+  if (v.bin != "epp" && v.bin != "trainer" && v.bin != "predictor") return;
+  const std::string token = v.eff.count("admin-token") ? v.eff.at("admin-token") : "";
+  if (!token.empty() && token != "<valueFrom>") {
+    p.push_back(where + ": the admin token is written into the manifests; take LLMD_ADMIN_TOKEN " +
+                "from a Secret (valueFrom.secretKeyRef)");
+  }
+  const std::string host = bind_host(v);
+  if (v.bin != "epp" && !is_loopback(host) && v.secret_env.count("LLMD_ADMIN_TOKEN") == 0) {
+    p.push_back(where + ": listens on " + host + " without an admin token: anything in the " +
+                "cluster can call its admin endpoints (set LLMD_ADMIN_TOKEN from a Secret)");
+  }
+}
+
 void check_container(const ContainerView& v, const Json& spec, const std::string& where, Problems& p) {
   std::set<int> listen = listening_ports(v, where, p);
   if (listen != v.ports) {
@@ -540,10 +587,18 @@ void check_container(const ContainerView& v, const Json& spec, const std::string
     p.push_back(where + ": containerPorts [" + join(b, ",") + "] but " + v.bin + " listens on [" +
                 join(a, ",") + "] (flags, env and --help defaults)");
   }
-  if (v.eff.count("host") && v.eff.at("host") != "0.0.0.0" && v.eff.at("host") != "::") {
-    p.push_back(where + ": listens on " + v.eff.at("host") +
-                " only; kubelet probes and Services reach the pod IP (use 0.0.0.0)");
+  // The kubelet probes the pod IP: the health listener must bind beyond loopback.
+  const std::string probed = bind_host(v, v.bin == "epp" ? "health" : "");
+  if (v.eff.count("host") && is_loopback(probed)) {
+    p.push_back(where + ": serves its probes on " + probed +
+                " only; kubelet probes reach the pod IP (use 0.0.0.0)");
   }
+  if (v.bin == "epp" && to_int(v.eff.at("ext-proc-port")).value_or(0) > 0 &&
+      is_loopback(bind_host(v, "ext-proc"))) {
+    p.push_back(where + ": serves ext_proc on " + bind_host(v, "ext-proc") +
+                " only; the Gateway reaches the pod IP");
+  }
+  check_admin_token(v, where, p);
   check_probes(v, where, p);
   const Json& res = field(*v.c, "resources", true);
   for (const char* path : {"/requests/cpu", "/requests/memory", "/limits/memory"}) {
@@ -731,6 +786,20 @@ void check_epp_pod(const std::vector<ContainerView>& views, const Json& workload
       if (name_owner.count(n)) p.push_back(where + ": port name " + n + " used twice");
       name_owner[n] = v.name;
     }
+  }
+  // The EPP sends its token with the samples it posts to the trainer.
+  const auto token_secret = [](const ContainerView* c) {
+    auto it = c->secret_env.find("LLMD_ADMIN_TOKEN");
+    return it == c->secret_env.end() ? std::string("none") : it->second;
+  };
+  if (token_secret(epp) != token_secret(trainer)) {
+    p.push_back(where + ": the EPP's admin token (" + token_secret(epp) +
+                ") is not the trainer's (" + token_secret(trainer) +
+                "): the trainer would refuse its samples (401)");
+  }
+  if (is_loopback(bind_host(*epp, "metrics"))) {
+    p.push_back(where + ": the EPP's metrics port binds " + bind_host(*epp, "metrics") +
+                " only; Prometheus scrapes the pod IP");
   }
   const Json ann = field(workload["spec"]["template"]["metadata"], "annotations", true);
   if (ann.value("prometheus.io/scrape", "") != "true" ||
@@ -963,8 +1032,18 @@ Problems check_render(const Render& r) {
           targets.count(to_int(v.eff.at("ext-proc-port")).value_or(-1))) {
         continue;
       }
+      // A Service cannot reach what the EPP binds on loopback; the proxy is exposed only
+      // where it is open (the gateway overlay keeps it in the pod).
+      for (int n : targets) {
+        auto listener = epp_listener(v, n);
+        if (listener && is_loopback(bind_host(v, *listener))) {
+          p.push_back(w + ": targets port " + std::to_string(n) + ", which the EPP binds on " +
+                      bind_host(v, *listener) + " only");
+        }
+      }
       for (const char* flag : {"port", "metrics-port"}) {
         auto n = to_int(v.eff.at(flag));
+        if (std::string(flag) == "port" && is_loopback(bind_host(v))) continue;
         if (n && targets.count(*n) == 0) {
           p.push_back(w + ": does not expose the EPP's --" + flag + " " + v.eff.at(flag));
         }
@@ -1419,6 +1498,50 @@ TEST(DeployChecks, DetectLeaderElectionDrift) {
   }
 }
 
+// Every layout wires the admin token the same way: one Secret the operator creates, read by the
+// EPP (which sends it to the trainer) and by every sidecar (which requires it), and binds each
+// EPP listener only where the pod needs it.
+TEST(DeployConfig, AdminTokenFromOneSecretAndListenersBoundWherePodsNeedThem) {
+  for (const auto& dir : kustomization_dirs()) {
+    const std::string rel = fs::relative(dir, kDeploy).string();
+    Render& r = cached(rel);
+    ASSERT_TRUE(r.error.empty()) << rel << ": " << r.error;
+    EXPECT_EQ(find_doc(r.docs, "Secret", "llmd-admin-token"), nullptr)
+        << rel << ": a token in the repository is known to everyone; the operator creates it";
+    const Json* d = deployment(r, "epp");
+    ASSERT_NE(d, nullptr) << rel;
+    int wired = 0;
+    for (const auto& c : pod_spec(*d)["containers"]) {
+      const std::string bin = bin_of(c);
+      if (bin != "epp" && bin != "trainer" && bin != "predictor") continue;
+      Json ref;
+      for (const auto& e : field(c, "env")) {
+        if (e.value("name", "") == "LLMD_ADMIN_TOKEN") ref = e["valueFrom"]["secretKeyRef"];
+      }
+      EXPECT_EQ(ref, (Json{{"name", "llmd-admin-token"}, {"key", "token"}}))
+          << rel << " container " << c.value("name", "");
+      ++wired;
+    }
+    EXPECT_GE(wired, 4) << rel << ": the EPP, the trainer and at least two predictors";
+    std::map<std::string, std::string> args;
+    for (const auto& a : (*container(r, "epp"))["args"]) {
+      const std::string text = a.get<std::string>();
+      args[text.substr(0, text.find('='))] = text.substr(text.find('=') + 1);
+    }
+    const bool gateway = args.count("--ext-proc-port") > 0;
+    EXPECT_EQ(args["--host"], gateway ? "127.0.0.1" : "0.0.0.0")
+        << rel << ": the proxy is open only where clients call it directly";
+    EXPECT_EQ(args["--health-host"], "0.0.0.0") << rel;
+    EXPECT_EQ(args["--metrics-host"], "0.0.0.0") << rel;
+    if (gateway) {
+      EXPECT_EQ(args["--ext-proc-host"], "0.0.0.0") << rel;
+    }
+  }
+  const std::string readme = read_text(kDeploy / "README.md");
+  EXPECT_NE(readme.find("kubectl -n llm create secret generic llmd-admin-token"), std::string::npos)
+      << "deploy/README.md says how to create the token Secret";
+}
+
 // The checks must be able to fail: break a rendered base in typical ways, one at a time.
 TEST(DeployChecks, DetectDrift) {
   const Render& good = cached("base");
@@ -1495,6 +1618,37 @@ TEST(DeployChecks, DetectDrift) {
          (*container(r, "trainer"))["image"] = "registry.example.com/team/llmd/trainer:v1";
          (*container(r, "trainer"))["args"][0] = "--prot=8000";
        }, "flag --prot is not an option of trainer"},
+      {"sidecar on the pod IP without the admin token", [](Render& r) {
+         Json& env = (*container(r, "predictor-2"))["env"];
+         env.erase(std::remove_if(env.begin(), env.end(),
+                                  [](const Json& e) { return e["name"] == "LLMD_ADMIN_TOKEN"; }),
+                   env.end());
+       }, "container predictor-2: listens on 0.0.0.0 without an admin token"},
+      {"admin token written into the manifest", [](Render& r) {
+         for (auto& e : (*container(r, "trainer"))["env"]) {
+           if (e["name"] == "LLMD_ADMIN_TOKEN") e = {{"name", "LLMD_ADMIN_TOKEN"}, {"value", "s3cret"}};
+         }
+       }, "container trainer: the admin token is written into the manifests"},
+      {"EPP with another token than the trainer", [](Render& r) {
+         for (auto& e : (*container(r, "epp"))["env"]) {
+           if (e["name"] == "LLMD_ADMIN_TOKEN") e["valueFrom"]["secretKeyRef"]["name"] = "other";
+         }
+       }, "the EPP's admin token (other/token) is not the trainer's (llmd-admin-token/token)"},
+      {"health port on loopback", [](Render& r) {
+         for (auto& a : (*container(r, "epp"))["args"]) {
+           if (a == "--health-host=0.0.0.0") a = "--health-host=127.0.0.1";
+         }
+       }, "container epp: serves its probes on 127.0.0.1 only"},
+      {"Service in front of a loopback proxy", [](Render& r) {
+         for (auto& a : (*container(r, "epp"))["args"]) {
+           if (a == "--host=0.0.0.0") a = "--host=127.0.0.1";
+         }
+       }, "targets port 8080, which the EPP binds on 127.0.0.1 only"},
+      {"metrics on loopback", [](Render& r) {
+         for (auto& a : (*container(r, "epp"))["args"]) {
+           if (a == "--metrics-host=0.0.0.0") a = "--metrics-host=127.0.0.1";
+         }
+       }, "the EPP's metrics port binds 127.0.0.1 only"},
       {"scrape annotation on the wrong port", [](Render& r) {
          (*deployment(r, "epp"))["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] = "9003";
        }, "annotations must name the EPP's metrics port 9090"},

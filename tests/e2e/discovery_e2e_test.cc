@@ -13,28 +13,72 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
 
+#include "common/http/message.h"
 #include "common/http/stream_server.h"
 #include "tests/e2e/stack_fixture.h"
 
 namespace llmd::testing {
 namespace {
 
-Json pod_object(const std::string& name, const std::string& ip, bool ready, const std::string& rv) {
+Json pod_object(const std::string& name, const std::string& ip, bool ready, const std::string& rv,
+               const std::string& app = "vllm") {
   return Json{{"metadata",
                {{"name", name}, {"namespace", "llm"}, {"resourceVersion", rv},
-                {"labels", {{"app", "vllm"}, {"pool", "p"}}}}},
+                {"labels", {{"app", app}, {"pool", "p"}}}}},
               {"status",
                {{"phase", "Running"},
                 {"podIP", ip},
                 {"conditions", Json::array({{{"type", "Ready"}, {"status", ready ? "True" : "False"}}})}}}};
 }
 
-// The API server's side: answers are set by the test; the current watch stream gets events.
+// The value of `key` in a URL query, percent-decoded ("" when absent).
+std::string query_param(const std::string& query, const std::string& key) {
+  std::size_t pos = 0;
+  while (pos <= query.size()) {
+    const auto amp = query.find('&', pos);
+    const std::string part = query.substr(pos, amp == std::string::npos ? amp : amp - pos);
+    if (part.rfind(key + "=", 0) == 0) {
+      return http::percent_decode(part.substr(key.size() + 1)).value_or("");
+    }
+    if (amp == std::string::npos) {
+      break;
+    }
+    pos = amp + 1;
+  }
+  return "";
+}
+
+// Whether a pod's labels satisfy a label selector "k=v,k2=v2" (equality terms only).
+bool selects(const std::string& selector, const Json& pod) {
+  const Json labels = pod["metadata"].value("labels", Json::object());
+  std::size_t pos = 0;
+  while (pos < selector.size()) {
+    const auto comma = selector.find(',', pos);
+    const std::string term = selector.substr(pos, comma == std::string::npos ? comma : comma - pos);
+    const auto eq = term.find('=');
+    if (eq == std::string::npos || labels.value(term.substr(0, eq), "") != term.substr(eq + 1)) {
+      return false;
+    }
+    if (comma == std::string::npos) {
+      break;
+    }
+    pos = comma + 1;
+  }
+  return !selector.empty();
+}
+
+// The API server's side: answers are set by the test; the current watch streams get events.
+// Serves the v1 InferencePool "p" in namespace "llm" (GET, and a watch narrowed to its name),
+// and the pods of "llm" (LIST by label selector in pages, WATCH).
 class FakeApiServer {
  public:
-  // The InferencePool lists `ranks` target ports: target_port, target_port + 1, ...
-  explicit FakeApiServer(uint16_t target_port, int ranks = 1)
-      : target_port_(target_port), ranks_(ranks) {
+  // The InferencePool selects app=vllm and lists `ranks` target ports: target_port,
+  // target_port + 1, ...
+  explicit FakeApiServer(uint16_t target_port, int ranks = 1) {
+    pool_labels_ = Json{{"app", "vllm"}};
+    for (int r = 0; r < ranks; ++r) {
+      pool_ports_.push_back(static_cast<uint16_t>(target_port + r));
+    }
     http::StreamServerOptions o;
     o.host = "127.0.0.1";
     o.io_threads = 1;
@@ -55,13 +99,68 @@ class FakeApiServer {
     std::lock_guard lock(mu_);
     list_ = Json{{"kind", "PodList"}, {"metadata", {{"resourceVersion", rv}}}, {"items", items}};
   }
-  // Sends one watch event to the EPP's current watch (waits for one to be open).
+  // Sends one watch event to the EPP's current pod watch (waits for one to be open).
   bool event(const std::string& type, const Json& object) {
+    return when_open(pod_watch_, Json{{"type", type}, {"object", object}});
+  }
+  // An operator's edit of the InferencePool: its selector (matchLabels) and targetPorts change
+  // and the EPP's pool watch gets a MODIFIED event (this waits for the watch to be open).
+  bool edit_pool(Json match_labels, std::vector<uint16_t> ports) {
+    Json pool;
+    {
+      std::lock_guard lock(mu_);
+      pool_labels_ = std::move(match_labels);
+      pool_ports_ = std::move(ports);
+      ++pool_version_;
+      pool = pool_object();
+    }
+    return when_open(pool_watch_, Json{{"type", "MODIFIED"}, {"object", pool}});
+  }
+  // The InferencePool is deleted: its watch gets a DELETED event.
+  bool delete_pool() {
+    Json pool;
+    {
+      std::lock_guard lock(mu_);
+      ++pool_version_;
+      pool = pool_object();
+    }
+    return when_open(pool_watch_, Json{{"type", "DELETED"}, {"object", pool}});
+  }
+  // The resourceVersion is too old: an ERROR event with a 410 Status, and the stream ends.
+  bool gone() {
+    std::lock_guard lock(mu_);
+    if (!pod_watch_) {
+      return false;
+    }
+    pod_watch_->write(Json{{"type", "ERROR"},
+                           {"object", {{"kind", "Status"}, {"code", 410}, {"reason", "Expired"},
+                                       {"message", "too old resource version"}}}}
+                          .dump() +
+                      "\n");
+    pod_watch_->end();
+    pod_watch_.reset();
+    return true;
+  }
+  int lists() const { return lists_; }
+  int pages() const { return pages_; }
+  int pool_watches() const { return pool_watches_; }
+  std::string last_auth() {
+    std::lock_guard lock(mu_);
+    return auth_;
+  }
+  // The label selector of the pod watch opened last.
+  std::string pod_watch_selector() {
+    std::lock_guard lock(mu_);
+    return pod_watch_selector_;
+  }
+
+ private:
+  bool when_open(http::ResponseStreamPtr& watch, const Json& event) {
     for (int i = 0; i < 100; ++i) {
       {
         std::lock_guard lock(mu_);
-        if (watch_) {
-          watch_->write(Json{{"type", type}, {"object", object}}.dump() + "\n");
+        if (watch) {
+          watch->write(event.dump() + "\n");
           return true;
         }
       }
@@ -69,95 +168,90 @@ class FakeApiServer {
     }
     return false;
   }
-  // The resourceVersion is too old: an ERROR event with a 410 Status, and the stream ends.
-  bool gone() {
-    std::lock_guard lock(mu_);
-    if (!watch_) {
-      return false;
+
+  Json pool_object() const {
+    Json ports = Json::array();
+    for (auto p : pool_ports_) {
+      ports.push_back({{"number", p}});
     }
-    watch_->write(Json{{"type", "ERROR"},
-                       {"object", {{"kind", "Status"}, {"code", 410}, {"reason", "Expired"},
-                                   {"message", "too old resource version"}}}}
-                      .dump() +
-                  "\n");
-    watch_->end();
-    watch_.reset();
-    return true;
-  }
-  int lists() const { return lists_; }
-  int pages() const { return pages_; }
-  std::string last_auth() {
-    std::lock_guard lock(mu_);
-    return auth_;
+    return Json{{"apiVersion", "inference.networking.k8s.io/v1"},
+                {"kind", "InferencePool"},
+                {"metadata",
+                 {{"name", "p"}, {"namespace", "llm"},
+                  {"resourceVersion", std::to_string(pool_version_)}}},
+                {"spec", {{"selector", {{"matchLabels", pool_labels_}}}, {"targetPorts", ports}}}};
   }
 
- private:
   void handle(http::Request&& req, http::ResponseStreamPtr stream) {
     std::lock_guard lock(mu_);
     auth_ = std::string(req.header("authorization"));
-    if (req.path == "/apis/inference.networking.k8s.io/v1/namespaces/llm/inferencepools/p") {
-      stream->respond(http::Response::json(
-          200, Json{{"apiVersion", "inference.networking.k8s.io/v1"},
-                    {"kind", "InferencePool"},
-                    {"metadata", {{"name", "p"}, {"namespace", "llm"}}},
-                    {"spec",
-                     {{"selector", {{"matchLabels", {{"app", "vllm"}}}}},
-                      {"targetPorts", target_ports()}}}}));
+    const std::string pools = "/apis/inference.networking.k8s.io/v1/namespaces/llm/inferencepools";
+    if (req.path == pools + "/p") {
+      stream->respond(http::Response::json(200, pool_object()));
+      return;
+    }
+    if (req.path == pools && query_param(req.query, "watch") == "1") {
+      if (query_param(req.query, "fieldSelector") != "metadata.name=p") {
+        stream->respond(http::Response::detail(400, "a pool watch for more than p: " + req.query));
+        return;
+      }
+      ++pool_watches_;
+      stream->begin_stream(200, "application/json", {});
+      pool_watch_ = stream;
       return;
     }
     if (req.path == "/api/v1/namespaces/llm/pods") {
-      if (req.query.find("labelSelector=app%3Dvllm") == std::string::npos) {
-        stream->respond(http::Response::detail(400, "unexpected selector " + req.query));
-        return;
-      }
-      if (req.query.find("watch=1") == std::string::npos) {
+      const std::string selector = query_param(req.query, "labelSelector");
+      if (query_param(req.query, "watch") != "1") {
         // Pages of one pod each, as an API server may answer fewer items than the limit
         // asks for: the rest comes with the continue token.
-        if (req.query.find("limit=") == std::string::npos) {
+        if (query_param(req.query, "limit").empty()) {
           stream->respond(http::Response::detail(400, "a list without a limit"));
           return;
         }
-        const auto c = req.query.find("continue=");
-        const std::size_t offset =
-            c == std::string::npos ? 0 : std::stoul(req.query.substr(c + 9));
+        Json selected = Json::array();
+        for (const auto& pod : list_["items"]) {
+          if (selects(selector, pod)) {
+            selected.push_back(pod);
+          }
+        }
+        const std::string token = query_param(req.query, "continue");
+        const std::size_t offset = token.empty() ? 0 : std::stoul(token);
         lists_ += offset == 0 ? 1 : 0;
         ++pages_;
         Json page = list_;
         page["items"] = Json::array();
-        if (offset < list_["items"].size()) {
-          page["items"].push_back(list_["items"][offset]);
+        if (offset < selected.size()) {
+          page["items"].push_back(selected[offset]);
         }
-        if (offset + 1 < list_["items"].size()) {
+        if (offset + 1 < selected.size()) {
           page["metadata"]["continue"] = std::to_string(offset + 1);
         }
         stream->respond(http::Response::json(200, page));
         return;
       }
       stream->begin_stream(200, "application/json", {});
-      watch_ = stream;
+      pod_watch_ = stream;
+      pod_watch_selector_ = selector;
       return;
     }
     stream->respond(http::Response::detail(404, "not found: " + req.path));
   }
 
-  Json target_ports() const {
-    Json ports = Json::array();
-    for (int r = 0; r < ranks_; ++r) {
-      ports.push_back({{"number", target_port_ + r}});
-    }
-    return ports;
-  }
-
-  uint16_t target_port_;
-  int ranks_;
   std::unique_ptr<http::StreamServer> server_;
   uint16_t port_ = 0;
   std::thread thread_;
   std::mutex mu_;
   Json list_ = Json{{"kind", "PodList"}, {"metadata", {{"resourceVersion", "1"}}}, {"items", Json::array()}};
-  http::ResponseStreamPtr watch_;
+  Json pool_labels_;
+  std::vector<uint16_t> pool_ports_;
+  int pool_version_ = 1;
+  http::ResponseStreamPtr pod_watch_;
+  http::ResponseStreamPtr pool_watch_;
+  std::string pod_watch_selector_;
   std::atomic<int> lists_{0};
   std::atomic<int> pages_{0};
+  std::atomic<int> pool_watches_{0};
   std::string auth_;
 };
 
@@ -296,6 +390,114 @@ TEST(Discovery, EveryTargetPortOfAPoolIsAnEndpoint) {
     reached.insert(std::string(r.header("x-gateway-destination-endpoint")));
   }
   EXPECT_EQ(reached.size(), 4u) << "round-robin over both ranks of both pods";
+}
+
+// Sends small completions through the EPP until one lands on an endpoint in `wanted`; returns
+// the seconds that took (-1 if none did within 20 s: far beyond the second a pool edit should
+// take, so a slow machine does not fail it). Answers other than 200 while the pods change are
+// counted in `refused`.
+double seconds_until_traffic_reaches(uint16_t epp_port, const std::set<std::string>& wanted,
+                                     int& refused) {
+  http::HttpClient client("127.0.0.1", epp_port, std::chrono::seconds(30));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20); ++i) {
+    Json body = {{"model", "meta-llama/Llama-3.1-8B-Instruct"},
+                 {"prompt", words(10, "poll" + std::to_string(i))},
+                 {"max_tokens", 2}};
+    auto r = client.post("/v1/completions", body.dump());
+    if (r.status != 200) {
+      ++refused;
+    } else if (wanted.count(std::string(r.header("x-gateway-destination-endpoint")))) {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1;
+}
+
+// The endpoints that `n` requests through the EPP reach.
+std::set<std::string> endpoints_reached(uint16_t epp_port, int n, const std::string& tag) {
+  std::set<std::string> reached;
+  http::HttpClient client("127.0.0.1", epp_port, std::chrono::seconds(30));
+  for (int i = 0; i < n; ++i) {
+    Json body = {{"model", "meta-llama/Llama-3.1-8B-Instruct"},
+                 {"prompt", words(10, tag + std::to_string(i))},
+                 {"max_tokens", 2}};
+    auto r = client.post("/v1/completions", body.dump());
+    reached.insert(r.status == 200 ? std::string(r.header("x-gateway-destination-endpoint"))
+                                   : "HTTP " + std::to_string(r.status));
+  }
+  return reached;
+}
+
+// The EPP watches the InferencePool itself: an operator's edit of its selector moves traffic to
+// the pods it now selects, and an edit of its targetPorts to the new port, without waiting for
+// the pod watch to time out (the EPP asks for 300 s watches).
+TEST(Discovery, AnInferencePoolEditMovesTrafficToWhatThePoolNowSelects) {
+  // Four pods: a and b labelled app=vllm, c and d app=vllm-next. Each serves on `base`; c and d
+  // also on base + 1, the port the last edit moves to.
+  const uint16_t base = free_port_block(2);
+  ASSERT_NE(base, 0);
+  std::vector<std::unique_ptr<Process>> pods;
+  for (const auto& [ip, ports] : std::vector<std::pair<std::string, int>>{
+           {"127.0.0.2", 1}, {"127.0.0.3", 1}, {"127.0.0.4", 2}, {"127.0.0.5", 2}}) {
+    pods.push_back(std::make_unique<Process>(
+        binary("bench/modelsim/modelsim"),
+        std::vector<std::string>{"--pods", std::to_string(ports), "--base-port",
+                                 std::to_string(base), "--host", ip}));
+  }
+  FakeApiServer api(base);
+  api.set_list(Json::array({pod_object("a", "127.0.0.2", true, "5"),
+                            pod_object("b", "127.0.0.3", true, "6"),
+                            pod_object("c", "127.0.0.4", true, "7", "vllm-next"),
+                            pod_object("d", "127.0.0.5", true, "8", "vllm-next")}),
+               "10");
+  DiscoveringEpp d(api, "round-robin.yaml");
+  Process& epp = *d.epp;
+  ASSERT_TRUE(epp.wait_http_ok(d.health_port, "/readyz")) << epp.log();
+  ASSERT_GE(until_ready_pods(d.metrics_port, 2), 0) << epp.log();
+  const auto at = [](const char* ip, int port) { return std::string(ip) + ":" + std::to_string(port); };
+  const std::set<std::string> first = {at("127.0.0.2", base), at("127.0.0.3", base)};
+  const std::set<std::string> next = {at("127.0.0.4", base), at("127.0.0.5", base)};
+  const std::set<std::string> next_port = {at("127.0.0.4", base + 1), at("127.0.0.5", base + 1)};
+  EXPECT_EQ(endpoints_reached(d.epp_port, 6, "before"), first);
+
+  // The selector edit.
+  ASSERT_TRUE(api.edit_pool(Json{{"app", "vllm-next"}}, {base})) << "no pool watch\n" << epp.log();
+  int refused = 0;
+  const double selector_seconds = seconds_until_traffic_reaches(d.epp_port, next, refused);
+  ASSERT_GE(selector_seconds, 0) << epp.log();
+  EXPECT_EQ(endpoints_reached(d.epp_port, 6, "selector"), next)
+      << "every request goes to the newly selected pods\n" << epp.log();
+  EXPECT_EQ(api.pod_watch_selector(), "app=vllm-next");
+  EXPECT_EQ(api.lists(), 2) << "one list per selector";
+  EXPECT_NE(epp.log().find("InferencePool llm/p changed: selector app=vllm -> app=vllm-next"),
+            std::string::npos)
+      << epp.log();
+
+  // The targetPorts edit.
+  ASSERT_TRUE(api.edit_pool(Json{{"app", "vllm-next"}}, {static_cast<uint16_t>(base + 1)}));
+  const double port_seconds = seconds_until_traffic_reaches(d.epp_port, next_port, refused);
+  ASSERT_GE(port_seconds, 0) << epp.log();
+  EXPECT_EQ(endpoints_reached(d.epp_port, 6, "port"), next_port) << epp.log();
+  EXPECT_NE(epp.log().find("changed: port " + std::to_string(base) + " -> " +
+                           std::to_string(base + 1)),
+            std::string::npos)
+      << epp.log();
+  EXPECT_EQ(api.pool_watches(), 1) << "one pool watch, kept open across the edits";
+
+  // The pool is deleted (say, to be created again): its last pods keep serving.
+  ASSERT_TRUE(api.delete_pool());
+  for (int i = 0; i < 200 && epp.log().find("was deleted") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_NE(epp.log().find("InferencePool llm/p was deleted"), std::string::npos) << epp.log();
+  EXPECT_EQ(endpoints_reached(d.epp_port, 4, "deleted"), next_port) << epp.log();
+  RecordProperty("seconds_to_follow_selector_edit", std::to_string(selector_seconds));
+  RecordProperty("seconds_to_follow_target_port_edit", std::to_string(port_seconds));
+  RecordProperty("requests_refused_during_edits", std::to_string(refused));
+  std::cout << "selector edit followed in " << selector_seconds << " s, targetPorts edit in "
+            << port_seconds << " s; " << refused << " requests refused meanwhile\n";
 }
 
 // The in-cluster path: HTTPS with the CA the service account mounts. A one-connection-at-a-time

@@ -2,7 +2,11 @@
 // response, and what happens to a request whose client leaves while it waits in the queue.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -493,6 +497,54 @@ TEST_F(LifecycleStack, EveryEppErrorIsAnOpenAiErrorObject) {
     EXPECT_EQ(e["code"], k.code) << k.got.body;
     EXPECT_EQ(k.got.header("content-type"), "application/json") << k.status;
     EXPECT_EQ(!k.got.header("retry-after").empty(), k.status == 503 || k.status == 429) << k.status;
+  }
+}
+
+// Whether a TCP connection to ip:port is accepted.
+bool accepts(const char* ip, uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  ::inet_pton(AF_INET, ip, &a.sin_addr);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Every listener of the EPP binds 127.0.0.1 unless its manifest opens it, one flag per
+// listener. 127.0.0.2 stands for the pod IP: a socket bound to 0.0.0.0 accepts there too, one
+// bound to 127.0.0.1 does not.
+TEST(EppListeners, BindLoopbackByDefaultAndEachHostFlagOpensOneListener) {
+  TempDir dir;
+  const std::string pool = dir.file("pool.yaml");
+  std::ofstream(pool) << "pool:\n  pods:\n  - {name: p, address: 127.0.0.1:1}\n"
+                         "pipeline: " LLMD_SOURCE_DIR "/epp/config/round-robin.yaml\n";
+  const uint16_t port = free_port(), health = free_port(), metrics = free_port(),
+                 ext_proc = free_port();
+  const std::vector<std::string> ports = {
+      "--config", pool, "--port", std::to_string(port), "--health-port", std::to_string(health),
+      "--metrics-port", std::to_string(metrics), "--ext-proc-port", std::to_string(ext_proc)};
+  {
+    Process epp(binary("epp/epp"), ports);
+    ASSERT_TRUE(epp.wait_http_ok(health, "/healthz")) << epp.log();
+    for (uint16_t p : {port, health, metrics, ext_proc}) {
+      EXPECT_TRUE(accepts("127.0.0.1", p)) << p;
+      EXPECT_FALSE(accepts("127.0.0.2", p)) << "port " << p << " is open beyond loopback";
+    }
+  }
+  {
+    // What the gateway overlay runs: ext_proc, health and metrics open, the proxy in the pod.
+    std::vector<std::string> args = ports;
+    for (const char* flag : {"--ext-proc-host", "--health-host", "--metrics-host"}) {
+      args.insert(args.end(), {flag, "0.0.0.0"});
+    }
+    Process epp(binary("epp/epp"), args);
+    ASSERT_TRUE(epp.wait_http_ok(health, "/healthz")) << epp.log();
+    EXPECT_FALSE(accepts("127.0.0.2", port)) << "the proxy";
+    for (uint16_t p : {health, metrics, ext_proc}) {
+      EXPECT_TRUE(accepts("127.0.0.2", p)) << p << "\n" << epp.log();
+    }
   }
 }
 
