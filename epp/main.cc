@@ -7,6 +7,7 @@
 #include <prometheus/registry.h>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
@@ -27,6 +28,7 @@
 #include "epp/feedback/request_metrics.h"
 #include "epp/feedback/training_feedback.h"
 #include "epp/plugins/register.h"
+#include "epp/discovery/leader_elector.h"
 #include "epp/discovery/pod_discovery.h"
 #include "epp/extproc/ext_proc_server.h"
 #include "epp/pool_config.h"
@@ -125,9 +127,29 @@ int run(int argc, char** argv) {
         "at http://127.0.0.1:8001 outside)");
   o.add("kube-token-file", "EPP_KUBE_TOKEN_FILE",
         "/var/run/secrets/kubernetes.io/serviceaccount/token",
-        "Kubernetes discovery: bearer token (re-read on every request; it rotates)");
+        "Kubernetes API (discovery, leader election): bearer token (re-read on every request; it "
+        "rotates)");
   o.add("kube-ca-file", "EPP_KUBE_CA_FILE", "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
-        "Kubernetes discovery: CA certificate of an https API server");
+        "Kubernetes API (discovery, leader election): CA certificate of an https API server");
+  o.add("leader-elect", "EPP_LEADER_ELECT", "false",
+        "Active-passive replicas: only the holder of a coordination.k8s.io/v1 Lease is ready and "
+        "serves; the others stand by warm (pods, metrics, predictions) and answer 503");
+  o.add("leader-elect-lease-duration", "EPP_LEADER_ELECT_LEASE_DURATION_S", "15",
+        "Leader election: whole seconds a Lease stays valid without renewal (a standby takes it "
+        "over after this long)");
+  o.add("leader-elect-renew-deadline", "EPP_LEADER_ELECT_RENEW_DEADLINE_S", "10",
+        "Leader election: seconds a leader may fail to renew before it stops serving (< lease "
+        "duration)");
+  o.add("leader-elect-retry-period", "EPP_LEADER_ELECT_RETRY_PERIOD_S", "2",
+        "Leader election: seconds between renewals (leader) or attempts to acquire (standby)");
+  o.add("leader-elect-lease-name", "EPP_LEADER_ELECT_LEASE_NAME", "",
+        "Leader election: the Lease (default llmd-epp-<pool-name>, or llmd-epp)");
+  o.add("leader-elect-lease-namespace", "EPP_LEADER_ELECT_LEASE_NAMESPACE", "",
+        "Leader election: the Lease's namespace (default: --pool-namespace, else the service "
+        "account's)");
+  o.add("leader-elect-identity", "POD_NAME", "",
+        "Leader election: this replica's name in the Lease, unique per replica (default: the "
+        "host name, which is the pod's name)");
   o.add("log-level", "LOG_LEVEL", "info", "trace | debug | info | warn | error");
   if (!o.parse(argc, argv)) {
     return 0;
@@ -206,6 +228,50 @@ int run(int argc, char** argv) {
                      &registry);
   gate.configure(file_cfg.router_queue);
   sinks.add(port);
+  std::unique_ptr<discovery::LeaderElector> elector;
+  if (o.boolean("leader-elect")) {
+    discovery::LeaderElectionConfig lc;
+    lc.identity = o.str("leader-elect-identity");
+    if (lc.identity.empty()) {
+      char host[256] = {};
+      if (gethostname(host, sizeof(host) - 1) == 0) {
+        lc.identity = host;
+      }
+    }
+    lc.lease_name = o.str("leader-elect-lease-name");
+    if (lc.lease_name.empty()) {
+      lc.lease_name = o.str("pool-name").empty() ? "llmd-epp" : "llmd-epp-" + o.str("pool-name");
+    }
+    lc.lease_namespace = o.str("leader-elect-lease-namespace");
+    if (lc.lease_namespace.empty()) {
+      lc.lease_namespace = o.str("pool-namespace");
+    }
+    if (lc.lease_namespace.empty()) {
+      lc.lease_namespace = discovery::service_account_namespace(
+          discovery::DiscoveryOptions{}.namespace_file);
+    }
+    lc.lease_duration = std::chrono::seconds(o.integer("leader-elect-lease-duration", 1, 3600));
+    lc.renew_deadline = std::chrono::milliseconds(
+        static_cast<int64_t>(o.number("leader-elect-renew-deadline", 0.001, 3600) * 1000));
+    lc.retry_period = std::chrono::milliseconds(
+        static_cast<int64_t>(o.number("leader-elect-retry-period", 0.001, 3600) * 1000));
+    elector = std::make_unique<discovery::LeaderElector>(
+        lc, discovery::KubeApiOptions{o.str("kube-api-url"), o.str("kube-token-file"),
+                                      o.str("kube-ca-file")});
+  }
+  // A standby's answer to data requests and probes; nullopt on the leader (or without election).
+  auto standby = [&elector]() -> std::optional<std::string> {
+    if (!elector || elector->leading()) {
+      return std::nullopt;
+    }
+    const std::string leader = elector->leader();
+    return "Not the leader: this EPP replica is a standby" +
+           (leader.empty() ? std::string() : " (the leader is " + leader + ")");
+  };
+  auto& leader_g = prometheus::BuildGauge().Name("llmd_epp_leader").Help(
+      "1 while this EPP replica serves: the leader of --leader-elect, or always without it; 0 "
+      "while it stands by").Register(registry).Add({});
+
   ProxyOptions po;
   po.host = o.str("host");
   po.port = static_cast<uint16_t>(o.integer("port", 0, 65535));
@@ -218,6 +284,7 @@ int run(int argc, char** argv) {
       std::chrono::milliseconds(o.integer("upstream-first-byte-timeout-ms", 10));
   po.default_prediction = o.boolean("prediction-based-scheduling");
   po.forward_priority = o.boolean("forward-priority");
+  po.not_serving = standby;
   auto& upstream_family = prometheus::BuildCounter().Name("llmd_epp_upstream_connections_total").Help(
       "Connections to pods for proxied requests: opened, or kept-alive ones reused").Register(registry);
   po.upstream_opened = &upstream_family.Add({{"connection", "opened"}});
@@ -233,6 +300,7 @@ int run(int argc, char** argv) {
     eo.stream.body_limit = po.body_limit;
     eo.stream.default_prediction = po.default_prediction;
     eo.stream.forward_priority = po.forward_priority;
+    eo.stream.not_serving = standby;
     ext_proc = std::make_unique<extproc::ExtProcServer>(
         eo, extproc::ExtProcServices{&port, &pods, &sinks, &gate});
   }
@@ -281,9 +349,12 @@ int run(int argc, char** argv) {
     return http::Response::json(200, nlohmann::json{{"status", "ok"}});
   });
   std::atomic<bool> draining{false};
-  admin.add("GET", "/readyz", [&pods, &draining](http::Request&) {
+  admin.add("GET", "/readyz", [&pods, &draining, &standby](http::Request&) {
     if (draining) {
       return http::Response::detail(503, "Draining: shutting down");
+    }
+    if (auto reason = standby()) {
+      return http::Response::detail(503, *reason);
     }
     std::size_t ready = pods.ready_count(std::chrono::steady_clock::now());
     if (ready == 0) {
@@ -321,6 +392,7 @@ int run(int argc, char** argv) {
     prefix_hit_g.Set(st.queried_blocks == 0 ? 0 : static_cast<double>(st.matched_blocks) /
                                                      static_cast<double>(st.queried_blocks));
     queue_len_g.Set(static_cast<double>(gate.pending()));
+    leader_g.Set(standby() ? 0 : 1);
     if (auto router = port.latency_router()) {
       for (const auto& t : router->status(std::chrono::steady_clock::now())) {
         auto set = [&](const char* stat, double v) {
@@ -376,6 +448,9 @@ int run(int argc, char** argv) {
   health.start();
   metrics_server.start();
   scraper.start();
+  if (elector) {
+    elector->start();
+  }
   feedback.start();
   std::thread health_thread([&] { health.run(false); });
   std::thread metrics_thread([&] { metrics_server.run(false); });
@@ -441,8 +516,8 @@ int run(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       gate.tick();
       if (ext_proc && ++ticks % 20 == 0) {
-        const bool ready =
-            !draining && pods.ready_count(std::chrono::steady_clock::now()) > 0;
+        const bool ready = !draining && !standby() &&
+                           pods.ready_count(std::chrono::steady_clock::now()) > 0;
         if (grpc_ready != ready) {
           grpc_ready = ready;
           ext_proc->set_ready(ready);
@@ -462,6 +537,13 @@ int run(int argc, char** argv) {
   }
   // Readiness drops first so the load balancer stops sending; requests in flight finish.
   draining = true;
+  // A leader hands its Lease over now, so that a standby serves within its retry period while
+  // the requests in flight here finish.
+  std::thread hand_over([&] {
+    if (elector) {
+      elector->stop();
+    }
+  });
   std::thread ext_proc_drain([&] {
     if (ext_proc) {
       ext_proc->shutdown(drain_timeout);  // streams in flight finish, new ones are refused
@@ -469,6 +551,7 @@ int run(int argc, char** argv) {
   });
   proxy.drain(drain_timeout);
   ext_proc_drain.join();
+  hand_over.join();
   stopping = true;
   proxy_thread.join();
   health.stop();

@@ -8,73 +8,22 @@
 #include <stdexcept>
 #include <thread>
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/util/files.h"
+#include "epp/discovery/kube_api_client.h"
 #include "epp/discovery/pod_tracker.h"
 #include "epp/discovery/pool_spec.h"
 
 namespace llmd::epp::discovery {
 namespace {
 
-namespace net = boost::asio;
-namespace ssl = boost::asio::ssl;
-namespace beast = boost::beast;
-namespace bhttp = beast::http;
-using tcp = net::ip::tcp;
 using Json = nlohmann::json;
 
 constexpr std::size_t kMaxBody = 64 * 1024 * 1024;  // one LIST answer
 constexpr std::size_t kMaxLine = 4 * 1024 * 1024;   // one watch event
 constexpr auto kIoTimeout = std::chrono::seconds(10);
-
-struct ApiUrl {
-  bool tls = false;
-  std::string host;
-  std::string port;
-};
-
-ApiUrl parse_api_url(const std::string& url) {
-  ApiUrl u;
-  std::string rest;
-  if (url.rfind("https://", 0) == 0) {
-    u.tls = true;
-    rest = url.substr(8);
-  } else if (url.rfind("http://", 0) == 0) {
-    rest = url.substr(7);
-  } else {
-    throw std::invalid_argument("--kube-api-url: expected http(s)://host[:port], got '" + url + "'");
-  }
-  rest = rest.substr(0, rest.find('/'));
-  const std::string default_port = u.tls ? "443" : "80";
-  if (!rest.empty() && rest.front() == '[') {  // [IPv6]:port
-    const auto close = rest.find(']');
-    if (close == std::string::npos) {
-      throw std::invalid_argument("--kube-api-url: bad IPv6 address in '" + url + "'");
-    }
-    u.host = rest.substr(1, close - 1);
-    u.port = close + 2 < rest.size() && rest[close + 1] == ':' ? rest.substr(close + 2)
-                                                               : default_port;
-  } else if (const auto colon = rest.rfind(':'); colon != std::string::npos) {
-    u.host = rest.substr(0, colon);
-    u.port = rest.substr(colon + 1);
-  } else {
-    u.host = rest;
-    u.port = default_port;
-  }
-  if (u.host.empty() || u.port.empty()) {
-    throw std::invalid_argument("--kube-api-url: no host in '" + url + "'");
-  }
-  return u;
-}
 
 std::string trimmed(std::string s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) {
@@ -148,72 +97,23 @@ std::string resource_version_of(const Json& object) {
                             : std::string();
 }
 
-// GETs from the API server, each on a fresh connection (plain or TLS) and on the calling
-// thread, which drives the client's own io_context. `interrupted` is checked every 100 ms while
-// waiting: when it turns true the connection is cancelled and the GET fails with "interrupted".
-// Owned by one thread (the loop that uses it).
+// GETs from the API server through a KubeApiClient (each on a fresh connection, on the calling
+// thread). `interrupted` is checked every 100 ms while waiting: when it turns true the
+// connection is cancelled and the GET fails with "interrupted". Owned by one thread (the loop
+// that uses it).
 class ApiClient {
  public:
-  ApiClient(ApiUrl url, std::string verify_name, const std::string& ca_file,
-            std::string token_file, std::function<bool()> interrupted)
-      : url_(std::move(url)),
-        verify_name_(std::move(verify_name)),
-        token_file_(std::move(token_file)),
-        interrupted_(std::move(interrupted)) {
-    if (url_.tls) {
-      ssl_ctx_.set_verify_mode(ssl::verify_peer);
-      if (!ca_file.empty()) {
-        beast::error_code ec;
-        ssl_ctx_.load_verify_file(ca_file, ec);
-        if (ec) {
-          throw std::invalid_argument("Kubernetes discovery: cannot read CA " + ca_file + ": " +
-                                      ec.message());
-        }
-      }
-    }
-  }
+  ApiClient(const KubeApiOptions& api, std::function<bool()> interrupted)
+      : client_(api, interrupted), interrupted_(std::move(interrupted)) {}
 
   // GET `target`; `on_body(bytes)` gets the body as it arrives and returns false to stop
   // reading. Returns the status (0 on failure, `error` says why).
   int get(const std::string& target, std::chrono::seconds read_timeout,
           const std::function<bool(std::string_view)>& on_body, std::string& error) {
-    beast::error_code ec;
-    if (!url_.tls) {
-      beast::tcp_stream stream(ioc_);
-      connect(stream, ec);
-      if (ec) {
-        error = interrupted_() ? "interrupted" : ec.message();
-        return 0;
-      }
-      const int status = exchange(stream, target, read_timeout, on_body, error);
-      beast::error_code ignored;
-      stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-      return status;
-    }
-    beast::ssl_stream<beast::tcp_stream> stream(ioc_, ssl_ctx_);
-    if (!SSL_set_tlsext_host_name(stream.native_handle(), verify_name_.c_str())) {
-      error = "cannot set TLS SNI";
-      return 0;
-    }
-    stream.set_verify_callback(ssl::host_name_verification(verify_name_));
-    connect(stream, ec);
-    if (!ec) {
-      bool done = false;
-      beast::get_lowest_layer(stream).expires_after(kIoTimeout);
-      stream.async_handshake(ssl::stream_base::client, [&](beast::error_code e) {
-        ec = e;
-        done = true;
-      });
-      pump(stream, done);
-    }
-    if (ec) {
-      error = interrupted_() ? "interrupted" : ec.message();
-      return 0;
-    }
-    const int status = exchange(stream, target, read_timeout, on_body, error);
-    beast::error_code ignored;
-    beast::get_lowest_layer(stream).socket().shutdown(tcp::socket::shutdown_both, ignored);
-    return status;
+    KubeTimeouts timeouts;
+    timeouts.io = kIoTimeout;
+    timeouts.body_read = read_timeout;
+    return client_.request(KubeMethod::kGet, target, "", timeouts, on_body, error);
   }
 
   // GET `target` as one JSON document (at most kMaxBody bytes); nullopt unless 200 and JSON.
@@ -270,110 +170,8 @@ class ApiClient {
   }
 
  private:
-  // Runs the io_context until `done`, cancelling the connection's operations once interrupted.
-  template <typename Stream>
-  void pump(Stream& stream, const bool& done) {
-    while (!done) {
-      if (interrupted_()) {
-        beast::get_lowest_layer(stream).cancel();
-      }
-      ioc_.run_for(std::chrono::milliseconds(100));
-      if (ioc_.stopped()) {
-        ioc_.restart();
-      }
-    }
-  }
-
-  template <typename Stream>
-  void connect(Stream& stream, beast::error_code& ec) {
-    tcp::resolver resolver(ioc_);
-    bool done = false;
-    tcp::resolver::results_type results;
-    resolver.async_resolve(url_.host, url_.port, [&](beast::error_code e, auto r) {
-      ec = e;
-      results = r;
-      done = true;
-    });
-    pump(stream, done);
-    if (ec) {
-      return;
-    }
-    done = false;
-    beast::get_lowest_layer(stream).expires_after(kIoTimeout);
-    beast::get_lowest_layer(stream).async_connect(results, [&](beast::error_code e, auto) {
-      ec = e;
-      done = true;
-    });
-    pump(stream, done);
-  }
-
-  // Sends GET `target` and reads the answer (see get()).
-  template <typename Stream>
-  int exchange(Stream& stream, const std::string& target, std::chrono::seconds read_timeout,
-               const std::function<bool(std::string_view)>& on_body, std::string& error) {
-    bhttp::request<bhttp::empty_body> req{bhttp::verb::get, target, 11};
-    req.set(bhttp::field::host, url_.host);
-    req.set(bhttp::field::accept, "application/json");
-    req.set(bhttp::field::user_agent, "llmd-epp");
-    if (auto token = util::read_file(token_file_)) {  // re-read each time: it rotates
-      req.set(bhttp::field::authorization, "Bearer " + trimmed(*token));
-    }
-    req.keep_alive(false);
-    beast::error_code ec;
-    bool done = false;
-    beast::get_lowest_layer(stream).expires_after(kIoTimeout);
-    bhttp::async_write(stream, req, [&](beast::error_code e, std::size_t) {
-      ec = e;
-      done = true;
-    });
-    pump(stream, done);
-    beast::flat_buffer buffer;
-    bhttp::response_parser<bhttp::buffer_body> parser;
-    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-    if (!ec) {
-      done = false;
-      bhttp::async_read_header(stream, buffer, parser, [&](beast::error_code e, std::size_t) {
-        ec = e;
-        done = true;
-      });
-      pump(stream, done);
-    }
-    if (ec) {
-      error = interrupted_() ? "interrupted" : ec.message();
-      return 0;
-    }
-    char chunk[16384];
-    while (!parser.is_done()) {
-      parser.get().body().data = chunk;
-      parser.get().body().size = sizeof(chunk);
-      done = false;
-      beast::get_lowest_layer(stream).expires_after(read_timeout);
-      bhttp::async_read_some(stream, buffer, parser, [&](beast::error_code e, std::size_t) {
-        ec = e;
-        done = true;
-      });
-      pump(stream, done);
-      if (ec == bhttp::error::need_buffer) {
-        ec = {};
-      }
-      if (ec) {
-        error = interrupted_() ? "interrupted" : ec.message();
-        return parser.get().result_int();
-      }
-      const std::size_t got = sizeof(chunk) - parser.get().body().size;
-      if (got > 0 && !on_body(std::string_view(chunk, got))) {
-        break;
-      }
-    }
-    return parser.get().result_int();
-  }
-
-  ApiUrl url_;
-  std::string verify_name_;
-  std::string token_file_;
+  KubeApiClient client_;
   std::function<bool()> interrupted_;
-  net::io_context ioc_;
-  ssl::context ssl_ctx_{ssl::context::tls_client};
 };
 
 // A watch that ends sooner than this after it began (a proxy's short timeout, an overloaded API
@@ -397,23 +195,7 @@ struct PodDiscovery::Impl {
     if (options.pool_name.empty() && options.selector.empty()) {
       throw std::invalid_argument("Kubernetes discovery needs --pool-name or --pool-selector");
     }
-    ApiUrl url;
-    std::string verify_name;
-    if (options.api_url.empty()) {
-      const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
-      const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
-      if (host == nullptr || port == nullptr) {
-        throw std::invalid_argument(
-            "Kubernetes discovery: not in a cluster (KUBERNETES_SERVICE_HOST unset) and no "
-            "--kube-api-url");
-      }
-      url = ApiUrl{true, host, port};
-      // The API server's certificate names this service; the environment gives its IP.
-      verify_name = "kubernetes.default.svc";
-    } else {
-      url = parse_api_url(options.api_url);
-      verify_name = url.host;
-    }
+    const KubeApiOptions api{options.api_url, options.token_file, options.ca_file};
     namespace_ = options.pool_namespace;
     if (namespace_.empty()) {
       if (auto ns = util::read_file(options.namespace_file)) {
@@ -424,17 +206,14 @@ struct PodDiscovery::Impl {
       throw std::invalid_argument("Kubernetes discovery: no --pool-namespace and no " +
                                   options.namespace_file);
     }
-    pods_api = std::make_unique<ApiClient>(url, verify_name, options.ca_file, options.token_file,
-                                           [this] {
-                                             return stopping.load() ||
-                                                    pool_generation.load() != listed_generation;
-                                           });
+    pods_api = std::make_unique<ApiClient>(api, [this] {
+      return stopping.load() || pool_generation.load() != listed_generation;
+    });
     if (options.pool_name.empty()) {
       pool_spec = PoolSpec{options.selector, {options.target_port}};
       pool_generation = 1;
     } else {
-      pool_api = std::make_unique<ApiClient>(url, verify_name, options.ca_file,
-                                             options.token_file, [this] { return stopping.load(); });
+      pool_api = std::make_unique<ApiClient>(api, [this] { return stopping.load(); });
     }
   }
 

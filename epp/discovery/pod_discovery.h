@@ -17,8 +17,8 @@
 //   (line length, pods per list).
 //
 // Threading: two threads of its own from start() to stop(), one watching the pool (only with
-// --pool-name) and one the pods; publish runs on the pods' thread. Beast/Asio/OpenSSL
-// stay in pod_discovery.cc.
+// --pool-name) and one the pods; publish runs on the pods' thread. The HTTP/TLS client is
+// epp/discovery/kube_api_client.h (one per thread).
 #include <chrono>
 #include <cstdint>
 #include <functional>

@@ -180,6 +180,12 @@ void ExtProcStream::on_request_body(const pb::HttpBody& body) {
 
 void ExtProcStream::start_scheduling() {
   phase_ = Phase::kScheduling;
+  if (options_.not_serving) {
+    if (auto reason = options_.not_serving()) {
+      refuse(503, *reason);  // a standby: the gateway's next try may reach the leader
+      return;
+    }
+  }
   config_ = services_.scheduler->generation();
   const InboundHeaders inbound = read_inbound_headers(
       [this](std::string_view name) -> std::optional<std::string> {

@@ -48,6 +48,9 @@ struct ExtProcOptions {
   std::size_t body_limit = 16 * 1024 * 1024;  // request body bytes; beyond: 413
   bool default_prediction = true;             // x-prediction-based-scheduling when absent
   bool forward_priority = true;               // soft priority -> vLLM `priority` in the body
+  // Active-passive replicas: nullopt while this replica serves, else why not (every request
+  // is refused 503 with it). Thread-safe, cheap; null: always serves.
+  std::function<std::optional<std::string>()> not_serving;
 };
 
 struct ExtProcServices {

@@ -272,6 +272,14 @@ struct ProxyServer::Impl {
       client->respond(error_response(503, "EPP is shutting down"));
       co_return;
     }
+    if (options.not_serving) {
+      if (auto reason = options.not_serving()) {
+        // A standby: the leader serves (a load balancer that follows /readyz never sends here).
+        request.rejected("", 503);
+        client->respond(error_response(503, *reason));
+        co_return;
+      }
+    }
     const std::string& path = req.path;
     if (req.method == "GET" && (path == "/v1/models" || path.starts_with("/v1/models/"))) {
       client->respond(models_response(path));

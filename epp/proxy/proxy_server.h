@@ -13,7 +13,9 @@
 // request's slots and tickets belong to its RequestContext.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "epp/datastore/pod_registry.h"
@@ -45,6 +47,10 @@ struct ProxyOptions {
   prometheus::Counter* upstream_reused = nullptr;
   bool default_prediction = true;  // x-prediction-based-scheduling when absent
   bool forward_priority = true;    // soft priority -> vLLM `priority` (see upstream_body)
+  // Active-passive replicas: nullopt while this replica serves, else why it does not (a standby
+  // of the leader election); every request then gets 503 with that message. Called once per
+  // request, from the I/O threads: thread-safe and cheap. Null: always serves.
+  std::function<std::optional<std::string>()> not_serving;
 };
 
 class AdmissionGate;  // epp/proxy/admission_gate.h

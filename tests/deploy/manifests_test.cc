@@ -818,6 +818,124 @@ bool selects(const Json& selector, const Json& labels) {
   return true;
 }
 
+// Active-passive EPPs (--leader-elect): a standby to take over, a unique identity per pod,
+// timings the EPP accepts, the Lease RBAC of the pod's service account, a PodDisruptionBudget,
+// and a rollout that can finish although a standby is never ready.
+void check_leader_election(const ContainerView& epp, const Json& workload,
+                           const std::vector<Json>& docs, const std::string& where, Problems& p) {
+  if (epp.eff.at("leader-elect") != "true") {
+    return;
+  }
+  const int replicas = workload["spec"].value("replicas", 1);
+  if (replicas < 2) {
+    p.push_back(where + ": --leader-elect with " + std::to_string(replicas) +
+                " replica: there is no standby to take over");
+  }
+  // The identity: POD_NAME from the pod's own name (the default, the host name, is that too).
+  for (const auto& e : field(*epp.c, "env")) {
+    if (e.value("name", "") != "POD_NAME") continue;
+    const Json ref = e.contains("valueFrom") ? e["valueFrom"].value("fieldRef", Json::object())
+                                             : Json::object();
+    if (ref.value("fieldPath", "") != "metadata.name") {
+      p.push_back(where + ": POD_NAME (the leader election identity) must come from the pod's "
+                  "metadata.name, or every replica claims the Lease under the same name");
+    }
+  }
+  if (epp.eff.at("leader-elect-identity") != "" &&
+      epp.eff.at("leader-elect-identity") != "<valueFrom>") {
+    p.push_back(where + ": --leader-elect-identity is the literal '" +
+                epp.eff.at("leader-elect-identity") + "': every replica would hold the Lease");
+  }
+  // The EPP refuses to start otherwise (LeaderElectionConfig::validate).
+  const auto lease = to_int(epp.eff.at("leader-elect-lease-duration"));
+  const double renew = std::atof(epp.eff.at("leader-elect-renew-deadline").c_str());
+  const double retry = std::atof(epp.eff.at("leader-elect-retry-period").c_str());
+  if (!lease || *lease < 1 || !(renew < *lease) || !(1.2 * retry < renew) || retry <= 0) {
+    p.push_back(where + ": leader election needs lease duration (whole s) > renew deadline > 1.2 "
+                "x retry period, got " + epp.eff.at("leader-elect-lease-duration") + " / " +
+                epp.eff.at("leader-elect-renew-deadline") + " / " +
+                epp.eff.at("leader-elect-retry-period"));
+  }
+  // RBAC: the Lease lives in the EPP's own namespace unless a flag moves it.
+  for (const char* flag : {"leader-elect-lease-namespace", "pool-namespace"}) {
+    if (!epp.eff.at(flag).empty()) {
+      p.push_back(where + ": --" + flag + " moves the Lease out of the pod's namespace, where " +
+                  "these manifests' Role cannot reach");
+    }
+  }
+  std::string lease_name = epp.eff.at("leader-elect-lease-name");
+  if (lease_name.empty()) {
+    lease_name = epp.eff.at("pool-name").empty() ? "llmd-epp" : "llmd-epp-" + epp.eff.at("pool-name");
+  }
+  const std::string sa = pod_spec(workload).value("serviceAccountName", "default");
+  std::set<std::string> granted;
+  for (const auto& binding : docs) {
+    if (binding.value("kind", "") != "RoleBinding") continue;
+    bool bound = false;
+    for (const auto& s : field(binding, "subjects")) {
+      bound = bound || (s.value("kind", "") == "ServiceAccount" && s.value("name", "") == sa);
+    }
+    const Json ref = field(binding, "roleRef", true);
+    const Json* role = bound && ref.value("kind", "") == "Role"
+                           ? find_doc(docs, "Role", ref.value("name", ""))
+                           : nullptr;
+    for (const auto& rule : role == nullptr ? Json::array() : field(*role, "rules")) {
+      auto has = [&](const char* key, const std::string& value) {
+        for (const auto& v : field(rule, key)) {
+          if (v == value || v == "*") return true;
+        }
+        return false;
+      };
+      if (!has("apiGroups", "coordination.k8s.io") || !has("resources", "leases")) continue;
+      const bool named = !field(rule, "resourceNames").empty();
+      for (const char* verb : {"get", "create", "update"}) {
+        // A create names no existing object: a rule limited by resourceNames never allows it.
+        if (has("verbs", verb) && (!named || (std::string(verb) != "create" &&
+                                              has("resourceNames", lease_name)))) {
+          granted.insert(verb);
+        }
+      }
+    }
+  }
+  for (const char* verb : {"get", "create", "update"}) {
+    if (granted.count(verb) == 0) {
+      p.push_back(where + ": service account " + sa + " may not " + verb + " Lease " +
+                  lease_name + " (a Role bound to it must grant get, create and update on " +
+                  "coordination.k8s.io leases)");
+    }
+  }
+  // A PodDisruptionBudget over the EPP pods that a standby (never ready) cannot block.
+  const Json labels = field(workload["spec"]["template"]["metadata"], "labels", true);
+  bool budget = false;
+  for (const auto& d : docs) {
+    if (d.value("kind", "") != "PodDisruptionBudget") continue;
+    if (!selects(field(d["spec"], "selector", true).value("matchLabels", Json::object()), labels)) {
+      continue;
+    }
+    budget = true;
+    const Json min = d["spec"].value("minAvailable", Json());
+    if (min.is_number_integer() && min.get<int>() > 1) {
+      p.push_back(where + ": " + doc_id(d) + " wants " + min.dump() + " available EPP pods, but " +
+                  "only the leader is ever ready: no eviction would ever be allowed");
+    }
+  }
+  if (!budget) {
+    p.push_back(where + ": no PodDisruptionBudget selects the EPP pods");
+  }
+  // The new pods of a rolling update are standbys until the old leader is gone.
+  const Json strategy = field(workload["spec"], "strategy", true);
+  const Json rolling = strategy.value("rollingUpdate", Json::object());
+  const Json unavailable = rolling.value("maxUnavailable", Json("25%"));
+  const bool recreate = strategy.value("type", "RollingUpdate") == "Recreate";
+  const bool all = unavailable == "100%" ||
+                   (unavailable.is_number_integer() && unavailable.get<int>() >= replicas);
+  if (workload.value("kind", "") == "Deployment" && !recreate && !all) {
+    p.push_back(where + ": a rolling update with maxUnavailable " + scalar(unavailable) +
+                " never finishes under --leader-elect (new pods are standbys, not ready, while " +
+                "the old leader runs); set maxUnavailable to 100%");
+  }
+}
+
 struct PodInfo {
   const Json* workload;
   std::vector<ContainerView> views;
@@ -870,6 +988,9 @@ Problems check_render(const Render& r) {
     if (std::any_of(pod.views.begin(), pod.views.end(), [](auto& v) { return v.bin == "epp"; })) {
       ++epp_pods;
       check_epp_pod(pod.views, d, r.docs, w, p, pc);
+      for (const auto& v : pod.views) {
+        if (v.bin == "epp") check_leader_election(v, d, r.docs, w, p);
+      }
     }
     pods.push_back(std::move(pod));
     pod_checks.push_back(std::move(pc));
@@ -1082,7 +1203,7 @@ TEST(DeployKustomize, EveryKustomizationRendersAndMatchesTheExecutables) {
     EXPECT_TRUE(p.empty()) << r.name << all_problems(p);
   }
   for (const char* want : {"base", "overlays/predictors-4", "overlays/persistent-models",
-                           "overlays/heuristic", "overlays/gateway", "examples/vllm",
+                           "overlays/heuristic", "overlays/gateway", "overlays/ha", "examples/vllm",
                            "examples/modelsim"}) {
     EXPECT_TRUE(names.count(want)) << want;
   }
@@ -1260,6 +1381,121 @@ TEST(DeployConfig, PodMonitorScrapesEveryContainerPort) {
     EXPECT_EQ(ep.value("path", ""), "/metrics");
   }
   EXPECT_EQ(scraped, names);
+}
+
+// The HA overlay is the gateway layout with leader election: the same objects, plus the Lease
+// RBAC and a PodDisruptionBudget; the EPP Deployment differs only in replicas, rollout,
+// spreading and the epp container's leader-election environment.
+TEST(DeployConfig, HaOverlayIsTheGatewayLayoutWithTwoElectedEpps) {
+  Render& gateway = cached("overlays/gateway");
+  Render& ha = cached("overlays/ha");
+  ASSERT_TRUE(gateway.error.empty() && ha.error.empty()) << gateway.error << ha.error;
+  std::map<std::string, Json> by_id;
+  for (const auto& d : ha.docs) by_id[doc_id(d)] = d;
+  for (const auto& d : gateway.docs) {
+    const std::string id = doc_id(d);
+    ASSERT_TRUE(by_id.count(id)) << "overlays/ha lacks " << id;
+    if (id == "Deployment/epp") continue;
+    EXPECT_EQ(canonical(by_id[id], ha.generated), canonical(d, gateway.generated)) << id;
+    by_id.erase(id);
+  }
+  Json ha_epp = by_id.at("Deployment/epp");
+  by_id.erase("Deployment/epp");
+  std::set<std::string> added;
+  for (const auto& [id, d] : by_id) added.insert(id);
+  EXPECT_EQ(added, (std::set<std::string>{"PodDisruptionBudget/epp", "Role/epp-leader-election",
+                                          "RoleBinding/epp-leader-election"}));
+  EXPECT_EQ(ha_epp["spec"]["replicas"], 2);
+  Json env = Json::array();
+  for (auto& c : ha_epp["spec"]["template"]["spec"]["containers"]) {
+    if (c["name"] == "epp") {
+      std::swap(env, c["env"]);
+      c.erase("env");
+    }
+  }
+  std::set<std::string> names;
+  for (const auto& e : env) names.insert(e.value("name", ""));
+  for (const char* want : {"EPP_LEADER_ELECT", "POD_NAME", "PREDICTION_SERVER_URL"}) {
+    EXPECT_TRUE(names.count(want)) << want;
+  }
+  Json gateway_epp = *find_doc(gateway.docs, "Deployment", "epp");
+  for (auto& c : gateway_epp["spec"]["template"]["spec"]["containers"]) {
+    if (c["name"] == "epp") c.erase("env");
+  }
+  for (Json* d : {&ha_epp, &gateway_epp}) {
+    (*d)["spec"].erase("replicas");
+    (*d)["spec"].erase("strategy");
+    (*d)["spec"]["template"]["spec"].erase("topologySpreadConstraints");
+  }
+  EXPECT_EQ(canonical(ha_epp, ha.generated), canonical(gateway_epp, gateway.generated))
+      << "overlays/ha changes more of the EPP pod than leader election needs";
+}
+
+// The leader-election checks must be able to fail too: break the rendered HA overlay.
+TEST(DeployChecks, DetectLeaderElectionDrift) {
+  const Render& good = cached("overlays/ha");
+  ASSERT_TRUE(good.error.empty()) << good.error;
+  ASSERT_TRUE(check_render(good).empty()) << all_problems(check_render(good));
+  auto set_env = [](Render& r, const std::string& name, const std::string& value) {
+    for (auto& e : (*container(r, "epp"))["env"]) {
+      if (e["name"] == name) e = {{"name", name}, {"value", value}};
+    }
+  };
+  auto doc = [](Render& r, const std::string& kind, const std::string& name) -> Json& {
+    for (auto& d : r.docs) {
+      if (d.value("kind", "") == kind && d["metadata"].value("name", "") == name) return d;
+    }
+    throw std::runtime_error("no " + kind + "/" + name);
+  };
+  struct Case {
+    std::string what;
+    std::function<void(Render&)> breakit;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {"one replica", [](Render& r) { (*deployment(r, "epp"))["spec"]["replicas"] = 1; },
+       "there is no standby to take over"},
+      {"one identity for all", [&](Render& r) { set_env(r, "POD_NAME", "epp"); },
+       "must come from the pod's metadata.name"},
+      {"renew deadline past the lease", [&](Render& r) {
+         set_env(r, "EPP_LEADER_ELECT_RENEW_DEADLINE_S", "15");
+       }, "lease duration (whole s) > renew deadline"},
+      {"Lease RBAC without update", [&](Render& r) {
+         doc(r, "Role", "epp-leader-election")["rules"][1]["verbs"] = Json::array({"get"});
+       }, "may not update Lease llmd-epp-vllm"},
+      {"Lease RBAC for another Lease", [&](Render& r) {
+         doc(r, "Role", "epp-leader-election")["rules"][1]["resourceNames"] =
+             Json::array({"llmd-epp"});
+       }, "may not get Lease llmd-epp-vllm"},
+      {"create limited by name", [&](Render& r) {
+         doc(r, "Role", "epp-leader-election")["rules"][0]["resourceNames"] =
+             Json::array({"llmd-epp-vllm"});
+       }, "may not create Lease"},
+      {"Lease RBAC bound to another account", [&](Render& r) {
+         doc(r, "RoleBinding", "epp-leader-election")["subjects"][0]["name"] = "default";
+       }, "service account epp may not get Lease"},
+      {"Lease in another namespace", [&](Render& r) {
+         (*container(r, "epp"))["env"].push_back(
+             {{"name", "EPP_LEADER_ELECT_LEASE_NAMESPACE"}, {"value", "kube-system"}});
+       }, "moves the Lease out of the pod's namespace"},
+      {"no disruption budget", [&](Render& r) {
+         doc(r, "PodDisruptionBudget", "epp")["spec"]["selector"]["matchLabels"] = {{"app", "x"}};
+       }, "no PodDisruptionBudget selects the EPP pods"},
+      {"a budget no eviction meets", [&](Render& r) {
+         doc(r, "PodDisruptionBudget", "epp")["spec"]["minAvailable"] = 2;
+       }, "only the leader is ever ready"},
+      {"rollout that cannot finish", [](Render& r) {
+         (*deployment(r, "epp"))["spec"].erase("strategy");
+       }, "never finishes under --leader-elect"},
+  };
+  for (const auto& c : cases) {
+    Render broken = good;
+    c.breakit(broken);
+    Problems p = check_render(broken);
+    bool hit = std::any_of(p.begin(), p.end(), [&](auto& s) { return s.find(c.expect) != std::string::npos; });
+    EXPECT_TRUE(hit) << c.what << ": expected a problem containing '" << c.expect << "', got:"
+                     << (p.empty() ? std::string(" none") : all_problems(p));
+  }
 }
 
 // Every layout wires the admin token the same way: one Secret the operator creates, read by the

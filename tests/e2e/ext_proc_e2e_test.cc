@@ -13,6 +13,7 @@
 
 #include "epp/extproc/external_processor.grpc.pb.h"
 #include "health.grpc.pb.h"
+#include "tests/e2e/fake_lease_api.h"
 #include "tests/e2e/stack_fixture.h"
 
 namespace llmd::testing {
@@ -416,6 +417,64 @@ TEST_F(ExtProcStack, RouterQueueWaitsRefusesWith429AndAdmitsWhenAPodFrees) {
                            "x-gateway-destination-endpoint"),
             stack_->pod_address(0));
   EXPECT_EQ(metric_sum(stack_->metrics(), "llmd_epp_requests_total{code=\"429\""), 1);
+}
+
+// Active-passive in gateway mode (--leader-elect): while another replica holds the Lease, this
+// EPP's gRPC readiness is NOT_SERVING (Envoy and Kubernetes send it nothing) and a stream that
+// reaches it anyway is refused with a 503 immediate response naming the leader; once it holds
+// the Lease it is SERVING and picks.
+TEST_F(ExtProcStack, AStandbyIsNotServingOverGrpcAndPicksOnceItLeads) {
+  FakeLeaseApi api;
+  TempDir dir;
+  std::ofstream(dir.file("token")) << "gw\n";
+  StackOptions o;
+  o.pods = 2;
+  o.predictors = 1;
+  o.epp_args = {"--kube-api-url", api.url(), "--kube-token-file", dir.file("token"),
+                "--leader-elect", "true", "--leader-elect-identity", "epp-gw",
+                "--leader-elect-lease-namespace", "llm", "--leader-elect-lease-duration", "2",
+                "--leader-elect-renew-deadline", "1.5", "--leader-elect-retry-period", "0.3"};
+  start_gateway_mode(o);  // ready: it leads
+  using Serving = grpc::health::v1::HealthCheckResponse;
+  auto eventually = [&](const std::string& service, Serving::ServingStatus want) {
+    for (int i = 0; i < 400 && health(service) != want; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return health(service) == want;
+  };
+  ASSERT_TRUE(eventually("readiness", Serving::SERVING));
+  EXPECT_EQ(api.spec("llmd-epp")["holderIdentity"], "epp-gw");
+  const std::string body =
+      Json{{"model", stack_->model}, {"prompt", "leader"}, {"max_tokens", 2}}.dump();
+
+  // Another replica's write lands between this EPP's read and its renewal, for an hour.
+  api.write_before_next_update("gw", "epp-other", 3600);
+  ASSERT_TRUE(eventually("readiness", Serving::NOT_SERVING)) << stack_->logs();
+  EXPECT_EQ(health("liveness"), Serving::SERVING) << "a standby is alive, only not ready";
+  {
+    GatewayExchange x(*stub_);
+    ASSERT_TRUE(x.send(request_headers("/v1/completions", true)));
+    ASSERT_TRUE(x.send(body_chunk(body, true)));
+    auto r = x.receive();
+    ASSERT_TRUE(r && r->has_immediate_response()) << (r ? r->DebugString() : "");
+    EXPECT_EQ(r->immediate_response().status().code(), 503);
+    EXPECT_NE(r->immediate_response().body().find("the leader is epp-other"), std::string::npos)
+        << r->immediate_response().body();
+    x.finish();
+  }
+
+  // The other replica releases the Lease: this one takes it and picks again.
+  api.release("llmd-epp");
+  ASSERT_TRUE(eventually("readiness", Serving::SERVING)) << stack_->logs();
+  EXPECT_EQ(api.spec("llmd-epp")["holderIdentity"], "epp-gw");
+  GatewayExchange x(*stub_);
+  ASSERT_TRUE(x.send(request_headers("/v1/completions", true)));
+  ASSERT_TRUE(x.send(body_chunk(body, true)));
+  auto r = x.receive();
+  ASSERT_TRUE(r && r->has_request_headers()) << (r ? r->DebugString() : "");
+  EXPECT_FALSE(mutation_value(r->request_headers().response().header_mutation(),
+                              "x-gateway-destination-endpoint")
+                   .empty());
 }
 
 }  // namespace
