@@ -282,6 +282,17 @@ class ClusterRun {
       replicas_.back()->registry.set_pods(pod_configs);
       refresh_metrics(*replicas_.back());
     }
+    if (cfg.replica_sharing && replicas_.size() > 1) {
+      for (auto& r : replicas_) {
+        Replica* self = r.get();
+        r->index.set_insert_observer(
+            [self](const std::string& pod, std::span<const uint64_t> hashes, std::size_t cap) {
+              self->outbox.push_back({pod, {hashes.begin(), hashes.end()}, cap});
+            });
+        const double period = std::max(cfg.scrape_interval_ms, 1.0);
+        r->registry.set_peer_expiry(std::chrono::milliseconds(std::llround(3 * period)));
+      }
+    }
     root_ = sim::root_hash(kModel);
     hash_prompts_ = cfg.hash_prompts == HashPrompts::kAlways ||
                     (cfg.hash_prompts == HashPrompts::kAuto &&
@@ -385,6 +396,7 @@ class ClusterRun {
         case EvKind::kTimeout: on_timeout(static_cast<uint64_t>(ev.id)); break;
         case EvKind::kScrape:
           refresh_metrics(*replicas_[static_cast<std::size_t>(ev.id)]);
+          share_with_peers(static_cast<std::size_t>(ev.id));
           push(now_ + cfg_.scrape_interval_ms, EvKind::kScrape, ev.id);
           break;
         case EvKind::kFlush:
@@ -448,6 +460,13 @@ class ClusterRun {
     std::unique_ptr<epp::Director> director;
     std::unique_ptr<epp::EppSchedulingPort> port;
     epp::CompletionFanout sinks;
+    // Prefix blocks learned since the last exchange with the peers (replica_sharing).
+    struct LearnedBlocks {
+      std::string pod;
+      std::vector<uint64_t> hashes;
+      std::size_t capacity = 0;
+    };
+    std::vector<LearnedBlocks> outbox;
   };
   struct Session {
     bool busy = false;
@@ -514,6 +533,27 @@ class ClusterRun {
       refresh_metrics(r);
     }
     return r.registry.candidates(vclock(now_));
+  }
+
+  // Replica k's exchange with its peers: its in-flight snapshot and the blocks it learned.
+  void share_with_peers(std::size_t k) {
+    if (!cfg_.replica_sharing || replicas_.size() < 2) {
+      return;
+    }
+    Replica& from = *replicas_[k];
+    const auto loads = from.registry.own_in_flight();
+    const std::string peer = "replica-" + std::to_string(k);
+    for (std::size_t j = 0; j < replicas_.size(); ++j) {
+      if (j == k) {
+        continue;
+      }
+      Replica& to = *replicas_[j];
+      to.registry.set_peer_in_flight(peer, loads, vclock(now_));
+      for (const auto& b : from.outbox) {
+        to.index.insert_from_peer(b.pod, b.hashes, b.capacity);
+      }
+    }
+    from.outbox.clear();
   }
 
   // The gateway's split of arrivals between the EPP replicas.
@@ -708,6 +748,9 @@ class ClusterRun {
       f.request = req;
       if (cfg_.scrape_interval_ms <= 0) {
         refresh_metrics(rep);
+        for (std::size_t k = 0; k < replicas_.size(); ++k) {
+          share_with_peers(k);  // exact metrics per decision: exchanges are immediate too
+        }
       }
       // The proxy's call; every producer here answers inline (in-process model).
       std::optional<epp::PickResult> res;

@@ -97,6 +97,10 @@ struct RunConfig {
   // Predicted-latency with several replicas: one trainer fed by every replica (true) or one
   // per replica, fitted on its own share of the traffic (false).
   bool shared_training = true;
+  // Replicas exchange what each sees only partly, once per scrape period (each at its own
+  // scrape): their in-flight work per pod (a snapshot that expires after three periods) and
+  // the prefix blocks they learned since the last exchange. False = nothing shared.
+  bool replica_sharing = false;
 };
 
 struct RequestResult {

@@ -249,6 +249,24 @@ TEST_F(ClusterSimTest, EppReplicasTrainTogetherOrEachOnItsShare) {
   }
 }
 
+// Replicas that exchange what they learned: a conversation's next turn may reach the other
+// replica, which then knows where its prefix is cached.
+TEST_F(ClusterSimTest, EppReplicasThatShareFindMoreOfTheirConversationsCached) {
+  const Scenario s = tiny("C", {{40, 3}, {60, 3}}, 4, 0.1);
+  const auto trace = make_trace(s);
+  RunConfig c = make_run_config(s, Strategy::kLoadPrefix111, kEppConfig);
+  c.epp_replicas = 2;
+  auto cached = [&](bool share) {
+    c.replica_sharing = share;
+    const RunResult r = run_cluster(trace, c);
+    int64_t n = 0;
+    for (const auto& q : r.requests) n += q.ok ? q.cached_tokens : 0;
+    return n;
+  };
+  const int64_t apart = cached(false), shared = cached(true);
+  EXPECT_GT(shared, apart + apart / 20) << "apart " << apart << ", shared " << shared;
+}
+
 TEST_F(ClusterSimTest, PipelinesOfEveryStrategyLoad) {
   std::string err;
   const bool upstream_file =

@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
     ("epp-replicas", "Active-active EPP replicas over each pool (own pod table, in-flight view, prefix index, scrape phase)", cxxopts::value<int>()->default_value("1"))
     ("replica-split", "How the gateway splits arrivals between EPP replicas: rr | random", cxxopts::value<std::string>()->default_value("rr"))
     ("replica-training", "Predicted-latency with several replicas: shared (one trainer fed by all) | own (one per replica)", cxxopts::value<std::string>()->default_value("shared"))
+    ("replica-sharing", "EPP replicas exchange their in-flight work per pod and the prefix blocks they learned, once per scrape period")
     ("no-report", "Print summaries only")
     ("h,help", "Help");
   // clang-format on
@@ -419,6 +420,7 @@ int main(int argc, char** argv) {
     cfg.epp_replicas = epp_replicas;
     cfg.replica_split = replica_split;
     cfg.shared_training = shared_training;
+    cfg.replica_sharing = args.count("replica-sharing") > 0;
     if (const auto lb = args["linear-base"].as<std::string>(); !lb.empty()) {
       cfg.linear_base = lb == "true";
     }

@@ -149,6 +149,34 @@ std::vector<PodRegistry::PodHealth> PodRegistry::pod_health(
   return out;
 }
 
+std::vector<PodRegistry::PodLoad> PodRegistry::own_in_flight() const {
+  std::lock_guard lock(mu_);
+  std::vector<PodLoad> out;
+  out.reserve(pods_.size());
+  for (const auto& [name, s] : pods_) {
+    out.push_back({name, s.dispatched, s.prefill_tokens, s.decode_tokens});
+  }
+  return out;
+}
+
+void PodRegistry::set_peer_in_flight(const std::string& peer, const std::vector<PodLoad>& loads,
+                                     std::chrono::steady_clock::time_point now) {
+  PeerSnapshot snap;
+  snap.at = now;
+  for (const auto& l : loads) {
+    snap.by_pod[l.pod] = l;
+  }
+  std::lock_guard lock(mu_);
+  // Expired peers are dropped here, so a churn of peer names cannot grow the table.
+  std::erase_if(peers_, [&](const auto& kv) { return now - kv.second.at > peer_expiry_; });
+  peers_[peer] = std::move(snap);
+}
+
+void PodRegistry::set_peer_expiry(std::chrono::milliseconds expiry) {
+  std::lock_guard lock(mu_);
+  peer_expiry_ = expiry;
+}
+
 std::vector<Endpoint> PodRegistry::candidates(std::chrono::steady_clock::time_point now) const {
   std::lock_guard lock(mu_);
   // Per pool, the mean residual of its pods with enough observations (sum, count).
@@ -181,6 +209,16 @@ std::vector<Endpoint> PodRegistry::candidates(std::chrono::steady_clock::time_po
     e.dispatched = s.dispatched;
     e.prefill_tokens_in_flight = s.prefill_tokens;
     e.decode_tokens_in_flight = s.decode_tokens;
+    for (const auto& [peer, snap] : peers_) {
+      if (now - snap.at > peer_expiry_) {
+        continue;
+      }
+      if (auto it = snap.by_pod.find(name); it != snap.by_pod.end()) {
+        e.dispatched += it->second.dispatched;
+        e.prefill_tokens_in_flight += it->second.prefill_tokens;
+        e.decode_tokens_in_flight += it->second.decode_tokens;
+      }
+    }
     e.step = s.step_clock->timing();
     if (s.predicted_ttft_ms && now - s.predicted_at <= staleness_) {
       e.last_predicted_ttft_ms = s.predicted_ttft_ms;

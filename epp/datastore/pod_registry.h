@@ -95,6 +95,20 @@ class PodRegistry {
                     std::chrono::steady_clock::time_point now);
   void observe_tpot(const std::string& name, double model_ms, double bound_ms, double actual_ms,
                     std::chrono::steady_clock::time_point now);
+  // Active-active replicas (issue 32): the in-flight work other EPP replicas of the pool
+  // report on the same pods. Each peer's latest snapshot replaces its previous one and is added
+  // to this replica's own counts in candidates() until it is older than the expiry, so a peer
+  // that stops reporting (dead, partitioned) stops counting instead of leaking load.
+  struct PodLoad {
+    std::string pod;
+    int64_t dispatched = 0;
+    int64_t prefill_tokens = 0;
+    int64_t decode_tokens = 0;
+  };
+  std::vector<PodLoad> own_in_flight() const;  // this replica's counts, every pod
+  void set_peer_in_flight(const std::string& peer, const std::vector<PodLoad>& loads,
+                          std::chrono::steady_clock::time_point now);
+  void set_peer_expiry(std::chrono::milliseconds expiry);
   // The pod's step clock, fed by the streams relayed from it without taking this table's lock
   // (candidates() then carry its StepTiming); null for a pod not in the pool.
   std::shared_ptr<PodStepClock> step_clock(const std::string& name) const;
@@ -131,6 +145,12 @@ class PodRegistry {
   EjectionListener ejection_listener_;       // set before traffic
   std::map<std::string, State> pods_;  // guarded by mu_
   std::map<std::string, PoolCoverage> coverage_;  // by pool label; guarded by mu_
+  struct PeerSnapshot {
+    std::chrono::steady_clock::time_point at{};
+    std::map<std::string, PodLoad> by_pod;
+  };
+  std::map<std::string, PeerSnapshot> peers_;  // by peer; guarded by mu_
+  std::chrono::milliseconds peer_expiry_{1000};  // guarded by mu_
 };
 
 }  // namespace llmd::epp

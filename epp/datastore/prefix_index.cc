@@ -206,6 +206,14 @@ std::shared_ptr<PrefixIndex::PodLru> PrefixIndex::find(const std::string& pod) c
 
 void PrefixIndex::insert(const std::string& pod, std::span<const uint64_t> hashes,
                          std::size_t capacity) {
+  insert_from_peer(pod, hashes, capacity);
+  if (observer_) {
+    observer_(pod, hashes, capacity);
+  }
+}
+
+void PrefixIndex::insert_from_peer(const std::string& pod, std::span<const uint64_t> hashes,
+                                   std::size_t capacity) {
   if (capacity == 0) {
     capacity = kDefaultCapacity;
   }

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -44,6 +45,17 @@ class PrefixIndex {
   // blocks beyond `capacity` (0 = kDefaultCapacity). A changed capacity applies from this call.
   void insert(const std::string& pod, std::span<const uint64_t> hashes,
               std::size_t capacity = kDefaultCapacity);
+  // What another EPP replica of the same pool learned (active-active): recorded like insert()
+  // but not reported to the observer, so peers never echo each other's blocks.
+  void insert_from_peer(const std::string& pod, std::span<const uint64_t> hashes,
+                        std::size_t capacity = kDefaultCapacity);
+  // Called after every insert() (not insert_from_peer()) on the inserting thread, outside the
+  // index's locks: how a replica collects the blocks it learned to share them. Set before
+  // traffic; null = none.
+  using InsertObserver = std::function<void(const std::string& pod,
+                                            std::span<const uint64_t> hashes,
+                                            std::size_t capacity)>;
+  void set_insert_observer(InsertObserver observer) { observer_ = std::move(observer); }
   // Number of leading hashes the pod holds.
   std::size_t match(const std::string& pod, std::span<const uint64_t> hashes) const;
   void remove_pod(const std::string& pod);
@@ -64,6 +76,7 @@ class PrefixIndex {
   std::unordered_map<std::string, std::shared_ptr<PodLru>> pods_;  // guarded by mu_
   mutable std::atomic<uint64_t> queried_{0};
   mutable std::atomic<uint64_t> matched_{0};
+  InsertObserver observer_;  // set before traffic
 };
 
 }  // namespace llmd::epp
