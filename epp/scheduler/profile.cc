@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <string_view>
+#include <unordered_set>
 
 #include <spdlog/spdlog.h>
 
@@ -21,6 +23,34 @@ std::string names(const std::vector<Endpoint>& endpoints) {
 
 bool debug_on() { return spdlog::should_log(spdlog::level::debug); }
 
+CandidateDecision* find_candidate(DecisionExplanation& explain, const std::string& name) {
+  for (auto& c : explain.candidates) {
+    if (c.name == name) {
+      return &c;
+    }
+  }
+  return nullptr;
+}
+
+// What filter `f` removed: the names of `before` that `after` no longer holds.
+void record_filter(DecisionExplanation& explain, const Stage<Filter>& f,
+                   const std::vector<std::string>& before, const std::vector<Endpoint>& after) {
+  std::unordered_set<std::string_view> kept;
+  for (const auto& e : after) {
+    kept.insert(e.name);
+  }
+  FilterDecision step{f.plugin->name(), std::string(f.plugin->type()), before.size(), {}};
+  for (const auto& name : before) {
+    if (!kept.contains(name)) {
+      step.removed.push_back(name);
+      if (auto* c = find_candidate(explain, name)) {
+        c->removed_by = f.plugin->name();
+      }
+    }
+  }
+  explain.filters.push_back(std::move(step));
+}
+
 }  // namespace
 
 Profile::Profile(std::string name, std::vector<Stage<Filter>> filters,
@@ -30,7 +60,8 @@ Profile::Profile(std::string name, std::vector<Stage<Filter>> filters,
       scorers_(std::move(scorers)),
       picker_(std::move(picker)) {}
 
-ProfileResult Profile::run(CycleContext& ctx, std::vector<Endpoint> endpoints) const {
+ProfileResult Profile::run(CycleContext& ctx, std::vector<Endpoint> endpoints,
+                           DecisionExplanation* explain) const {
   using Clock = std::chrono::steady_clock;
   ProfileResult result;
   if (debug_on()) {
@@ -43,8 +74,18 @@ ProfileResult Profile::run(CycleContext& ctx, std::vector<Endpoint> endpoints) c
     }
     auto start = Clock::now();
     std::size_t before = endpoints.size();
+    std::vector<std::string> names_before;
+    if (explain != nullptr) {
+      names_before.reserve(endpoints.size());
+      for (const auto& e : endpoints) {
+        names_before.push_back(e.name);
+      }
+    }
     endpoints = f.plugin->filter(ctx, std::move(endpoints));
     observe_since(f.duration, start);
+    if (explain != nullptr) {
+      record_filter(*explain, f, names_before, endpoints);
+    }
     if (debug_on()) {
       spdlog::debug("profile {} filter {} ({}): kept {}/{} [{}]", name_, f.plugin->name(),
                     f.plugin->type(), endpoints.size(), before, names(endpoints));
@@ -58,7 +99,15 @@ ProfileResult Profile::run(CycleContext& ctx, std::vector<Endpoint> endpoints) c
   }
 
   std::vector<double> total(endpoints.size(), 0.0);
+  // Per endpoint, each scorer's clamped output (an ignored scorer counts 0), when explaining.
+  std::vector<std::vector<double>> parts(explain != nullptr ? endpoints.size() : 0);
   for (const auto& s : scorers_) {
+    if (explain != nullptr) {
+      explain->scorers.push_back({s.plugin->name(), std::string(s.plugin->type()), s.weight});
+      for (auto& p : parts) {
+        p.push_back(0.0);
+      }
+    }
     auto start = Clock::now();
     std::vector<double> scores = s.plugin->score(ctx, endpoints);
     observe_since(s.duration, start);
@@ -71,6 +120,9 @@ ProfileResult Profile::run(CycleContext& ctx, std::vector<Endpoint> endpoints) c
     for (std::size_t i = 0; i < scores.size(); ++i) {
       double clamped = std::isnan(scores[i]) ? 0.0 : std::clamp(scores[i], 0.0, 1.0);
       total[i] += s.weight * clamped;
+      if (explain != nullptr) {
+        parts[i].back() = clamped;
+      }
       if (debug_on()) {
         spdlog::debug("profile {} scorer {} ({}) x{}: {} = {:.4f}", name_, s.plugin->name(),
                       s.plugin->type(), s.weight, endpoints[i].name, clamped);
@@ -90,6 +142,15 @@ ProfileResult Profile::run(CycleContext& ctx, std::vector<Endpoint> endpoints) c
     spdlog::error("picker {} ({}) returned index {} of {}; using 0", picker_.plugin->name(),
                   picker_.plugin->type(), pick, endpoints.size());
     pick = 0;
+  }
+  if (explain != nullptr) {
+    explain->picker = picker_.plugin->name();
+    for (std::size_t i = 0; i < endpoints.size(); ++i) {
+      if (auto* c = find_candidate(*explain, endpoints[i].name)) {
+        c->score = total[i];
+        c->scorer_scores = std::move(parts[i]);
+      }
+    }
   }
   if (debug_on()) {
     std::string line;
