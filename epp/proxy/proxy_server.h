@@ -45,6 +45,8 @@ struct ProxyOptions {
   prometheus::Counter* upstream_reused = nullptr;
   bool default_prediction = true;  // x-prediction-based-scheduling when absent
   bool forward_priority = true;    // soft priority -> vLLM `priority` (see upstream_body)
+  // x-llmd-debug asks for the scheduling decision in the x-llmd-decision response header.
+  bool allow_debug_header = false;
 };
 
 class AdmissionGate;  // epp/proxy/admission_gate.h

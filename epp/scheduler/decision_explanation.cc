@@ -75,8 +75,10 @@ std::vector<const CandidateDecision*> DecisionExplanation::shown(
   return out;
 }
 
-nlohmann::json decision_to_json(const DecisionExplanation& e, std::size_t max_candidates) {
-  using nlohmann::json;
+nlohmann::ordered_json decision_to_json(const DecisionExplanation& e,
+                                        std::size_t max_candidates) {
+  // In the order a reader wants it (the request, the outcome, then the details).
+  using json = nlohmann::ordered_json;
   json out = {{"request_id", e.request_id}, {"model", e.model},     {"profile", e.profile},
               {"outcome", e.outcome},       {"pick", e.picked},     {"retry", e.retry},
               {"reason", e.reason},         {"fallback", e.fallback},

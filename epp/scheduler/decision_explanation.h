@@ -68,7 +68,8 @@ struct DecisionExplanation {
 // "reason", "fallback", "predictions", "picker", "scorers": [...], "filters": [{name, type, in,
 // removed (at most max_candidates names), removed_more}], "candidates": [{name, ttft_ms,
 // tpot_ms, prefix, kv, waiting, dispatched, score, scores, removed_by}], "candidates_more"}.
-nlohmann::json decision_to_json(const DecisionExplanation& e, std::size_t max_candidates);
+nlohmann::ordered_json decision_to_json(const DecisionExplanation& e,
+                                        std::size_t max_candidates);
 
 // The x-llmd-decision response header's value: "pick=pod-2 retry=pod-0 profile=default
 // predictions=yes filters=strict:4>2,loose:2>2 candidates=pod-2:ttft=12.3,tpot=4.1,prefix=0.80,

@@ -62,8 +62,9 @@ void DecisionLog::configure(const DecisionLogConfig& config) {
   if (config == config_) {
     return;
   }
-  spdlog::info("decision log: sample rate {}, at most {} lines/s, {} candidates per line",
-               config.sample_rate, config.max_lines_per_second, config.max_candidates);
+  spdlog::info("decision log reconfigured: sample rate {}, at most {} lines/s, {} candidates "
+               "per line", config.sample_rate, config.max_lines_per_second,
+               config.max_candidates);
   config_ = config;
   tokens_ = std::min(tokens_, std::max(1.0, config.max_lines_per_second));
   sample_rate_.store(config.sample_rate, std::memory_order_relaxed);
@@ -107,11 +108,11 @@ void DecisionLog::write(const DecisionExplanation& explanation) {
     max_candidates = config_.max_candidates;
     refused = std::exchange(refused_since_last_line_, 0);
   }
-  nlohmann::json line = decision_to_json(explanation, max_candidates);
+  nlohmann::ordered_json line = decision_to_json(explanation, max_candidates);
   if (refused > 0) {
     line["rate_limited_before"] = refused;  // sampled lines the budget refused since the last
   }
-  sink_("decision " + line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  sink_("decision " + line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
   ++written_;
   if (written_metric_ != nullptr) {
     written_metric_->Increment();
