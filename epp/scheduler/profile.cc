@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <string_view>
-#include <unordered_set>
+#include <unordered_map>
 
 #include <spdlog/spdlog.h>
 
@@ -23,29 +23,34 @@ std::string names(const std::vector<Endpoint>& endpoints) {
 
 bool debug_on() { return spdlog::should_log(spdlog::level::debug); }
 
-CandidateDecision* find_candidate(DecisionExplanation& explain, const std::string& name) {
+// The explanation's candidates by name, for a cycle that is explained: pointers into
+// explain.candidates, which keeps its size while the profile runs.
+using CandidatesByName = std::unordered_map<std::string_view, CandidateDecision*>;
+
+CandidatesByName index_candidates(DecisionExplanation& explain) {
+  CandidatesByName out;
+  out.reserve(explain.candidates.size());
   for (auto& c : explain.candidates) {
-    if (c.name == name) {
-      return &c;
-    }
+    out.emplace(c.name, &c);
   }
-  return nullptr;
+  return out;
 }
 
-// What filter `f` removed: the names of `before` that `after` no longer holds.
-void record_filter(DecisionExplanation& explain, const Stage<Filter>& f,
-                   const std::vector<std::string>& before, const std::vector<Endpoint>& after) {
-  std::unordered_set<std::string_view> kept;
+// What filter `f` removed: the candidates of `before` that `after` no longer holds.
+void record_filter(DecisionExplanation& explain, const CandidatesByName& by_name,
+                   const Stage<Filter>& f, const std::vector<CandidateDecision*>& before,
+                   const std::vector<Endpoint>& after) {
+  std::vector<char> kept(explain.candidates.size(), 0);  // by index into explain.candidates
   for (const auto& e : after) {
-    kept.insert(e.name);
+    if (auto it = by_name.find(e.name); it != by_name.end()) {
+      kept[static_cast<std::size_t>(it->second - explain.candidates.data())] = 1;
+    }
   }
   FilterDecision step{f.plugin->name(), std::string(f.plugin->type()), before.size(), {}};
-  for (const auto& name : before) {
-    if (!kept.contains(name)) {
-      step.removed.push_back(name);
-      if (auto* c = find_candidate(explain, name)) {
-        c->removed_by = f.plugin->name();
-      }
+  for (CandidateDecision* c : before) {
+    if (kept[static_cast<std::size_t>(c - explain.candidates.data())] == 0) {
+      step.removed.push_back(c->name);
+      c->removed_by = f.plugin->name();
     }
   }
   explain.filters.push_back(std::move(step));
@@ -64,6 +69,8 @@ ProfileResult Profile::run(CycleContext& ctx, std::vector<Endpoint> endpoints,
                            DecisionExplanation* explain) const {
   using Clock = std::chrono::steady_clock;
   ProfileResult result;
+  const CandidatesByName by_name =
+      explain != nullptr ? index_candidates(*explain) : CandidatesByName{};
   if (debug_on()) {
     spdlog::debug("profile {} request {}: candidates [{}]", name_, ctx.request.request_id,
                   names(endpoints));
@@ -74,17 +81,19 @@ ProfileResult Profile::run(CycleContext& ctx, std::vector<Endpoint> endpoints,
     }
     auto start = Clock::now();
     std::size_t before = endpoints.size();
-    std::vector<std::string> names_before;
+    std::vector<CandidateDecision*> explained_before;
     if (explain != nullptr) {
-      names_before.reserve(endpoints.size());
+      explained_before.reserve(endpoints.size());
       for (const auto& e : endpoints) {
-        names_before.push_back(e.name);
+        if (auto it = by_name.find(e.name); it != by_name.end()) {
+          explained_before.push_back(it->second);
+        }
       }
     }
     endpoints = f.plugin->filter(ctx, std::move(endpoints));
     observe_since(f.duration, start);
     if (explain != nullptr) {
-      record_filter(*explain, f, names_before, endpoints);
+      record_filter(*explain, by_name, f, explained_before, endpoints);
     }
     if (debug_on()) {
       spdlog::debug("profile {} filter {} ({}): kept {}/{} [{}]", name_, f.plugin->name(),
@@ -99,13 +108,26 @@ ProfileResult Profile::run(CycleContext& ctx, std::vector<Endpoint> endpoints,
   }
 
   std::vector<double> total(endpoints.size(), 0.0);
-  // Per endpoint, each scorer's clamped output (an ignored scorer counts 0), when explaining.
-  std::vector<std::vector<double>> parts(explain != nullptr ? endpoints.size() : 0);
+  // When explaining: each endpoint's entry, which gets every scorer's clamped output (an
+  // ignored scorer counts 0) and the total.
+  std::vector<CandidateDecision*> explained;
+  if (explain != nullptr) {
+    explained.reserve(endpoints.size());
+    for (const auto& e : endpoints) {
+      auto it = by_name.find(e.name);
+      explained.push_back(it == by_name.end() ? nullptr : it->second);
+      if (explained.back() != nullptr) {
+        explained.back()->scorer_scores.reserve(scorers_.size());
+      }
+    }
+  }
   for (const auto& s : scorers_) {
     if (explain != nullptr) {
       explain->scorers.push_back({s.plugin->name(), std::string(s.plugin->type()), s.weight});
-      for (auto& p : parts) {
-        p.push_back(0.0);
+      for (auto* c : explained) {
+        if (c != nullptr) {
+          c->scorer_scores.push_back(0.0);
+        }
       }
     }
     auto start = Clock::now();
@@ -120,8 +142,8 @@ ProfileResult Profile::run(CycleContext& ctx, std::vector<Endpoint> endpoints,
     for (std::size_t i = 0; i < scores.size(); ++i) {
       double clamped = std::isnan(scores[i]) ? 0.0 : std::clamp(scores[i], 0.0, 1.0);
       total[i] += s.weight * clamped;
-      if (explain != nullptr) {
-        parts[i].back() = clamped;
+      if (explain != nullptr && explained[i] != nullptr) {
+        explained[i]->scorer_scores.back() = clamped;
       }
       if (debug_on()) {
         spdlog::debug("profile {} scorer {} ({}) x{}: {} = {:.4f}", name_, s.plugin->name(),
@@ -146,9 +168,8 @@ ProfileResult Profile::run(CycleContext& ctx, std::vector<Endpoint> endpoints,
   if (explain != nullptr) {
     explain->picker = picker_.plugin->name();
     for (std::size_t i = 0; i < endpoints.size(); ++i) {
-      if (auto* c = find_candidate(*explain, endpoints[i].name)) {
-        c->score = total[i];
-        c->scorer_scores = std::move(parts[i]);
+      if (explained[i] != nullptr) {
+        explained[i]->score = total[i];
       }
     }
   }
