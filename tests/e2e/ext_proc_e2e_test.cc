@@ -336,6 +336,20 @@ TEST_F(ExtProcStack, TheDebugHeaderComesBackAsAResponseHeaderMutation) {
   ASSERT_TRUE(x.send(body_chunk(pod.body, true, true)));
   ASSERT_TRUE(x.receive());
   EXPECT_TRUE(x.finish().ok());
+
+  // A refusal the scheduler decided (a subset hint naming no pod of the pool) carries it too.
+  GatewayExchange refused(*stub_);
+  pb::ProcessingRequest none = request_headers("/v1/completions", true, false, {"10.9.9.9:8000"});
+  *none.mutable_request_headers()->mutable_headers()->add_headers() = header("x-llmd-debug", "1");
+  ASSERT_TRUE(refused.send(none));
+  ASSERT_TRUE(refused.send(body_chunk(body, true)));
+  auto r = refused.receive();
+  ASSERT_TRUE(r && r->has_immediate_response()) << (r ? r->DebugString() : "");
+  EXPECT_EQ(r->immediate_response().status().code(), 503);
+  const std::string why = mutation_value(r->immediate_response().headers(), "x-llmd-decision");
+  EXPECT_TRUE(why.starts_with("outcome=no_candidates")) << why;
+  EXPECT_NE(why.find("reason=\"no ready endpoints\""), std::string::npos) << why;
+  refused.finish();
 }
 
 // A message the EPP cannot make sense of (it decodes to no known request: unknown fields of
