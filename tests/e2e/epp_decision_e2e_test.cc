@@ -45,7 +45,12 @@ class DecisionStack : public StackTest {
     o.pods = 4;
     o.predictors = 1;
     o.epp_args = {"--allow-debug-header", "true"};
-    o.extra_config = "decisionLog: {sampleRate: 1, maxLinesPerSecond: 1000}\n";
+    // A model whose rule sends it to a pool without pods: the scheduler refuses it (503).
+    o.extra_config =
+        "decisionLog: {sampleRate: 1, maxLinesPerSecond: 1000}\n"
+        "loadBalancing:\n  type: gateway-load-balancing-config\n  rules:\n  - id: nowhere\n"
+        "    type: latency-based-routing\n    when: {models: [nowhere-model]}\n"
+        "    load_balance_targets:\n    - target: pool:empty\n";
     start(std::move(o));
   }
   http::ClientResponse explained(const std::string& id, const std::string& prompt) {
@@ -108,6 +113,17 @@ TEST_F(DecisionStack, TheDebugHeaderAndTheDecisionLogShowTheCandidatesAndThePick
   ASSERT_TRUE(log_shows(*stack_, "\"request_id\":\"plain\""));
   EXPECT_GT(metric_sum(stack_->metrics(), "llmd_epp_decision_log_lines_total{outcome=\"written\""),
             0);
+
+  // A refusal the scheduler decided carries the header and is logged.
+  auto refused = stack_->complete(words(5, "nowhere"), 2, false,
+                                  {{"x-llmd-debug", "1"}, {"x-request-id", "refused"}},
+                                  Json{{"model", "nowhere-model"}});
+  ASSERT_EQ(refused.status, 503) << refused.body;
+  const std::string why(refused.header("x-llmd-decision"));
+  EXPECT_TRUE(why.starts_with("outcome=no_candidates")) << why;
+  EXPECT_NE(why.find("reason=\"no ready endpoints\""), std::string::npos) << why;
+  ASSERT_TRUE(log_shows(*stack_, "\"request_id\":\"refused\""));
+  EXPECT_EQ(decision_line(stack_->epp->log(), "refused")["outcome"], "no_candidates");
 }
 
 TEST_F(DecisionStack, TheDecisionLogIsSwitchedAtRunTimeByAConfigReload) {
