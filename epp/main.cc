@@ -150,6 +150,15 @@ int run(int argc, char** argv) {
   o.add("leader-elect-identity", "POD_NAME", "",
         "Leader election: this replica's name in the Lease, unique per replica (default: the "
         "host name, which is the pod's name)");
+  o.add("decision-log-sample-rate", "EPP_DECISION_LOG_SAMPLE_RATE", "0",
+        "Share of requests whose scheduling decision is logged (one 'decision {json}' line at "
+        "info level: candidates, predictions, filters, scores, pick); the config file's "
+        "decisionLog.sampleRate overrides it on every reload; 0 = off");
+  o.add("decision-log-max-lines-per-second", "EPP_DECISION_LOG_MAX_LINES_PER_SECOND", "10",
+        "Decision log line budget (sampled requests beyond it are counted, not logged)");
+  o.add("allow-debug-header", "EPP_ALLOW_DEBUG_HEADER", "false",
+        "Answer a request that sends x-llmd-debug: 1 with its scheduling decision in the "
+        "x-llmd-decision response header (shows pod names and load to clients: off by default)");
   o.add("log-level", "LOG_LEVEL", "info", "trace | debug | info | warn | error");
   if (!o.parse(argc, argv)) {
     return 0;
@@ -192,7 +201,16 @@ int run(int argc, char** argv) {
   if (!loaded.ok()) {
     throw std::runtime_error("pipeline config: " + loaded.error);
   }
-  Director director(loaded.pipeline, &sched_metrics);
+  DecisionLogConfig decision_log_flags;
+  decision_log_flags.sample_rate = o.number("decision-log-sample-rate", 0, 1);
+  decision_log_flags.max_lines_per_second =
+      o.number("decision-log-max-lines-per-second", 0.001, 1e6);
+  DecisionLog decision_log(file_cfg.decision_log.over(decision_log_flags), {}, &registry);
+  Director director(loaded.pipeline, &sched_metrics, &decision_log);
+  if (const auto d = decision_log.config(); d.sample_rate > 0) {
+    spdlog::info("decision log: sample rate {}, at most {} lines/s", d.sample_rate,
+                 d.max_lines_per_second);
+  }
   PodRegistry pods(file_cfg.staleness);
   pods.set_pods(file_cfg.pods);
   OutlierDetectionOptions outliers;
@@ -285,6 +303,7 @@ int run(int argc, char** argv) {
   po.default_prediction = o.boolean("prediction-based-scheduling");
   po.forward_priority = o.boolean("forward-priority");
   po.not_serving = standby;
+  po.allow_debug_header = o.boolean("allow-debug-header");
   auto& upstream_family = prometheus::BuildCounter().Name("llmd_epp_upstream_connections_total").Help(
       "Connections to pods for proxied requests: opened, or kept-alive ones reused").Register(registry);
   po.upstream_opened = &upstream_family.Add({{"connection", "opened"}});
@@ -301,6 +320,7 @@ int run(int argc, char** argv) {
     eo.stream.default_prediction = po.default_prediction;
     eo.stream.forward_priority = po.forward_priority;
     eo.stream.not_serving = standby;
+    eo.stream.allow_debug_header = po.allow_debug_header;
     ext_proc = std::make_unique<extproc::ExtProcServer>(
         eo, extproc::ExtProcServices{&port, &pods, &sinks, &gate});
   }
@@ -485,6 +505,7 @@ int run(int argc, char** argv) {
         }
         port.set_config(next.objectives, next.load_balancing, l.pipeline);
         gate.configure(next.router_queue);
+        decision_log.configure(next.decision_log.over(decision_log_flags));
         spdlog::info("config reloaded: {} pods, {} objectives, {} routing rules, router queue {}",
                      next.pods.size(), next.objectives->size(),
                      next.load_balancing ? next.load_balancing->rules.size() : 0,

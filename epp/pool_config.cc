@@ -11,6 +11,19 @@
 
 namespace llmd::epp {
 
+DecisionLogConfig DecisionLogOverrides::over(DecisionLogConfig flags) const {
+  if (sample_rate) {
+    flags.sample_rate = *sample_rate;
+  }
+  if (max_lines_per_second) {
+    flags.max_lines_per_second = *max_lines_per_second;
+  }
+  if (max_candidates) {
+    flags.max_candidates = *max_candidates;
+  }
+  return flags;
+}
+
 EppFileConfig load_epp_config(const std::string& path, PodSource pods_from) {
   auto text = util::read_file(path);
   if (!text) {
@@ -77,7 +90,7 @@ EppFileConfig load_epp_config(const std::string& path, PodSource pods_from) {
     for (const auto& kv : root) {
       static const std::set<std::string> known = {
           "pool", "scrapeIntervalMs", "stalenessMs", "pipeline", "plugins",
-          "schedulingProfiles", "objectives", "loadBalancing", "routerQueue"};
+          "schedulingProfiles", "objectives", "loadBalancing", "routerQueue", "decisionLog"};
       const auto key = kv.first.as<std::string>();
       if (!known.count(key)) {
         throw std::runtime_error("unknown key '" + key + "'");
@@ -118,6 +131,27 @@ EppFileConfig load_epp_config(const std::string& path, PodSource pods_from) {
         throw std::runtime_error(*error);
       }
       cfg.router_queue = std::get<RouterQueueConfig>(std::move(parsed));
+    }
+    if (YAML::Node d = root["decisionLog"]) {
+      if (!d.IsMap()) {
+        throw std::runtime_error("decisionLog must be a mapping");
+      }
+      for (const auto& kv : d) {
+        const auto key = kv.first.as<std::string>();
+        if (key == "sampleRate") {
+          cfg.decision_log.sample_rate = kv.second.as<double>();
+        } else if (key == "maxLinesPerSecond") {
+          cfg.decision_log.max_lines_per_second = kv.second.as<double>();
+        } else if (key == "maxCandidates") {
+          const auto n = kv.second.as<int64_t>();
+          cfg.decision_log.max_candidates = n < 0 ? 0 : static_cast<std::size_t>(n);
+        } else {
+          throw std::runtime_error("decisionLog: unknown key '" + key + "'");
+        }
+      }
+      if (auto error = cfg.decision_log.over(DecisionLogConfig{}).validate(); !error.empty()) {
+        throw std::runtime_error("decisionLog: " + error);
+      }
     }
   } catch (const YAML::Exception& e) {
     throw std::runtime_error("EPP config " + path + ": " + e.what());

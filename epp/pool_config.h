@@ -18,6 +18,10 @@
 //   loadBalancing: lb.yaml     # a gateway-load-balancing-config document: a file (relative to
 //                              # this one) or the document inline
 //   routerQueue: {policy: fcfs, routerQueueThreshold: 2.0, maxSize: 1000, timeoutMs: 30000}
+//
+// The sampled decision log (README "Decisions you can see"), each key over its --decision-log-*
+// flag, re-read on every reload (the run-time switch):
+//   decisionLog: {sampleRate: 0.01, maxLinesPerSecond: 10, maxCandidates: 10}
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -27,9 +31,18 @@
 #include "epp/datastore/pod_registry.h"
 #include "epp/objectives/objectives.h"
 #include "epp/queue/queue_config.h"
+#include "epp/scheduler/decision_log.h"
 #include "epp/routing/load_balancing_config.h"
 
 namespace llmd::epp {
+
+// The file's `decisionLog` section: the keys it sets, over the flags' settings.
+struct DecisionLogOverrides {
+  std::optional<double> sample_rate;
+  std::optional<double> max_lines_per_second;
+  std::optional<std::size_t> max_candidates;
+  DecisionLogConfig over(DecisionLogConfig flags) const;
+};
 
 struct EppFileConfig {
   std::vector<PodConfig> pods;
@@ -41,6 +54,7 @@ struct EppFileConfig {
   std::optional<routing::LoadBalancingConfig> load_balancing;
   std::string load_balancing_path;  // when loaded from its own file (watched for changes)
   std::optional<RouterQueueConfig> router_queue;
+  DecisionLogOverrides decision_log;  // nothing set: the flags' settings
 };
 
 // Where the pool's pods come from: the config file's `pool.pods`, or Kubernetes discovery

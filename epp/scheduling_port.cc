@@ -129,6 +129,7 @@ PickResult EppSchedulingPort::to_pick_result(const SchedulingRequest& request, c
   }
   out.predictions_used = r.predictions_used;
   out.profile = r.profile;
+  out.explanation = std::move(r.explanation);
   if (r.picked) {
     out.ranked.push_back(*r.picked);
     if (r.fallback) {

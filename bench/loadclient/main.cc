@@ -50,7 +50,32 @@ void add_options(config::Options& o) {
   o.add("time-scale", "LOADCLIENT_TIME_SCALE", "1",
         "Multiply latencies by this in summary.json (the modelsim --time-scale of the target)");
   o.add("out-dir", "LOADCLIENT_OUT_DIR", "loadclient-out", "Where summary.json/requests.jsonl go");
+  o.add("compare", "LOADCLIENT_COMPARE", "",
+        "Send nothing: print a side-by-side table of earlier runs, 'label=out-dir,label=out-dir' "
+        "(each out-dir's summary.json)");
   o.add("log-level", "LOG_LEVEL", "info", "trace | debug | info | warn | error");
+}
+
+// --compare: the runs' summaries side by side.
+int compare(const std::string& list) {
+  std::vector<std::pair<std::string, nlohmann::json>> runs;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw std::invalid_argument("--compare: '" + item + "' is not 'label=out-dir'");
+    }
+    const std::filesystem::path file = std::filesystem::path(item.substr(eq + 1)) / "summary.json";
+    std::ifstream in(file);
+    nlohmann::json summary = nlohmann::json::parse(in, nullptr, false);
+    if (!in || summary.is_discarded()) {
+      throw std::invalid_argument("--compare: cannot read " + file.string());
+    }
+    runs.emplace_back(item.substr(0, eq), std::move(summary));
+  }
+  std::fputs(loadclient::comparison_table(runs).c_str(), stdout);
+  return 0;
 }
 
 std::vector<http::Header> parse_headers(const std::string& text) {
@@ -82,6 +107,9 @@ int run(int argc, char** argv) {
     return 0;
   }
   config::init_logging(o.str("log-level"), "loadclient");
+  if (!o.str("compare").empty()) {
+    return compare(o.str("compare"));
+  }
   auto spec = workload::preset(o.str("workload"));
   if (!spec) {
     throw std::invalid_argument("--workload: unknown preset '" + o.str("workload") + "'");

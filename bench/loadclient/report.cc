@@ -1,9 +1,11 @@
 #include "bench/loadclient/report.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <numeric>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace llmd::loadclient {
@@ -209,6 +211,76 @@ Json summarize(const std::vector<RequestRecord>& records,
     st.push_back(std::move(s));
   }
   out["stages"] = std::move(st);
+  return out;
+}
+
+std::string comparison_table(const std::vector<std::pair<std::string, Json>>& runs) {
+  struct Row {
+    std::string label;
+    std::function<std::string(const Json& overall)> value;
+  };
+  // "-" when a summary lacks the field (an older summary.json, or no SLOs sent).
+  auto number = [](const char* group, const char* field, int decimals,
+                   const char* unit = "", double factor = 1) {
+    return [=](const Json& o) -> std::string {
+      const Json* v = group[0] == '\0' ? (o.contains(field) ? &o[field] : nullptr)
+                      : (o.contains(group) && o[group].contains(field) ? &o[group][field]
+                                                                        : nullptr);
+      return v != nullptr && v->is_number()
+                 ? fmt::format("{:.{}f}{}", v->get<double>() * factor, decimals, unit)
+                 : "-";
+    };
+  };
+  const std::vector<Row> rows = {
+      {"requests answered", [](const Json& o) -> std::string {
+         return o.contains("success") && o.contains("requests")
+                    ? fmt::format("{} / {}", o["success"].get<int64_t>(),
+                                  o["requests"].get<int64_t>())
+                    : "-";
+       }},
+      {"TTFT p50 (ms)", number("ttft_ms", "p50", 1)},
+      {"TTFT p99 (ms)", number("ttft_ms", "p99", 1)},
+      {"TPOT p50 (ms)", number("tpot_ms", "p50", 2)},
+      {"TPOT p99 (ms)", number("tpot_ms", "p99", 2)},
+      {"E2E p50 (ms)", number("e2e_ms", "p50", 1)},
+      {"output tokens/s", number("", "output_tokens_per_s", 0)},
+      {"prefix cache hits", number("", "prefix_cache_hit_ratio", 1, " %", 100)},
+      {"SLO attainment", number("", "slo_attainment", 1, " %", 100)},
+  };
+  std::size_t label_width = 0;
+  for (const auto& r : rows) {
+    label_width = std::max(label_width, r.label.size());
+  }
+  std::vector<std::vector<std::string>> cells(rows.size());
+  std::vector<std::size_t> widths;
+  for (const auto& [name, summary] : runs) {
+    const Json overall = summary.contains("overall") ? summary["overall"] : Json::object();
+    std::size_t w = name.size();
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      cells[i].push_back(rows[i].value(overall));
+      w = std::max(w, cells[i].back().size());
+    }
+    widths.push_back(w);
+  }
+  std::string out = fmt::format("{:<{}}", "", label_width);
+  for (std::size_t c = 0; c < runs.size(); ++c) {
+    out += fmt::format("  {:>{}}", runs[c].first, widths[c]);
+  }
+  out += "\n";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    bool any = false;
+    for (const auto& v : cells[i]) {
+      any = any || v != "-";
+    }
+    if (!any) {
+      continue;  // e.g. SLO attainment of runs without SLOs
+    }
+    out += fmt::format("{:<{}}", rows[i].label, label_width);
+    for (std::size_t c = 0; c < runs.size(); ++c) {
+      out += fmt::format("  {:>{}}", cells[i][c], widths[c]);
+    }
+    out += "\n";
+  }
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -72,5 +73,11 @@ struct SummaryInfo {
 // ratio (cached/prompt tokens from usage), SLO attainment when SLOs were set, errors by kind.
 nlohmann::json summarize(const std::vector<RequestRecord>& records,
                          const std::vector<workload::Stage>& stages, const SummaryInfo& info);
+
+// A side-by-side table of runs' overall results, one column per run (label, summary.json as
+// summarize() wrote it): requests answered, TTFT p50/p99, TPOT p50/p99, E2E p50, output tokens
+// per second, prefix cache hits and, when SLOs were sent, SLO attainment. Plain text for a
+// terminal; a value a summary lacks shows as "-".
+std::string comparison_table(const std::vector<std::pair<std::string, nlohmann::json>>& runs);
 
 }  // namespace llmd::loadclient

@@ -207,7 +207,8 @@ void ExtProcStream::start_scheduling() {
     pick();
     return;
   }
-  RequestDefaults defaults{options_.default_prediction, config_->objectives.get()};
+  RequestDefaults defaults{options_.default_prediction, config_->objectives.get(),
+                           options_.allow_debug_header};
   if (auto error = parse_openai_request(path_, body_, inbound, defaults, parsed_)) {
     refuse(400, *error);
     return;
@@ -291,6 +292,10 @@ void ExtProcStream::pick() {
 }
 
 void ExtProcStream::on_picked(PickResult pick) {
+  if (pick.explanation) {
+    decision_ = decision_header_value(*pick.explanation, kDecisionHeaderMaxCandidates,
+                                      kDecisionHeaderMaxBytes);
+  }
   if (pick.status != 200 || pick.ranked.empty()) {
     refuse(pick.status != 200 ? pick.status : 503,
            pick.detail.empty() ? "No ready endpoint" : pick.detail);
@@ -373,6 +378,9 @@ void ExtProcStream::refuse(int status, const std::string& detail) {
   if (!parsed_.request.request_id.empty()) {
     set_header(*immediate->mutable_headers(), "x-request-id", parsed_.request.request_id);
   }
+  if (!decision_.empty()) {
+    set_header(*immediate->mutable_headers(), kDecisionHeader, decision_);
+  }
   immediate->set_body(openai_error_body(status, detail));
   immediate->set_details("llmd_epp_" + std::to_string(status));
   emit_(std::move(r));
@@ -406,6 +414,9 @@ void ExtProcStream::on_response_headers(const pb::ProcessingRequest& message) {
                  attempt_->record().pod.address);
       set_header(*common->mutable_header_mutation(), "x-request-id",
                  parsed_.request.request_id);
+    }
+    if (!decision_.empty()) {
+      set_header(*common->mutable_header_mutation(), kDecisionHeader, decision_);
     }
     emit_(std::move(r));
   }

@@ -17,7 +17,9 @@
 //   TTFT (first content chunk) and TPOT (end of the stream), feeds the trainer and releases the
 //   pod's in-flight bookkeeping, as the proxy does. The endpoint that served the request
 //   (`envoy.lb` / `x-gateway-destination-endpoint-served`) moves the bookkeeping to the
-//   fallback when the primary failed.
+//   fallback when the primary failed. A request with `x-llmd-debug` (when allowed) gets the
+//   scheduling decision as the response header `x-llmd-decision` (a header mutation of the
+//   response headers, or a header of the refusal).
 //
 // Threading: the owner serialises on_message() and cancel() (the gRPC reactor holds its
 // mutex); scheduling continues on the predictor client's thread through `resume`, under the
@@ -51,6 +53,7 @@ struct ExtProcOptions {
   // Active-passive replicas: nullopt while this replica serves, else why not (every request
   // is refused 503 with it). Thread-safe, cheap; null: always serves.
   std::function<std::optional<std::string>()> not_serving;
+  bool allow_debug_header = false;            // x-llmd-debug -> x-llmd-decision (response)
 };
 
 struct ExtProcServices {
@@ -113,6 +116,9 @@ class ExtProcStream : public std::enable_shared_from_this<ExtProcStream> {
   std::optional<uint64_t> queue_ticket_;
   std::vector<Endpoint> ranked_;
   std::string forwarded_body_;  // what the pod gets ("" = the client's bytes)
+  // x-llmd-decision for a request that asked (x-llmd-debug): set on the response headers (or
+  // the refusal), "" otherwise.
+  std::string decision_;
   std::optional<PodAttempt> attempt_;
 
   int response_status_ = 0;

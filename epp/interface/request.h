@@ -24,6 +24,9 @@ struct SchedulingRequest {
   std::string objective;              // x-gateway-inference-objective
   std::string subject;                // x-subject (model-level routing rules)
   std::map<std::string, std::string> metadata;  // x-metadata, a JSON object of strings
+  // x-llmd-debug (honoured only when the EPP runs with --allow-debug-header): the scheduler
+  // fills a DecisionExplanation for this request and the proxy returns it in x-llmd-decision.
+  bool explain = false;
   bool sheddable() const { return priority < 0; }
   bool has_slo() const { return slo_ttft_ms.has_value() || slo_tpot_ms.has_value(); }
 };

@@ -310,6 +310,14 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
       return "header x-prediction-based-scheduling must be true or false";
     }
   }
+  if (defaults.allow_debug_header && headers.debug) {
+    // Any value but an explicit "no" asks: a debugging client is never refused over it.
+    std::string v = *headers.debug;
+    for (auto& c : v) {
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    r.explain = !(v == "0" || v == "false" || v == "no" || v == "off");
+  }
   return std::nullopt;
 }
 
@@ -424,6 +432,7 @@ InboundHeaders read_inbound_headers(const HeaderLookup& lookup) {
   h.metadata = lookup("x-metadata");
   h.priority = lookup("x-dynamo-request-priority");
   h.strict_priority = lookup("x-dynamo-request-strict-priority");
+  h.debug = lookup("x-llmd-debug");
   return h;
 }
 

@@ -24,6 +24,7 @@ struct InboundHeaders {
   std::optional<std::string> metadata;             // x-metadata
   std::optional<std::string> priority;             // x-dynamo-request-priority
   std::optional<std::string> strict_priority;      // x-dynamo-request-strict-priority
+  std::optional<std::string> debug;                // x-llmd-debug
 };
 
 // The headers above from a request (`lookup` returns a header's value by lower-case name);
@@ -35,6 +36,9 @@ InboundHeaders read_inbound_headers(const HeaderLookup& lookup);
 struct RequestDefaults {
   bool prediction_enabled = true;            // x-prediction-based-scheduling when absent
   const ObjectiveTable* objectives = nullptr;  // null: no objectives configured
+  // --allow-debug-header: x-llmd-debug asks for the scheduling decision in x-llmd-decision
+  // (off: the header is ignored, so clients cannot see the pool's pods and load).
+  bool allow_debug_header = false;
 };
 
 struct ParsedRequest {

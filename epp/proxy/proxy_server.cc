@@ -305,7 +305,8 @@ struct ProxyServer::Impl {
     };
     const SchedulingGenerationPtr config = scheduler.generation();
     const auto& objectives = config->objectives;
-    RequestDefaults defaults{options.default_prediction, objectives.get()};
+    RequestDefaults defaults{options.default_prediction, objectives.get(),
+                             options.allow_debug_header};
     if (auto error = parse_openai_request(path, req.body, headers, defaults, parsed)) {
       reply_error(400, *error);
       co_return;
@@ -316,6 +317,7 @@ struct ProxyServer::Impl {
     }
     const Route route = scheduler.route(parsed.request, *config);
     PickResult pick;
+    std::string decision;  // x-llmd-decision, for a request that asked (x-llmd-debug)
     if (route.upstream) {
       pick.ranked.push_back(*route.upstream);  // no scheduling, no retry target
     } else {
@@ -339,9 +341,19 @@ struct ProxyServer::Impl {
                              std::move(done));
       };
       pick = co_await await_callback<PickResult>(start_pick);
+      if (pick.explanation) {
+        decision = decision_header_value(*pick.explanation, kDecisionHeaderMaxCandidates,
+                                         kDecisionHeaderMaxBytes);
+      }
       if (pick.status != 200 || pick.ranked.empty()) {
-        reply_error(pick.status != 200 ? pick.status : 503,
-                    pick.detail.empty() ? "No ready endpoint" : pick.detail);
+        const int status = pick.status != 200 ? pick.status : 503;
+        request.rejected(parsed.request.model, status);
+        auto res = error_response(status, pick.detail.empty() ? "No ready endpoint" : pick.detail,
+                                  headers.request_id);
+        if (!decision.empty()) {
+          res.headers.push_back({kDecisionHeader, decision});
+        }
+        client->respond(std::move(res));
         co_return;
       }
     }
@@ -357,7 +369,7 @@ struct ProxyServer::Impl {
     const int max_attempts = pick.ranked.size() > 1 ? 2 : 1;
     for (int attempt = 0; attempt < max_attempts; ++attempt) {
       const Endpoint& pod = pick.ranked[static_cast<std::size_t>(attempt)];
-      Upstream up{pod, route, body ? *body : req.body, model};
+      Upstream up{pod, route, body ? *body : req.body, model, decision};
       auto outcome = co_await forward(*client, *watch, req, parsed, up, request, attempt + 1);
       if (outcome != Outcome::kRetryable) {
         co_return;
@@ -475,6 +487,7 @@ struct ProxyServer::Impl {
     const Route& route;
     const std::string& body;
     const std::string& model;
+    const std::string& decision;  // x-llmd-decision value ("" = not asked for)
   };
 
   // kAborted: the response started but could not be completed; the connection must close.
@@ -633,7 +646,8 @@ struct ProxyServer::Impl {
       // A pod's cookies are not the router's to hand out (they would pin or leak sessions);
       // length, framing and Server are the EPP's own.
       if (name == "content-length" || is_hop_by_hop(name) || name == "set-cookie" ||
-          name == "server" || name == "x-request-id" || name == "x-gateway-destination-endpoint") {
+          name == "server" || name == "x-request-id" || name == "x-gateway-destination-endpoint" ||
+          name == kDecisionHeader) {
         continue;
       }
       if (name == "content-type") {
@@ -644,6 +658,9 @@ struct ProxyServer::Impl {
     }
     head.push_back({"x-gateway-destination-endpoint", pod.address});
     head.push_back({"x-request-id", request_id});
+    if (!target.decision.empty()) {
+      head.push_back({kDecisionHeader, target.decision});
+    }
     client.begin_stream(rp->get().result_int(), content_type, std::move(head));
     SseScanner scanner;
     std::string whole;  // non-streaming body, for usage

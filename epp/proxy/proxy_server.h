@@ -51,6 +51,8 @@ struct ProxyOptions {
   // of the leader election); every request then gets 503 with that message. Called once per
   // request, from the I/O threads: thread-safe and cheap. Null: always serves.
   std::function<std::optional<std::string>()> not_serving;
+  // x-llmd-debug asks for the scheduling decision in the x-llmd-decision response header.
+  bool allow_debug_header = false;
 };
 
 class AdmissionGate;  // epp/proxy/admission_gate.h

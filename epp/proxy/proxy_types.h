@@ -15,6 +15,7 @@
 #include "epp/interface/request.h"
 #include "epp/interface/rng.h"
 #include "epp/objectives/objectives.h"
+#include "epp/scheduler/decision_explanation.h"
 
 namespace llmd::epp {
 
@@ -24,7 +25,14 @@ struct PickResult {
   std::vector<Endpoint> ranked;  // best first: [0] is the pick, the next one the retry target
   bool predictions_used = false;
   std::string profile;
+  // Why this pick: only for a request that asked (SchedulingRequest::explain).
+  std::shared_ptr<const DecisionExplanation> explanation;
 };
+
+// The x-llmd-decision response header, from a PickResult's explanation.
+inline constexpr char kDecisionHeader[] = "x-llmd-decision";
+inline constexpr std::size_t kDecisionHeaderMaxCandidates = 10;
+inline constexpr std::size_t kDecisionHeaderMaxBytes = 2048;
 
 // Where a request goes, decided before queueing and scheduling: a pool of pods (scheduled by
 // the pipeline, may wait in the router queue) or, by a model-level routing rule, an upstream

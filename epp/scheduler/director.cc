@@ -5,8 +5,10 @@
 #include <exception>
 #include <thread>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "epp/scheduler/decision_log.h"
 #include "epp/scheduler/metrics.h"
 
 namespace llmd::epp {
@@ -18,10 +20,47 @@ void count(prometheus::Counter* c) {
   }
 }
 
+bool predicts_latency(const Pipeline& pipeline) {
+  for (const auto& p : pipeline.producers) {
+    for (AttributeKey k : p.plugin->produces()) {
+      if (k == AttributeKey::kLatencyPrediction) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// Why a cycle ranked its candidates without (all) predictions; "" when it had every one or the
+// pipeline never asks for them.
+std::string prediction_fallback(const Pipeline& pipeline, const SchedulingRequest& request,
+                                const std::vector<CandidateDecision>& candidates) {
+  if (pipeline.predictions_ignored) {
+    return "the pipeline ignores predictions (composite-only)";
+  }
+  if (!predicts_latency(pipeline)) {
+    return "";
+  }
+  if (!request.prediction_enabled) {
+    return "predictions off for this request (x-prediction-based-scheduling or its default)";
+  }
+  std::size_t with = 0;
+  for (const auto& c : candidates) {
+    with += c.predicted_ttft_ms.has_value() ? 1 : 0;
+  }
+  if (with == 0) {
+    return "no predictions (predictor absent, failing or past the deadline): scored without";
+  }
+  if (with < candidates.size()) {
+    return fmt::format("predictions for {} of {} candidates", with, candidates.size());
+  }
+  return "";
+}
+
 }  // namespace
 
-Director::Director(PipelineConstPtr pipeline, SchedulerMetrics* metrics)
-    : pipeline_(std::move(pipeline)), metrics_(metrics) {}
+Director::Director(PipelineConstPtr pipeline, SchedulerMetrics* metrics, DecisionLog* decision_log)
+    : pipeline_(std::move(pipeline)), metrics_(metrics), decision_log_(decision_log) {}
 
 void Director::set_pipeline(PipelineConstPtr pipeline) {
   std::lock_guard lock(mu_);
@@ -68,6 +107,9 @@ struct Director::Cycle {
   const Profile* profile = nullptr;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   ScheduleResult result;
+  // Only for a cycle the decision log sampled or whose request asked (null otherwise).
+  std::unique_ptr<DecisionExplanation> explain;
+  bool logged = false;  // the decision log sampled this cycle
 };
 
 ScheduleResult Director::schedule(const PipelineConstPtr& pipeline,
@@ -94,13 +136,23 @@ void Director::schedule_async(PipelineConstPtr pipeline, const SchedulingRequest
   auto cycle = std::make_shared<Cycle>(std::move(pipeline), request, std::move(candidates), rng,
                                        std::move(resume), std::move(done));
   Cycle& c = *cycle;
+  c.logged = decision_log_ != nullptr && decision_log_->sample();
+  if (c.logged || request.explain) {
+    c.explain = std::make_unique<DecisionExplanation>();
+    c.explain->request_id = request.request_id;
+    c.explain->model = request.model;
+  }
   auto finish_early = [&](prometheus::Counter* outcome) {
     count(outcome);
     if (metrics_ != nullptr) {
       observe_since(&metrics_->scheduling_duration, c.start);
       count(&metrics_->without_predictions);
     }
-    c.done(std::move(c.result));
+    if (c.explain) {
+      c.explain->profile = c.result.profile;
+      c.explain->reason = c.result.reason;
+    }
+    deliver(c);
   };
   const Profile* profile = profile_name.empty() || !c.pipeline
                                ? nullptr
@@ -171,10 +223,32 @@ void Director::finish_cycle(Cycle& c) const {
       count(result.predictions_used ? &metrics_->with_predictions
                                     : &metrics_->without_predictions);
     }
-    c.done(std::move(result));
+    deliver(c);
   };
   for (const auto& e : c.candidates) {
     result.predictions_used |= e.latency.has_value();
+  }
+  DecisionExplanation* explain = c.explain.get();
+  if (explain != nullptr) {
+    explain->profile = result.profile;
+    explain->predictions_used = result.predictions_used;
+    explain->candidates.reserve(c.candidates.size());
+    for (const auto& e : c.candidates) {
+      CandidateDecision d;
+      d.name = e.name;
+      if (e.latency) {
+        d.predicted_ttft_ms = e.latency->predicted_ttft_ms;
+        d.predicted_tpot_ms = e.latency->predicted_tpot_ms;
+      }
+      if (e.prefix) {
+        d.prefix_score = e.prefix->score();
+      }
+      d.kv_cache_usage = e.metrics.kv_cache_usage;
+      d.waiting = e.metrics.waiting;
+      d.dispatched = e.dispatched;
+      explain->candidates.push_back(std::move(d));
+    }
+    explain->fallback = prediction_fallback(*c.pipeline, c.ctx.request, explain->candidates);
   }
 
   for (const auto& a : c.pipeline->admitters) {
@@ -187,11 +261,16 @@ void Director::finish_cycle(Cycle& c) const {
       result.outcome = ScheduleResult::Outcome::kDenied;
       result.status = d.status;
       result.reason = std::move(d.reason);
+      if (explain != nullptr) {
+        explain->outcome = "denied";
+        explain->reason = fmt::format("{} from admitter {}: {}", result.status,
+                                      a.plugin->name(), result.reason);
+      }
       return finish(metrics_ ? &metrics_->denied : nullptr);
     }
   }
 
-  ProfileResult run = c.profile->run(c.ctx, std::move(c.candidates));
+  ProfileResult run = c.profile->run(c.ctx, std::move(c.candidates), explain);
   for (std::size_t i = 0; i < run.candidates.size(); ++i) {
     const auto& e = run.candidates[i];
     result.scores.push_back({e.name, run.scores[i],
@@ -201,6 +280,9 @@ void Director::finish_cycle(Cycle& c) const {
   if (!run.picked) {
     result.reason = run.emptied_by.empty() ? "no candidates"
                                            : "no candidates left after filter " + run.emptied_by;
+    if (explain != nullptr) {
+      explain->reason = result.reason;
+    }
     return finish(metrics_ ? &metrics_->no_candidates : nullptr);
   }
 
@@ -220,7 +302,24 @@ void Director::finish_cycle(Cycle& c) const {
     result.fallback = run.candidates[*second];
   }
   result.picked = std::move(run.candidates[pick]);
+  if (explain != nullptr) {
+    explain->outcome = "picked";
+    explain->picked = result.picked->name;
+    explain->retry = result.fallback ? result.fallback->name : "";
+  }
   return finish(metrics_ ? &metrics_->picked : nullptr);
+}
+
+void Director::deliver(Cycle& c) const {
+  if (c.explain) {
+    if (c.logged) {
+      decision_log_->write(*c.explain);
+    }
+    if (c.ctx.request.explain) {
+      c.result.explanation = std::move(c.explain);
+    }
+  }
+  c.done(std::move(c.result));
 }
 
 void Director::on_response_complete(const SchedulingRequest& continued,

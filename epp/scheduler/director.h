@@ -17,11 +17,13 @@
 #include <vector>
 
 #include "epp/interface/rng.h"
+#include "epp/scheduler/decision_explanation.h"
 #include "epp/scheduler/pipeline.h"
 
 namespace llmd::epp {
 
 struct SchedulerMetrics;
+class DecisionLog;
 
 struct PodScore {
   std::string name;
@@ -41,13 +43,17 @@ struct ScheduleResult {
   std::optional<Endpoint> fallback;  // best other scored pod, for the single retry
   std::vector<PodScore> scores;      // every pod that reached the scorers
   bool predictions_used = false;     // some candidate had a latency prediction
+  // Set only for a request that asked (SchedulingRequest::explain): why this pod.
+  std::shared_ptr<const DecisionExplanation> explanation;
 
   bool ok() const { return outcome == Outcome::kPicked; }
 };
 
 class Director {
  public:
-  explicit Director(PipelineConstPtr pipeline, SchedulerMetrics* metrics = nullptr);
+  // `decision_log` (may be null: no decision log) samples the cycles it writes a line for.
+  explicit Director(PipelineConstPtr pipeline, SchedulerMetrics* metrics = nullptr,
+                    DecisionLog* decision_log = nullptr);
 
   // Reload: later schedule() calls use `pipeline`; calls in flight keep the old generation.
   void set_pipeline(PipelineConstPtr pipeline);
@@ -81,10 +87,13 @@ class Director {
   struct Cycle;
   void run_producer(std::shared_ptr<Cycle> cycle, std::size_t index) const;
   void finish_cycle(Cycle& cycle) const;
+  // Hands the result to the caller, after the decision log line of a sampled cycle.
+  void deliver(Cycle& cycle) const;
 
   mutable std::mutex mu_;
   PipelineConstPtr pipeline_;  // guarded by mu_
   SchedulerMetrics* metrics_;  // may be null; outlives the director
+  DecisionLog* decision_log_;  // may be null; outlives the director
 };
 
 }  // namespace llmd::epp

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "epp/interface/plugin.h"
+#include "epp/scheduler/decision_explanation.h"
 
 namespace prometheus {
 class Histogram;
@@ -40,7 +41,11 @@ class Profile {
   Profile(std::string name, std::vector<Stage<Filter>> filters, std::vector<ScorerStage> scorers,
           Stage<Picker> picker);
 
-  ProfileResult run(CycleContext& ctx, std::vector<Endpoint> endpoints) const;
+  // `explain` (null for almost every request: nothing is recorded) gets the filters' removals,
+  // the scorers' outputs and the picker; its `candidates` must already list `endpoints` by
+  // name (the Director fills them).
+  ProfileResult run(CycleContext& ctx, std::vector<Endpoint> endpoints,
+                    DecisionExplanation* explain = nullptr) const;
 
   const std::string& name() const { return name_; }
   const std::vector<Stage<Filter>>& filters() const { return filters_; }

@@ -301,6 +301,58 @@ TEST_F(ExtProcStack, BufferedCompletionsGetThePickWithTheBodyAnswer) {
   EXPECT_EQ(metric_sum(stack_->metrics(), "llmd_epp_requests_total{code=\"200\""), 1);
 }
 
+// x-llmd-debug (allowed by the flag) through the gateway: the decision comes back as a header
+// mutation of the response headers, naming the pod the gateway was sent to.
+TEST_F(ExtProcStack, TheDebugHeaderComesBackAsAResponseHeaderMutation) {
+  StackOptions o;
+  o.epp_args = {"--allow-debug-header", "true"};
+  start_gateway_mode(o);
+  const std::string body =
+      Json{{"model", stack_->model}, {"prompt", words(12, "dbg")}, {"max_tokens", 4}}.dump();
+  GatewayExchange x(*stub_);
+  pb::ProcessingRequest headers = request_headers("/v1/completions", false);
+  *headers.mutable_request_headers()->mutable_headers()->add_headers() =
+      header("x-llmd-debug", "1");
+  ASSERT_TRUE(x.send(headers));
+  ASSERT_TRUE(x.receive());
+  ASSERT_TRUE(x.send(body_chunk(body, true)));
+  auto answer = x.receive();
+  ASSERT_TRUE(answer && answer->has_request_body()) << (answer ? answer->DebugString() : "");
+  const std::string destination = mutation_value(
+      answer->request_body().response().header_mutation(), "x-gateway-destination-endpoint");
+  const std::string primary = destination.substr(0, destination.find(','));
+  auto pod = forward(destination, "/v1/completions", body);
+  ASSERT_EQ(pod.status, 200) << pod.body;
+  ASSERT_TRUE(x.send(response_headers(200, primary)));
+  auto rh = x.receive();
+  ASSERT_TRUE(rh && rh->has_response_headers());
+  const std::string decision =
+      mutation_value(rh->response_headers().response().header_mutation(), "x-llmd-decision");
+  ASSERT_TRUE(decision.starts_with("pick=pod-")) << decision;
+  const int picked = std::stoi(decision.substr(std::string_view("pick=pod-").size()));
+  EXPECT_EQ(stack_->pod_address(picked), primary) << decision;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NE(decision.find("pod-" + std::to_string(i) + ":"), std::string::npos) << decision;
+  }
+  ASSERT_TRUE(x.send(body_chunk(pod.body, true, true)));
+  ASSERT_TRUE(x.receive());
+  EXPECT_TRUE(x.finish().ok());
+
+  // A refusal the scheduler decided (a subset hint naming no pod of the pool) carries it too.
+  GatewayExchange refused(*stub_);
+  pb::ProcessingRequest none = request_headers("/v1/completions", true, false, {"10.9.9.9:8000"});
+  *none.mutable_request_headers()->mutable_headers()->add_headers() = header("x-llmd-debug", "1");
+  ASSERT_TRUE(refused.send(none));
+  ASSERT_TRUE(refused.send(body_chunk(body, true)));
+  auto r = refused.receive();
+  ASSERT_TRUE(r && r->has_immediate_response()) << (r ? r->DebugString() : "");
+  EXPECT_EQ(r->immediate_response().status().code(), 503);
+  const std::string why = mutation_value(r->immediate_response().headers(), "x-llmd-decision");
+  EXPECT_TRUE(why.starts_with("outcome=no_candidates")) << why;
+  EXPECT_NE(why.find("reason=\"no ready endpoints\""), std::string::npos) << why;
+  refused.finish();
+}
+
 // A message the EPP cannot make sense of (it decodes to no known request: unknown fields of
 // another protocol, or an empty message) ends the stream with an error status, not with OK
 // and no response (the gateway would wait for one, then treat the exchange as a success).

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "bench/loadclient/openai.h"
@@ -301,6 +302,53 @@ TEST(LoadClientReport, DefinitionsAndPerStageSummary) {
   EXPECT_DOUBLE_EQ(s["stages"][0]["slo_attainment"].get<double>(), 0.0);  // 100 > 40
   EXPECT_EQ(s["stages"][1]["errors"]["http_500"], 1);
   EXPECT_EQ(loadclient::to_json(r)["ttft_ms"], 50.0);
+}
+
+TEST(LoadClientReport, ComparisonTableSetsRunsSideBySide) {
+  loadclient::RequestRecord r;
+  r.ok = true;
+  r.status = 200;
+  r.sent_ms = 0;
+  r.first_token_ms = 20;
+  r.end_ms = 110;
+  r.completion_tokens = 10;
+  r.prompt_tokens = 100;
+  r.cached_tokens = 75;
+  auto fast = loadclient::summarize({r}, {{1, 10}}, {});
+  r.first_token_ms = 80;
+  r.end_ms = 170;
+  r.cached_tokens = 10;
+  auto slow = loadclient::summarize({r, r}, {{1, 10}}, {});
+  const std::string t =
+      loadclient::comparison_table({{"default", fast}, {"round-robin", slow}});
+  std::vector<std::string> lines;
+  std::stringstream ss(t);
+  for (std::string l; std::getline(ss, l);) {
+    lines.push_back(l);
+  }
+  ASSERT_GE(lines.size(), 7u) << t;
+  EXPECT_NE(lines[0].find("default  round-robin"), std::string::npos) << t;
+  auto row = [&lines](const std::string& label) {
+    for (const auto& l : lines) {
+      if (l.starts_with(label)) {
+        return l;
+      }
+    }
+    return std::string();
+  };
+  EXPECT_NE(row("requests answered").find("1 / 1        2 / 2"), std::string::npos) << t;
+  EXPECT_NE(row("TTFT p50 (ms)").find("20.0         80.0"), std::string::npos) << t;
+  EXPECT_NE(row("TPOT p50 (ms)").find("10.00        10.00"), std::string::npos) << t;
+  EXPECT_NE(row("prefix cache hits").find("75.0 %       10.0 %"), std::string::npos) << t;
+  EXPECT_EQ(row("SLO attainment"), "") << "no run sent SLOs: no row";
+  // Every row has the same width: the columns line up.
+  for (const auto& l : lines) {
+    EXPECT_EQ(l.size(), lines[0].size()) << t;
+  }
+  // A summary without a field shows "-".
+  EXPECT_NE(loadclient::comparison_table({{"a", fast}, {"empty", nlohmann::json::object()}})
+                .find("-"),
+            std::string::npos);
 }
 
 }  // namespace

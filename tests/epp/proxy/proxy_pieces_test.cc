@@ -77,6 +77,27 @@ TEST(OpenAiRequest, CompletionAndChatPromptsHeadersAndHints) {
   EXPECT_TRUE(c.request.prediction_enabled);
 }
 
+TEST(OpenAiRequest, TheDebugHeaderAsksOnlyWhenTheEppAllowsIt) {
+  auto explain = [](std::optional<std::string> debug, bool allowed) {
+    InboundHeaders h = read_inbound_headers([&debug](std::string_view name) {
+      return name == "x-llmd-debug" ? debug : std::nullopt;
+    });
+    RequestDefaults d;
+    d.allow_debug_header = allowed;
+    ParsedRequest p;
+    EXPECT_FALSE(parse_openai_request("/v1/completions", R"({"model":"m","prompt":"x"})", h, d,
+                                      p));
+    return p.request.explain;
+  };
+  EXPECT_TRUE(explain("1", true));
+  EXPECT_TRUE(explain("true", true));
+  EXPECT_TRUE(explain("", true));  // present, any value but an explicit no
+  EXPECT_FALSE(explain("0", true));
+  EXPECT_FALSE(explain("False", true));
+  EXPECT_FALSE(explain(std::nullopt, true));
+  EXPECT_FALSE(explain("1", false)) << "without --allow-debug-header the header is ignored";
+}
+
 TEST(OpenAiRequest, BadInputGivesAMessage) {
   ParsedRequest p;
   EXPECT_TRUE(parse_openai_request("/v1/completions", "{", InboundHeaders{}, RequestDefaults{}, p));

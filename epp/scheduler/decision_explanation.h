@@ -1,0 +1,81 @@
+#pragma once
+// Why one request went where it went: the candidates with what the producers wrote about them
+// (predicted TTFT/TPOT, prefix score, load), which filter removed which pod, the scores, the
+// pick and the reason scheduling fell back from its predictions. Plain data, filled by the
+// Director only for a request whose decision is logged (DecisionLog) or asked for
+// (x-llmd-debug), so an unexplained request builds none of it. Formatted at the edges: one
+// JSON log line, or a compact response header; both bounded, whatever the pool size.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace llmd::epp {
+
+struct CandidateDecision {
+  std::string name;
+  // What the producers wrote (absent: no prediction / no prefix information for this pod).
+  std::optional<double> predicted_ttft_ms;
+  std::optional<double> predicted_tpot_ms;
+  std::optional<double> prefix_score;  // leading blocks the pod holds / the prompt's blocks
+  double kv_cache_usage = 0;           // 0..1, scraped
+  int64_t waiting = 0;                 // scraped queue
+  int64_t dispatched = 0;              // this EPP's requests in flight on the pod
+  std::optional<double> score;         // weighted total; absent when a filter removed the pod
+  std::vector<double> scorer_scores;   // clamped output of each scorer (aligned with `scorers`)
+  std::string removed_by;              // the filter instance that removed it ("" = kept)
+};
+
+struct FilterDecision {
+  std::string name;  // instance name
+  std::string type;
+  std::size_t in = 0;                // candidates it was given
+  std::vector<std::string> removed;  // pods it removed, in candidate order
+};
+
+struct ScorerDecision {
+  std::string name;
+  std::string type;
+  double weight = 1;
+};
+
+struct DecisionExplanation {
+  std::string request_id;
+  std::string model;
+  std::string profile;
+  std::string outcome = "no_candidates";  // picked | denied | no_candidates
+  std::string picked;  // pod name ("" unless picked)
+  std::string retry;   // the next-best pod, tried once when the pick fails before answering
+  std::string reason;  // why nothing was picked (denial, empty filter result)
+  // Why the cycle ranked pods without (all) predictions: "" when every candidate had one or
+  // the pipeline does not predict (round-robin, load+prefix).
+  std::string fallback;
+  bool predictions_used = false;
+  std::vector<FilterDecision> filters;  // in the order they ran
+  std::vector<ScorerDecision> scorers;
+  std::string picker;
+  std::vector<CandidateDecision> candidates;  // every candidate of the cycle, in pool order
+
+  // The candidates a bounded view shows: the pick, the retry target, then the others by score
+  // (pods removed by a filter last), at most `max_candidates` in all (the pick always).
+  std::vector<const CandidateDecision*> shown(std::size_t max_candidates) const;
+};
+
+// One log line's JSON object: {"request_id", "model", "profile", "outcome", "pick", "retry",
+// "reason", "fallback", "predictions", "picker", "scorers": [...], "filters": [{name, type, in,
+// removed (at most max_candidates names), removed_more}], "candidates": [{name, ttft_ms,
+// tpot_ms, prefix, kv, waiting, dispatched, score, scores, removed_by}], "candidates_more"}.
+nlohmann::ordered_json decision_to_json(const DecisionExplanation& e,
+                                        std::size_t max_candidates);
+
+// The x-llmd-decision response header's value: "pick=pod-2 retry=pod-0 profile=default
+// predictions=yes filters=strict:4>2,loose:2>2 candidates=pod-2:ttft=12.3,tpot=4.1,prefix=0.80,
+// score=0.91;pod-1:removed=strict;+3" (fallback= and reason= when set). Printable ASCII only,
+// at most `max_bytes` (candidates past the budget are counted as "+N").
+std::string decision_header_value(const DecisionExplanation& e, std::size_t max_candidates,
+                                  std::size_t max_bytes);
+
+}  // namespace llmd::epp
