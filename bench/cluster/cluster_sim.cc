@@ -282,7 +282,7 @@ class ClusterRun {
       replicas_.back()->registry.set_pods(pod_configs);
       refresh_metrics(*replicas_.back());
     }
-    if (cfg.replica_sharing && replicas_.size() > 1) {
+    if (cfg.replica_sharing != RunConfig::ReplicaSharing::kNone && replicas_.size() > 1) {
       for (auto& r : replicas_) {
         Replica* self = r.get();
         r->index.set_insert_observer(
@@ -396,7 +396,9 @@ class ClusterRun {
         case EvKind::kTimeout: on_timeout(static_cast<uint64_t>(ev.id)); break;
         case EvKind::kScrape:
           refresh_metrics(*replicas_[static_cast<std::size_t>(ev.id)]);
-          share_with_peers(static_cast<std::size_t>(ev.id));
+          if (cfg_.replica_sharing == RunConfig::ReplicaSharing::kAtScrape) {
+            share_with_peers(static_cast<std::size_t>(ev.id));
+          }
           push(now_ + cfg_.scrape_interval_ms, EvKind::kScrape, ev.id);
           break;
         case EvKind::kFlush:
@@ -537,7 +539,7 @@ class ClusterRun {
 
   // Replica k's exchange with its peers: its in-flight snapshot and the blocks it learned.
   void share_with_peers(std::size_t k) {
-    if (!cfg_.replica_sharing || replicas_.size() < 2) {
+    if (cfg_.replica_sharing == RunConfig::ReplicaSharing::kNone || replicas_.size() < 2) {
       return;
     }
     Replica& from = *replicas_[k];
@@ -748,8 +750,11 @@ class ClusterRun {
       f.request = req;
       if (cfg_.scrape_interval_ms <= 0) {
         refresh_metrics(rep);
+      }
+      if (cfg_.replica_sharing == RunConfig::ReplicaSharing::kEveryDecision ||
+          cfg_.scrape_interval_ms <= 0) {  // exact metrics per decision: exchanges are too
         for (std::size_t k = 0; k < replicas_.size(); ++k) {
-          share_with_peers(k);  // exact metrics per decision: exchanges are immediate too
+          share_with_peers(k);
         }
       }
       // The proxy's call; every producer here answers inline (in-process model).

@@ -97,10 +97,12 @@ struct RunConfig {
   // Predicted-latency with several replicas: one trainer fed by every replica (true) or one
   // per replica, fitted on its own share of the traffic (false).
   bool shared_training = true;
-  // Replicas exchange what each sees only partly, once per scrape period (each at its own
-  // scrape): their in-flight work per pod (a snapshot that expires after three periods) and
-  // the prefix blocks they learned since the last exchange. False = nothing shared.
-  bool replica_sharing = false;
+  // What replicas exchange of what each sees only partly: their in-flight work per pod (a
+  // snapshot that expires after three scrape periods) and the prefix blocks they learned since
+  // the last exchange. kAtScrape: each replica sends at its own scrape; kEveryDecision: all
+  // replicas exchange before every decision (the bound no periodic exchange can beat).
+  enum class ReplicaSharing { kNone, kAtScrape, kEveryDecision };
+  ReplicaSharing replica_sharing = ReplicaSharing::kNone;
 };
 
 struct RequestResult {

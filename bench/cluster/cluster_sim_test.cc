@@ -256,14 +256,15 @@ TEST_F(ClusterSimTest, EppReplicasThatShareFindMoreOfTheirConversationsCached) {
   const auto trace = make_trace(s);
   RunConfig c = make_run_config(s, Strategy::kLoadPrefix111, kEppConfig);
   c.epp_replicas = 2;
-  auto cached = [&](bool share) {
+  auto cached = [&](RunConfig::ReplicaSharing share) {
     c.replica_sharing = share;
     const RunResult r = run_cluster(trace, c);
     int64_t n = 0;
     for (const auto& q : r.requests) n += q.ok ? q.cached_tokens : 0;
     return n;
   };
-  const int64_t apart = cached(false), shared = cached(true);
+  const int64_t apart = cached(RunConfig::ReplicaSharing::kNone),
+                shared = cached(RunConfig::ReplicaSharing::kAtScrape);
   EXPECT_GT(shared, apart + apart / 20) << "apart " << apart << ", shared " << shared;
 }
 

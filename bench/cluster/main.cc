@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
     ("epp-replicas", "Active-active EPP replicas over each pool (own pod table, in-flight view, prefix index, scrape phase)", cxxopts::value<int>()->default_value("1"))
     ("replica-split", "How the gateway splits arrivals between EPP replicas: rr | random", cxxopts::value<std::string>()->default_value("rr"))
     ("replica-training", "Predicted-latency with several replicas: shared (one trainer fed by all) | own (one per replica)", cxxopts::value<std::string>()->default_value("shared"))
-    ("replica-sharing", "EPP replicas exchange their in-flight work per pod and the prefix blocks they learned, once per scrape period")
+    ("replica-sharing", "What EPP replicas exchange of their in-flight work per pod and learned prefix blocks: none | scrape (each at its scrape) | decision (before every decision: the bound)", cxxopts::value<std::string>()->default_value("none"))
     ("no-report", "Print summaries only")
     ("h,help", "Help");
   // clang-format on
@@ -210,6 +210,14 @@ int main(int argc, char** argv) {
   const auto replica_split =
       split_by == "random" ? RunConfig::ReplicaSplit::kRandom : RunConfig::ReplicaSplit::kRoundRobin;
   const bool shared_training = training == "shared";
+  const std::string sharing = args["replica-sharing"].as<std::string>();
+  if (sharing != "none" && sharing != "scrape" && sharing != "decision") {
+    std::cerr << "--replica-sharing must be none, scrape or decision\n";
+    return 2;
+  }
+  const auto replica_sharing = sharing == "scrape"     ? RunConfig::ReplicaSharing::kAtScrape
+                               : sharing == "decision" ? RunConfig::ReplicaSharing::kEveryDecision
+                                                       : RunConfig::ReplicaSharing::kNone;
   const std::string epp_dir = args["epp-config-dir"].as<std::string>();
   TimeBase time;
   time.scrape_real_ms = args["scrape-real-ms"].as<double>();
@@ -420,7 +428,7 @@ int main(int argc, char** argv) {
     cfg.epp_replicas = epp_replicas;
     cfg.replica_split = replica_split;
     cfg.shared_training = shared_training;
-    cfg.replica_sharing = args.count("replica-sharing") > 0;
+    cfg.replica_sharing = replica_sharing;
     if (const auto lb = args["linear-base"].as<std::string>(); !lb.empty()) {
       cfg.linear_base = lb == "true";
     }

@@ -65,16 +65,6 @@ ApiUrl parse_api_url(const std::string& url) {
   return u;
 }
 
-std::string trimmed(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) {
-    s.pop_back();
-  }
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) {
-    s.erase(s.begin());
-  }
-  return s;
-}
-
 bhttp::verb to_verb(KubeMethod m) {
   switch (m) {
     case KubeMethod::kPost:
@@ -88,6 +78,16 @@ bhttp::verb to_verb(KubeMethod m) {
 }
 
 }  // namespace
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) {
+    s.pop_back();
+  }
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) {
+    s.erase(s.begin());
+  }
+  return s;
+}
 
 std::string service_account_namespace(const std::string& namespace_file) {
   auto ns = util::read_file(namespace_file);

@@ -78,5 +78,7 @@ class KubeApiClient {
 
 // The namespace the service account's namespace file names ("" when it cannot be read).
 std::string service_account_namespace(const std::string& namespace_file);
+// `s` without leading and trailing whitespace (token and namespace files, selector parts).
+std::string trimmed(std::string s);
 
 }  // namespace llmd::epp::discovery

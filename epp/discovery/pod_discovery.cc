@@ -25,16 +25,6 @@ constexpr std::size_t kMaxBody = 64 * 1024 * 1024;  // one LIST answer
 constexpr std::size_t kMaxLine = 4 * 1024 * 1024;   // one watch event
 constexpr auto kIoTimeout = std::chrono::seconds(10);
 
-std::string trimmed(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) {
-    s.pop_back();
-  }
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) {
-    s.erase(s.begin());
-  }
-  return s;
-}
-
 std::string url_encode(const std::string& s) {
   static const char* hex = "0123456789ABCDEF";
   std::string out;
