@@ -22,4 +22,5 @@ for n in 2 4; do
 done
 "$sim" "${suite[@]}" --epp-replicas 2 --replica-sharing scrape --out-dir "$out/suite_n2share" > "$out/suite_n2share.log"
 "$sim" "${suite[@]}" --epp-replicas 2 --replica-sharing decision --out-dir "$out/suite_n2exact" > "$out/suite_n2exact.log"
-python3 "$root/bench/cluster/replicas_table.py" "$out"
+rm -rf "$out"/presets_n*/data "$out"/presets_n*/plots "$out"/presets_n*/report.md
+python3 "$root/bench/cluster/replicas_table.py" "$out" | tee "$out/tables.md"
