@@ -29,7 +29,7 @@ def preset_figures(name):
 
 
 runs = [("1", "presets_n1"), ("2", "presets_n2"), ("2 sharing", "presets_n2share"),
-        ("4", "presets_n4"), ("4 sharing", "presets_n4share")]
+        ("4", "presets_n4"), ("4 sharing", "presets_n4share")]  # sharing at scrapes
 figs = [(label, preset_figures(name)) for label, name in runs]
 figs = [(label, f) for label, f in figs if f is not None]
 one = figs[0][1]
@@ -67,7 +67,8 @@ print("| replicas | strategy | g-mean of the ratios | median | worst | predicted
 print("|---|---|---:|---:|---:|---:|")
 base = suite("suite_n1")
 for name, label in (("suite_n1", "1"), ("suite_n2", "2"), ("suite_n2own", "2, a trainer each"),
-                    ("suite_n2share", "2 sharing"), ("suite_n4", "4")):
+                    ("suite_n2share", "2 sharing at scrapes"),
+                    ("suite_n2exact", "2 sharing before every decision"), ("suite_n4", "4")):
     v = suite(name)
     if v is None:
         continue

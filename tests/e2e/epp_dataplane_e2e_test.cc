@@ -133,14 +133,15 @@ TEST_F(DataPlaneStack, BelowThePanicThresholdEveryPodIsTriedAndTheEppStaysReady)
   EXPECT_EQ(metric_sum(m, "llmd_epp_pod_ejections_total{"), 2) << m;
 }
 
-// Connections to pods are kept alive and reused: sequential and concurrent requests, streamed and
-// not, open about as many connections as were ever in use at once, not one per request.
+// Connections to pods are kept alive and reused: 2,000 sequential and concurrent requests,
+// streamed and not, open about as many connections as were ever in use at once, not one per
+// request (the bound: the 4 pods accept at most 100).
 TEST_F(DataPlaneStack, ConnectionsToPodsAreReusedAcrossRequests) {
   StackOptions o;
   o.pods = 4;
   o.predictors = 1;
   start(o);
-  const int rounds = 50, clients = 4;
+  const int rounds = 250, clients = 8;
   std::vector<std::thread> threads;
   std::atomic<int> ok{0};
   for (int c = 0; c < clients; ++c) {
@@ -165,6 +166,7 @@ TEST_F(DataPlaneStack, ConnectionsToPodsAreReusedAcrossRequests) {
   EXPECT_GE(opened + reused, rounds * clients) << m;
   // At most `clients` requests are in flight at once, on at most 4 pods.
   EXPECT_LE(opened, clients * o.pods) << m;
+  EXPECT_LE(opened, 100) << m;
   EXPECT_GE(metric_sum(m, "llmd_epp_pool{stat=\"idle_upstream_connections\"}"), 1) << m;
 }
 
