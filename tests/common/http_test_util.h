@@ -7,12 +7,14 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "common/http/server.h"
+#include "common/http/stream_server.h"
 
 namespace llmd::http::testing {
 
@@ -46,6 +48,30 @@ class RunningServer {
 
  private:
   HttpServer server_;
+  std::thread thread_;
+};
+
+// A StreamServer on 127.0.0.1 (a port the kernel picks) run on one thread; the destructor always
+// stops and joins, so a fake that holds it as its last member stops it before its own state goes.
+class RunningStreamServer {
+ public:
+  explicit RunningStreamServer(StreamServer::Handler handler) {
+    StreamServerOptions o;
+    o.host = "127.0.0.1";
+    o.io_threads = 1;
+    server_ = std::make_unique<StreamServer>(o, std::move(handler));
+    port_ = server_->port(server_->listen(0));
+    thread_ = std::thread([this] { server_->run(false); });
+  }
+  ~RunningStreamServer() {
+    server_->stop(std::chrono::milliseconds(0));
+    thread_.join();
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  std::unique_ptr<StreamServer> server_;
+  uint16_t port_ = 0;
   std::thread thread_;
 };
 

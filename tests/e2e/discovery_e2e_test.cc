@@ -15,6 +15,7 @@
 
 #include "common/http/message.h"
 #include "common/http/stream_server.h"
+#include "tests/common/http_test_util.h"
 #include "tests/e2e/stack_fixture.h"
 
 namespace llmd::testing {
@@ -79,21 +80,12 @@ class FakeApiServer {
     for (int r = 0; r < ranks; ++r) {
       pool_ports_.push_back(static_cast<uint16_t>(target_port + r));
     }
-    http::StreamServerOptions o;
-    o.host = "127.0.0.1";
-    o.io_threads = 1;
-    server_ = std::make_unique<http::StreamServer>(
-        o, [this](std::size_t, http::Request&& req, http::ResponseStreamPtr stream) {
+    server_ = std::make_unique<http::testing::RunningStreamServer>(
+        [this](std::size_t, http::Request&& req, http::ResponseStreamPtr stream) {
           handle(std::move(req), std::move(stream));
         });
-    port_ = server_->port(server_->listen(0));
-    thread_ = std::thread([this] { server_->run(false); });
   }
-  ~FakeApiServer() {
-    server_->stop(std::chrono::milliseconds(0));
-    thread_.join();
-  }
-  uint16_t port() const { return port_; }
+  uint16_t port() const { return server_->port(); }
 
   void set_list(Json items, const std::string& rv) {
     std::lock_guard lock(mu_);
@@ -238,9 +230,6 @@ class FakeApiServer {
     stream->respond(http::Response::detail(404, "not found: " + req.path));
   }
 
-  std::unique_ptr<http::StreamServer> server_;
-  uint16_t port_ = 0;
-  std::thread thread_;
   std::mutex mu_;
   Json list_ = Json{{"kind", "PodList"}, {"metadata", {{"resourceVersion", "1"}}}, {"items", Json::array()}};
   Json pool_labels_;
@@ -253,6 +242,8 @@ class FakeApiServer {
   std::atomic<int> pages_{0};
   std::atomic<int> pool_watches_{0};
   std::string auth_;
+  // Last: destroyed (stopped and joined) before the state its handler uses.
+  std::unique_ptr<http::testing::RunningStreamServer> server_;
 };
 
 double ready_pods(uint16_t metrics_port) {

@@ -59,23 +59,13 @@ class LifecycleStack : public StackTest {
            "Content-Length: " + std::to_string(text.size()) + "\r\n\r\n" + text;
   }
   // Polls the EPP's metrics until the sum of `prefix` reaches `want` (up to 10 s).
-  double wait_metric(const std::string& prefix, double want) {
+  // Polls (up to 10 s) until the metric reaches `want`: at least it, or with `falling` at most
+  // it (a count released just after the answer); returns the last value read.
+  double wait_metric(const std::string& prefix, double want, bool falling = false) {
     double v = 0;
     for (int i = 0; i < 100; ++i) {
       v = metric_sum(stack_->metrics(), prefix);
-      if (v >= want) {
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return v;
-  }
-  // The same, waiting for the value to fall to `want` (a count released after the answer).
-  double wait_metric_down(const std::string& prefix, double want) {
-    double v = 0;
-    for (int i = 0; i < 100; ++i) {
-      v = metric_sum(stack_->metrics(), prefix);
-      if (v <= want) {
+      if (falling ? v <= want : v >= want) {
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -398,7 +388,7 @@ TEST_F(LifecycleStack, ClientThatAbandonsAHungStreamReleasesThePodAtOnce) {
   // The pod is back (fresh metrics) with nothing in flight: it serves at once.
   ASSERT_EQ(stack_->complete(words(10, "after"), 2).status, 200);
   // That request's own count is released just after its last byte reaches the client.
-  EXPECT_EQ(wait_metric_down("llmd_epp_pod_in_flight{", 0), 0);
+  EXPECT_EQ(wait_metric("llmd_epp_pod_in_flight{", 0, /*falling=*/true), 0);
 }
 
 // Headers the client names in Connection: are hop-by-hop and never reach the pod.

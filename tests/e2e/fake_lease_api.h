@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/http/stream_server.h"
+#include "tests/common/http_test_util.h"
 
 namespace llmd::testing {
 
@@ -26,22 +27,13 @@ class FakeLeaseApi {
   static constexpr const char* kLeases = "/apis/coordination.k8s.io/v1/namespaces/llm/leases";
 
   FakeLeaseApi() {
-    http::StreamServerOptions o;
-    o.host = "127.0.0.1";
-    o.io_threads = 1;
-    server_ = std::make_unique<http::StreamServer>(
-        o, [this](std::size_t, http::Request&& req, http::ResponseStreamPtr stream) {
+    server_ = std::make_unique<http::testing::RunningStreamServer>(
+        [this](std::size_t, http::Request&& req, http::ResponseStreamPtr stream) {
           handle(std::move(req), std::move(stream));
         });
-    port_ = server_->port(server_->listen(0));
-    thread_ = std::thread([this] { server_->run(false); });
   }
-  ~FakeLeaseApi() {
-    server_->stop(std::chrono::milliseconds(0));
-    thread_.join();
-  }
-  uint16_t port() const { return port_; }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  uint16_t port() const { return server_->port(); }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port()); }
 
   // Requests with "Authorization: Bearer <token>" get no answer from now on.
   void partition(const std::string& token) {
@@ -167,9 +159,6 @@ class FakeLeaseApi {
     return object;
   }
 
-  std::unique_ptr<http::StreamServer> server_;
-  uint16_t port_ = 0;
-  std::thread thread_;
   std::mutex mu_;
   std::map<std::string, Json> leases_;
   std::set<std::string> partitioned_;
@@ -179,6 +168,8 @@ class FakeLeaseApi {
   std::vector<std::string> holders_;
   int version_ = 1000;
   int conflicts_ = 0;
+  // Last: destroyed (stopped and joined) before the state its handler uses.
+  std::unique_ptr<http::testing::RunningStreamServer> server_;
 };
 
 }  // namespace llmd::testing
