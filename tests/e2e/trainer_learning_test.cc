@@ -2,10 +2,12 @@
 // a restart and travels in the export bundle. Real binaries over loopback.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "common/features/feature_json.h"
 #include "common/testing/synthetic_law.h"
@@ -46,11 +48,29 @@ bool wait_for_version(TrainerProcess& t, int64_t above, std::chrono::seconds tim
 
 struct Quality {
   double ttft_coverage = 0, tpot_coverage = 0, ttft_mape = 0, tpot_mape = 0;
+  // Coverage in each third of the true mean latency: a model can reach 0.9 overall by
+  // over-covering slow requests and under-covering fast ones, which misranks idle pods.
+  std::vector<double> ttft_thirds, tpot_thirds;
 };
+
+// (true mean, covered) pairs -> coverage per third of the true mean.
+std::vector<double> coverage_by_third(std::vector<std::pair<double, bool>> rows) {
+  std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  std::vector<double> out;
+  for (std::size_t third = 0; third < 3; ++third) {
+    std::size_t lo = third * rows.size() / 3, hi = (third + 1) * rows.size() / 3, cov = 0;
+    for (std::size_t k = lo; k < hi; ++k) {
+      cov += rows[k].second ? 1 : 0;
+    }
+    out.push_back(static_cast<double>(cov) / static_cast<double>(hi - lo));
+  }
+  return out;
+}
 
 Quality measure(TrainerProcess& t, const SyntheticLaw& law, int n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   Quality q;
+  std::vector<std::pair<double, bool>> ttft_rows, tpot_rows;
   for (int i = 0; i < n; ++i) {
     auto f = law.draw_features(rng);
     double ttft = law.draw_ttft(f, rng);
@@ -59,6 +79,8 @@ Quality measure(TrainerProcess& t, const SyntheticLaw& law, int n, uint64_t seed
     double pt = p["ttft_ms"].get<double>(), pp = p["tpot_ms"].get<double>();
     q.ttft_coverage += ttft <= pt ? 1 : 0;
     q.tpot_coverage += tpot <= pp ? 1 : 0;
+    ttft_rows.emplace_back(law.ttft_mean(f), ttft <= pt);
+    tpot_rows.emplace_back(law.tpot_mean(f), tpot <= pp);
     q.ttft_mape += std::fabs(pt - ttft) / ttft;
     q.tpot_mape += std::fabs(pp - tpot) / tpot;
   }
@@ -66,6 +88,8 @@ Quality measure(TrainerProcess& t, const SyntheticLaw& law, int n, uint64_t seed
   q.tpot_coverage /= n;
   q.ttft_mape = 100 * q.ttft_mape / n;
   q.tpot_mape = 100 * q.tpot_mape / n;
+  q.ttft_thirds = coverage_by_third(std::move(ttft_rows));
+  q.tpot_thirds = coverage_by_third(std::move(tpot_rows));
   return q;
 }
 
@@ -95,6 +119,14 @@ TEST_P(TrainerLearning, QuantileCoverageMeanMapeAndInputMonotonicity) {
   EXPECT_LE(q.ttft_coverage, 0.95);
   EXPECT_GE(q.tpot_coverage, 0.85);
   EXPECT_LE(q.tpot_coverage, 0.95);
+  for (int third = 0; third < 3; ++third) {
+    std::printf("third %d: ttft %.3f tpot %.3f\n", third, q.ttft_thirds[third],
+                q.tpot_thirds[third]);
+    EXPECT_GE(q.ttft_thirds[third], 0.85) << "TTFT coverage, third " << third;
+    EXPECT_LE(q.ttft_thirds[third], 0.95) << "TTFT coverage, third " << third;
+    EXPECT_GE(q.tpot_thirds[third], 0.85) << "TPOT coverage, third " << third;
+    EXPECT_LE(q.tpot_thirds[third], 0.95) << "TPOT coverage, third " << third;
+  }
   Quality m = measure(mean, law, 1500, 99);
   std::printf("mean: ttft MAPE %.2f%% tpot MAPE %.2f%%\n", m.ttft_mape, m.tpot_mape);
   EXPECT_LT(m.ttft_mape, 10.0);

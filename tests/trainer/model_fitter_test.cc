@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <tuple>
 
 #include "common/testing/synthetic_law.h"
 #include "trainer/evaluation.h"
@@ -63,15 +64,18 @@ std::vector<double> coverage_by_regime(const Scored& s) {
   return out;
 }
 
-class QuantileFitTest : public ::testing::TestWithParam<Target> {};
+// (target, linear base): the trainer serves with the linear base on (TrainerConfig), so the
+// band must hold there too, not only for plain trees.
+class QuantileFitTest : public ::testing::TestWithParam<std::tuple<Target, bool>> {};
 
 TEST_P(QuantileFitTest, CoverageHoldsInEveryRegimeAndTracksTrueQuantile) {
-  const Target t = GetParam();
+  const Target t = std::get<0>(GetParam());
   testing::SyntheticLaw law;
   std::mt19937_64 rng(7);
   auto train = draw(law, t, 3000, rng);
   auto fresh = draw(law, t, 4000, rng);
   FitConfig cfg;
+  cfg.linear_base = std::get<1>(GetParam());
   auto set = t == Target::kTtft ? FeatureSet::kTtft : FeatureSet::kTpot;
   auto model = fit_target_model(cfg, set, train, 1);
   auto s = score(*model, law, t, fresh);
@@ -82,8 +86,8 @@ TEST_P(QuantileFitTest, CoverageHoldsInEveryRegimeAndTracksTrueQuantile) {
   EXPECT_GE(e.coverage_percent, 85.0);
   EXPECT_LE(e.coverage_percent, 95.0);
   for (double c : coverage_by_regime(s)) {
-    EXPECT_GE(c, 0.84) << "per-regime coverage";
-    EXPECT_LE(c, 0.96) << "per-regime coverage";
+    EXPECT_GE(c, 0.85) << "per-regime coverage";
+    EXPECT_LE(c, 0.95) << "per-regime coverage";
   }
   // Relative error against the known conditional p90.
   double rel = 0;
@@ -100,7 +104,9 @@ TEST_P(QuantileFitTest, CoverageHoldsInEveryRegimeAndTracksTrueQuantile) {
   EXPECT_LT(e.pinball_loss, 0.6 * evaluate(constant, s.actual, 0.9).pinball_loss);
 }
 
-INSTANTIATE_TEST_SUITE_P(Targets, QuantileFitTest, ::testing::Values(Target::kTtft, Target::kTpot));
+INSTANTIATE_TEST_SUITE_P(TargetsAndBase, QuantileFitTest,
+                         ::testing::Combine(::testing::Values(Target::kTtft, Target::kTpot),
+                                            ::testing::Bool()));
 
 TEST(MeanFit, MapeBelowTenPercentAndTtftGrowsWithInput) {
   testing::SyntheticLaw law;
