@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
     o.add("capacity-from", "", "1000", "First rate of the search (doubled while steps pass)");
     o.add("capacity-max", "", "32000", "Highest rate tried");
     o.add("capacity-bisections", "", "3", "Bisection steps after the first failure");
-    o.add("capacity-duration", "", "4", "Seconds per capacity step");
+    o.add("capacity-duration", "", "5", "Seconds per capacity step");
     o.add("ext-proc-channels", "", "2", "gRPC connections to the ext_proc port");
     o.add("predictors", "", "2", "Predictor replicas");
     o.add("label", "", "", "Run label in the results (e.g. quiet-host, noisy-validation)");
