@@ -1,33 +1,34 @@
-// The EPP's own added latency: time from a client sending a request to the EPP until the
-// picked pod receives it (parse + schedule incl. the coalesced prediction round trip + connect
-// + forward), at fixed offered rates, with 10 and 100 pods. Pods are in-process fake endpoints
-// that answer instantly (vLLM metrics + a one-token completion), so only EPP time is measured.
-// Starts a real trainer (trained on synthetic samples), predictors and the EPP.
-//   epp_overhead [--rates 100,500,1000] [--pods 10,100] [--duration 5] [--predictors 2]
+// The EPP's own added latency, in both ingress modes, with a prediction for every candidate:
+// - proxy: client send -> the picked pod receives the forwarded request (parse + schedule incl.
+//   the coalesced prediction round trip + forward). Fake pods answer instantly.
+// - ext_proc: the load generator plays Envoy on the EPP's gRPC port; request headers + body
+//   written -> the answer carrying the picked endpoint arrives (no upstream in this path).
+// Fixed offered rates per pool size, then per mode a capacity search: the highest rate whose
+// p99 stays within --capacity-p99-ms, with the CPU each process spent per request (the load
+// generator shares the 2 cores, so its CPU is reported too). Load is open loop (bench/
+// epp_overhead_load.h). Starts a real trainer (synthetic samples), predictors and the EPP.
+//   epp_overhead [--quick] [--label name] [--modes proxy,ext_proc] [--rates ..] [--pods ..]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <map>
-#include <mutex>
-#include <random>
 #include <sstream>
 #include <thread>
-#include <unordered_map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_results.h"
 #include "bench/bench_stats.h"
+#include "bench/epp_overhead_extproc.h"
+#include "bench/epp_overhead_load.h"
+#include "bench/epp_overhead_pods.h"
+#include "bench/epp_overhead_report.h"
 #include "bench/train_synthetic.h"
 #include "common/config/options.h"
-#include "common/features/feature_json.h"
+#include "common/http/async_client.h"
 #include "common/http/client.h"
-#include "common/http/server.h"
-#include "common/testing/synthetic_law.h"
 #include "common/util/files.h"
 #include "common/util/time.h"
 #include "tests/support/process.h"
@@ -38,7 +39,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Threads of a process (the entries of /proc/<pid>/task); 0 when it cannot be read.
 int thread_count(pid_t pid) {
   std::error_code ec;
   int n = 0;
@@ -48,73 +48,6 @@ int thread_count(pid_t pid) {
   }
   return n;
 }
-
-// Arrival times at the pods, by request id.
-class Arrivals {
- public:
-  void record(std::string id) {
-    auto now = Clock::now();
-    std::lock_guard lock(mu_);
-    at_[std::move(id)] = now;
-  }
-  std::optional<Clock::time_point> take(const std::string& id) {
-    std::lock_guard lock(mu_);
-    auto it = at_.find(id);
-    if (it == at_.end()) {
-      return std::nullopt;
-    }
-    auto t = it->second;
-    at_.erase(it);
-    return t;
-  }
-
- private:
-  std::mutex mu_;
-  std::unordered_map<std::string, Clock::time_point> at_;
-};
-
-class FakePods {
- public:
-  FakePods(int n, Arrivals& arrivals) {
-    const std::string metrics =
-        "vllm:num_requests_waiting{model_name=\"m\"} 0\nvllm:num_requests_running{model_name=\"m\"} 1\n"
-        "vllm:kv_cache_usage_perc{model_name=\"m\"} 0.1\n"
-        "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"31250\"} 1\n";
-    const std::string completion =
-        R"({"id":"x","object":"text_completion","model":"m","choices":[{"index":0,"text":" a","finish_reason":"length"}],"usage":{"prompt_tokens":8,"completion_tokens":1,"total_tokens":9}})";
-    for (int i = 0; i < n; ++i) {
-      http::ServerOptions o;
-      o.host = "127.0.0.1";
-      o.port = 0;
-      o.io_threads = 1;
-      auto server = std::make_unique<http::HttpServer>(o, [&arrivals, metrics, completion](http::Request& r) {
-        if (r.path == "/metrics") {
-          return http::Response::text(200, metrics, "text/plain");
-        }
-        arrivals.record(std::string(r.header("x-request-id")));
-        return http::Response::text(200, completion, "application/json");
-      });
-      server->start();
-      ports_.push_back(server->port());
-      threads_.emplace_back([s = server.get()] { s->run(false); });
-      servers_.push_back(std::move(server));
-    }
-  }
-  ~FakePods() {
-    for (auto& s : servers_) {
-      s->stop();
-    }
-    for (auto& t : threads_) {
-      t.join();
-    }
-  }
-  const std::vector<uint16_t>& ports() const { return ports_; }
-
- private:
-  std::vector<std::unique_ptr<http::HttpServer>> servers_;
-  std::vector<std::thread> threads_;
-  std::vector<uint16_t> ports_;
-};
 
 double metric(const std::string& text, const std::string& name) {
   double total = 0;
@@ -128,19 +61,128 @@ double metric(const std::string& text, const std::string& name) {
   return total;
 }
 
+// A prompt that starts with the request's id (the fake pods key arrivals by it).
+std::string completion_body(const std::string& id) {
+  return fmt::format(R"({{"model":"m","prompt":"{} of a short benchmark prompt","max_tokens":1}})", id);
+}
+
+// One EPP (one mode, one pool) under load: runs steps and measures what they cost.
+struct Target {
+  std::string mode;
+  int pods = 0;
+  testing::Process* epp = nullptr;
+  std::vector<pid_t> predictors;
+  http::HttpClient* metrics = nullptr;
+  bench::LoadStart start;
+  bench::Arrivals* arrivals = nullptr;
+  double idle_cores = 0;  // the EPP's CPU with no requests (scraping, tickers), for the split
+
+  Json measure(double rate, const bench::StepPlan& base) {
+    bench::StepPlan plan = base;
+    plan.rate = rate;
+    const std::string before = metrics->get("/metrics").body;
+    const int idle_threads = thread_count(epp->pid());
+    std::atomic<int> peak_threads{idle_threads};
+    std::atomic<bool> step_done{false};
+    std::thread sampler([&] {
+      while (!step_done.load()) {
+        peak_threads.store(std::max(peak_threads.load(), thread_count(epp->pid())));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    });
+    const auto cpu0 = bench::CpuSample::take(epp->pid(), predictors, bench::kPodThreadName);
+    const auto t0 = Clock::now();
+    bench::StepResult r = bench::run_step(plan, start);
+    const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    const auto cpu = bench::CpuSample::take(epp->pid(), predictors, bench::kPodThreadName) - cpu0;
+    step_done.store(true);
+    sampler.join();
+    const std::string after = metrics->get("/metrics").body;
+    auto delta = [&](const std::string& n) { return metric(after, n) - metric(before, n); };
+    const double batches = delta("llmd_epp_predictor_batch_rows_count");
+    const double used = delta("llmd_epp_scheduling_predictions_total");
+    const double used_true = delta("llmd_epp_scheduling_predictions_total{used=\"true\"}");
+    const double sent = static_cast<double>(std::max<uint64_t>(1, r.sent));
+    auto per_req = [&](double s) { return 1e6 * s / sent; };
+    Json row{{"mode", mode}, {"pods", pods}, {"offered_rps", rate},
+             {"achieved_rps", r.achieved_rps()},
+             {"p50_ms", bench::percentile(r.latency_ms, 0.5)},
+             {"p90_ms", bench::percentile(r.latency_ms, 0.9)},
+             {"p99_ms", bench::percentile(r.latency_ms, 0.99)},
+             {"errors", r.errors}, {"shed", r.shed}, {"unfinished", r.unfinished},
+             {"client_late_p99_ms", r.late_p99_ms},
+             {"rows_per_batch", batches > 0 ? delta("llmd_epp_predictor_batch_rows_sum") / batches : 0},
+             {"callers_per_batch", batches > 0 ? delta("llmd_epp_predictor_batch_callers_sum") / batches : 0},
+             {"predictions_used_pct", used > 0 ? 100.0 * used_true / used : 0},
+             {"epp_idle_cores", idle_cores}, {"epp_threads_idle", idle_threads},
+             {"epp_threads_peak", peak_threads.load()},
+             {"cpu_us_per_request", {{"epp", per_req(cpu.epp)}, {"predictors", per_req(cpu.predictors)},
+                                     {"pods", per_req(cpu.pods)}, {"client", per_req(cpu.client)}}},
+             {"cpu_cores", {{"epp", cpu.epp / wall}, {"predictors", cpu.predictors / wall},
+                            {"pods", cpu.pods / wall}, {"client", cpu.client / wall},
+                            {"machine", cpu.machine / wall}}}};
+    std::cerr << fmt::format("{} pods {} rate {} achieved {:.0f} p99 {:.3f} ms errors {} shed {}\n",
+                             mode, pods, rate, r.achieved_rps(), row["p99_ms"].get<double>(),
+                             r.errors, r.shed);
+    arrivals->clear();
+    // Stragglers and the feedback flush; after an overloaded step the EPP may still be working
+    // off requests the client gave up on, which would land on the next step.
+    const bool overloaded = r.errors + r.unfinished + r.shed > 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(overloaded ? 2000 : 300));
+    return row;
+  }
+};
+
+// Why a capacity step failed ("" = it passed).
+std::string verdict(const Json& s, double p99_limit) {
+  std::string out;
+  auto fail_if = [&out](bool failed, const std::string& why) {
+    if (failed) {
+      out += (out.empty() ? "" : ", ") + why;
+    }
+  };
+  fail_if(s["p99_ms"].get<double>() > p99_limit, fmt::format("p99 > {} ms", p99_limit));
+  fail_if(s["errors"].get<uint64_t>() + s["unfinished"].get<uint64_t>() > 0, "errors");
+  fail_if(s["shed"].get<uint64_t>() > 0, "in-flight cap");
+  fail_if(s["achieved_rps"].get<double>() < 0.95 * s["offered_rps"].get<double>(),
+          "rate not reached");
+  fail_if(s["client_late_p99_ms"].get<double>() > p99_limit, "client behind schedule");
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    config::Options o("epp_overhead", "Added latency of the EPP (request in -> upstream)");
-    o.add("rates", "", "100,500,1000", "Offered requests/s");
-    o.add("pods", "", "10,100", "Pool sizes");
-    o.add("duration", "", "5", "Seconds per step");
+    config::Options o("epp_overhead", "Added latency and capacity of the EPP (proxy and ext_proc)");
+    o.add_flag("quick", "", false, "Short steps, 100 pods only, one fixed rate (a smoke run)");
+    o.add("modes", "", "proxy,ext_proc", "Ingress modes to measure");
+    o.add("rates", "", "100,500,1000", "Fixed offered requests/s");
+    o.add("pods", "", "10,100", "Pool sizes for the fixed rates");
+    o.add("duration", "", "5", "Seconds per fixed-rate step");
+    o.add("capacity-pods", "", "100", "Pool size of the capacity search (0: no search)");
+    o.add("capacity-p99-ms", "", "5", "A capacity step passes when its p99 stays within this");
+    o.add("capacity-from", "", "1000", "First rate of the search (doubled while steps pass)");
+    o.add("capacity-max", "", "32000", "Highest rate tried");
+    o.add("capacity-bisections", "", "3", "Bisection steps after the first failure");
+    o.add("capacity-duration", "", "5", "Seconds per capacity step");
+    o.add("ext-proc-channels", "", "2", "gRPC connections to the ext_proc port");
     o.add("predictors", "", "2", "Predictor replicas");
+    o.add("label", "", "", "Run label in the results (e.g. quiet-host, noisy-validation)");
     o.add("out", "", "bench/results/epp_overhead", "Result file prefix (.md, .json)");
     if (!o.parse(argc, argv)) {
       return 0;
     }
+    const bool quick = o.boolean("quick");
+    const auto modes = o.str("modes");
+    const auto rates = quick ? std::vector<double>{1000} : bench::parse_number_list(o.str("rates"));
+    const auto pool_sizes = quick ? std::vector<double>{100} : bench::parse_number_list(o.str("pods"));
+    const double duration = quick ? 2 : o.number("duration", 0.5, 120);
+    const int capacity_pods = static_cast<int>(o.integer("capacity-pods", 0, 1000));
+    const double p99_limit = o.number("capacity-p99-ms", 0.1, 1000);
+    const double capacity_duration = quick ? 1.5 : o.number("capacity-duration", 0.5, 60);
+    const int bisections = quick ? 1 : static_cast<int>(o.integer("capacity-bisections", 0, 10));
+
     testing::TempDir dir;
     uint16_t tport = testing::free_port();
     testing::Process trainer(testing::binary("trainer/trainer"),
@@ -153,6 +195,7 @@ int main(int argc, char** argv) {
     }
     bench::train_synthetic(tport, 5000, std::chrono::seconds(60));
     std::vector<std::unique_ptr<testing::Process>> predictors;
+    std::vector<pid_t> predictor_pids;
     std::string urls;
     for (int i = 0; i < o.integer("predictors", 0, 8); ++i) {
       uint16_t p = testing::free_port();
@@ -167,30 +210,21 @@ int main(int argc, char** argv) {
       if (!predictors.back()->wait_http_ok(p, "/readyz")) {
         throw std::runtime_error("predictor not ready");
       }
+      predictor_pids.push_back(predictors.back()->pid());
       urls += (urls.empty() ? "" : ",") + std::string("http://127.0.0.1:") + std::to_string(p);
     }
     trainer.terminate();  // its CPU must not disturb the measurement
 
-    Arrivals arrivals;
-    std::string md = fmt::format(
-        "# EPP added latency (client send -> pod receives the forwarded request)\n\n"
-        "{} on {} cores ({}). Fake pods answer instantly; {} predictor replicas with a trained "
-        "200-tree model; the EPP asks for a prediction for every candidate pod of every request "
-        "through its coalescer (adaptive: a batch leaves at once while none is in flight, else "
-        "within 1 ms). The load generator, the EPP, the predictors and the fake "
-        "pods share the same 2 cores. {} s per step.\n\n"
-        "*EPP threads*: `ls /proc/<epp pid>/task | wc -l`, idle before the step / the most seen "
-        "during it (sampled every 20 ms).\n\n"
-        "| pods | offered rps | achieved rps | p50 ms | p90 ms | p99 ms | errors | rows/batch | "
-        "callers/batch | predictions used | EPP threads |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|\n",
-        util::now_rfc3339(), std::thread::hardware_concurrency(), bench::cpu_model(),
-        predictors.size(),
-        o.str("duration"));
-    Json results = Json::array();
-    for (double pods_d : bench::parse_number_list(o.str("pods"))) {
+    std::vector<double> all_pods = pool_sizes;
+    if (capacity_pods > 0 && std::find(all_pods.begin(), all_pods.end(), capacity_pods) == all_pods.end()) {
+      all_pods.push_back(capacity_pods);
+    }
+    bench::Arrivals arrivals;
+    Json steps = Json::array(), capacity = Json::array(), search = Json::array();
+    uint64_t step_no = 0;
+    for (double pods_d : all_pods) {
       const int pods = static_cast<int>(pods_d);
-      FakePods fake(pods, arrivals);
+      bench::FakePods fake(pods, arrivals);
       std::ofstream pool(dir.file("pool.yaml"));
       pool << "pool:\n  pods:\n";
       for (int i = 0; i < pods; ++i) {
@@ -199,100 +233,103 @@ int main(int argc, char** argv) {
       pool << "scrapeIntervalMs: 50\nstalenessMs: 2000\npipeline: " << LLMD_SOURCE_DIR
            << "/epp/config/default-pipeline.yaml\n";
       pool.close();
-      uint16_t eport = testing::free_port(), hport = testing::free_port(), mport = testing::free_port();
-      testing::Process epp(testing::binary("epp/epp"),
-          {"--config", dir.file("pool.yaml"), "--host", "127.0.0.1", "--port", std::to_string(eport),
-           "--health-port", std::to_string(hport), "--metrics-port", std::to_string(mport),
-           "--prediction-server-url", urls, "--log-level", "warn"});
-      if (!epp.wait_http_ok(hport, "/readyz")) {
-        throw std::runtime_error("epp not ready: " + epp.log());
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));  // every pod scraped
-      http::HttpClient mc("127.0.0.1", mport);
-      for (double rate_d : bench::parse_number_list(o.str("rates"))) {
-        const int rate = static_cast<int>(rate_d);
-        std::string before = mc.get("/metrics").body;
-        const int idle_threads = thread_count(epp.pid());
-        std::atomic<int> peak_threads{idle_threads};
-        std::atomic<bool> step_done{false};
-        std::thread sampler([&] {
-          while (!step_done.load()) {
-            peak_threads.store(std::max(peak_threads.load(), thread_count(epp.pid())));
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      for (const std::string mode : {"proxy", "ext_proc"}) {
+        if (modes.find(mode) == std::string::npos) {
+          continue;
+        }
+        // One EPP per mode: the ext_proc server's threads stay out of the proxy's numbers.
+        uint16_t eport = testing::free_port(), hport = testing::free_port(), mport = testing::free_port();
+        std::vector<std::string> args{"--config", dir.file("pool.yaml"), "--host", "127.0.0.1",
+            "--port", std::to_string(eport), "--health-port", std::to_string(hport),
+            "--metrics-port", std::to_string(mport), "--prediction-server-url", urls, "--log-level", "warn"};
+        uint16_t xport = 0;
+        if (mode == "ext_proc") {
+          xport = testing::free_port();
+          args.insert(args.end(), {"--ext-proc-port", std::to_string(xport)});
+        }
+        testing::Process epp(testing::binary("epp/epp"), args);
+        if (!epp.wait_http_ok(hport, "/readyz")) {
+          throw std::runtime_error("epp not ready: " + epp.log());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));  // every pod scraped
+        http::HttpClient mc("127.0.0.1", mport);
+        // Both transports live until the EPP goes: callbacks of a step's stragglers may still run.
+        std::unique_ptr<http::AsyncHttpClient> proxy_client;
+        std::unique_ptr<bench::ExtProcLoad> ext_proc;
+        Target t{mode, pods, &epp, predictor_pids, &mc, {}, &arrivals};
+        {
+          const auto c0 = bench::CpuSample::take(epp.pid(), {}, bench::kPodThreadName);
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+          t.idle_cores = (bench::CpuSample::take(epp.pid(), {}, bench::kPodThreadName) - c0).epp;
+        }
+        if (mode == "proxy") {
+          http::AsyncHttpClient::Options co;
+          co.max_idle_per_target = 1024;  // no reconnect churn at the EPP at high rates
+          proxy_client = std::make_unique<http::AsyncHttpClient>(
+              std::vector<http::Url>{{"127.0.0.1", eport, ""}}, co);
+          t.start = [&, c = proxy_client.get()](uint64_t i, bench::LoadDone done) {
+            std::string id = fmt::format("req-{}-{}", step_no, i);
+            std::string body = completion_body(id);
+            const auto sent = Clock::now();
+            c->request(0, "POST", "/v1/completions", std::move(body), std::chrono::seconds(2),
+                       [&arrivals, id = std::move(id), sent, done = std::move(done)](http::AsyncResponse r) {
+                         const auto at = arrivals.take(id);
+                         const bool ok = r.status == 200 && at.has_value();
+                         done(ok, ok ? std::chrono::duration<double, std::milli>(*at - sent).count() : 0);
+                       });
+          };
+        } else {
+          ext_proc = std::make_unique<bench::ExtProcLoad>(
+              xport, static_cast<int>(o.integer("ext-proc-channels", 1, 64)));
+          t.start = [&, x = ext_proc.get()](uint64_t i, bench::LoadDone done) {
+            x->start(completion_body(fmt::format("req-{}-{}", step_no, i)), std::move(done));
+          };
+        }
+        bench::StepPlan plan;
+        plan.duration_s = duration;
+        if (std::find(pool_sizes.begin(), pool_sizes.end(), pods_d) != pool_sizes.end()) {
+          for (double rate : rates) {
+            ++step_no;
+            steps.push_back(t.measure(rate, plan));
           }
-        });
-        const double duration = o.number("duration", 0.5, 120);
-        const int threads = std::clamp(rate / 100 + 2, 2, 12);
-        const auto start = Clock::now() + std::chrono::milliseconds(50);
-        const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration));
-        std::atomic<uint64_t> next{0};
-        std::vector<std::vector<double>> lat(static_cast<std::size_t>(threads));
-        std::atomic<uint64_t> errors{0};
-        std::vector<std::thread> pool_threads;
-        for (int t = 0; t < threads; ++t) {
-          pool_threads.emplace_back([&, t] {
-            http::HttpClient c("127.0.0.1", eport, std::chrono::seconds(5));
-            while (true) {
-              uint64_t i = next.fetch_add(1);
-              auto at = start + std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(static_cast<double>(i) / rate));
-              if (at >= end) {
-                return;
-              }
-              std::this_thread::sleep_until(at);
-              std::string id = fmt::format("b{}-{}-{}", pods, rate, i);
-              Json body = {{"model", "m"}, {"prompt", fmt::format("request {} of a short benchmark prompt", i)},
-                           {"max_tokens", 1}};
-              auto sent = Clock::now();
-              auto r = c.request("POST", "/v1/completions", body.dump(), "application/json",
-                                 {{"x-request-id", id}});
-              auto arrived = arrivals.take(id);
-              if (r.status != 200 || !arrived) {
-                ++errors;
-                continue;
-              }
-              lat[static_cast<std::size_t>(t)].push_back(
-                  std::chrono::duration<double, std::milli>(*arrived - sent).count());
-            }
-          });
         }
-        for (auto& th : pool_threads) {
-          th.join();
+        if (pods == capacity_pods) {
+          plan.duration_s = capacity_duration;
+          Json best;
+          bool any_failed = false;
+          const double cap = bench::capacity_search(
+              o.number("capacity-from", 1, 1e6), o.number("capacity-max", 1, 1e6), bisections, 100,
+              [&](double rate) {
+                ++step_no;
+                Json s = t.measure(rate, plan);
+                s["verdict"] = verdict(s, p99_limit);
+                const bool pass = s["verdict"].get<std::string>().empty();
+                any_failed = any_failed || !pass;
+                if (pass && (best.is_null() || rate > best["offered_rps"].get<double>())) {
+                  best = s;
+                }
+                search.push_back(s);
+                return pass;
+              });
+          Json row{{"mode", mode}, {"pods", pods}, {"capacity_rps", cap}, {"step", best},
+                   {"capped_by_max", !any_failed}};
+          capacity.push_back(row);
         }
-        step_done.store(true);
-        sampler.join();
-        std::string after = mc.get("/metrics").body;
-        std::vector<double> all;
-        for (auto& v : lat) {
-          all.insert(all.end(), v.begin(), v.end());
-        }
-        auto delta = [&](const std::string& n) { return metric(after, n) - metric(before, n); };
-        double batches = delta("llmd_epp_predictor_batch_rows_count");
-        double rows = delta("llmd_epp_predictor_batch_rows_sum");
-        double callers = delta("llmd_epp_predictor_batch_callers_sum");
-        double used = delta("llmd_epp_scheduling_predictions_total");
-        double used_true = metric(after, "llmd_epp_scheduling_predictions_total{used=\"true\"}") -
-                           metric(before, "llmd_epp_scheduling_predictions_total{used=\"true\"}");
-        double p50 = bench::percentile(all, 0.5), p90 = bench::percentile(all, 0.9), p99 = bench::percentile(all, 0.99);
-        double achieved = static_cast<double>(all.size()) / duration;
-        md += fmt::format(
-            "| {} | {} | {:.0f} | {:.3f} | {:.3f} | {:.3f} | {} | {:.0f} | {:.1f} | {:.0f}% | {} / {} |\n",
-            pods, rate, achieved, p50, p90, p99, errors.load(), batches > 0 ? rows / batches : 0,
-            batches > 0 ? callers / batches : 0, used > 0 ? 100.0 * used_true / used : 0,
-            idle_threads, peak_threads.load());
-        results.push_back(Json{{"pods", pods}, {"offered_rps", rate}, {"achieved_rps", achieved},
-                               {"p50_ms", p50}, {"p90_ms", p90}, {"p99_ms", p99},
-                               {"errors", errors.load()},
-                               {"rows_per_batch", batches > 0 ? rows / batches : 0},
-                               {"callers_per_batch", batches > 0 ? callers / batches : 0},
-                               {"epp_threads_idle", idle_threads},
-                               {"epp_threads_peak", peak_threads.load()}});
-        std::cerr << "pods " << pods << " rate " << rate << " p99 " << p99 << " ms\n";
+        proxy_client.reset();
+        ext_proc.reset();
       }
     }
+    const std::string label = o.str("label").empty() ? "unlabelled" : o.str("label");
+    Json run{{"label", label}, {"date", util::now_rfc3339()}, {"cpu", bench::cpu_model()},
+             {"cores", std::thread::hardware_concurrency()}, {"quick", quick},
+             {"predictors", predictors.size()}, {"step_s", duration},
+             {"ext_proc_channels", o.integer("ext-proc-channels", 1, 64)},
+             {"capacity_step_s", capacity_duration}, {"capacity_p99_ms", p99_limit},
+             {"steps", steps}, {"capacity", capacity}, {"capacity_search", search}};
+    const std::string md = bench::epp_overhead_markdown(run);
     std::cout << md << std::endl;
     util::write_file_atomic(o.str("out") + ".md", md);
-    util::write_file_atomic(o.str("out") + ".json", results.dump(2));
+    bench::save_labelled_run(o.str("out") + ".json", run);
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "epp_overhead: " << e.what() << std::endl;

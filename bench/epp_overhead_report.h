@@ -1,0 +1,110 @@
+#pragma once
+// bench/epp_overhead's Markdown report, from the run's JSON (the same object that goes into
+// epp_overhead.json), so the two never disagree.
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace llmd::bench {
+
+inline std::string epp_overhead_markdown(const nlohmann::json& run) {
+  using Json = nlohmann::json;
+  const double limit = run["capacity_p99_ms"].get<double>();
+  std::string md = fmt::format(
+      "# EPP added latency and capacity (proxy and ext_proc)\n\n"
+      "Run **{}**{}: {} on {} cores ({}).\n\n"
+      "- *proxy*: client send -> the picked fake pod receives the forwarded request (parse, "
+      "schedule incl. the coalesced prediction round trip, forward). Fake pods (in the load "
+      "generator's process) answer instantly.\n"
+      "- *ext_proc*: the load generator plays Envoy on the EPP's gRPC port (FULL_DUPLEX_STREAMED, "
+      "one stream per request over {} HTTP/2 connections, `bench/epp_overhead_extproc.h`): request "
+      "headers + body "
+      "written -> the answer carrying `x-gateway-destination-endpoint` arrives. Then response "
+      "headers and body are played so the EPP closes the request; no upstream in this path.\n\n"
+      "{} predictor replicas with a trained 200-tree model; a prediction for every candidate pod "
+      "of every request. Open loop: requests leave on schedule whatever the earlier ones do; the "
+      "first 0.3 s of a step is sent but not counted. The load generator, the EPP, the predictors "
+      "and the fake pods share the same cores. {} s per fixed-rate step.\n\n"
+      "*CPU us/req*: utime+stime from `/proc/<pid>/stat` before and after the step, over the "
+      "requests sent; *client* is the load generator's process minus the fake pods' threads. "
+      "*EPP threads*: `/proc/<epp pid>/task`, idle before the step / the most seen during it.\n\n"
+      "## Fixed rates\n\n"
+      "| mode | pods | offered rps | achieved rps | p50 ms | p90 ms | p99 ms | errors | rows/batch | "
+      "callers/batch | predictions used | EPP CPU us/req | EPP threads |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      run["label"].get<std::string>(), run["quick"].get<bool>() ? " (--quick)" : "",
+      run["date"].get<std::string>(), run["cores"].get<unsigned>(), run["cpu"].get<std::string>(),
+      run["ext_proc_channels"].get<int>(), run["predictors"].get<std::size_t>(), run["step_s"].get<double>());
+  for (const Json& s : run["steps"]) {
+    md += fmt::format("| {} | {} | {:.0f} | {:.0f} | {:.3f} | {:.3f} | {:.3f} | {} | {:.0f} | {:.1f} | "
+                      "{:.0f}% | {:.0f} | {} / {} |\n",
+                      s["mode"].get<std::string>(), s["pods"].get<int>(), s["offered_rps"].get<double>(),
+                      s["achieved_rps"].get<double>(), s["p50_ms"].get<double>(), s["p90_ms"].get<double>(),
+                      s["p99_ms"].get<double>(), s["errors"].get<uint64_t>() + s["unfinished"].get<uint64_t>(),
+                      s["rows_per_batch"].get<double>(), s["callers_per_batch"].get<double>(),
+                      s["predictions_used_pct"].get<double>(), s["cpu_us_per_request"]["epp"].get<double>(),
+                      s["epp_threads_idle"].get<int>(), s["epp_threads_peak"].get<int>());
+  }
+  md += fmt::format(
+      "\n## Capacity: the highest offered rate with p99 <= {} ms\n\n"
+      "Doubling from the first rate while steps pass, then bisecting (to 100 req/s) between the "
+      "last pass and the first failure; {} s per step. A step passes when p99 <= {} ms, no "
+      "errors, >= 95 % of the offered rate completed and the load generator kept its schedule "
+      "(p99 lateness <= {} ms). *cores*: CPU seconds per wall second during that step; *EPP "
+      "idle*: its cores with no requests (scraping the pool, tickers), measured for 1 s before "
+      "the steps, which the us/req column spreads over the requests.\n\n"
+      "| mode | pods | capacity rps | p50 ms | p99 ms | CPU us/req EPP / predictors / client | "
+      "cores EPP / predictors / pods / client / whole machine | EPP idle cores | "
+      "next rate tried failed on |\n"
+      "|---|---|---|---|---|---|---|---|---|\n",
+      limit, run["capacity_step_s"].get<double>(), limit, limit);
+  for (const Json& c : run["capacity"]) {
+    const Json& s = c["step"];
+    std::string next = "-";
+    double next_rate = 1e18;
+    for (const Json& t : run["capacity_search"]) {
+      const double r = t["offered_rps"].get<double>();
+      if (t["mode"] == c["mode"] && r > c["capacity_rps"].get<double>() && r < next_rate) {
+        next_rate = r;
+        next = fmt::format("{:.0f}: {}", r, t["verdict"].get<std::string>());
+      }
+    }
+    if (s.is_null()) {
+      md += fmt::format("| {} | {} | none passed | | | | | | {} |\n", c["mode"].get<std::string>(),
+                        c["pods"].get<int>(), next);
+      continue;
+    }
+    const Json& us = s["cpu_us_per_request"];
+    const Json& cores = s["cpu_cores"];
+    md += fmt::format("| {} | {} | {}{:.0f} | {:.3f} | {:.3f} | {:.0f} / {:.0f} / {:.0f} | "
+                      "{:.2f} / {:.2f} / {:.2f} / {:.2f} / {:.2f} | {:.2f} | {} |\n",
+                      c["mode"].get<std::string>(), c["pods"].get<int>(),
+                      c["capped_by_max"].get<bool>() ? ">= " : "", c["capacity_rps"].get<double>(),
+                      s["p50_ms"].get<double>(), s["p99_ms"].get<double>(), us["epp"].get<double>(),
+                      us["predictors"].get<double>(), us["client"].get<double>(), cores["epp"].get<double>(),
+                      cores["predictors"].get<double>(), cores["pods"].get<double>(),
+                      cores["client"].get<double>(), cores["machine"].get<double>(),
+                      s["epp_idle_cores"].get<double>(), next);
+  }
+  md += "\n### Search steps\n\n"
+        "| mode | offered rps | achieved rps | p50 ms | p99 ms | errors | not sent (in-flight cap) | "
+        "client late p99 ms | CPU us/req EPP / client | cores EPP / client / machine | failed on |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const Json& s : run["capacity_search"]) {
+    const Json& us = s["cpu_us_per_request"];
+    const Json& cores = s["cpu_cores"];
+    const std::string v = s["verdict"].get<std::string>();
+    md += fmt::format("| {} | {:.0f} | {:.0f} | {:.3f} | {:.3f} | {} | {} | {:.2f} | {:.0f} / {:.0f} | "
+                      "{:.2f} / {:.2f} / {:.2f} | {} |\n",
+                      s["mode"].get<std::string>(), s["offered_rps"].get<double>(),
+                      s["achieved_rps"].get<double>(), s["p50_ms"].get<double>(), s["p99_ms"].get<double>(),
+                      s["errors"].get<uint64_t>() + s["unfinished"].get<uint64_t>(), s["shed"].get<uint64_t>(),
+                      s["client_late_p99_ms"].get<double>(), us["epp"].get<double>(), us["client"].get<double>(),
+                      cores["epp"].get<double>(), cores["client"].get<double>(), cores["machine"].get<double>(),
+                      v.empty() ? "(passed)" : v);
+  }
+  return md;
+}
+
+}  // namespace llmd::bench
