@@ -234,20 +234,30 @@ Json strategic_merge(const Json& base, const Json& patch) {
   return out;
 }
 
-LiteRender render_lite(const fs::path& dir) {
+namespace {
+
+// One kustomization (or, with `component`, a kind: Component) applied on top of `out`: its
+// resources are added, then its components run on everything accumulated so far, then its
+// generators, patches and images (kustomize's order). A Kustomization starts from an empty
+// `out`; a Component works on its parent's.
+void render_into(const fs::path& dir, LiteRender& out, bool component) {
   fs::path kfile = dir / "kustomization.yaml";
   if (!fs::exists(kfile)) {
     throw std::runtime_error("no kustomization.yaml in " + dir.string());
   }
   const std::string where = kfile.string();
   Json k = yaml_to_json(YAML::LoadFile(kfile.string()));
-  require_keys(k, {"apiVersion", "kind", "resources", "configMapGenerator", "generatorOptions",
-                   "patches", "images"},
+  require_keys(k, {"apiVersion", "kind", "resources", "components", "configMapGenerator",
+                   "generatorOptions", "patches", "images"},
                where);
+  const std::string kind = k.value("kind", "Kustomization");
+  if (kind != (component ? "Component" : "Kustomization")) {
+    throw std::runtime_error(where + ": kind " + kind + " where a " +
+                             (component ? "Component" : "Kustomization") + " is expected");
+  }
   if (k.contains("generatorOptions")) {
     require_keys(k["generatorOptions"], {"disableNameSuffixHash"}, where + " generatorOptions");
   }
-  LiteRender out;
   for (const auto& r : k.value("resources", Json::array())) {
     std::string rel = r.get<std::string>();
     if (fs::path(rel).is_absolute()) {
@@ -266,6 +276,14 @@ LiteRender render_lite(const fs::path& dir) {
         out.docs.push_back(std::move(d));
       }
     }
+  }
+  for (const auto& c : k.value("components", Json::array())) {
+    std::string rel = c.get<std::string>();
+    if (fs::path(rel).is_absolute() || !fs::is_directory(dir / rel)) {
+      throw std::runtime_error(where + ": component '" + rel +
+                               "' must be a relative path to a directory");
+    }
+    render_into(dir / rel, out, true);
   }
   for (const auto& g : k.value("configMapGenerator", Json::array())) {
     require_keys(g, {"name", "behavior", "files", "envs", "literals", "options"},
@@ -357,6 +375,13 @@ LiteRender render_lite(const fs::path& dir) {
       }
     }
   }
+}
+
+}  // namespace
+
+LiteRender render_lite(const fs::path& dir) {
+  LiteRender out;
+  render_into(dir, out, false);
   return out;
 }
 

@@ -281,6 +281,9 @@ std::vector<fs::path> kustomization_dirs() {
   std::vector<fs::path> out;
   for (const auto& e : fs::recursive_directory_iterator(kDeploy)) {
     if (e.is_regular_file() && e.path().filename() == "kustomization.yaml") {
+      // A kind: Component (deploy/components) is rendered as part of the layouts that use it.
+      Json k = load_yaml_documents(read_text(e.path())).at(0);
+      if (k.value("kind", "Kustomization") == "Component") continue;
       out.push_back(e.path().parent_path());
     }
   }
@@ -698,10 +701,84 @@ void check_epp_config(const ContainerView& epp, const Json& spec, const std::vec
   }
 }
 
+struct PodInfo {
+  const Json* workload;
+  std::vector<ContainerView> views;
+};
+
+bool selects(const Json& selector, const Json& labels);
+
+std::optional<int> resolve_in_pod(const PodInfo& pod, const Json& port) {
+  for (const auto& v : pod.views) {
+    auto n = resolve_port(v, port);
+    if (n && v.ports.count(*n)) return n;
+  }
+  return std::nullopt;
+}
+
+// The pods of these manifests a Service selects.
+std::vector<const PodInfo*> selected_pods(const Json& service, const std::vector<PodInfo>& pods) {
+  std::vector<const PodInfo*> out;
+  for (const auto& pod : pods) {
+    if (selects(field(service["spec"], "selector", true),
+                field((*pod.workload)["spec"]["template"]["metadata"], "labels", true))) {
+      out.push_back(&pod);
+    }
+  }
+  return out;
+}
+
+// The trainer a trainer URL reaches from a pod: http://127.0.0.1:<port> is a trainer container of
+// the pod itself (a sidecar); http://<Service>[.<namespace>...]:<port> the trainer container
+// behind that Service of these manifests (components/shared-trainer). nullptr, with the reason
+// in `why`, when the URL reaches no trainer.
+const ContainerView* trainer_behind(const std::string& url, const std::vector<ContainerView>& own,
+                                    const std::vector<PodInfo>& pods,
+                                    const std::vector<Json>& docs, std::string& why) {
+  static const std::regex kUrl(R"(^http://([A-Za-z0-9.-]+):([0-9]+)/?$)");
+  std::smatch m;
+  if (!std::regex_match(url, m, kUrl)) {
+    why = "is not http://<host>:<port>";
+    return nullptr;
+  }
+  const std::string host = m[1];
+  const int port = std::stoi(m[2]);
+  if (is_loopback(host)) {
+    for (const auto& v : own) {
+      if (v.bin == "trainer" && v.ports.count(port) && to_int(v.eff.at("port")) == port) return &v;
+    }
+    why = "is loopback, and no trainer container of this pod listens on " + m[2].str();
+    return nullptr;
+  }
+  const std::string svc_name = host.substr(0, host.find('.'));
+  const Json* svc = find_doc(docs, "Service", svc_name);
+  if (svc == nullptr) {
+    why = "names Service " + svc_name + ", which is not in the manifests";
+    return nullptr;
+  }
+  Json target;
+  for (const auto& sp : field((*svc)["spec"], "ports")) {
+    if (sp.value("port", 0) == port) target = sp.contains("targetPort") ? sp["targetPort"] : sp["port"];
+  }
+  if (target.is_null()) {
+    why = "names port " + m[2].str() + ", which Service " + svc_name + " does not have";
+    return nullptr;
+  }
+  for (const PodInfo* pod : selected_pods(*svc, pods)) {
+    for (const auto& v : pod->views) {
+      auto n = resolve_port(v, target);
+      if (v.bin == "trainer" && n && v.ports.count(*n) && to_int(v.eff.at("port")) == *n) return &v;
+    }
+  }
+  why = "reaches Service " + svc_name + ", which sends port " + m[2].str() +
+        " to no trainer container";
+  return nullptr;
+}
+
 // The wiring inside a pod with an EPP: predictors, trainer, URLs, shared settings.
 void check_epp_pod(const std::vector<ContainerView>& views, const Json& workload,
-                   const std::vector<Json>& docs, const std::string& where, Problems& p,
-                   PodCheck& out) {
+                   const std::vector<Json>& docs, const std::vector<PodInfo>& pods,
+                   const std::string& where, Problems& p, PodCheck& out) {
   const ContainerView* epp = nullptr;
   const ContainerView* trainer = nullptr;
   std::vector<const ContainerView*> predictors;
@@ -719,9 +796,23 @@ void check_epp_pod(const std::vector<ContainerView>& views, const Json& workload
   out.has_epp = true;
   const Json& spec = pod_spec(workload);
   check_epp_config(*epp, spec, docs, where + " container epp", p, out);
-  if (trainer == nullptr || predictors.empty()) {
-    p.push_back(where + ": the EPP pod needs a trainer and at least one predictor sidecar");
+  if (predictors.empty()) {
+    p.push_back(where + ": the EPP pod needs at least one predictor sidecar");
     return;
+  }
+  // Without a trainer sidecar, the trainer is the one the EPP's URL reaches (a shared one).
+  std::string trainer_url;
+  if (trainer != nullptr) {
+    trainer_url = "http://127.0.0.1:" + trainer->eff.at("port");
+  } else {
+    std::string why;
+    trainer_url = epp->eff.at("training-server-url");
+    trainer = trainer_behind(trainer_url, views, pods, docs, why);
+    if (trainer == nullptr) {
+      p.push_back(where + ": the pod has no trainer sidecar and the EPP's TRAINING_SERVER_URL '" +
+                  trainer_url + "' " + why);
+      return;
+    }
   }
   Problems ignore;
   std::sort(predictors.begin(), predictors.end(), [&](auto a, auto b) {
@@ -745,16 +836,17 @@ void check_epp_pod(const std::vector<ContainerView>& views, const Json& workload
     p.push_back(where + ": the EPP's PREDICTION_SERVER_URL is '" + join(listed, ",") +
                 "' but the pod's predictors are '" + join(urls, ",") + "'");
   }
-  const std::string trainer_url = "http://127.0.0.1:" + trainer->eff.at("port");
   if (epp->eff.at("training-server-url") != trainer_url) {
     p.push_back(where + ": the EPP's TRAINING_SERVER_URL is '" + epp->eff.at("training-server-url") +
                 "', the trainer is " + trainer_url);
   }
   std::set<std::pair<std::string, std::string>> model_dirs;
   for (const auto* pr : predictors) {
-    if (pr->eff.at("training-server-url") != trainer_url) {
-      p.push_back(where + ": " + pr->name + " syncs from '" + pr->eff.at("training-server-url") +
-                  "', the trainer is " + trainer_url);
+    std::string why;
+    const std::string url = pr->eff.at("training-server-url");
+    if (url != trainer_url && trainer_behind(url, views, pods, docs, why) != trainer) {
+      p.push_back(where + ": " + pr->name + " syncs from '" + url + "', the EPP's trainer is " +
+                  trainer_url);
     }
     for (const char* flag : {"model-type", "objective-type", "quantile-alpha"}) {
       if (pr->eff.at(flag) != trainer->eff.at(flag)) {
@@ -936,17 +1028,37 @@ void check_leader_election(const ContainerView& epp, const Json& workload,
   }
 }
 
-struct PodInfo {
-  const Json* workload;
-  std::vector<ContainerView> views;
-};
-
-std::optional<int> resolve_in_pod(const PodInfo& pod, const Json& port) {
-  for (const auto& v : pod.views) {
-    auto n = resolve_port(v, port);
-    if (n && v.ports.count(*n)) return n;
+// A trainer in a pod of its own is shared by every EPP pod (components/shared-trainer): one
+// replica (two behind a Service would split the samples and publish two model lineages that the
+// predictors flip between), Recreate (a rolling update runs two, and the new pod cannot mount
+// the old one's ReadWriteOnce volume), and its models on a PersistentVolumeClaim (a restart
+// without its model files starts a new lineage at the cold-start defaults, which every EPP's
+// predictors would take).
+void check_shared_trainer(const PodInfo& pod, const ContainerView& trainer, const std::string& where,
+                          Problems& p) {
+  const Json& w = *pod.workload;
+  if (w.value("kind", "") != "Deployment") {
+    p.push_back(where + ": a shared trainer runs as a Deployment");
+    return;
   }
-  return std::nullopt;
+  const int replicas = w["spec"].value("replicas", 1);
+  if (replicas != 1) {
+    p.push_back(where + ": a shared trainer needs exactly 1 replica, has " +
+                std::to_string(replicas) + " (each would learn part of the samples and publish " +
+                "its own model lineage)");
+  }
+  if (field(w["spec"], "strategy", true).value("type", "RollingUpdate") != "Recreate") {
+    p.push_back(where + ": a shared trainer needs strategy Recreate (a rolling update runs two " +
+                "trainers at once and the new one cannot mount the ReadWriteOnce volume)");
+  }
+  const std::string path = trainer.eff.at("ttft-model-path");
+  const Json* m = covering_mount(*trainer.c, path);
+  const Json* vol = m == nullptr ? nullptr : find_volume(pod_spec(w), m->value("name", ""));
+  if (vol == nullptr || !vol->contains("persistentVolumeClaim")) {
+    p.push_back(where + ": a shared trainer keeps its models (" + path + ") on a " +
+                "PersistentVolumeClaim; without them a restart starts a new lineage at the " +
+                "cold-start defaults for every EPP");
+  }
 }
 
 Problems check_render(const Render& r) {
@@ -984,15 +1096,27 @@ Problems check_render(const Render& r) {
         check_container(pod.views.back(), spec, where, p);
       }
     }
+    pods.push_back(std::move(pod));
+  }
+  // The wiring once every pod is known: an EPP's trainer may be another workload's.
+  for (const auto& pod : pods) {
+    const Json& d = *pod.workload;
+    const std::string w = r.name + " " + doc_id(d);
     PodCheck pc;
-    if (std::any_of(pod.views.begin(), pod.views.end(), [](auto& v) { return v.bin == "epp"; })) {
+    const auto has = [&](const char* bin) {
+      return std::any_of(pod.views.begin(), pod.views.end(), [&](auto& v) { return v.bin == bin; });
+    };
+    if (has("epp")) {
       ++epp_pods;
-      check_epp_pod(pod.views, d, r.docs, w, p, pc);
+      check_epp_pod(pod.views, d, r.docs, pods, w, p, pc);
       for (const auto& v : pod.views) {
         if (v.bin == "epp") check_leader_election(v, d, r.docs, w, p);
       }
+    } else if (has("trainer")) {
+      for (const auto& v : pod.views) {
+        if (v.bin == "trainer") check_shared_trainer(pod, v, w, p);
+      }
     }
-    pods.push_back(std::move(pod));
     pod_checks.push_back(std::move(pc));
   }
   if (epp_pods == 0) {
@@ -1002,17 +1126,19 @@ Problems check_render(const Render& r) {
   for (const auto& d : r.docs) {
     if (d.value("kind", "") != "Service") continue;
     const std::string w = r.name + " " + doc_id(d);
-    const PodInfo* target = nullptr;
-    for (const auto& pod : pods) {
-      if (selects(field(d["spec"], "selector", true),
-                  field((*pod.workload)["spec"]["template"]["metadata"], "labels", true))) {
-        target = &pod;
-      }
-    }
-    if (target == nullptr) {
+    const std::vector<const PodInfo*> selected = selected_pods(d, pods);
+    if (selected.empty()) {
       p.push_back(w + ": selects no pod of these manifests");
       continue;
     }
+    if (selected.size() > 1) {
+      std::vector<std::string> names;
+      for (const PodInfo* s : selected) names.push_back(doc_id(*s->workload));
+      p.push_back(w + ": selects the pods of " + join(names, " and ") +
+                  ": its traffic would be split between them (give each workload its own " +
+                  "app.kubernetes.io/name)");
+    }
+    const PodInfo* target = selected.back();
     std::set<int> targets;
     for (const auto& port : field(d["spec"], "ports")) {
       Json tp = port.contains("targetPort") ? port["targetPort"] : port.value("port", Json());
@@ -1022,6 +1148,16 @@ Problems check_render(const Render& r) {
                     doc_id(*target->workload));
       } else {
         targets.insert(*n);
+      }
+    }
+    // The sidecars' and the trainer's listeners bind --host: a Service cannot reach loopback.
+    for (const auto& v : target->views) {
+      if (v.bin.empty() || v.bin == "epp") continue;
+      for (int n : targets) {
+        if (v.ports.count(n) && is_loopback(bind_host(v))) {
+          p.push_back(w + ": targets port " + std::to_string(n) + ", which container " + v.name +
+                      " binds on " + bind_host(v) + " only");
+        }
       }
     }
     for (const auto& v : target->views) {
@@ -1183,7 +1319,8 @@ TEST(DeployYaml, EveryYamlFileUnderDeployParses) {
     EXPECT_FALSE(docs.empty());
     for (const auto& d : docs) {
       ASSERT_TRUE(d.is_object());
-      if (d.contains("apiVersion") && d.value("kind", "") != "Kustomization") {
+      if (d.contains("apiVersion") && d.value("kind", "") != "Kustomization" &&
+          d.value("kind", "") != "Component") {
         EXPECT_TRUE(d.contains("metadata") && d["metadata"].contains("name")) << d.dump().substr(0, 200);
       }
     }
@@ -1203,8 +1340,8 @@ TEST(DeployKustomize, EveryKustomizationRendersAndMatchesTheExecutables) {
     EXPECT_TRUE(p.empty()) << r.name << all_problems(p);
   }
   for (const char* want : {"base", "overlays/predictors-4", "overlays/persistent-models",
-                           "overlays/heuristic", "overlays/gateway", "overlays/ha", "examples/vllm",
-                           "examples/modelsim"}) {
+                           "overlays/heuristic", "overlays/gateway", "overlays/ha",
+                           "overlays/shared-trainer", "examples/vllm", "examples/modelsim"}) {
     EXPECT_TRUE(names.count(want)) << want;
   }
 }
@@ -1390,21 +1527,35 @@ TEST(DeployConfig, HaOverlayIsTheGatewayLayoutWithTwoElectedEpps) {
   Render& gateway = cached("overlays/gateway");
   Render& ha = cached("overlays/ha");
   ASSERT_TRUE(gateway.error.empty() && ha.error.empty()) << gateway.error << ha.error;
+  // Generated ConfigMaps are compared without kustomize's name hash: the shared trainer changes
+  // predictor-config, hence its hash.
+  const std::set<std::string> generated = render_lite(kDeploy / "overlays" / "ha").generated_names;
   std::map<std::string, Json> by_id;
-  for (const auto& d : ha.docs) by_id[doc_id(d)] = d;
-  for (const auto& d : gateway.docs) {
+  for (const auto& d : ha.docs) {
+    Json c = canonical(d, generated);
+    by_id[doc_id(c)] = c;
+  }
+  for (const auto& raw : gateway.docs) {
+    const Json d = canonical(raw, generated);
     const std::string id = doc_id(d);
     ASSERT_TRUE(by_id.count(id)) << "overlays/ha lacks " << id;
     if (id == "Deployment/epp") continue;
-    EXPECT_EQ(canonical(by_id[id], ha.generated), canonical(d, gateway.generated)) << id;
+    Json want = d;
+    if (id == "ConfigMap/predictor-config") {
+      want["data"]["TRAINING_SERVER_URL"] = "http://trainer:8000";  // the shared trainer
+    }
+    EXPECT_EQ(by_id[id], want) << id;
     by_id.erase(id);
   }
   Json ha_epp = by_id.at("Deployment/epp");
   by_id.erase("Deployment/epp");
   std::set<std::string> added;
   for (const auto& [id, d] : by_id) added.insert(id);
+  // Plus the shared trainer (components/shared-trainer, checked by SharedTrainer* below).
   EXPECT_EQ(added, (std::set<std::string>{"PodDisruptionBudget/epp", "Role/epp-leader-election",
-                                          "RoleBinding/epp-leader-election"}));
+                                          "RoleBinding/epp-leader-election", "Deployment/trainer",
+                                          "Service/trainer",
+                                          "PersistentVolumeClaim/trainer-models"}));
   EXPECT_EQ(ha_epp["spec"]["replicas"], 2);
   Json env = Json::array();
   for (auto& c : ha_epp["spec"]["template"]["spec"]["containers"]) {
@@ -1418,17 +1569,31 @@ TEST(DeployConfig, HaOverlayIsTheGatewayLayoutWithTwoElectedEpps) {
   for (const char* want : {"EPP_LEADER_ELECT", "POD_NAME", "PREDICTION_SERVER_URL"}) {
     EXPECT_TRUE(names.count(want)) << want;
   }
-  Json gateway_epp = *find_doc(gateway.docs, "Deployment", "epp");
+  for (const auto& e : env) {
+    if (e.value("name", "") == "TRAINING_SERVER_URL") {
+      EXPECT_EQ(e.value("value", ""), "http://trainer:8000") << "overlays/ha uses the shared trainer";
+    }
+  }
+  Json gateway_epp = canonical(*find_doc(gateway.docs, "Deployment", "epp"), generated);
   for (auto& c : gateway_epp["spec"]["template"]["spec"]["containers"]) {
     if (c["name"] == "epp") c.erase("env");
+  }
+  // The shared trainer replaces the sidecar and its volume.
+  for (const char* list : {"containers", "volumes"}) {
+    Json& items = gateway_epp["spec"]["template"]["spec"][list];
+    items.erase(std::remove_if(items.begin(), items.end(),
+                               [](const Json& i) {
+                                 return i["name"] == "trainer" || i["name"] == "trainer-models";
+                               }),
+                items.end());
   }
   for (Json* d : {&ha_epp, &gateway_epp}) {
     (*d)["spec"].erase("replicas");
     (*d)["spec"].erase("strategy");
     (*d)["spec"]["template"]["spec"].erase("topologySpreadConstraints");
   }
-  EXPECT_EQ(canonical(ha_epp, ha.generated), canonical(gateway_epp, gateway.generated))
-      << "overlays/ha changes more of the EPP pod than leader election needs";
+  EXPECT_EQ(ha_epp, gateway_epp)
+      << "overlays/ha changes more of the EPP pod than leader election and the shared trainer need";
 }
 
 // The leader-election checks must be able to fail too: break the rendered HA overlay.
@@ -1498,6 +1663,195 @@ TEST(DeployChecks, DetectLeaderElectionDrift) {
   }
 }
 
+// overlays/shared-trainer and overlays/ha: one trainer for every EPP pod
+// (components/shared-trainer). No trainer sidecar in the EPP pod; the EPP's feedback and every
+// predictor's model sync go to Service trainer, which sends port 8000 (and nothing else) to a
+// one-replica, Recreate Deployment whose samples and models are on a PVC; only the EPP pod
+// changes otherwise. check_render() checks the same rules in every layout (DetectSharedTrainerDrift).
+void expect_shared_trainer(Render& r) {
+  SCOPED_TRACE(r.name);
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  const Json* epp = deployment(r, "epp");
+  const Json* trainer = deployment(r, "trainer");
+  ASSERT_NE(epp, nullptr);
+  ASSERT_NE(trainer, nullptr);
+  Problems p;
+  int predictors = 0;
+  for (const auto& c : pod_spec(*epp)["containers"]) {
+    EXPECT_NE(bin_of(c), "trainer") << "the EPP pod still runs a trainer sidecar: " << c["name"];
+    ContainerView v = view_container(c, r.docs, c.value("name", ""), p);
+    if (v.bin == "epp" || v.bin == "predictor") {
+      EXPECT_EQ(v.eff.at("training-server-url"), "http://trainer:8000") << v.name;
+      predictors += v.bin == "predictor";
+    }
+  }
+  EXPECT_GE(predictors, 2);
+  EXPECT_EQ(find_volume(pod_spec(*epp), "trainer-models"), nullptr)
+      << "the EPP pod keeps the sidecar's volume";
+  // The trainer: one replica, Recreate, samples and models on the claim, the base's settings.
+  EXPECT_EQ((*trainer)["spec"].value("replicas", 0), 1);
+  EXPECT_EQ((*trainer)["spec"]["strategy"].value("type", ""), "Recreate");
+  const auto& containers = pod_spec(*trainer)["containers"];
+  ASSERT_EQ(containers.size(), 1u);
+  ContainerView t = view_container(containers[0], r.docs, "trainer", p);
+  EXPECT_EQ(t.bin, "trainer");
+  for (const char* flag : {"ttft-model-path", "tpot-model-path", "ttft-gated-model-path",
+                           "tpot-gated-model-path"}) {
+    const Json* m = covering_mount(containers[0], t.eff.at(flag));
+    ASSERT_NE(m, nullptr) << flag;
+    const Json* vol = find_volume(pod_spec(*trainer), m->value("name", ""));
+    ASSERT_NE(vol, nullptr) << flag;
+    ASSERT_TRUE(vol->contains("persistentVolumeClaim")) << flag << ": " << vol->dump();
+    EXPECT_NE(find_doc(r.docs, "PersistentVolumeClaim",
+                       (*vol)["persistentVolumeClaim"].value("claimName", "")),
+              nullptr);
+  }
+  EXPECT_EQ(t.eff.at("samples-path"), "") << "samples default to the TTFT model's directory";
+  EXPECT_EQ(t.eff.at("host"), "0.0.0.0") << "the Service reaches the pod IP";
+  // The Service: ClusterIP, port 8000 only, to the trainer's port; the EPP's Services do not
+  // select the trainer (nor the other way round).
+  const Json* svc = find_doc(r.docs, "Service", "trainer");
+  ASSERT_NE(svc, nullptr);
+  EXPECT_EQ((*svc)["spec"].value("type", "ClusterIP"), "ClusterIP");
+  ASSERT_EQ((*svc)["spec"]["ports"].size(), 1u) << (*svc)["spec"]["ports"].dump();
+  EXPECT_EQ((*svc)["spec"]["ports"][0].value("port", 0), 8000);
+  const Json labels = (*trainer)["spec"]["template"]["metadata"]["labels"];
+  const Json epp_labels = (*epp)["spec"]["template"]["metadata"]["labels"];
+  for (const auto& d : r.docs) {
+    if (d.value("kind", "") != "Service" && d.value("kind", "") != "PodDisruptionBudget") continue;
+    const Json sel = d.value("kind", "") == "Service"
+                         ? field(d["spec"], "selector", true)
+                         : field(field(d["spec"], "selector", true), "matchLabels", true);
+    const bool is_trainer_svc = doc_id(d) == "Service/trainer";
+    EXPECT_EQ(selects(sel, labels), is_trainer_svc) << doc_id(d);
+    if (is_trainer_svc) {
+      EXPECT_FALSE(selects(sel, epp_labels));
+    }
+  }
+  // Both pods take the admin token from the one Secret (checked in every layout below).
+  EXPECT_TRUE(t.secret_env.count("LLMD_ADMIN_TOKEN"));
+  // The Prometheus Operator scrapes the trainer's pod too.
+  bool scraped = false;
+  for (const auto& pm : load_yaml_documents(read_text(kDeploy / "monitoring" / "podmonitor.yaml"))) {
+    if (!selects(pm["spec"]["selector"]["matchLabels"], labels)) continue;
+    for (const auto& ep : pm["spec"]["podMetricsEndpoints"]) {
+      scraped = scraped || (ep.value("port", "") == "trainer" && ep.value("path", "") == "/metrics");
+    }
+  }
+  EXPECT_TRUE(scraped) << "no PodMonitor in deploy/monitoring scrapes the shared trainer";
+  EXPECT_TRUE(p.empty()) << all_problems(p);
+  Problems all = check_render(r);
+  EXPECT_TRUE(all.empty()) << all_problems(all);
+}
+
+TEST(DeployConfig, SharedTrainerOverlayFeedsOneTrainerFromEveryEppPod) {
+  Render& base = cached("base");
+  Render& shared = cached("overlays/shared-trainer");
+  expect_shared_trainer(shared);
+  // The trainer container is the base's sidecar, moved: same image, args, env and probes.
+  Json sidecar = *container(base, "trainer");
+  Json moved;
+  for (const auto& d : shared.docs) {
+    if (doc_id(d) == "Deployment/trainer") moved = pod_spec(d)["containers"][0];
+  }
+  EXPECT_EQ(canonical(moved, shared.generated), canonical(sidecar, base.generated));
+  // Nothing else of the EPP pod changes: same EPP args, same predictors.
+  EXPECT_EQ((*container(base, "epp"))["args"], (*container(shared, "epp"))["args"]);
+  EXPECT_EQ(predictor_ports(base), predictor_ports(shared));
+}
+
+TEST(DeployConfig, HaOverlayUsesTheSharedTrainer) { expect_shared_trainer(cached("overlays/ha")); }
+
+// The shared-trainer checks must be able to fail: break the rendered overlay.
+TEST(DeployChecks, DetectSharedTrainerDrift) {
+  const Render& good = cached("overlays/shared-trainer");
+  ASSERT_TRUE(good.error.empty()) << good.error;
+  ASSERT_TRUE(check_render(good).empty()) << all_problems(check_render(good));
+  auto doc = [](Render& r, const std::string& kind, const std::string& name) -> Json& {
+    for (auto& d : r.docs) {
+      if (d.value("kind", "") == kind && d["metadata"].value("name", "") == name) return d;
+    }
+    throw std::runtime_error("no " + kind + "/" + name);
+  };
+  auto trainer = [&](Render& r) -> Json& {
+    return doc(r, "Deployment", "trainer")["spec"]["template"]["spec"]["containers"][0];
+  };
+  auto set_env = [](Json& c, const std::string& name, const std::string& value) {
+    for (auto& e : c["env"]) {
+      if (e["name"] == name) e = {{"name", name}, {"value", value}};
+    }
+  };
+  auto predictor_cm = [](Render& r) -> Json& {
+    for (auto& d : r.docs) {
+      if (d.value("kind", "") == "ConfigMap" &&
+          d["metadata"].value("name", "").rfind("predictor-config", 0) == 0) {
+        return d;
+      }
+    }
+    throw std::runtime_error("no predictor-config");
+  };
+  struct Case {
+    std::string what;
+    std::function<void(Render&)> breakit;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {"EPP still on the sidecar's loopback URL",
+       [&](Render& r) { set_env(*container(r, "epp"), "TRAINING_SERVER_URL", "http://127.0.0.1:8000"); },
+       "is loopback, and no trainer container of this pod listens on 8000"},
+      {"EPP aimed at a Service that does not exist",
+       [&](Render& r) { set_env(*container(r, "epp"), "TRAINING_SERVER_URL", "http://trainers:8000"); },
+       "names Service trainers, which is not in the manifests"},
+      {"EPP aimed at a port the Service lacks",
+       [&](Render& r) { set_env(*container(r, "epp"), "TRAINING_SERVER_URL", "http://trainer:8001"); },
+       "names port 8001, which Service trainer does not have"},
+      {"predictors syncing from loopback",
+       [&](Render& r) { predictor_cm(r)["data"]["TRAINING_SERVER_URL"] = "http://127.0.0.1:8000"; },
+       "predictor-1 syncs from 'http://127.0.0.1:8000', the EPP's trainer is http://trainer:8000"},
+      {"Service to the wrong port",
+       [&](Render& r) { doc(r, "Service", "trainer")["spec"]["ports"][0]["targetPort"] = 8001; },
+       "targetPort 8001 is no containerPort of Deployment/trainer"},
+      {"two trainers",
+       [&](Render& r) { doc(r, "Deployment", "trainer")["spec"]["replicas"] = 2; },
+       "a shared trainer needs exactly 1 replica, has 2"},
+      {"rolling update",
+       [&](Render& r) { doc(r, "Deployment", "trainer")["spec"].erase("strategy"); },
+       "a shared trainer needs strategy Recreate"},
+      {"models on an emptyDir",
+       [&](Render& r) {
+         for (auto& v : doc(r, "Deployment", "trainer")["spec"]["template"]["spec"]["volumes"]) {
+           if (v["name"] == "trainer-models") v = {{"name", "trainer-models"}, {"emptyDir", Json::object()}};
+         }
+       },
+       "keeps its models (/var/lib/llmd/trainer/ttft.ubj) on a PersistentVolumeClaim"},
+      {"trainer labelled like the EPP",
+       [&](Render& r) {
+         Json& d = doc(r, "Deployment", "trainer");
+         d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] = "llmd-epp";
+         d["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] = "llmd-epp";
+       },
+       "Service/epp: selects the pods of"},
+      {"trainer on loopback behind its Service",
+       [&](Render& r) { trainer(r)["env"].push_back({{"name", "TRAINING_HOST"}, {"value", "127.0.0.1"}}); },
+       "targets port 8000, which container trainer binds on 127.0.0.1 only"},
+      {"EPP with another token than the shared trainer",
+       [&](Render& r) {
+         for (auto& e : trainer(r)["env"]) {
+           if (e["name"] == "LLMD_ADMIN_TOKEN") e["valueFrom"]["secretKeyRef"]["name"] = "other";
+         }
+       },
+       "the EPP's admin token (llmd-admin-token/token) is not the trainer's (other/token)"},
+  };
+  for (const auto& c : cases) {
+    Render broken = good;
+    c.breakit(broken);
+    Problems p = check_render(broken);
+    bool hit = std::any_of(p.begin(), p.end(), [&](auto& s) { return s.find(c.expect) != std::string::npos; });
+    EXPECT_TRUE(hit) << c.what << ": expected a problem containing '" << c.expect << "', got:"
+                     << (p.empty() ? std::string(" none") : all_problems(p));
+  }
+}
+
 // Every layout wires the admin token the same way: one Secret the operator creates, read by the
 // EPP (which sends it to the trainer) and by every sidecar (which requires it), and binds each
 // EPP listener only where the pod needs it.
@@ -1508,21 +1862,26 @@ TEST(DeployConfig, AdminTokenFromOneSecretAndListenersBoundWherePodsNeedThem) {
     ASSERT_TRUE(r.error.empty()) << rel << ": " << r.error;
     EXPECT_EQ(find_doc(r.docs, "Secret", "llmd-admin-token"), nullptr)
         << rel << ": a token in the repository is known to everyone; the operator creates it";
-    const Json* d = deployment(r, "epp");
-    ASSERT_NE(d, nullptr) << rel;
+    ASSERT_NE(deployment(r, "epp"), nullptr) << rel;
     int wired = 0;
-    for (const auto& c : pod_spec(*d)["containers"]) {
-      const std::string bin = bin_of(c);
-      if (bin != "epp" && bin != "trainer" && bin != "predictor") continue;
-      Json ref;
-      for (const auto& e : field(c, "env")) {
-        if (e.value("name", "") == "LLMD_ADMIN_TOKEN") ref = e["valueFrom"]["secretKeyRef"];
+    std::set<std::string> bins;
+    for (const auto& d : r.docs) {  // the EPP pod, and a shared trainer's pod
+      if (!is_workload(d)) continue;
+      for (const auto& c : pod_spec(d)["containers"]) {
+        const std::string bin = bin_of(c);
+        if (bin != "epp" && bin != "trainer" && bin != "predictor") continue;
+        Json ref;
+        for (const auto& e : field(c, "env")) {
+          if (e.value("name", "") == "LLMD_ADMIN_TOKEN") ref = e["valueFrom"]["secretKeyRef"];
+        }
+        EXPECT_EQ(ref, (Json{{"name", "llmd-admin-token"}, {"key", "token"}}))
+            << rel << " " << doc_id(d) << " container " << c.value("name", "");
+        ++wired;
+        bins.insert(bin);
       }
-      EXPECT_EQ(ref, (Json{{"name", "llmd-admin-token"}, {"key", "token"}}))
-          << rel << " container " << c.value("name", "");
-      ++wired;
     }
     EXPECT_GE(wired, 4) << rel << ": the EPP, the trainer and at least two predictors";
+    EXPECT_EQ(bins.size(), 3u) << rel << ": the EPP, a trainer and predictors";
     std::map<std::string, std::string> args;
     for (const auto& a : (*container(r, "epp"))["args"]) {
       const std::string text = a.get<std::string>();

@@ -40,28 +40,6 @@
 namespace llmd::testing {
 namespace {
 
-// Sum of the samples of `name` whose labels include every `key="value"` in `labels`.
-double metric_value(const std::string& text, const std::string& name,
-                    const std::vector<std::string>& labels = {}) {
-  double total = 0;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#' || line.rfind(name, 0) != 0 ||
-        (line.size() > name.size() && line[name.size()] != '{' && line[name.size()] != ' ')) {
-      continue;
-    }
-    bool match = true;
-    for (const auto& l : labels) {
-      match = match && line.find(l) != std::string::npos;
-    }
-    if (match) {
-      total += std::stod(line.substr(line.rfind(' ') + 1));
-    }
-  }
-  return total;
-}
-
 // What the client saw in one SSE response.
 struct SseView {
   bool done = false;

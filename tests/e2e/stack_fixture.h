@@ -4,8 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <random>
 #include <memory>
+#include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,12 +25,21 @@ struct StackOptions {
   std::string extra_config;             // appended to the EPP config (policies)
   std::vector<std::string> trainer_args;  // appended to the trainer's command line
   int epp_max_open_files = 0;             // > 0: the EPP's RLIMIT_NOFILE
+  // Set: the EPP and the predictors use this (shared) trainer and the stack starts none
+  // (deploy/components/shared-trainer); `trainer` stays null.
+  std::string trainer_url;
+  // > 0: route to the `pods` modelsim pods another Stack runs from this base port (its
+  // pod_port(0)) and start no modelsim; `modelsim` stays null.
+  int pool_base_port = 0;
 };
 
 class Stack {
  public:
   explicit Stack(StackOptions o = {}) : options_(std::move(o)) {
-    for (int attempt = 0; attempt < 3; ++attempt) {
+    if (options_.pool_base_port > 0) {
+      base_port_ = options_.pool_base_port;
+    }
+    for (int attempt = 0; attempt < 3 && options_.pool_base_port <= 0; ++attempt) {
       base_port_ = free_port_block(options_.pods);
       std::vector<std::string> ms = {"--pods", std::to_string(options_.pods), "--base-port",
                                      std::to_string(base_port_), "--host", "127.0.0.1"};
@@ -40,22 +50,26 @@ class Stack {
         break;  // else another test took a port in between: try another block
       }
     }
-    trainer = std::make_unique<TrainerProcess>(
-        dir_.path() + "/trainer",
-        [&] {
-          std::vector<std::string> a = {"--retraining-interval", "0.5", "--min-samples-for-retrain",
-                                        "20"};
-          a.insert(a.end(), options_.trainer_args.begin(), options_.trainer_args.end());
-          return a;
-        }());
+    if (options_.trainer_url.empty()) {
+      trainer = std::make_unique<TrainerProcess>(
+          dir_.path() + "/trainer",
+          [&] {
+            std::vector<std::string> a = {"--retraining-interval", "0.5",
+                                          "--min-samples-for-retrain", "20"};
+            a.insert(a.end(), options_.trainer_args.begin(), options_.trainer_args.end());
+            return a;
+          }());
+      trainer_url = "http://127.0.0.1:" + std::to_string(trainer->port);
+    } else {
+      trainer_url = options_.trainer_url;
+    }
     for (int i = 0; i < options_.predictors; ++i) {
       uint16_t port = free_port();
       std::string d = dir_.path() + "/p" + std::to_string(i);
       predictors.push_back(std::make_unique<Process>(
           binary("predictor/predictor"),
           std::vector<std::string>{"--host", "127.0.0.1", "--port", std::to_string(port),
-                                   "--training-server-url",
-                                   "http://127.0.0.1:" + std::to_string(trainer->port),
+                                   "--training-server-url", trainer_url,
                                    "--model-sync-interval", "0.5", "--workers", "1",
                                    "--local-ttft-model-path", d + "/ttft.ubj",
                                    "--local-tpot-model-path", d + "/tpot.ubj",
@@ -76,12 +90,12 @@ class Stack {
         "--config", pool, "--host", "127.0.0.1", "--port", std::to_string(epp_port),
         "--health-port", std::to_string(health_port), "--metrics-port",
         std::to_string(metrics_port), "--prediction-server-url", urls, "--training-server-url",
-        "http://127.0.0.1:" + std::to_string(trainer->port), "--upstream-first-byte-timeout-ms",
+        trainer_url, "--upstream-first-byte-timeout-ms",
         "2000", "--log-level", "debug"};
     args.insert(args.end(), options_.epp_args.begin(), options_.epp_args.end());
     epp = std::make_unique<Process>(binary("epp/epp"), args, std::vector<std::string>{},
                                     options_.epp_max_open_files);
-    ready = trainer->ready && epp->wait_http_ok(health_port, "/readyz");
+    ready = (trainer == nullptr || trainer->ready) && epp->wait_http_ok(health_port, "/readyz");
     for (auto p : predictor_ports) {
       ready = ready && predictors[0]->wait_http_ok(p, "/readyz");
     }
@@ -136,14 +150,16 @@ class Stack {
     return c.get("/metrics").body;
   }
   std::string logs() const {
-    return "--- epp ---\n" + epp->log() + "\n--- modelsim ---\n" + modelsim->log();
+    return "--- epp ---\n" + epp->log() +
+           (modelsim ? "\n--- modelsim ---\n" + modelsim->log() : std::string());
   }
 
   StackOptions options_;
   TempDir dir_;
   int base_port_ = 0;
   std::unique_ptr<Process> modelsim;
-  std::unique_ptr<TrainerProcess> trainer;
+  std::unique_ptr<TrainerProcess> trainer;  // null with StackOptions::trainer_url
+  std::string trainer_url;                  // what the EPP and the predictors use
   std::vector<std::unique_ptr<Process>> predictors;
   std::vector<uint16_t> predictor_ports;
   std::unique_ptr<Process> epp;
@@ -187,6 +203,28 @@ inline double metric_sum(const std::string& text, const std::string& prefix) {
     auto line = text.substr(pos, eol - pos);
     total += std::stod(line.substr(line.rfind(' ') + 1));
     pos = eol;
+  }
+  return total;
+}
+
+// Sum of the samples of `name` whose labels include every `key="value"` in `labels`.
+inline double metric_value(const std::string& text, const std::string& name,
+                           const std::vector<std::string>& labels = {}) {
+  double total = 0;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#' || line.rfind(name, 0) != 0 ||
+        (line.size() > name.size() && line[name.size()] != '{' && line[name.size()] != ' ')) {
+      continue;
+    }
+    bool match = true;
+    for (const auto& l : labels) {
+      match = match && line.find(l) != std::string::npos;
+    }
+    if (match) {
+      total += std::stod(line.substr(line.rfind(' ') + 1));
+    }
   }
   return total;
 }
