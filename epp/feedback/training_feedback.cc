@@ -296,14 +296,16 @@ void TrainingFeedback::flush() {
                    p->samples);
       counts_.dropped_rejected += p->samples;
       pending_.reset();
-    } else if (p->attempts >= options_.max_send_attempts) {
-      spdlog::warn("training feedback failed ({}) {} times: {} samples dropped",
-                   status == 0 ? error : std::to_string(status), p->attempts, p->samples);
+    } else if (status != 0 && ++p->error_answers >= options_.max_send_attempts) {
+      spdlog::warn("training feedback failed ({}) {} times: {} samples dropped", status,
+                   p->error_answers, p->samples);
       counts_.dropped_send_failed += p->samples;
       pending_.reset();
-    } else {
-      spdlog::warn("training feedback failed ({}), attempt {}: retried at the next interval",
-                   status == 0 ? error : std::to_string(status), p->attempts);
+    } else if (status != 0 || p->attempts == 1 || p->attempts % 60 == 0) {
+      // An outage logs its start and then once a minute, not once per interval.
+      spdlog::warn("training feedback failed ({}), attempt {}: {} samples kept, retried at the "
+                   "next interval",
+                   status == 0 ? error : std::to_string(status), p->attempts, p->samples);
     }
   }
   std::lock_guard lock(mu_);

@@ -12,9 +12,13 @@
 // The buffer is bounded (oldest dropped, counted); above `max_per_flush` a flush keeps a
 // random sample that preserves the TTFT/TPOT mix.
 // Exactly once: each batch carries `"batch_id": "<sender>:<seq>"` (sender = random per process),
-// and a batch without an answer (timeout, 5xx, connection error) stays pending and is sent again
-// with the same id, up to `max_send_attempts` times, before anything newer; the trainer ingests
-// a known id once and answers 202 again. A 4xx is final (dropped, reason "rejected").
+// and a batch without a 202 stays pending and is sent again with the same id before anything
+// newer; the trainer ingests a known id once and answers 202 again. A 4xx is final (dropped,
+// reason "rejected"); a 5xx answer `max_send_attempts` times drops the batch (a body the trainer
+// cannot take must not block the ones behind it). No answer at all (connection refused, timeout:
+// the trainer is down or restarting) never drops it: the batch waits for the trainer however long
+// it is away, and the bounded buffer behind it sheds its oldest samples instead, so an outage
+// costs the samples of its middle, not those of its start and end.
 // Counters (llmd_epp_feedback_*): produced = acknowledged + dropped (by reason) + queued, where
 // queued (the queue-depth gauge) = buffered + pending.
 // Threading: on_first_token/on_completed run on proxy threads (enqueue under mu_); sending runs
@@ -48,7 +52,7 @@ struct FeedbackOptions {
   std::size_t max_per_flush = 10000;
   bool streaming_mode = true;
   std::string admin_token;  // sent as "Authorization: Bearer" when the trainer requires one
-  int max_send_attempts = 4;   // per batch, one per interval, the same batch_id each time
+  int max_send_attempts = 4;   // 5xx answers per batch before it is dropped (one per interval)
   std::chrono::milliseconds send_timeout{5000};
 };
 
@@ -94,7 +98,8 @@ class TrainingFeedback : public CompletionSink {
   struct Batch {
     std::string body;
     uint64_t samples = 0;
-    int attempts = 0;
+    int attempts = 0;      // sends so far
+    int error_answers = 0;  // of them answered 5xx (no answer does not count)
   };
   void enqueue(nlohmann::json entry);
   std::optional<Batch> next_batch();

@@ -14,6 +14,9 @@
 //    lineage, same answer to a probe row) and the EPP schedules its requests with predictions
 //    from it. Control: the same replacement with a trainer of its own (the sidecar layout)
 //    serves a new lineage and predicts the cold-start constant (10 ms) for every pod.
+// 4. A trainer outage under traffic loses nothing: the trainer stops (SIGTERM, as in a rollout)
+//    for longer than the EPP's 4 resends of a 5xx-answered batch while streams go on, then
+//    comes back on the same address and volume; every sample reaches it once.
 // Waits are bounded polls; the measured start-up times are printed (RecordProperty).
 #include <gtest/gtest.h>
 
@@ -331,6 +334,59 @@ TEST(SharedTrainer, TwoEppsFeedOneTrainerAndAReplacementEppPredictsWithTheTraine
   EXPECT_GT(metric_value(trainer.get("/metrics").body, "llmd_trainer_samples_ingested_total"),
             before)
       << "the replacement EPP's samples do not reach the shared trainer";
+}
+
+TEST(SharedTrainer, ATrainerOutageUnderTrafficLosesNoSample) {
+  TempDir dir;
+  const std::vector<std::string> args = {"--retraining-interval", "0.5"};
+  auto trainer = std::make_unique<TrainerProcess>(dir.file("trainer"), args);
+  ASSERT_TRUE(trainer->ready) << trainer->process->log();
+  const uint16_t port = trainer->port;
+  StackOptions o;
+  o.pods = 2;
+  o.predictors = 1;
+  o.trainer_url = "http://localhost:" + std::to_string(port);
+  Stack s(o);
+  ASSERT_TRUE(s.ready) << s.logs();
+
+  ASSERT_EQ(stream_through(s, 10, 2, "before"), 10) << s.logs();
+  auto settled = [&](int produced) {
+    EppFeedback f;
+    for (int i = 0; i < 300; ++i) {  // <= 30 s
+      f = EppFeedback::of(s);
+      if (f.produced == produced && f.settled()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return f;
+  };
+  EppFeedback f = settled(20);
+  ASSERT_EQ(f.acknowledged, 20) << f.text();
+
+  // Down for ~6 feedback intervals (1 s each): the batch of the outage's first streams is sent
+  // and refused six times or more; streams go on meanwhile (the predictor keeps its model).
+  ASSERT_EQ(trainer->process->terminate(), 0) << trainer->process->log();
+  const auto down = Clock::now();
+  int during = stream_through(s, 10, 2, "during");
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  during += stream_through(s, 10, 2, "during-late");
+  while (ms_since(down) < 6500) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(during, 20) << s.logs();
+  f = EppFeedback::of(s);
+  EXPECT_GE(f.retried, 2) << "the EPP did not resend while the trainer was down; " << f.text();
+  EXPECT_EQ(f.dropped, 0) << f.text();
+
+  trainer = std::make_unique<TrainerProcess>(dir.file("trainer"), args, port);
+  ASSERT_TRUE(trainer->ready) << trainer->process->log();
+  f = settled(60);
+  std::cout << "after the outage: " << f.text() << std::endl;
+  EXPECT_EQ(f.produced, 60) << f.text();
+  EXPECT_EQ(f.acknowledged, 60) << "samples lost in the outage; " << f.text() << s.logs();
+  EXPECT_EQ(f.dropped, 0) << f.text();
+  // The trainer holds each once: 20 from before (its snapshot) + 40 delivered after.
+  Json status = trainer->get_json("/data/status");
+  const int64_t stored = status["training_data"]["total_samples"].get<int64_t>() +
+                         status["test_data"]["total_samples"].get<int64_t>();
+  EXPECT_EQ(stored, 60) << trainer->process->log();
 }
 
 }  // namespace

@@ -96,7 +96,7 @@ TEST(TrainingFeedback, AnUnansweredBatchIsResentWithItsIdBeforeAnythingNewer) {
 
 TEST(TrainingFeedback, DropsAreCountedByReason) {
   ScriptedTrainer trainer;
-  trainer.statuses = {0, 0, 422};
+  trainer.statuses = {503, 503, 422};
   FeedbackOptions o = options();
   o.max_send_attempts = 2;
   o.max_buffer = 3;
@@ -106,7 +106,7 @@ TEST(TrainingFeedback, DropsAreCountedByReason) {
   }
   EXPECT_EQ(fb.counts().dropped_buffer_full, 2u);
   fb.flush();
-  fb.flush();  // second attempt without an answer: given up
+  fb.flush();  // second 5xx answer: given up
   auto c = fb.counts();
   EXPECT_EQ(c.dropped_send_failed, 3u);
   expect_balanced(c);
@@ -115,6 +115,39 @@ TEST(TrainingFeedback, DropsAreCountedByReason) {
   c = fb.counts();
   EXPECT_EQ(c.dropped_rejected, 1u);
   EXPECT_EQ(c.produced, 6u);
+  EXPECT_EQ(c.queued, 0u);
+  expect_balanced(c);
+}
+
+// A trainer that is down (no answer) for longer than max_send_attempts intervals loses none of
+// the pending batch: it is delivered, once, when the trainer is back; the buffer behind it
+// stays bounded by shedding its oldest samples.
+TEST(TrainingFeedback, AnOutageKeepsThePendingBatchAndBoundsTheBuffer) {
+  ScriptedTrainer trainer;
+  trainer.statuses = std::deque<int>(10, 0);  // ten intervals without an answer, then 202s
+  FeedbackOptions o = options();
+  o.max_send_attempts = 2;
+  o.max_buffer = 4;
+  TrainingFeedback fb(o, nullptr, trainer.sender());
+  for (int i = 0; i < 3; ++i) {
+    fb.on_first_token(streamed());
+  }
+  for (int i = 0; i < 10; ++i) {
+    fb.flush();
+    fb.on_first_token(streamed());  // traffic goes on during the outage
+  }
+  auto c = fb.counts();
+  EXPECT_EQ(c.dropped_send_failed, 0u);
+  EXPECT_EQ(c.dropped_buffer_full, 6u);  // 10 new samples into a buffer of 4
+  EXPECT_EQ(c.queued, 3u + 4u);
+  expect_balanced(c);
+  fb.flush();  // the trainer is back: the pending batch, with the id it had from the start
+  ASSERT_EQ(trainer.bodies.size(), 11u);
+  EXPECT_EQ(trainer.bodies.back()["batch_id"], trainer.bodies.front()["batch_id"]);
+  EXPECT_EQ(trainer.bodies.back()["entries"].size(), 3u);
+  fb.flush();  // then what the buffer kept
+  c = fb.counts();
+  EXPECT_EQ(c.acknowledged, 7u);
   EXPECT_EQ(c.queued, 0u);
   expect_balanced(c);
 }
