@@ -1,15 +1,17 @@
 #include "epp/app/epp_app.h"
 
-#include <prometheus/registry.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
+#include <functional>
 #include <list>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
 #include "common/http/router.h"
@@ -57,6 +59,7 @@ discovery::LeaderElectionConfig resolve_leader_election(const EppOptions& o) {
   return lc;
 }
 
+// The health and the metrics server: one thread each, answering /healthz, /readyz, /metrics.
 http::ServerOptions admin_server(const std::string& host, uint16_t port) {
   http::ServerOptions ho;
   ho.io_threads = 1;

@@ -24,8 +24,9 @@ struct EppOptions {
   std::string log_level;
   std::chrono::milliseconds reload_check{1000};
 
-  // Proxy mode (host, port, limits, timeouts). proxy.host is also the address of every other
-  // listener whose own host flag is empty; the hosts below are resolved, never empty.
+  // Proxy mode (host, port, limits, timeouts; not_serving and the upstream counters are left
+  // for the app to set). proxy.host is also the address of every other listener whose own host
+  // flag is empty; the hosts below are resolved, never empty.
   ProxyOptions proxy;
   std::string health_host;
   uint16_t health_port = 9003;
