@@ -34,11 +34,19 @@ class FlagTable {
   void number(const std::string& name, const std::string& env, const std::string& default_value,
               const std::string& help, Range<double> range, std::function<void(double)> set);
 
-  // After Options::parse: hands every row's value to its setter.
+  // Rows added from here on are read (and so checked) only when `condition` holds at read time;
+  // it may look at fields that rows earlier in the table filled. always() ends the group.
+  void when(std::function<bool()> condition) { condition_ = std::move(condition); }
+  void always() { condition_ = nullptr; }
+
+  // After Options::parse: hands every row's value to its setter, in table order.
   void read() const;
 
  private:
+  void add_read(std::function<void()> read);
+
   Options& options_;
+  std::function<bool()> condition_;
   std::vector<std::function<void()>> reads_;
 };
 

@@ -29,9 +29,11 @@ void add_kubernetes_flags(config::FlagTable& t, EppOptions& e) {
   t.text("pool-selector", "EPP_POOL_SELECTOR", "",
          "Kubernetes discovery without an InferencePool: pod labels k=v[,k2=v2]",
          into(e.pool_selector));
+  t.when([&e] { return e.discover(); });  // checked only with discovery, as ever
   t.integer("target-port", "EPP_TARGET_PORT", "8000",
             "Kubernetes discovery: the pods' serving port (an InferencePool's port wins)",
             {1, 65535}, cast_into(d.target_port));
+  t.always();
   t.text("kube-api-url", "EPP_KUBE_API_URL", "",
          "Kubernetes API server (http(s)://host:port; default: in-cluster, e.g. kubectl proxy "
          "at http://127.0.0.1:8001 outside)",
@@ -49,6 +51,7 @@ void add_kubernetes_flags(config::FlagTable& t, EppOptions& e) {
             "Active-passive replicas: only the holder of a coordination.k8s.io/v1 Lease is ready "
             "and serves; the others stand by warm (pods, metrics, predictions) and answer 503",
             into(e.leader_elect));
+  t.when([&e] { return e.leader_elect; });  // checked only with leader election, as ever
   t.integer("leader-elect-lease-duration", "EPP_LEADER_ELECT_LEASE_DURATION_S", "15",
             "Leader election: whole seconds a Lease stays valid without renewal (a standby "
             "takes it over after this long)",
@@ -61,6 +64,7 @@ void add_kubernetes_flags(config::FlagTable& t, EppOptions& e) {
            "Leader election: seconds between renewals (leader) or attempts to acquire "
            "(standby)",
            {0.001, 3600}, seconds_into(l.retry_period));
+  t.always();
   t.text("leader-elect-lease-name", "EPP_LEADER_ELECT_LEASE_NAME", "",
          "Leader election: the Lease (default llmd-epp-<pool-name>, or llmd-epp)",
          into(l.lease_name));
@@ -119,6 +123,8 @@ void add_flags(config::FlagTable& t, EppOptions& e, std::string& health_host,
             into(e.feedback.streaming_mode));
   t.boolean("prediction-based-scheduling", "PREDICTION_BASED_SCHEDULING", "true",
             "Default of the x-prediction-based-scheduling header", into(p.default_prediction));
+  // Checked only with a predictor (unused without one; the EPP has never refused them then).
+  t.when([&e] { return !e.prediction_server_url.empty(); });
   t.integer("prediction-deadline-ms", "PREDICTION_DEADLINE_MS", "50",
             "Wait for predictions at most this", {1, 60000},
             count_into(e.predictor.request_deadline));
@@ -127,6 +133,7 @@ void add_flags(config::FlagTable& t, EppOptions& e, std::string& health_host,
   t.boolean("coalesce-adaptive", "PREDICTION_COALESCE_ADAPTIVE", "true",
             "Send a batch at once while none is in flight (the window runs only while one is)",
             into(e.predictor.adaptive_coalescing));
+  t.always();
   t.integer("io-threads", "EPP_IO_THREADS", "2", "Proxy I/O threads", {1, 64},
             cast_into(p.io_threads));
   t.integer("header-timeout-ms", "EPP_HEADER_TIMEOUT_MS", "10000",

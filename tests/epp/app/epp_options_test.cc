@@ -72,6 +72,9 @@ const EnvVars kNoEnv = {
     {"EPP_OUTLIER_BASE_EJECTION_MS", std::nullopt},
     {"EPP_OUTLIER_MAX_EJECTION_MS", std::nullopt},
     {"EPP_LEADER_ELECT_RENEW_DEADLINE_S", std::nullopt},
+    {"EPP_LEADER_ELECT", std::nullopt},
+    {"EPP_TARGET_PORT", std::nullopt},
+    {"PREDICTION_DEADLINE_MS", std::nullopt},
 };
 
 TEST(EppOptions, DefaultsAreTheDocumentedOnes) {
@@ -92,30 +95,52 @@ TEST(EppOptions, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(o->proxy.body_budget, 256u << 20);
   EXPECT_EQ(o->proxy.upstream_first_byte_timeout, milliseconds(30000));
   EXPECT_TRUE(o->prediction_server_url.empty());
-  EXPECT_EQ(o->predictor.request_deadline, milliseconds(50));
-  EXPECT_EQ(o->predictor.coalesce_window, std::chrono::microseconds(1000));
   EXPECT_EQ(o->outliers.consecutive_failures, 5);
   EXPECT_EQ(o->outliers.base_ejection, milliseconds(30000));
   EXPECT_EQ(o->outliers.max_ejection, milliseconds(300000));
   EXPECT_DOUBLE_EQ(o->outliers.panic_threshold_percent, 50);
   EXPECT_FALSE(o->discover());
   EXPECT_FALSE(o->leader_elect);
-  EXPECT_EQ(o->leader_election.lease_duration, std::chrono::seconds(15));
-  EXPECT_EQ(o->leader_election.renew_deadline, milliseconds(10000));
-  EXPECT_EQ(o->leader_election.retry_period, milliseconds(2000));
-  EXPECT_EQ(o->discovery.target_port, 8000);
+  // The defaults of the options that are read only when their feature is on.
+  const auto on = parse({"--prediction-server-url", "http://127.0.0.1:8001", "--pool-selector",
+                         "app=vllm", "--leader-elect", "true"});
+  ASSERT_TRUE(on);
+  EXPECT_EQ(on->predictor.request_deadline, milliseconds(50));
+  EXPECT_EQ(on->predictor.coalesce_window, std::chrono::microseconds(1000));
+  EXPECT_TRUE(on->predictor.adaptive_coalescing);
+  EXPECT_EQ(on->discovery.target_port, 8000);
+  EXPECT_EQ(on->leader_election.lease_duration, std::chrono::seconds(15));
+  EXPECT_EQ(on->leader_election.renew_deadline, milliseconds(10000));
+  EXPECT_EQ(on->leader_election.retry_period, milliseconds(2000));
+}
+
+// As the EPP has always done: a value of a feature that is off is not looked at, so a bad one
+// there does not stop the EPP; the same value with the feature on does.
+TEST(EppOptions, OptionsOfAFeatureThatIsOffAreNotChecked) {
+  ScopedEnv env(kNoEnv);
+  EXPECT_TRUE(parse({"--prediction-deadline-ms", "0", "--coalesce-adaptive", "maybe"}));
+  EXPECT_EQ(error_of({"--prediction-deadline-ms", "0", "--prediction-server-url", "http://a:1"}),
+            "--prediction-deadline-ms / PREDICTION_DEADLINE_MS: 0 is out of range [1, 60000]");
+  EXPECT_TRUE(parse({"--target-port", "0"}));
+  EXPECT_EQ(error_of({"--target-port", "0", "--pool-name", "pool"}),
+            "--target-port / EPP_TARGET_PORT: 0 is out of range [1, 65535]");
+  EXPECT_TRUE(parse({"--leader-elect-retry-period", "x"}));
+  EXPECT_EQ(error_of({"--leader-elect-retry-period", "x", "--leader-elect", "on"}),
+            "--leader-elect-retry-period / EPP_LEADER_ELECT_RETRY_PERIOD_S: expected a number, "
+            "got 'x'");
 }
 
 TEST(EppOptions, EnvFillsWhatNoFlagGivesAndEmptyHostsFollowTheProxyHost) {
   ScopedEnv env(EnvVars{{"EPP_HOST", "0.0.0.0"},
-                 {"EPP_HEALTH_HOST", "10.0.0.7"},
-                 {"EPP_METRICS_HOST", std::nullopt},
-                 {"EPP_EXT_PROC_HOST", std::nullopt},
-                 {"EPP_PORT", "9191"},
-                 {"EPP_DRAIN_TIMEOUT_S", "1.5"},
-                 {"EPP_POOL_SELECTOR", "app=vllm, tier = decode"},
-                 {"EPP_POOL_NAME", std::nullopt},
-                 {"EPP_LEADER_ELECT_RENEW_DEADLINE_S", "0.25"}});
+                        {"EPP_HEALTH_HOST", "10.0.0.7"},
+                        {"EPP_METRICS_HOST", std::nullopt},
+                        {"EPP_EXT_PROC_HOST", std::nullopt},
+                        {"EPP_PORT", "9191"},
+                        {"EPP_DRAIN_TIMEOUT_S", "1.5"},
+                        {"EPP_POOL_SELECTOR", "app=vllm, tier = decode"},
+                        {"EPP_POOL_NAME", std::nullopt},
+                        {"EPP_LEADER_ELECT", "true"},
+                        {"EPP_LEADER_ELECT_RENEW_DEADLINE_S", "0.25"}});
   const auto o = parse({"--port", "7000"});
   ASSERT_TRUE(o);
   EXPECT_EQ(o->proxy.port, 7000) << "a flag wins over its env";
