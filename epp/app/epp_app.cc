@@ -1,0 +1,395 @@
+#include "epp/app/epp_app.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <functional>
+#include <list>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <prometheus/registry.h>
+#include <spdlog/spdlog.h>
+
+#include "common/http/router.h"
+#include "common/http/server.h"
+#include "common/metrics/exposition.h"
+#include "epp/app/config_reloader.h"
+#include "epp/app/epp_metrics.h"
+#include "epp/datastore/prefix_index.h"
+#include "epp/datastore/scraper.h"
+#include "epp/extproc/ext_proc_server.h"
+#include "epp/feedback/request_metrics.h"
+#include "epp/plugins/register.h"
+#include "epp/proxy/admission_gate.h"
+#include "epp/scheduler/config_loader.h"
+#include "epp/scheduler/director.h"
+#include "epp/scheduler/metrics.h"
+#include "epp/scheduling_port.h"
+
+namespace llmd::epp {
+
+namespace asio = boost::asio;
+
+namespace {
+
+// The defaults the --leader-elect-* flags describe, resolved on this machine.
+discovery::LeaderElectionConfig resolve_leader_election(const EppOptions& o) {
+  discovery::LeaderElectionConfig lc = o.leader_election;
+  if (lc.identity.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) == 0) {
+      lc.identity = host;
+    }
+  }
+  if (lc.lease_name.empty()) {
+    const std::string& pool = o.discovery.pool_name;
+    lc.lease_name = pool.empty() ? "llmd-epp" : "llmd-epp-" + pool;
+  }
+  if (lc.lease_namespace.empty()) {
+    lc.lease_namespace = o.discovery.pool_namespace;
+  }
+  if (lc.lease_namespace.empty()) {
+    lc.lease_namespace =
+        discovery::service_account_namespace(discovery::DiscoveryOptions{}.namespace_file);
+  }
+  return lc;
+}
+
+// The health and the metrics server: one thread each, answering /healthz, /readyz, /metrics.
+http::ServerOptions admin_server(const std::string& host, uint16_t port) {
+  http::ServerOptions ho;
+  ho.io_threads = 1;
+  // Probes and scrapes are answered even while clients hold every descriptor the proxy may use.
+  ho.max_connections = 64;
+  ho.descriptors_per_connection = 0;
+  ho.host = host;
+  ho.port = port;
+  return ho;
+}
+
+// A task run every `period` on the timer thread, counted from the end of its previous run (the
+// rhythm of the sleeping loops it replaced), so a slow run delays the next instead of piling up.
+struct Periodic {
+  Periodic(asio::io_context& io, std::chrono::milliseconds period, std::function<void()> fn)
+      : timer(io), period(period), fn(std::move(fn)) {}
+  void arm() {
+    timer.expires_after(period);
+    timer.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) {
+        fn();
+        arm();
+      }
+    });
+  }
+  asio::steady_timer timer;
+  const std::chrono::milliseconds period;
+  const std::function<void()> fn;
+};
+
+}  // namespace
+
+struct EppApp::Impl {
+  explicit Impl(const EppOptions& o);
+
+  LoadResult load(const EppFileConfig& c);
+  std::string apply(const EppFileConfig& next);
+  // nullopt on the leader (or without election), else a standby's answer to every request.
+  std::optional<std::string> standby() const;
+  // nullopt when this EPP can serve, else why not (/readyz, gRPC readiness).
+  std::optional<std::string> not_ready(std::size_t& ready_pods) const;
+  void add_admin_routes();
+  void every(std::chrono::milliseconds period, std::function<void()> fn);
+  void start();
+  void drain();
+  void stop();
+
+  const EppOptions options;
+  const PodSource pod_source;
+  const EppFileConfig file_cfg;  // as loaded at start-up
+  prometheus::Registry registry;
+  SchedulerMetrics sched_metrics{registry};
+  PrefixIndex prefix_index;
+  std::unique_ptr<predictor_client::PredictorClient> predictions;
+  PluginRegistry plugins;
+  Handle handle{prefix_index, predictions.get(), nullptr, nullptr};
+  const LoadResult loaded;
+  DecisionLog decision_log;
+  Director director;
+  PodRegistry pods;
+  Scraper scraper;
+  TrainingFeedback feedback;
+  RequestMetrics request_metrics{registry};
+  CompletionFanout sinks;
+  EppSchedulingPort port;
+  AdmissionGate gate;
+  std::unique_ptr<discovery::LeaderElector> elector;
+  EppMetrics epp_metrics;
+  std::unique_ptr<ProxyServer> proxy;
+  std::unique_ptr<extproc::ExtProcServer> ext_proc;
+  http::Router admin;
+  http::HttpServer health;
+  http::HttpServer metrics_server;
+  std::unique_ptr<discovery::PodDiscovery> pod_discovery;
+  std::atomic<bool> draining{false};
+
+  asio::io_context timer_io;
+  std::list<Periodic> periodic;  // a list: each handler holds its task's address
+  std::unique_ptr<ConfigReloader> reloader;
+  std::thread proxy_thread, health_thread, metrics_thread, timer_thread;
+};
+
+EppApp::Impl::Impl(const EppOptions& o)
+    : options(o),
+      pod_source(o.discover() ? PodSource::kKubernetes : PodSource::kConfig),
+      file_cfg(load_epp_config(o.config_path, pod_source)),
+      predictions(o.prediction_server_url.empty()
+                      ? nullptr
+                      : std::make_unique<predictor_client::PredictorClient>(o.predictor, registry)),
+      loaded([this] {
+        register_builtin_plugins(plugins);
+        if (!predictions) {
+          spdlog::warn("no PREDICTION_SERVER_URL: scheduling with the composite fallback only");
+        }
+        LoadResult l = load(file_cfg);
+        if (!l.ok()) {
+          throw std::runtime_error("pipeline config: " + l.error);
+        }
+        return l;
+      }()),
+      decision_log(file_cfg.decision_log.over(o.decision_log), {}, &registry),
+      director(loaded.pipeline, &sched_metrics, &decision_log),
+      pods(file_cfg.staleness),
+      scraper(ScraperOptions{file_cfg.scrape_interval}, pods),
+      feedback(o.feedback, &registry),
+      port(director, pods, predictions.get()),
+      gate([this](const std::string& pool) { return port.pool_candidates(pool); }, &registry),
+      elector(o.leader_elect ? std::make_unique<discovery::LeaderElector>(
+                                   resolve_leader_election(o),
+                                   discovery::KubeApiOptions{o.discovery.api_url,
+                                                             o.discovery.token_file,
+                                                             o.discovery.ca_file})
+                             : nullptr),
+      epp_metrics(registry, EppMetricSources{pods, prefix_index, gate, port,
+                                         [this] { return proxy->idle_upstream_connections(); },
+                                         [this] { return !standby(); }}),
+      health(admin_server(o.health_host, o.health_port),
+             [this](http::Request& r) { return admin.route(r); }),
+      metrics_server(admin_server(o.metrics_host, o.metrics_port),
+                     [this](http::Request& r) { return admin.route(r); }) {
+  if (const auto d = decision_log.config(); d.sample_rate > 0) {
+    spdlog::info("decision log: sample rate {}, at most {} lines/s", d.sample_rate,
+                 d.max_lines_per_second);
+  }
+  pods.set_pods(file_cfg.pods);
+  pods.configure_outlier_detection(o.outliers);
+  request_metrics.set_pool_serves([this](const std::string& model) {
+    return pods.serves_model(model);
+  });
+  sinks.add(feedback);
+  sinks.add(request_metrics);
+  port.set_config(file_cfg.objectives, file_cfg.load_balancing, director.pipeline());
+  gate.configure(file_cfg.router_queue);
+  sinks.add(port);
+
+  ProxyOptions po = o.proxy;
+  po.not_serving = [this] { return standby(); };
+  po.upstream_opened = &epp_metrics.upstream_opened();
+  po.upstream_reused = &epp_metrics.upstream_reused();
+  proxy = std::make_unique<ProxyServer>(po, port, pods, sinks, &gate);
+  if (o.ext_proc_port > 0) {
+    extproc::ExtProcServerOptions eo;
+    eo.host = o.ext_proc_host;
+    eo.port = o.ext_proc_port;
+    eo.stream.body_limit = po.body_limit;
+    eo.stream.default_prediction = po.default_prediction;
+    eo.stream.forward_priority = po.forward_priority;
+    eo.stream.not_serving = po.not_serving;
+    eo.stream.allow_debug_header = po.allow_debug_header;
+    ext_proc = std::make_unique<extproc::ExtProcServer>(
+        eo, extproc::ExtProcServices{&port, &pods, &sinks, &gate});
+  }
+  add_admin_routes();
+  if (o.discover()) {
+    pod_discovery = std::make_unique<discovery::PodDiscovery>(
+        o.discovery, [this](const std::vector<PodConfig>& endpoints) { pods.set_pods(endpoints); });
+  }
+}
+
+LoadResult EppApp::Impl::load(const EppFileConfig& c) {
+  return c.pipeline_path.empty()
+             ? load_pipeline(c.pipeline_text, plugins, handle, &sched_metrics)
+             : load_pipeline_file(c.pipeline_path, plugins, handle, &sched_metrics);
+}
+
+std::string EppApp::Impl::apply(const EppFileConfig& next) {
+  LoadResult l = load(next);
+  if (!l.ok()) {
+    return l.error;
+  }
+  if (!options.discover()) {
+    pods.set_pods(next.pods);  // with discovery the API server owns the pod set
+  }
+  port.set_config(next.objectives, next.load_balancing, l.pipeline);
+  gate.configure(next.router_queue);
+  decision_log.configure(next.decision_log.over(options.decision_log));
+  return "";
+}
+
+std::optional<std::string> EppApp::Impl::standby() const {
+  if (!elector || elector->leading()) {
+    return std::nullopt;
+  }
+  const std::string leader = elector->leader();
+  return "Not the leader: this EPP replica is a standby" +
+         (leader.empty() ? std::string() : " (the leader is " + leader + ")");
+}
+
+std::optional<std::string> EppApp::Impl::not_ready(std::size_t& ready_pods) const {
+  if (draining) {
+    return "Draining: shutting down";
+  }
+  if (auto reason = standby()) {
+    return reason;
+  }
+  ready_pods = pods.ready_count(std::chrono::steady_clock::now());
+  if (ready_pods == 0) {
+    return "No ready model server pods";
+  }
+  return std::nullopt;
+}
+
+void EppApp::Impl::add_admin_routes() {
+  admin.add("GET", "/healthz", [](http::Request&) {
+    return http::Response::json(200, nlohmann::json{{"status", "ok"}});
+  });
+  admin.add("GET", "/readyz", [this](http::Request&) {
+    std::size_t ready = 0;
+    if (auto reason = not_ready(ready)) {
+      return http::Response::detail(503, *reason);
+    }
+    return http::Response::json(200, nlohmann::json{{"status", "ready"}, {"ready_pods", ready}});
+  });
+  admin.add("GET", "/metrics", [this](http::Request&) {
+    return http::Response::text(200, epp_metrics.collect(), llmd::metrics::kContentType);
+  });
+}
+
+void EppApp::Impl::every(std::chrono::milliseconds period, std::function<void()> fn) {
+  periodic.emplace_back(timer_io, period, std::move(fn)).arm();
+}
+
+void EppApp::Impl::start() {
+  if (pod_discovery) {
+    pod_discovery->start();
+    spdlog::info("pods from Kubernetes: {}", options.discovery.pool_name.empty()
+                                                 ? "selector " + options.pool_selector
+                                                 : "InferencePool " + options.discovery.pool_name);
+  }
+  proxy->start();
+  if (ext_proc) {
+    ext_proc->start();
+    spdlog::info("gateway mode: ext_proc gRPC on {}:{}", options.ext_proc_host, ext_proc->port());
+  }
+  health.start();
+  metrics_server.start();
+  scraper.start();
+  if (elector) {
+    elector->start();
+  }
+  feedback.start();
+  health_thread = std::thread([this] { health.run(false); });
+  metrics_thread = std::thread([this] { metrics_server.run(false); });
+
+  reloader = std::make_unique<ConfigReloader>(
+      options.config_path, pod_source, file_cfg,
+      [this](const EppFileConfig& next) { return apply(next); });
+  every(options.reload_check, [this] { reloader->check(); });
+  // The router queue also drains on fresh scrapes and expires waiters by its timeout.
+  every(std::chrono::milliseconds(5), [this] { gate.tick(); });
+  if (ext_proc) {
+    // Keeps the gRPC readiness (gateway mode) in step with /readyz.
+    every(std::chrono::milliseconds(100), [this, grpc_ready = std::optional<bool>()]() mutable {
+      std::size_t ready_pods = 0;
+      const bool ready = !not_ready(ready_pods);
+      if (grpc_ready != ready) {
+        grpc_ready = ready;
+        ext_proc->set_ready(ready);
+      }
+    });
+  }
+  timer_thread = std::thread([this] { timer_io.run(); });
+
+  spdlog::info("epp proxy on {}:{}, health {}:{}, metrics {}:{}; {} pods; predictions {}; "
+               "feedback {}",
+               options.proxy.host, proxy->port(), options.health_host, health.port(),
+               options.metrics_host, metrics_server.port(), file_cfg.pods.size(),
+               predictions ? options.prediction_server_url : "off",
+               options.feedback.trainer_url.empty() ? "off" : options.feedback.trainer_url);
+  spdlog::info("policies: {} objectives, {} model-level routing rules, router queue {}",
+               file_cfg.objectives->size(),
+               file_cfg.load_balancing ? file_cfg.load_balancing->rules.size() : 0,
+               file_cfg.router_queue ? std::string(to_string(file_cfg.router_queue->queue.policy))
+                                     : std::string("off"));
+  proxy_thread = std::thread([this] { proxy->run(); });
+}
+
+void EppApp::Impl::drain() {
+  // Readiness drops first so the load balancer stops sending; requests in flight finish.
+  draining = true;
+  // A leader hands its Lease over now, so that a standby serves within its retry period while
+  // the requests in flight here finish.
+  std::thread hand_over([this] {
+    if (elector) {
+      elector->stop();
+    }
+  });
+  std::thread ext_proc_drain([this] {
+    if (ext_proc) {
+      ext_proc->shutdown(options.drain_timeout);  // streams in flight finish, new ones refused
+    }
+  });
+  proxy->drain(options.drain_timeout);
+  ext_proc_drain.join();
+  hand_over.join();
+}
+
+void EppApp::Impl::stop() {
+  // The timers keep running through drain(): queued requests still need the gate's tick.
+  proxy->stop();
+  if (proxy_thread.joinable()) {
+    proxy_thread.join();
+  }
+  health.stop();
+  metrics_server.stop();
+  if (health_thread.joinable()) {
+    health_thread.join();
+  }
+  if (metrics_thread.joinable()) {
+    metrics_thread.join();
+  }
+  timer_io.stop();
+  if (timer_thread.joinable()) {
+    timer_thread.join();
+  }
+  if (pod_discovery) {
+    pod_discovery->stop();
+  }
+  scraper.stop();
+  feedback.stop();
+}
+
+EppApp::EppApp(const EppOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+
+EppApp::~EppApp() { stop(); }
+
+void EppApp::start() { impl_->start(); }
+
+void EppApp::drain() { impl_->drain(); }
+
+void EppApp::stop() { impl_->stop(); }
+
+}  // namespace llmd::epp

@@ -1,0 +1,75 @@
+#pragma once
+// The EPP's own /metrics families: pool state, outlier ejections, per-pod bookkeeping,
+// correction factors, model-level routing, leadership and upstream connections. Most are
+// gauges computed when Prometheus scrapes (collect()), so the request path never touches them.
+// The components' own families (scheduler, predictor client, gate, feedback, requests) register
+// themselves.
+//
+// Threading: collect() runs on the metrics server's thread; the ejection counter is bumped on
+// whichever thread ejects a pod. Both are safe: prometheus-cpp metrics are thread-safe.
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace prometheus {
+class Counter;
+class Gauge;
+class Registry;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace llmd::epp {
+
+class AdmissionGate;
+class EppSchedulingPort;
+class PodRegistry;
+class PrefixIndex;
+
+// What collect() reads; everything outlives the EppMetrics.
+struct EppMetricSources {
+  PodRegistry& pods;
+  PrefixIndex& prefix_index;
+  const AdmissionGate& gate;
+  const EppSchedulingPort& port;
+  std::function<std::size_t()> idle_upstream_connections;
+  std::function<bool()> serving;  // this replica leads (or there is no election)
+};
+
+class EppMetrics {
+ public:
+  // Registers the families, and counts ejections through pods.set_ejection_listener.
+  EppMetrics(prometheus::Registry& registry, EppMetricSources sources);
+
+  // Handed to the proxy (ProxyOptions::upstream_opened / upstream_reused).
+  prometheus::Counter& upstream_opened() { return *upstream_opened_; }
+  prometheus::Counter& upstream_reused() { return *upstream_reused_; }
+
+  // Sets the scrape-time gauges, then serialises the whole registry.
+  std::string collect();
+
+ private:
+  prometheus::Registry& registry_;
+  EppMetricSources sources_;
+  prometheus::Gauge* leader_;
+  prometheus::Counter* upstream_opened_;
+  prometheus::Counter* upstream_reused_;
+  prometheus::Gauge* ready_;
+  prometheus::Gauge* kv_;
+  prometheus::Gauge* queue_;
+  prometheus::Gauge* prefix_blocks_;
+  prometheus::Gauge* prefix_hit_;
+  prometheus::Gauge* queue_length_;
+  prometheus::Gauge* healthy_;
+  prometheus::Gauge* ejected_;
+  prometheus::Gauge* panic_;
+  prometheus::Gauge* idle_upstream_;
+  prometheus::Family<prometheus::Gauge>* pod_ejected_;
+  prometheus::Family<prometheus::Gauge>* in_flight_;
+  prometheus::Family<prometheus::Gauge>* residual_;
+  prometheus::Family<prometheus::Gauge>* bound_;
+  prometheus::Family<prometheus::Gauge>* step_;
+  prometheus::Family<prometheus::Gauge>* routing_;
+};
+
+}  // namespace llmd::epp

@@ -1,0 +1,194 @@
+// The EPP's flag table: defaults, env fallbacks, precedence and the errors of bad values. The
+// deploy manifests and the e2e tests rely on these names and defaults.
+#include "epp/app/epp_options.h"
+
+#include <stdlib.h>
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace llmd::epp {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Sets (or, with nullopt, unsets) environment variables for one test and restores them after.
+using EnvVars = std::map<std::string, std::optional<std::string>>;
+
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const EnvVars& vars) {
+    for (const auto& [name, value] : vars) {
+      const char* old = std::getenv(name.c_str());
+      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
+      set(name, value);
+    }
+  }
+  ~ScopedEnv() {
+    for (const auto& [name, value] : saved_) {
+      set(name, value);
+    }
+  }
+
+ private:
+  static void set(const std::string& name, const std::optional<std::string>& value) {
+    if (value) {
+      setenv(name.c_str(), value->c_str(), 1);
+    } else {
+      unsetenv(name.c_str());
+    }
+  }
+  EnvVars saved_;
+};
+
+std::optional<EppOptions> parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "epp");
+  std::vector<char*> argv;
+  for (auto& a : args) {
+    argv.push_back(a.data());
+  }
+  return parse_epp_options(static_cast<int>(argv.size()), argv.data());
+}
+
+std::string error_of(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+const EnvVars kNoEnv = {
+    {"EPP_HOST", std::nullopt},         {"EPP_PORT", std::nullopt},
+    {"EPP_HEALTH_HOST", std::nullopt},  {"EPP_METRICS_HOST", std::nullopt},
+    {"EPP_EXT_PROC_HOST", std::nullopt}, {"EPP_DRAIN_TIMEOUT_S", std::nullopt},
+    {"EPP_POOL_NAME", std::nullopt},    {"EPP_POOL_SELECTOR", std::nullopt},
+    {"EPP_IO_THREADS", std::nullopt},   {"PREDICTION_SERVER_URL", std::nullopt},
+    {"EPP_OUTLIER_BASE_EJECTION_MS", std::nullopt},
+    {"EPP_OUTLIER_MAX_EJECTION_MS", std::nullopt},
+    {"EPP_LEADER_ELECT_RENEW_DEADLINE_S", std::nullopt},
+    {"EPP_LEADER_ELECT", std::nullopt},
+    {"EPP_TARGET_PORT", std::nullopt},
+    {"PREDICTION_DEADLINE_MS", std::nullopt},
+};
+
+TEST(EppOptions, DefaultsAreTheDocumentedOnes) {
+  ScopedEnv env(kNoEnv);
+  const auto o = parse({});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->proxy.host, "127.0.0.1");
+  EXPECT_EQ(o->proxy.port, 8080);
+  EXPECT_EQ(o->health_host, "127.0.0.1");
+  EXPECT_EQ(o->health_port, 9003);
+  EXPECT_EQ(o->metrics_host, "127.0.0.1");
+  EXPECT_EQ(o->metrics_port, 9090);
+  EXPECT_EQ(o->ext_proc_port, 0);
+  EXPECT_EQ(o->drain_timeout, milliseconds(25000));
+  EXPECT_EQ(o->reload_check, milliseconds(1000));
+  EXPECT_EQ(o->proxy.io_threads, 2);
+  EXPECT_EQ(o->proxy.body_limit, 16u << 20);
+  EXPECT_EQ(o->proxy.body_budget, 256u << 20);
+  EXPECT_EQ(o->proxy.upstream_first_byte_timeout, milliseconds(30000));
+  EXPECT_TRUE(o->prediction_server_url.empty());
+  EXPECT_EQ(o->outliers.consecutive_failures, 5);
+  EXPECT_EQ(o->outliers.base_ejection, milliseconds(30000));
+  EXPECT_EQ(o->outliers.max_ejection, milliseconds(300000));
+  EXPECT_DOUBLE_EQ(o->outliers.panic_threshold_percent, 50);
+  EXPECT_FALSE(o->discover());
+  EXPECT_FALSE(o->leader_elect);
+  // The defaults of the options that are read only when their feature is on.
+  const auto on = parse({"--prediction-server-url", "http://127.0.0.1:8001", "--pool-selector",
+                         "app=vllm", "--leader-elect", "true"});
+  ASSERT_TRUE(on);
+  EXPECT_EQ(on->predictor.request_deadline, milliseconds(50));
+  EXPECT_EQ(on->predictor.coalesce_window, std::chrono::microseconds(1000));
+  EXPECT_TRUE(on->predictor.adaptive_coalescing);
+  EXPECT_EQ(on->discovery.target_port, 8000);
+  EXPECT_EQ(on->leader_election.lease_duration, std::chrono::seconds(15));
+  EXPECT_EQ(on->leader_election.renew_deadline, milliseconds(10000));
+  EXPECT_EQ(on->leader_election.retry_period, milliseconds(2000));
+}
+
+// As the EPP has always done: a value of a feature that is off is not looked at, so a bad one
+// there does not stop the EPP; the same value with the feature on does.
+TEST(EppOptions, OptionsOfAFeatureThatIsOffAreNotChecked) {
+  ScopedEnv env(kNoEnv);
+  EXPECT_TRUE(parse({"--prediction-deadline-ms", "0", "--coalesce-adaptive", "maybe"}));
+  EXPECT_EQ(error_of({"--prediction-deadline-ms", "0", "--prediction-server-url", "http://a:1"}),
+            "--prediction-deadline-ms / PREDICTION_DEADLINE_MS: 0 is out of range [1, 60000]");
+  EXPECT_TRUE(parse({"--target-port", "0"}));
+  EXPECT_EQ(error_of({"--target-port", "0", "--pool-name", "pool"}),
+            "--target-port / EPP_TARGET_PORT: 0 is out of range [1, 65535]");
+  EXPECT_TRUE(parse({"--leader-elect-retry-period", "x"}));
+  EXPECT_EQ(error_of({"--leader-elect-retry-period", "x", "--leader-elect", "on"}),
+            "--leader-elect-retry-period / EPP_LEADER_ELECT_RETRY_PERIOD_S: expected a number, "
+            "got 'x'");
+}
+
+TEST(EppOptions, EnvFillsWhatNoFlagGivesAndEmptyHostsFollowTheProxyHost) {
+  ScopedEnv env(EnvVars{{"EPP_HOST", "0.0.0.0"},
+                        {"EPP_HEALTH_HOST", "10.0.0.7"},
+                        {"EPP_METRICS_HOST", std::nullopt},
+                        {"EPP_EXT_PROC_HOST", std::nullopt},
+                        {"EPP_PORT", "9191"},
+                        {"EPP_DRAIN_TIMEOUT_S", "1.5"},
+                        {"EPP_POOL_SELECTOR", "app=vllm, tier = decode"},
+                        {"EPP_POOL_NAME", std::nullopt},
+                        {"EPP_LEADER_ELECT", "true"},
+                        {"EPP_LEADER_ELECT_RENEW_DEADLINE_S", "0.25"}});
+  const auto o = parse({"--port", "7000"});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->proxy.port, 7000) << "a flag wins over its env";
+  EXPECT_EQ(o->proxy.host, "0.0.0.0");
+  EXPECT_EQ(o->health_host, "10.0.0.7");
+  EXPECT_EQ(o->metrics_host, "0.0.0.0");
+  EXPECT_EQ(o->ext_proc_host, "0.0.0.0");
+  EXPECT_EQ(o->drain_timeout, milliseconds(1500));
+  EXPECT_EQ(o->leader_election.renew_deadline, milliseconds(250));
+  EXPECT_TRUE(o->discover());
+  EXPECT_EQ(o->discovery.selector,
+            (std::map<std::string, std::string>{{"app", "vllm"}, {"tier", "decode"}}));
+}
+
+TEST(EppOptions, PredictorUrlsAreSplitAndChecked) {
+  ScopedEnv env(kNoEnv);
+  const auto o = parse({"--prediction-server-url", "http://a:8001, http://b:8001"});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->predictor.replica_urls,
+            (std::vector<std::string>{"http://a:8001", "http://b:8001"}));
+  EXPECT_EQ(error_of({"--prediction-server-url", "ftp://a"})
+                .rfind("--prediction-server-url / PREDICTION_SERVER_URL: ", 0),
+            0u);
+}
+
+TEST(EppOptions, BadValuesNameTheFlagAndItsEnv) {
+  ScopedEnv env(kNoEnv);
+  EXPECT_EQ(error_of({"--port", "70000"}), "--port / EPP_PORT: 70000 is out of range [0, 65535]");
+  EXPECT_EQ(error_of({"--reload-check-ms", "5"}),
+            "--reload-check-ms / EPP_RELOAD_CHECK_MS: 5 is out of range [10, inf]");
+  EXPECT_EQ(error_of({"--streaming-mode", "maybe"}),
+            "--streaming-mode / LATENCY_STREAMING_MODE: expected true/false, got 'maybe'");
+  EXPECT_EQ(error_of({"--pool-selector", "app"}), "--pool-selector: expected key=value, got 'app'");
+  EXPECT_EQ(error_of({"--outlier-base-ejection-ms", "1000", "--outlier-max-ejection-ms", "10"}),
+            "outlier max ejection time must be >= the base ejection time");
+  EXPECT_NE(error_of({"--no-such-flag"}).find("no-such-flag"), std::string::npos);
+  ScopedEnv bad_env(EnvVars{{"EPP_IO_THREADS", "two"}});
+  EXPECT_EQ(error_of({}), "--io-threads / EPP_IO_THREADS: expected an integer, got 'two'");
+}
+
+TEST(EppOptions, HelpParsesNothing) {
+  testing::internal::CaptureStdout();
+  const auto o = parse({"--help"});
+  const std::string help = testing::internal::GetCapturedStdout();
+  EXPECT_FALSE(o);
+  EXPECT_NE(help.find("--leader-elect-identity"), std::string::npos);
+  EXPECT_NE(help.find("POD_NAME"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace llmd::epp
