@@ -28,7 +28,7 @@
 #include "epp/plugins/register.h"
 #include "epp/feedback/request_metrics.h"
 #include "epp/proxy/proxy_types.h"
-#include "epp/proxy/request_context.h"
+#include "epp/request/request_context.h"
 #include "epp/scheduler/config_loader.h"
 #include "epp/scheduler/director.h"
 #include "epp/scheduler/registry.h"
@@ -845,15 +845,16 @@ class ClusterRun {
         r.tpot_ms = st.output_tokens > 1 ? st.tpot_ms() : -1;
         // What the proxy records from the stream, then the attempt's end: bookkeeping back,
         // feedback (TPOT sample) and the prefix index learning the answer (the sinks).
-        epp::CompletedRequest& done = f.attempt->record();
-        done.ttft_ms = r.ttft_ms;
-        done.e2e_ms = r.e2e_ms;
-        done.completion_tokens = st.output_tokens;
-        done.cached_tokens = st.cached_tokens;
+        // The engine's times are exact; the steady clock would round them to nanoseconds.
+        epp::ResponseFacts facts;
+        facts.exact_ttft_ms = r.ttft_ms;
+        facts.exact_e2e_ms = r.e2e_ms;
+        facts.completion_tokens = st.output_tokens;
+        facts.cached_tokens = st.cached_tokens;
         if (cfg_.strategy != Strategy::kOracle) {
-          done.continuation_prompt = continuation_text(f, st.output_tokens);
+          facts.continuation_prompt = continuation_text(f, st.output_tokens);
         }
-        f.attempt->answered(200, vclock(e.time_ms));
+        f.attempt->answered(200, vclock(e.time_ms), std::move(facts));
         InFlight moved = std::move(f);
         inflight_.erase(it);
         finish_turn(i, true, &moved);
