@@ -25,9 +25,9 @@
 // the fallback, SSE scanning, timing, feedback) is the RequestFlow's (epp/request); this class
 // is only the protobuf mapping.
 //
-// Threading: the owner serialises on_message() and cancel() (the gRPC reactor holds its
-// mutex); the flow's continuations (predictions, queue wake-ups) run through the owner's
-// `post` under the same serialisation. `emit` is called with that serialisation held.
+// Threading: owned by the stream's strand: on_message() and cancel() are called there, and
+// `post` runs continuations (predictions, queue wake-ups) there, never on the predictor
+// client's or the gate's thread. `emit` is called on the strand.
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -67,7 +67,7 @@ struct ExtProcServices {
 class ExtProcStream : public std::enable_shared_from_this<ExtProcStream> {
  public:
   using Emit = std::function<void(pb::ProcessingResponse)>;
-  // Runs a continuation under the owner's serialisation (callable from any thread).
+  // Runs a continuation on the stream's strand (callable from any thread).
   using Post = std::function<void(std::function<void()>)>;
 
   ExtProcStream(const ExtProcOptions& options, const ExtProcServices& services, Emit emit,
