@@ -28,7 +28,7 @@
 #include "epp/plugins/register.h"
 #include "epp/feedback/request_metrics.h"
 #include "epp/proxy/proxy_types.h"
-#include "epp/request/request_context.h"
+#include "epp/request/request_flow.h"
 #include "epp/scheduler/config_loader.h"
 #include "epp/scheduler/director.h"
 #include "epp/scheduler/registry.h"
@@ -483,9 +483,8 @@ class ClusterRun {
     int64_t input_tokens = 0;
     int64_t max_tokens = 0;
     epp::SchedulingRequest request;  // as scheduled (feedback and the prefix index need it)
-    // The EPP's request lifecycle (what the proxy runs): the context outlives its attempt.
-    std::unique_ptr<epp::RequestContext> context;
-    std::optional<epp::PodAttempt> attempt;
+    // The EPP's request flow (what the proxy and ext_proc run), on the virtual clock.
+    std::shared_ptr<epp::RequestFlow> flow;
     int64_t tokens_streamed = 0;  // what the relayed stream has carried so far
     uint64_t output_seed = 0;
     std::vector<sim::TokenId> question_tokens;
@@ -727,17 +726,10 @@ class ClusterRun {
     sreq.priority = tr.priority < 0 ? 1 : 0;  // vLLM polarity (unused by the FCFS engines)
     f.output_seed = sreq.output_seed;
 
-    int pod = -1;
     ++result_.cycles;
     Replica& rep = next_replica();
-    if (cfg_.strategy == Strategy::kOracle) {
-      pod = oracle_pick(sreq);
-      for (auto& e : candidates(rep)) {
-        if (e.name == pods_[static_cast<std::size_t>(pod)].name) {
-          f.picked = std::move(e);
-        }
-      }
-    } else {
+    const bool oracle = cfg_.strategy == Strategy::kOracle;
+    if (!oracle) {
       epp::SchedulingRequest req;
       req.request_id = "req-" + std::to_string(tr.index);
       req.model = kModel;
@@ -757,26 +749,37 @@ class ClusterRun {
           share_with_peers(k);
         }
       }
-      // The proxy's call; every producer here answers inline (in-process model).
-      std::optional<epp::PickResult> res;
-      rep.port->pick_async(f.request, route_, *rep.port->generation(), rng_, {},
-                        [&res](epp::PickResult r) { res = std::move(r); });
-      if (res->predictions_used) {
-        ++result_.cycles_with_predictions;
-      }
-      if (res->status != 200 || res->ranked.empty()) {
-        fail(i, "HTTP " + std::to_string(res->status) + ": " + res->detail);
-        return;
-      }
-      pod = pod_index_.at(res->ranked[0].name);
-      f.picked = std::move(res->ranked[0]);
-      if (f.picked.latency) {
-        r.predicted_ttft_ms = f.picked.latency->predicted_ttft_ms;
-        r.predicted_tpot_ms = f.picked.latency->predicted_tpot_ms;
-        r.expected_ttft_ms = f.picked.latency->expected_ttft_ms;
-        r.expected_tpot_ms = f.picked.latency->expected_tpot_ms;
-        r.picked_row = epp::feature_row(f.request, f.picked);
-      }
+    }
+    // The EPP's request flow on the virtual clock. Every continuation runs inline: the
+    // in-process producers answer at once and there is no router queue, so the decision is
+    // made inside start_scheduled().
+    oracle_probe_ = {&sreq, &rep};
+    auto flow = epp::RequestFlow::create(
+        epp::FlowOptions{},
+        epp::FlowServices{oracle ? static_cast<epp::SchedulingPort*>(&oracle_port_)
+                                 : rep.port.get(),
+                          &rep.registry, rep.port ? &rep.sinks : nullptr, nullptr, &rng_},
+        [](std::function<void()> continuation) { continuation(); },
+        [this] { return vclock(now_); });
+    std::optional<epp::RequestFlow::Verdict> verdict;
+    flow->start_scheduled(f.request, f.max_tokens,
+                          [&verdict](const epp::RequestFlow::Verdict& v) { verdict = v; });
+    oracle_probe_ = {};
+    if (flow->predictions_used()) {
+      ++result_.cycles_with_predictions;
+    }
+    if (verdict->status != 200) {
+      fail(i, "HTTP " + std::to_string(verdict->status) + ": " + verdict->detail);
+      return;
+    }
+    f.picked = flow->ranked()[0];
+    const int pod = pod_index_.at(f.picked.name);
+    if (!oracle && f.picked.latency) {
+      r.predicted_ttft_ms = f.picked.latency->predicted_ttft_ms;
+      r.predicted_tpot_ms = f.picked.latency->predicted_tpot_ms;
+      r.expected_ttft_ms = f.picked.latency->expected_ttft_ms;
+      r.expected_tpot_ms = f.picked.latency->expected_tpot_ms;
+      r.picked_row = epp::feature_row(f.request, f.picked);
     }
     Pod& p = pods_[static_cast<std::size_t>(pod)];
     std::vector<sim::SimEvent> events;
@@ -784,16 +787,13 @@ class ClusterRun {
     handle_events(events);
     auto sub = p.engine.submit(std::move(sreq));
     if (!sub.accepted) {
-      fail(i, "HTTP 400: " + sub.error);
+      fail(i, "HTTP 400: " + sub.error);  // before any dispatch: no bookkeeping to undo
       return;
     }
     r.pod = pod;
     ++p.requests;
-    f.context = std::make_unique<epp::RequestContext>(
-        epp::LifecycleServices{&rep.registry, rep.port ? &rep.sinks : nullptr, nullptr},
-        vclock(r.sent_ms));
-    f.attempt.emplace(f.context->dispatch(f.request, f.picked, route_, kModel, f.max_tokens, 1,
-                                          vclock(now_)));
+    flow->dispatch();
+    f.flow = std::move(flow);
     f.pod = pod;
     inflight_.emplace(tr.index, std::move(f));
     if (cfg_.request_timeout_ms > 0) {
@@ -818,9 +818,9 @@ class ClusterRun {
       if (e.type == sim::EventType::kToken) {
         ++result_.token_events;
         // The relayed stream's token: the end of one step of its pod (PodStepClock).
-        if (it != inflight_.end() && it->second.attempt) {
+        if (it != inflight_.end() && it->second.flow) {
           InFlight& f = it->second;
-          f.attempt->streamed(++f.tokens_streamed, vclock(e.time_ms));
+          f.flow->tokens(++f.tokens_streamed, vclock(e.time_ms));
         }
         continue;
       }
@@ -831,7 +831,7 @@ class ClusterRun {
       if (e.type == sim::EventType::kFirstToken) {
         ++result_.token_events;
         // The TTFT sample leaves at the first token, as the EPP's TrainingFeedback sends it.
-        f.attempt->streamed(++f.tokens_streamed, vclock(e.time_ms));
+        f.flow->tokens(++f.tokens_streamed, vclock(e.time_ms));
       } else if (e.type == sim::EventType::kFinished) {
         const std::size_t i = static_cast<std::size_t>(e.request_id);
         auto& r = result_.requests[i];
@@ -843,9 +843,9 @@ class ClusterRun {
         r.ttft_ms = st.ttft_ms();
         r.e2e_ms = st.e2e_ms();
         r.tpot_ms = st.output_tokens > 1 ? st.tpot_ms() : -1;
-        // What the proxy records from the stream, then the attempt's end: bookkeeping back,
-        // feedback (TPOT sample) and the prefix index learning the answer (the sinks).
-        // The engine's times are exact; the steady clock would round them to nanoseconds.
+        // What the proxy reads from the stream, then the attempt's end: bookkeeping back,
+        // feedback (TPOT sample) and the prefix index learning the answer (the sinks). The
+        // engine's times are exact; the steady clock would round them to nanoseconds.
         epp::ResponseFacts facts;
         facts.exact_ttft_ms = r.ttft_ms;
         facts.exact_e2e_ms = r.e2e_ms;
@@ -854,7 +854,7 @@ class ClusterRun {
         if (cfg_.strategy != Strategy::kOracle) {
           facts.continuation_prompt = continuation_text(f, st.output_tokens);
         }
-        f.attempt->answered(200, vclock(e.time_ms), std::move(facts));
+        f.flow->response_ended(200, std::move(facts), vclock(e.time_ms));
         InFlight moved = std::move(f);
         inflight_.erase(it);
         finish_turn(i, true, &moved);
@@ -874,7 +874,7 @@ class ClusterRun {
     p.engine.advance_to(now_, events);
     handle_events(events);
     p.engine.abort(id);
-    f.attempt->client_gone(vclock(now_));  // the load client gave up
+    f.flow->client_gone();  // the load client gave up
     reschedule(f.pod);
     fail(static_cast<std::size_t>(id), "timeout");
   }
@@ -912,7 +912,49 @@ class ClusterRun {
   std::vector<std::unique_ptr<InProcessPredictor>> predictors_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::size_t next_replica_ = 0;
-  const epp::Route route_{};  // the default pool, no model-level rule
+  // The oracle as a scheduler: it probes copies of the engines (oracle_pick) instead of
+  // predicting, so the request flow around it is the one the other strategies run.
+  class OraclePort final : public epp::SchedulingPort {
+   public:
+    explicit OraclePort(ClusterRun& run) : run_(run) {}
+    epp::SchedulingGenerationPtr generation() override { return generation_; }
+    epp::Route route(const epp::SchedulingRequest&, const epp::SchedulingGeneration&) override {
+      return {};
+    }
+    void pick_async(const epp::SchedulingRequest&, const epp::Route&,
+                    const epp::SchedulingGeneration&, epp::Rng&, Resume,
+                    std::function<void(epp::PickResult)> done) override {
+      done(run_.oracle_result());
+    }
+    void estimate_service_ms_async(const epp::SchedulingRequest&, int64_t, Resume,
+                                   std::function<void(double)> done) override {
+      done(0);
+    }
+
+   private:
+    ClusterRun& run_;
+    const epp::SchedulingGenerationPtr generation_ =
+        std::make_shared<const epp::SchedulingGeneration>();
+  };
+  // The request being scheduled (set around start_scheduled(); the oracle probes it).
+  struct OracleProbe {
+    const sim::SimRequest* request = nullptr;
+    Replica* replica = nullptr;
+  };
+
+  epp::PickResult oracle_result() {
+    epp::PickResult out;
+    const int pod = oracle_pick(*oracle_probe_.request);
+    for (auto& e : candidates(*oracle_probe_.replica)) {
+      if (e.name == pods_[static_cast<std::size_t>(pod)].name) {
+        out.ranked.push_back(std::move(e));
+      }
+    }
+    return out;
+  }
+
+  OraclePort oracle_port_{*this};
+  OracleProbe oracle_probe_;
   epp::Rng rng_;
   epp::Rng split_rng_{cfg_.seed * 0x2545f4914f6cdd1dull + 29};
   std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> heap_;

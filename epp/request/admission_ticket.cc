@@ -18,7 +18,9 @@ bool AdmissionTicket::needs_service_estimate() const {
 
 bool AdmissionTicket::waiting() const { return state_->waiting; }
 
-void AdmissionTicket::enter(const AdmissionRequest& request, const Post& post, Done done) {
+void AdmissionTicket::enter(const AdmissionRequest& request,
+                            std::chrono::steady_clock::time_point now, const Post& post,
+                            Done done) {
   if (gate_ == nullptr) {
     done(AdmissionVerdict{});
     return;
@@ -41,7 +43,7 @@ void AdmissionTicket::enter(const AdmissionRequest& request, const Post& post, D
       finish(v);
     });
   };
-  auto ticket = gate_->enter(request, std::move(wake));
+  auto ticket = gate_->enter(request, std::move(wake), now);
   if (ticket.queued) {
     queue_id_ = ticket.id;
     state_->waiting = true;

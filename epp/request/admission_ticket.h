@@ -9,6 +9,7 @@
 //
 // Threading: owned by one request, used on its executor only (the gate's wake-up is posted
 // there through the Post given to enter()). The gate itself is thread-safe.
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -34,10 +35,12 @@ class AdmissionTicket {
   bool has_gate() const { return gate_ != nullptr; }
   bool needs_service_estimate() const;
 
-  // Asks the gate for a slot in `request.pool`. `done` runs exactly once with the verdict:
-  // inline when the gate answers at once, else through `post`, unless leave() or the
-  // destructor comes first (then never). Call once.
-  void enter(const AdmissionRequest& request, const Post& post, Done done);
+  // Asks the gate for a slot in `request.pool`, arriving `now` (the owner's clock: queue
+  // waits and expiry are measured from it). `done` runs exactly once with the verdict: inline
+  // when the gate answers at once, else through `post`, unless leave() or the destructor
+  // comes first (then never). Call once.
+  void enter(const AdmissionRequest& request, std::chrono::steady_clock::time_point now,
+             const Post& post, Done done);
   // The request gives up waiting: it leaves the queue and `done` will not run.
   void leave();
   // The request's dispatch now counts in the pod bookkeeping, or it ends without one: the

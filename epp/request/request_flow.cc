@@ -135,7 +135,7 @@ void RequestFlow::enter_queue(double service_ms) {
   // The ticket belongs to this flow: a wake-up that comes after the flow is gone finds the
   // ticket's state, not the flow, and gives the slot back itself.
   std::weak_ptr<RequestFlow> weak = weak_from_this();
-  context_.admission().enter(ar, post_, [weak](const AdmissionVerdict& v) {
+  context_.admission().enter(ar, now(), post_, [weak](const AdmissionVerdict& v) {
     auto self = weak.lock();
     if (!self) {
       return;
