@@ -9,25 +9,13 @@
 #include <thread>
 
 #include "epp/extproc/external_processor.grpc.pb.h"
+#include "tests/epp/extproc/ext_proc_messages.h"
 
 namespace llmd::epp::extproc {
 namespace {
 
-pb::HeaderValue header(const std::string& k, const std::string& v) {
-  pb::HeaderValue h;
-  h.set_key(k);
-  h.set_raw_value(v);
-  return h;
-}
-
-std::string mutation_value(const pb::HeaderMutation& m, const std::string& key) {
-  for (const auto& o : m.set_headers()) {
-    if (o.header().key() == key) {
-      return o.header().raw_value();
-    }
-  }
-  return {};
-}
+using testing::header;
+using testing::mutation_value;
 
 // Answers every pick from a thread of its own, as the predictor client's single I/O thread
 // does, through the `resume` the stream gave; records which thread ran the continuation.
