@@ -1,5 +1,6 @@
 #include "epp/extproc/ext_proc_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <mutex>
@@ -21,7 +22,48 @@ namespace llmd::epp::extproc {
 namespace {
 
 namespace net = boost::asio;
-using Strand = net::strand<net::thread_pool::executor_type>;
+
+// The streams' threads and the only way onto them. A prediction or a router queue wake-up can
+// come back after the server is gone (the predictor client outlives it): a post then finds
+// the pool closed and drops the continuation, whose stream ends as a client that went away.
+// Thread-safe.
+class StreamExecutors {
+ public:
+  explicit StreamExecutors(int threads)
+      : pool_(static_cast<std::size_t>(std::max(1, threads))) {}
+  // Runs what was posted before, then stops the threads; later posts are dropped.
+  void close() {
+    {
+      std::lock_guard lock(mu_);
+      open_ = false;
+    }
+    pool_.join();
+  }
+
+ private:
+  friend class StreamStrand;
+  std::mutex mu_;
+  bool open_ = true;  // guarded by mu_
+  net::thread_pool pool_;
+};
+
+// One stream's strand. Holds its StreamExecutors, which is destroyed (and with it the pool)
+// only after the strand: a strand must not outlive its pool.
+class StreamStrand {
+ public:
+  explicit StreamStrand(std::shared_ptr<StreamExecutors> executors)
+      : executors_(std::move(executors)), strand_(net::make_strand(executors_->pool_)) {}
+  void post(std::function<void()> fn) {
+    std::lock_guard lock(executors_->mu_);
+    if (executors_->open_) {
+      net::post(strand_, std::move(fn));
+    }
+  }
+
+ private:
+  std::shared_ptr<StreamExecutors> executors_;  // declared first: destroyed after the strand
+  net::strand<net::thread_pool::executor_type> strand_;
+};
 
 constexpr char kServiceName[] = "envoy.service.ext_proc.v3.ExternalProcessor";
 
@@ -37,7 +79,7 @@ class ProcessReactor final
  public:
   // The stream lives on `strand`: every call into it is posted there, in arrival order.
   ProcessReactor(const ExtProcOptions& options, const ExtProcServices& services,
-                 std::atomic<int>& active, Strand strand)
+                 std::atomic<int>& active, std::shared_ptr<StreamStrand> strand)
       : active_(active), lock_(std::make_shared<StreamLock>()), strand_(std::move(strand)) {
     ++active_;
     lock_->reactor = this;
@@ -53,7 +95,7 @@ class ProcessReactor final
             }
           }
         },
-        [strand = strand_](std::function<void()> fn) { net::post(strand, std::move(fn)); });
+        [strand = strand_](std::function<void()> fn) { strand->post(std::move(fn)); });
     StartRead(&incoming_);
   }
 
@@ -76,7 +118,7 @@ class ProcessReactor final
     // Swapped out, not copied: a buffered request body travels in one message.
     auto message = std::make_shared<pb::ProcessingRequest>();
     message->Swap(&incoming_);
-    net::post(strand_, [stream = stream_, message] { stream->on_message(*message); });
+    strand_->post([stream = stream_, message] { stream->on_message(*message); });
     StartRead(&incoming_);
   }
 
@@ -85,7 +127,7 @@ class ProcessReactor final
     writing_ = false;
     if (!ok) {
       outgoing_.clear();
-      net::post(strand_, [stream = stream_] { stream->cancel(); });
+      strand_->post([stream = stream_] { stream->cancel(); });
       reads_done_ = true;
     } else {
       outgoing_.pop_front();
@@ -95,7 +137,7 @@ class ProcessReactor final
   }
 
   void OnCancel() override {
-    net::post(strand_, [stream = stream_] { stream->cancel(); });
+    strand_->post([stream = stream_] { stream->cancel(); });
   }
 
   void OnDone() override {
@@ -103,7 +145,7 @@ class ProcessReactor final
       std::lock_guard guard(lock_->mu);
       lock_->reactor = nullptr;
     }
-    net::post(strand_, [stream = std::move(stream_)] { stream->cancel(); });
+    strand_->post([stream = std::move(stream_)] { stream->cancel(); });
     --active_;
     delete this;
   }
@@ -127,7 +169,7 @@ class ProcessReactor final
   // On the strand, after the messages read before: cancel the stream, then finish the RPC once
   // the answers queued so far are written.
   void end_reads(grpc::Status status) {
-    net::post(strand_, [stream = stream_, lock = lock_, status = std::move(status)] {
+    strand_->post([stream = stream_, lock = lock_, status = std::move(status)] {
       stream->cancel();
       std::lock_guard guard(lock->mu);
       if (lock->reactor != nullptr) {
@@ -146,7 +188,7 @@ class ProcessReactor final
 
   std::atomic<int>& active_;
   std::shared_ptr<StreamLock> lock_;
-  Strand strand_;
+  std::shared_ptr<StreamStrand> strand_;
   std::shared_ptr<ExtProcStream> stream_;  // used on strand_ only
   pb::ProcessingRequest incoming_;         // gRPC's read buffer (reads are sequential)
   std::deque<pb::ProcessingResponse> outgoing_;  // guarded by lock_->mu; front() is on the wire
@@ -159,31 +201,35 @@ class ProcessReactor final
 class Service final : public pb::ExternalProcessor::CallbackService {
  public:
   Service(const ExtProcOptions& options, const ExtProcServices& services,
-          std::atomic<int>& active, net::thread_pool& pool)
-      : options_(options), services_(services), active_(active), pool_(pool) {}
+          std::atomic<int>& active, std::shared_ptr<StreamExecutors> executors)
+      : options_(options), services_(services), active_(active),
+        executors_(std::move(executors)) {}
 
   grpc::ServerBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse>* Process(
       grpc::CallbackServerContext*) override {
-    return new ProcessReactor(options_, services_, active_, net::make_strand(pool_.executor()));
+    return new ProcessReactor(options_, services_, active_,
+                              std::make_shared<StreamStrand>(executors_));
   }
 
  private:
   ExtProcOptions options_;
   ExtProcServices services_;
   std::atomic<int>& active_;
-  net::thread_pool& pool_;
+  std::shared_ptr<StreamExecutors> executors_;
 };
 
 }  // namespace
 
 struct ExtProcServer::Impl {
   Impl(ExtProcServerOptions o, ExtProcServices s)
-      : options(std::move(o)), pool(static_cast<std::size_t>(std::max(1, options.threads))),
-        service(options.stream, s, active, pool) {}
+      : options(std::move(o)), executors(std::make_shared<StreamExecutors>(options.threads)),
+        service(options.stream, s, active, executors) {}
+  // The server has stopped (~ExtProcServer): what the streams posted runs, then the threads
+  // end, while the services the streams call are still alive.
+  ~Impl() { executors->close(); }
   ExtProcServerOptions options;
   std::atomic<int> active{0};
-  // The streams' strands; destroyed after the service and the server (joins its threads).
-  net::thread_pool pool;
+  std::shared_ptr<StreamExecutors> executors;
   Service service;
   std::mutex mu;  // guards `server` (readiness and shutdown come from different threads)
   std::unique_ptr<grpc::Server> server;
