@@ -28,7 +28,8 @@
 #include "epp/plugins/register.h"
 #include "epp/feedback/request_metrics.h"
 #include "epp/proxy/proxy_types.h"
-#include "epp/proxy/request_context.h"
+#include "epp/proxy/admission_gate.h"
+#include "epp/request/request_flow.h"
 #include "epp/scheduler/config_loader.h"
 #include "epp/scheduler/director.h"
 #include "epp/scheduler/registry.h"
@@ -231,6 +232,7 @@ enum class EvKind : int {
   kRetrain = 4,  // train_once
   kReady = 5,    // a session's next turn may be sent (its previous turn ended)
   kArrival = 6,  // the next trace arrival
+  kContinue = 7,  // what request flows posted (router queue wake-ups), at the time posted
 };
 
 struct Ev {
@@ -343,6 +345,15 @@ class ClusterRun {
         r.sinks.add(*r.port);
       }
     }
+    if (cfg.router_queue) {
+      for (auto& r : replicas_) {
+        Replica* rep = r.get();
+        r->gate = std::make_unique<epp::AdmissionGate>(
+            [this, rep](const std::string&) { return rep->registry.candidates(vclock(now_)); },
+            nullptr);
+        r->gate->configure(*cfg.router_queue);
+      }
+    }
   }
 
   RunResult run() {
@@ -396,6 +407,9 @@ class ClusterRun {
         case EvKind::kTimeout: on_timeout(static_cast<uint64_t>(ev.id)); break;
         case EvKind::kScrape:
           refresh_metrics(*replicas_[static_cast<std::size_t>(ev.id)]);
+          if (auto& gate = replicas_[static_cast<std::size_t>(ev.id)]->gate) {
+            gate->tick(vclock(now_));  // fresh metrics may free capacity; waits expire
+          }
           if (cfg_.replica_sharing == RunConfig::ReplicaSharing::kAtScrape) {
             share_with_peers(static_cast<std::size_t>(ev.id));
           }
@@ -408,6 +422,15 @@ class ClusterRun {
           push(now_ + 1000, EvKind::kFlush, 0);
           break;
         case EvKind::kRetrain: retrain(); break;
+        case EvKind::kContinue: {
+          continue_pending_ = false;
+          std::deque<std::function<void()>> due;
+          due.swap(continuations_);
+          for (auto& continuation : due) {
+            continuation();
+          }
+          break;
+        }
         case EvKind::kReady: dispatch(static_cast<std::size_t>(ev.id)); break;
         case EvKind::kArrival: {
           const auto i = static_cast<std::size_t>(ev.id);
@@ -462,6 +485,7 @@ class ClusterRun {
     std::unique_ptr<epp::Director> director;
     std::unique_ptr<epp::EppSchedulingPort> port;
     epp::CompletionFanout sinks;
+    std::unique_ptr<epp::AdmissionGate> gate;  // router queue (null: RunConfig has none)
     // Prefix blocks learned since the last exchange with the peers (replica_sharing).
     struct LearnedBlocks {
       std::string pod;
@@ -483,13 +507,20 @@ class ClusterRun {
     int64_t input_tokens = 0;
     int64_t max_tokens = 0;
     epp::SchedulingRequest request;  // as scheduled (feedback and the prefix index need it)
-    // The EPP's request lifecycle (what the proxy runs): the context outlives its attempt.
-    std::unique_ptr<epp::RequestContext> context;
-    std::optional<epp::PodAttempt> attempt;
+    // The EPP's request flow (what the proxy and ext_proc run), on the virtual clock.
+    std::shared_ptr<epp::RequestFlow> flow;
     int64_t tokens_streamed = 0;  // what the relayed stream has carried so far
     uint64_t output_seed = 0;
     std::vector<sim::TokenId> question_tokens;
     std::string question;
+  };
+  // A request whose flow has not decided yet (at once without a router queue).
+  struct Waiting {
+    std::size_t index = 0;
+    InFlight f;
+    sim::SimRequest sreq;
+    Replica* replica = nullptr;
+    std::shared_ptr<epp::RequestFlow> flow;
   };
 
   static std::chrono::steady_clock::time_point vclock(double ms) {
@@ -727,19 +758,13 @@ class ClusterRun {
     sreq.priority = tr.priority < 0 ? 1 : 0;  // vLLM polarity (unused by the FCFS engines)
     f.output_seed = sreq.output_seed;
 
-    int pod = -1;
     ++result_.cycles;
     Replica& rep = next_replica();
-    if (cfg_.strategy == Strategy::kOracle) {
-      pod = oracle_pick(sreq);
-      for (auto& e : candidates(rep)) {
-        if (e.name == pods_[static_cast<std::size_t>(pod)].name) {
-          f.picked = std::move(e);
-        }
-      }
-    } else {
+    const bool oracle = cfg_.strategy == Strategy::kOracle;
+    f.request.request_id = "req-" + std::to_string(tr.index);
+    if (!oracle) {
       epp::SchedulingRequest req;
-      req.request_id = "req-" + std::to_string(tr.index);
+      req.request_id = f.request.request_id;
       req.model = kModel;
       req.prompt_text = s.text.empty() ? f.question : s.text + " " + f.question;
       req.input_tokens = f.input_tokens;
@@ -757,48 +782,83 @@ class ClusterRun {
           share_with_peers(k);
         }
       }
-      // The proxy's call; every producer here answers inline (in-process model).
-      std::optional<epp::PickResult> res;
-      rep.port->pick_async(f.request, route_, *rep.port->generation(), rng_, {},
-                        [&res](epp::PickResult r) { res = std::move(r); });
-      if (res->predictions_used) {
-        ++result_.cycles_with_predictions;
-      }
-      if (res->status != 200 || res->ranked.empty()) {
-        fail(i, "HTTP " + std::to_string(res->status) + ": " + res->detail);
-        return;
-      }
-      pod = pod_index_.at(res->ranked[0].name);
-      f.picked = std::move(res->ranked[0]);
-      if (f.picked.latency) {
-        r.predicted_ttft_ms = f.picked.latency->predicted_ttft_ms;
-        r.predicted_tpot_ms = f.picked.latency->predicted_tpot_ms;
-        r.expected_ttft_ms = f.picked.latency->expected_ttft_ms;
-        r.expected_tpot_ms = f.picked.latency->expected_tpot_ms;
-        r.picked_row = epp::feature_row(f.request, f.picked);
-      }
+    }
+    if (cfg_.request_timeout_ms > 0) {
+      push(now_ + cfg_.request_timeout_ms, EvKind::kTimeout, static_cast<int64_t>(tr.index));
+    }
+    // The EPP's request flow on the virtual clock. Without a router queue every continuation
+    // runs inline (the in-process producers answer at once), so the decision comes inside
+    // start_scheduled(); a request the queue holds is decided when a kContinue event runs the
+    // gate's wake-up.
+    epp::RequestFlow::Post post = [](std::function<void()> continuation) { continuation(); };
+    if (rep.gate) {
+      post = [this](std::function<void()> continuation) {
+        continuations_.push_back(std::move(continuation));
+        if (!continue_pending_) {
+          continue_pending_ = true;
+          push(now_, EvKind::kContinue, 0);
+        }
+      };
+    }
+    auto flow = epp::RequestFlow::create(
+        epp::FlowOptions{},
+        epp::FlowServices{oracle ? static_cast<epp::SchedulingPort*>(&oracle_port_)
+                                 : rep.port.get(),
+                          &rep.registry, rep.port ? &rep.sinks : nullptr, rep.gate.get(),
+                          &rng_},
+        std::move(post), [this] { return vclock(now_); });
+    const std::string id = f.request.request_id;
+    epp::SchedulingRequest request = f.request;
+    const int64_t max_tokens = f.max_tokens;
+    waiting_.emplace(id, Waiting{i, std::move(f), std::move(sreq), &rep, flow});
+    flow->start_scheduled(std::move(request), max_tokens,
+                          [this, id](const epp::RequestFlow::Verdict& v) { decided(id, v); });
+  }
+
+  // The flow of `id` decided: dispatch to the engine (or fail the request).
+  void decided(const std::string& id, const epp::RequestFlow::Verdict& verdict) {
+    auto it = waiting_.find(id);
+    if (it == waiting_.end()) {
+      return;
+    }
+    Waiting w = std::move(it->second);
+    waiting_.erase(it);
+    const std::size_t i = w.index;
+    const auto& tr = trace_.requests[i];
+    auto& r = result_.requests[i];
+    InFlight& f = w.f;
+    if (w.flow->predictions_used()) {
+      ++result_.cycles_with_predictions;
+    }
+    if (verdict.status != 200) {
+      fail(i, "HTTP " + std::to_string(verdict.status) + ": " + verdict.detail);
+      return;
+    }
+    r.queued_ms = now_ - r.sent_ms;
+    f.picked = w.flow->ranked()[0];
+    const int pod = pod_index_.at(f.picked.name);
+    if (cfg_.strategy != Strategy::kOracle && f.picked.latency) {
+      r.predicted_ttft_ms = f.picked.latency->predicted_ttft_ms;
+      r.predicted_tpot_ms = f.picked.latency->predicted_tpot_ms;
+      r.expected_ttft_ms = f.picked.latency->expected_ttft_ms;
+      r.expected_tpot_ms = f.picked.latency->expected_tpot_ms;
+      r.picked_row = epp::feature_row(f.request, f.picked);
     }
     Pod& p = pods_[static_cast<std::size_t>(pod)];
     std::vector<sim::SimEvent> events;
     p.engine.advance_to(now_, events);
     handle_events(events);
-    auto sub = p.engine.submit(std::move(sreq));
+    auto sub = p.engine.submit(std::move(w.sreq));
     if (!sub.accepted) {
-      fail(i, "HTTP 400: " + sub.error);
+      fail(i, "HTTP 400: " + sub.error);  // before any dispatch: no bookkeeping to undo
       return;
     }
     r.pod = pod;
     ++p.requests;
-    f.context = std::make_unique<epp::RequestContext>(
-        epp::LifecycleServices{&rep.registry, rep.port ? &rep.sinks : nullptr, nullptr},
-        vclock(r.sent_ms));
-    f.attempt.emplace(f.context->dispatch(f.request, f.picked, route_, kModel, f.max_tokens, 1,
-                                          vclock(now_)));
+    w.flow->dispatch();
+    f.flow = std::move(w.flow);
     f.pod = pod;
     inflight_.emplace(tr.index, std::move(f));
-    if (cfg_.request_timeout_ms > 0) {
-      push(now_ + cfg_.request_timeout_ms, EvKind::kTimeout, static_cast<int64_t>(tr.index));
-    }
     reschedule(pod);
   }
 
@@ -818,9 +878,9 @@ class ClusterRun {
       if (e.type == sim::EventType::kToken) {
         ++result_.token_events;
         // The relayed stream's token: the end of one step of its pod (PodStepClock).
-        if (it != inflight_.end() && it->second.attempt) {
+        if (it != inflight_.end() && it->second.flow) {
           InFlight& f = it->second;
-          f.attempt->streamed(++f.tokens_streamed, vclock(e.time_ms));
+          f.flow->tokens(++f.tokens_streamed, vclock(e.time_ms));
         }
         continue;
       }
@@ -831,7 +891,7 @@ class ClusterRun {
       if (e.type == sim::EventType::kFirstToken) {
         ++result_.token_events;
         // The TTFT sample leaves at the first token, as the EPP's TrainingFeedback sends it.
-        f.attempt->streamed(++f.tokens_streamed, vclock(e.time_ms));
+        f.flow->tokens(++f.tokens_streamed, vclock(e.time_ms));
       } else if (e.type == sim::EventType::kFinished) {
         const std::size_t i = static_cast<std::size_t>(e.request_id);
         auto& r = result_.requests[i];
@@ -840,20 +900,22 @@ class ClusterRun {
         r.cached_tokens = st.cached_tokens;
         r.output_tokens = st.output_tokens;
         r.preemptions = st.preemptions;
-        r.ttft_ms = st.ttft_ms();
-        r.e2e_ms = st.e2e_ms();
+        // What the client saw includes the router queue's wait; the pod's times do not.
+        r.ttft_ms = r.queued_ms + st.ttft_ms();
+        r.e2e_ms = r.queued_ms + st.e2e_ms();
         r.tpot_ms = st.output_tokens > 1 ? st.tpot_ms() : -1;
-        // What the proxy records from the stream, then the attempt's end: bookkeeping back,
-        // feedback (TPOT sample) and the prefix index learning the answer (the sinks).
-        epp::CompletedRequest& done = f.attempt->record();
-        done.ttft_ms = r.ttft_ms;
-        done.e2e_ms = r.e2e_ms;
-        done.completion_tokens = st.output_tokens;
-        done.cached_tokens = st.cached_tokens;
+        // What the proxy reads from the stream, then the attempt's end: bookkeeping back,
+        // feedback (TPOT sample) and the prefix index learning the answer (the sinks). The
+        // engine's times are exact; the steady clock would round them to nanoseconds.
+        epp::ResponseFacts facts;
+        facts.exact_ttft_ms = st.ttft_ms();
+        facts.exact_e2e_ms = st.e2e_ms();
+        facts.completion_tokens = st.output_tokens;
+        facts.cached_tokens = st.cached_tokens;
         if (cfg_.strategy != Strategy::kOracle) {
-          done.continuation_prompt = continuation_text(f, st.output_tokens);
+          facts.continuation_prompt = continuation_text(f, st.output_tokens);
         }
-        f.attempt->answered(200, vclock(e.time_ms));
+        f.flow->response_ended(200, std::move(facts), vclock(e.time_ms));
         InFlight moved = std::move(f);
         inflight_.erase(it);
         finish_turn(i, true, &moved);
@@ -864,6 +926,14 @@ class ClusterRun {
   void on_timeout(uint64_t id) {
     auto it = inflight_.find(id);
     if (it == inflight_.end()) {
+      auto w = waiting_.find("req-" + std::to_string(id));
+      if (w != waiting_.end()) {
+        // Still in the router queue: it leaves (the flow decides 499, nothing is dispatched).
+        auto flow = w->second.flow;
+        waiting_.erase(w);
+        flow->client_gone();
+        fail(static_cast<std::size_t>(id), "timeout");
+      }
       return;
     }
     InFlight f = std::move(it->second);
@@ -873,7 +943,7 @@ class ClusterRun {
     p.engine.advance_to(now_, events);
     handle_events(events);
     p.engine.abort(id);
-    f.attempt->client_gone(vclock(now_));  // the load client gave up
+    f.flow->client_gone();  // the load client gave up
     reschedule(f.pod);
     fail(static_cast<std::size_t>(id), "timeout");
   }
@@ -911,7 +981,48 @@ class ClusterRun {
   std::vector<std::unique_ptr<InProcessPredictor>> predictors_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::size_t next_replica_ = 0;
-  const epp::Route route_{};  // the default pool, no model-level rule
+  // The oracle as a scheduler: it probes copies of the engines (oracle_pick) instead of
+  // predicting, so the request flow around it is the one the other strategies run.
+  class OraclePort final : public epp::SchedulingPort {
+   public:
+    explicit OraclePort(ClusterRun& run) : run_(run) {}
+    epp::SchedulingGenerationPtr generation() override { return generation_; }
+    epp::Route route(const epp::SchedulingRequest&, const epp::SchedulingGeneration&) override {
+      return {};
+    }
+    void pick_async(const epp::SchedulingRequest& request, const epp::Route&,
+                    const epp::SchedulingGeneration&, epp::Rng&, Resume,
+                    std::function<void(epp::PickResult)> done) override {
+      done(run_.oracle_result(request.request_id));
+    }
+    void estimate_service_ms_async(const epp::SchedulingRequest&, int64_t, Resume,
+                                   std::function<void(double)> done) override {
+      done(0);
+    }
+
+   private:
+    ClusterRun& run_;
+    const epp::SchedulingGenerationPtr generation_ =
+        std::make_shared<const epp::SchedulingGeneration>();
+  };
+  // The oracle probes the engines with the request being scheduled (waiting for its decision).
+  epp::PickResult oracle_result(const std::string& request_id) {
+    const Waiting& w = waiting_.at(request_id);
+    epp::PickResult out;
+    const int pod = oracle_pick(w.sreq);
+    for (auto& e : candidates(*w.replica)) {
+      if (e.name == pods_[static_cast<std::size_t>(pod)].name) {
+        out.ranked.push_back(std::move(e));
+      }
+    }
+    return out;
+  }
+
+  OraclePort oracle_port_{*this};
+  // Requests between the start of their flow and its decision, by request id.
+  std::unordered_map<std::string, Waiting> waiting_;
+  std::deque<std::function<void()>> continuations_;  // posted by flows, run by kContinue
+  bool continue_pending_ = false;                    // a kContinue event is in the heap
   epp::Rng rng_;
   epp::Rng split_rng_{cfg_.seed * 0x2545f4914f6cdd1dull + 29};
   std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> heap_;

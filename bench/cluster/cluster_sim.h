@@ -20,6 +20,7 @@
 
 #include "bench/workload/workload.h"
 #include "common/model/latency_model.h"
+#include "epp/queue/queue_config.h"
 
 namespace llmd::cluster {
 
@@ -103,6 +104,10 @@ struct RunConfig {
   // replicas exchange before every decision (the bound no periodic exchange can beat).
   enum class ReplicaSharing { kNone, kAtScrape, kEveryDecision };
   ReplicaSharing replica_sharing = ReplicaSharing::kNone;
+  // The EPP's router queue in front of scheduling (one per replica): while every pod is
+  // saturated a request waits, as in the EPP's RequestFlow (unset = no queue). The client's
+  // timeout counts from the send, the wait included; the gate expires entries at scrapes.
+  std::optional<epp::RouterQueueConfig> router_queue;
 };
 
 struct RequestResult {
@@ -121,6 +126,7 @@ struct RequestResult {
   double ttft_ms = -1;
   double tpot_ms = -1;      // -1 when fewer than two output tokens
   double e2e_ms = -1;
+  double queued_ms = 0;     // sent -> dispatched: the router queue's wait (part of TTFT)
   std::optional<double> slo_ttft_ms;
   std::optional<double> slo_tpot_ms;
   double predicted_ttft_ms = -1;  // picked pod's prediction, -1 without

@@ -127,6 +127,48 @@ TEST_F(ClusterSimTest, EveryRequestIsAccountedFor) {
   EXPECT_EQ(sums.back().ok, ok);
 }
 
+TEST_F(ClusterSimTest, TheRouterQueueHoldsRequestsWhileEveryPodIsSaturated) {
+  // The EPP's RequestFlow with its router queue: at most two requests per pod are dispatched,
+  // the rest wait (their wait is part of the TTFT the client sees), or time out while queued.
+  const Scenario s = tiny("D", {{20, 3}, {120, 3}}, 2, 0.1);
+  const auto trace = make_trace(s);
+  RunConfig c = make_run_config(s, Strategy::kLoadPrefix322, kEppConfig);
+  c.request_timeout_ms = 1500;
+  const RunResult without = run_cluster(trace, c);
+  epp::RouterQueueConfig queue;
+  queue.saturation = epp::SaturationThresholds{};
+  queue.saturation.in_flight_requests = 2;
+  c.router_queue = queue;
+  const RunResult with = run_cluster(trace, c);
+  ASSERT_EQ(with.requests.size(), trace.requests.size());
+  std::size_t queued = 0, queued_ok = 0, ok = 0, failed = 0;
+  for (const auto& q : with.requests) {
+    if (q.queued_ms > 0) {
+      ++queued;
+      queued_ok += q.ok ? 1 : 0;
+    }
+    if (q.ok) {
+      ++ok;
+      EXPECT_GE(q.ttft_ms, q.queued_ms);
+      EXPECT_GE(q.e2e_ms, q.ttft_ms);
+    } else {
+      ++failed;
+      EXPECT_FALSE(q.error.empty());
+    }
+  }
+  EXPECT_EQ(ok + failed, trace.requests.size());
+  EXPECT_GT(queued, 0u) << "saturated pods: some requests should wait";
+  EXPECT_GT(queued_ok, 0u) << "a freed slot admits a waiter, which is then served";
+  EXPECT_GT(ok, 0u);
+  for (const auto& q : without.requests) {
+    EXPECT_EQ(q.queued_ms, 0) << "no router queue, no wait";
+  }
+  int64_t dispatched = 0, per_pod = 0;
+  for (const auto& q : with.requests) dispatched += q.pod >= 0 ? 1 : 0;
+  for (const auto& p : with.pods) per_pod += p.requests;
+  EXPECT_EQ(per_pod, dispatched) << "a request that left the queue was never dispatched";
+}
+
 TEST_F(ClusterSimTest, MultiTurnSessionsKeepOrder) {
   const Scenario s = tiny("C", {{40, 4}});
   const auto trace = make_trace(s);

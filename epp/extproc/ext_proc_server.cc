@@ -1,9 +1,15 @@
 #include "epp/extproc/ext_proc_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <mutex>
 #include <stdexcept>
+#include <utility>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
@@ -15,9 +21,53 @@
 namespace llmd::epp::extproc {
 namespace {
 
+namespace net = boost::asio;
+
+// The streams' threads and the only way onto them. A prediction or a router queue wake-up can
+// come back after the server is gone (the predictor client outlives it): a post then finds
+// the pool closed and drops the continuation, whose stream ends as a client that went away.
+// Thread-safe.
+class StreamExecutors {
+ public:
+  explicit StreamExecutors(int threads)
+      : pool_(static_cast<std::size_t>(std::max(1, threads))) {}
+  // Runs what was posted before, then stops the threads; later posts are dropped.
+  void close() {
+    {
+      std::lock_guard lock(mu_);
+      open_ = false;
+    }
+    pool_.join();
+  }
+
+ private:
+  friend class StreamStrand;
+  std::mutex mu_;
+  bool open_ = true;  // guarded by mu_
+  net::thread_pool pool_;
+};
+
+// One stream's strand. Holds its StreamExecutors, which is destroyed (and with it the pool)
+// only after the strand: a strand must not outlive its pool.
+class StreamStrand {
+ public:
+  explicit StreamStrand(std::shared_ptr<StreamExecutors> executors)
+      : executors_(std::move(executors)), strand_(net::make_strand(executors_->pool_)) {}
+  void post(std::function<void()> fn) {
+    std::lock_guard lock(executors_->mu_);
+    if (executors_->open_) {
+      net::post(strand_, std::move(fn));
+    }
+  }
+
+ private:
+  std::shared_ptr<StreamExecutors> executors_;  // declared first: destroyed after the strand
+  net::strand<net::thread_pool::executor_type> strand_;
+};
+
 constexpr char kServiceName[] = "envoy.service.ext_proc.v3.ExternalProcessor";
 
-// What the stream and its callbacks share with the reactor: the serialisation of one stream
+// What the stream's strand shares with the reactor (gRPC's threads): the reactor's own state
 // and the way out (null once the reactor is gone).
 struct StreamLock {
   std::mutex mu;
@@ -27,49 +77,48 @@ struct StreamLock {
 class ProcessReactor final
     : public grpc::ServerBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse> {
  public:
+  // The stream lives on `strand`: every call into it is posted there, in arrival order.
   ProcessReactor(const ExtProcOptions& options, const ExtProcServices& services,
-                 std::atomic<int>& active)
-      : active_(active), lock_(std::make_shared<StreamLock>()) {
+                 std::atomic<int>& active, std::shared_ptr<StreamStrand> strand)
+      : active_(active), lock_(std::make_shared<StreamLock>()), strand_(std::move(strand)) {
     ++active_;
     lock_->reactor = this;
     std::weak_ptr<StreamLock> weak = lock_;
     stream_ = std::make_shared<ExtProcStream>(
         options, services,
-        // Called with lock_->mu held (on_message, or a posted continuation).
+        // Called on the strand.
         [weak](pb::ProcessingResponse r) {
-          if (auto l = weak.lock(); l && l->reactor != nullptr) {
-            l->reactor->enqueue(std::move(r));
+          if (auto l = weak.lock()) {
+            std::lock_guard guard(l->mu);
+            if (l->reactor != nullptr) {
+              l->reactor->enqueue(std::move(r));
+            }
           }
         },
-        [lock = lock_](std::function<void()> fn) {
-          std::lock_guard guard(lock->mu);
-          fn();
-        });
+        [strand = strand_](std::function<void()> fn) { strand->post(std::move(fn)); });
     StartRead(&incoming_);
   }
 
   void OnReadDone(bool ok) override {
-    std::lock_guard guard(lock_->mu);
     if (!ok) {
-      // The gateway half-closed (the exchange is over) or the stream broke.
-      stream_->cancel();
-      reads_done_ = true;
-      maybe_finish();
+      // The gateway half-closed (the exchange is over) or the stream broke. Finishing waits
+      // for the messages already posted to the strand, whose answers go out first.
+      end_reads(grpc::Status::OK);
       return;
     }
     if (incoming_.request_case() == pb::ProcessingRequest::REQUEST_NOT_SET) {
       // Nothing this EPP can answer (bytes that decoded to no known request, e.g. another
       // protocol or version): an error status, so the gateway applies its failure mode
       // instead of waiting for a response that never comes.
-      stream_->cancel();
-      reads_done_ = true;
-      error_ = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            "ProcessingRequest carries no request_headers, request_body, "
-                            "response_headers, response_body or trailers");
-      maybe_finish();
+      end_reads(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                             "ProcessingRequest carries no request_headers, request_body, "
+                             "response_headers, response_body or trailers"));
       return;
     }
-    stream_->on_message(incoming_);
+    // Swapped out, not copied: a buffered request body travels in one message.
+    auto message = std::make_shared<pb::ProcessingRequest>();
+    message->Swap(&incoming_);
+    strand_->post([stream = stream_, message] { stream->on_message(*message); });
     StartRead(&incoming_);
   }
 
@@ -78,7 +127,7 @@ class ProcessReactor final
     writing_ = false;
     if (!ok) {
       outgoing_.clear();
-      stream_->cancel();
+      strand_->post([stream = stream_] { stream->cancel(); });
       reads_done_ = true;
     } else {
       outgoing_.pop_front();
@@ -88,16 +137,15 @@ class ProcessReactor final
   }
 
   void OnCancel() override {
-    std::lock_guard guard(lock_->mu);
-    stream_->cancel();
+    strand_->post([stream = stream_] { stream->cancel(); });
   }
 
   void OnDone() override {
     {
       std::lock_guard guard(lock_->mu);
       lock_->reactor = nullptr;
-      stream_->cancel();
     }
+    strand_->post([stream = std::move(stream_)] { stream->cancel(); });
     --active_;
     delete this;
   }
@@ -118,6 +166,19 @@ class ProcessReactor final
       StartWrite(&outgoing_.front());
     }
   }
+  // On the strand, after the messages read before: cancel the stream, then finish the RPC once
+  // the answers queued so far are written.
+  void end_reads(grpc::Status status) {
+    strand_->post([stream = stream_, lock = lock_, status = std::move(status)] {
+      stream->cancel();
+      std::lock_guard guard(lock->mu);
+      if (lock->reactor != nullptr) {
+        lock->reactor->reads_done_ = true;
+        lock->reactor->error_ = status;
+        lock->reactor->maybe_finish();
+      }
+    });
+  }
   void maybe_finish() {
     if (reads_done_ && !writing_ && outgoing_.empty() && !finished_) {
       finished_ = true;
@@ -127,8 +188,9 @@ class ProcessReactor final
 
   std::atomic<int>& active_;
   std::shared_ptr<StreamLock> lock_;
-  std::shared_ptr<ExtProcStream> stream_;
-  pb::ProcessingRequest incoming_;
+  std::shared_ptr<StreamStrand> strand_;
+  std::shared_ptr<ExtProcStream> stream_;  // used on strand_ only
+  pb::ProcessingRequest incoming_;         // gRPC's read buffer (reads are sequential)
   std::deque<pb::ProcessingResponse> outgoing_;  // guarded by lock_->mu; front() is on the wire
   bool writing_ = false;                         // guarded by lock_->mu
   bool reads_done_ = false;                      // guarded by lock_->mu
@@ -139,27 +201,35 @@ class ProcessReactor final
 class Service final : public pb::ExternalProcessor::CallbackService {
  public:
   Service(const ExtProcOptions& options, const ExtProcServices& services,
-          std::atomic<int>& active)
-      : options_(options), services_(services), active_(active) {}
+          std::atomic<int>& active, std::shared_ptr<StreamExecutors> executors)
+      : options_(options), services_(services), active_(active),
+        executors_(std::move(executors)) {}
 
   grpc::ServerBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse>* Process(
       grpc::CallbackServerContext*) override {
-    return new ProcessReactor(options_, services_, active_);
+    return new ProcessReactor(options_, services_, active_,
+                              std::make_shared<StreamStrand>(executors_));
   }
 
  private:
   ExtProcOptions options_;
   ExtProcServices services_;
   std::atomic<int>& active_;
+  std::shared_ptr<StreamExecutors> executors_;
 };
 
 }  // namespace
 
 struct ExtProcServer::Impl {
   Impl(ExtProcServerOptions o, ExtProcServices s)
-      : options(std::move(o)), service(options.stream, s, active) {}
+      : options(std::move(o)), executors(std::make_shared<StreamExecutors>(options.threads)),
+        service(options.stream, s, active, executors) {}
+  // The server has stopped (~ExtProcServer): what the streams posted runs, then the threads
+  // end, while the services the streams call are still alive.
+  ~Impl() { executors->close(); }
   ExtProcServerOptions options;
   std::atomic<int> active{0};
+  std::shared_ptr<StreamExecutors> executors;
   Service service;
   std::mutex mu;  // guards `server` (readiness and shutdown come from different threads)
   std::unique_ptr<grpc::Server> server;

@@ -1,11 +1,8 @@
 #include "epp/extproc/ext_proc_stream.h"
 
 #include <algorithm>
-#include <random>
 
 #include <spdlog/spdlog.h>
-
-#include "epp/proxy/admission_gate.h"
 
 namespace llmd::epp::extproc {
 namespace {
@@ -17,11 +14,6 @@ constexpr char kServed[] = "x-gateway-destination-endpoint-served";
 constexpr char kLbNamespace[] = "envoy.lb";
 constexpr char kSubsetNamespace[] = "envoy.lb.subset_hint";
 constexpr char kSubsetKey[] = "x-gateway-destination-endpoint-subset";
-
-uint64_t new_seed() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return rng();
-}
 
 std::string value_of(const pb::HeaderValue& h) {
   return h.raw_value().empty() ? h.value() : h.raw_value();
@@ -58,12 +50,22 @@ const google::protobuf::Value* metadata_field(const pb::ProcessingRequest& messa
   return field == it->second.fields().end() ? nullptr : &field->second;
 }
 
+FlowOptions flow_options(const ExtProcOptions& o) {
+  FlowOptions f;
+  f.default_prediction = o.default_prediction;
+  f.forward_priority = o.forward_priority;
+  f.allow_debug_header = o.allow_debug_header;
+  f.url_targets = false;  // the gateway sends to the pool's endpoints only
+  f.response_body_limit = o.body_limit;
+  return f;
+}
+
 }  // namespace
 
 ExtProcStream::ExtProcStream(const ExtProcOptions& options, const ExtProcServices& services,
                              Emit emit, Post post)
-    : options_(options), services_(services), emit_(std::move(emit)), post_(std::move(post)),
-      rng_(new_seed()) {}
+    : options_(options), services_(services), flow_options_(flow_options(options)),
+      emit_(std::move(emit)), post_(std::move(post)) {}
 
 ExtProcStream::~ExtProcStream() { cancel(); }
 
@@ -113,7 +115,7 @@ void ExtProcStream::on_message(const pb::ProcessingRequest& message) {
       pb::ProcessingResponse r;
       r.mutable_response_trailers();
       emit_(std::move(r));
-      finish_response(Clock::now());
+      finish_response();
       break;
     }
     case pb::ProcessingRequest::REQUEST_NOT_SET:
@@ -135,17 +137,21 @@ void ExtProcStream::on_request_headers(const pb::ProcessingRequest& message) {
   path_ = header(":path");
   path_ = path_.substr(0, path_.find('?'));
   method_ = header(":method");
+  flow_ = RequestFlow::create(
+      flow_options_,
+      FlowServices{services_.scheduler, services_.registry, services_.sink, services_.gate,
+                   nullptr},
+      post_);
   if (const auto* subset = metadata_field(message, kSubsetNamespace, kSubsetKey)) {
+    std::vector<std::string> hint;
     for (const auto& v : subset->list_value().values()) {
-      subset_.push_back(v.string_value());
+      hint.push_back(v.string_value());
     }
-    if (subset_.empty()) {
-      subset_.push_back("");  // an empty hint allows no endpoint: 503 (protocol)
+    if (hint.empty()) {
+      hint.push_back("");  // an empty hint allows no endpoint: 503 (protocol)
     }
+    flow_->set_endpoint_subset(std::move(hint));
   }
-  context_ = std::make_unique<RequestContext>(
-      LifecycleServices{services_.registry, services_.sink, services_.gate},
-      Clock::now());
   phase_ = Phase::kRequestBody;
   if (h.end_of_stream()) {
     start_scheduling();  // no body follows
@@ -186,7 +192,6 @@ void ExtProcStream::start_scheduling() {
       return;
     }
   }
-  config_ = services_.scheduler->generation();
   const InboundHeaders inbound = read_inbound_headers(
       [this](std::string_view name) -> std::optional<std::string> {
         for (const auto& [k, v] : headers_) {
@@ -196,123 +201,39 @@ void ExtProcStream::start_scheduling() {
         }
         return std::nullopt;
       });
+  // The flow calls back on this strand (or inline); a stream that ended meanwhile ignores it.
+  std::weak_ptr<ExtProcStream> weak = weak_from_this();
+  auto decided = [weak](const RequestFlow::Verdict& v) {
+    if (auto self = weak.lock()) {
+      self->on_decided(v);
+    }
+  };
   const bool inference =
       method_ == "POST" && (path_ == "/v1/completions" || path_ == "/v1/chat/completions");
-  if (!inference) {
+  if (inference) {
+    flow_->start(path_, body_, inbound, std::move(decided));
+  } else {
     // Anything else on the route (GET /v1/models, ...): any ready pod, no bookkeeping (it is
     // not an inference request: no prediction, no sample).
-    parsed_.request.request_id = inbound.request_id;
-    parsed_.request.prediction_enabled = false;
-    route_.endpoint_subset = subset_;
-    pick();
-    return;
+    flow_->start_passthrough(inbound, std::move(decided));
   }
-  RequestDefaults defaults{options_.default_prediction, config_->objectives.get(),
-                           options_.allow_debug_header};
-  if (auto error = parse_openai_request(path_, body_, inbound, defaults, parsed_)) {
-    refuse(400, *error);
-    return;
-  }
-  route_ = services_.scheduler->route(parsed_.request, *config_);
-  if (route_.upstream) {
-    // The gateway sends the request to the pool's endpoints only.
-    refuse(503, "The model-level routing rule '" + route_.rule_id +
-                    "' targets a URL, which gateway mode cannot reach");
-    return;
-  }
-  route_.endpoint_subset = subset_;
-  admit_then_pick();
 }
 
-void ExtProcStream::admit_then_pick() {
-  AdmissionGate* gate = services_.gate;
-  if (gate == nullptr || !gate->enabled()) {
-    pick();
+void ExtProcStream::on_decided(const RequestFlow::Verdict& verdict) {
+  if (phase_ != Phase::kScheduling) {
     return;
   }
-  std::weak_ptr<ExtProcStream> weak = weak_from_this();
-  auto enter = [this, weak, gate](double service_ms) {
-    AdmissionRequest ar;
-    ar.pool = route_.pool;
-    ar.strict_priority = parsed_.request.strict_priority;
-    ar.priority = parsed_.request.priority;
-    ar.slo_ttft_ms = parsed_.request.slo_ttft_ms;
-    ar.predicted_service_ms = service_ms;
-    const std::string pool = route_.pool;
-    auto ticket = gate->enter(ar, [weak, gate, pool, post = post_](AdmissionVerdict v) {
-      post([weak, gate, pool, v] {
-        auto self = weak.lock();
-        if (!self || self->phase_ != Phase::kScheduling || !self->queue_ticket_) {
-          if (v.status == 200) {
-            gate->on_scheduled(pool);  // the stream ended first: the slot goes back
-          }
-          return;
-        }
-        self->queue_ticket_.reset();
-        if (v.status != 200) {
-          self->refuse(v.status, v.detail);
-          return;
-        }
-        self->context_->admitted(pool);
-        self->pick();
-      });
-    });
-    if (!ticket.queued) {
-      if (ticket.verdict.status != 200) {
-        refuse(ticket.verdict.status, ticket.verdict.detail);
-        return;
-      }
-      context_->admitted(route_.pool);
-      pick();
-      return;
-    }
-    queue_ticket_ = ticket.id;
-  };
-  if (!gate->needs_service_estimate()) {
-    enter(0);
+  decision_ = verdict.decision;
+  if (verdict.status != 200) {
+    emit_refusal(verdict);
     return;
   }
-  services_.scheduler->estimate_service_ms_async(
-      parsed_.request, parsed_.max_tokens, post_, [weak, enter](double ms) {
-        if (auto self = weak.lock(); self && self->phase_ == Phase::kScheduling) {
-          enter(ms);
-        }
-      });
-}
-
-void ExtProcStream::pick() {
-  // The request, route, generation and rng live in this stream, which the callback keeps.
-  auto self = shared_from_this();
-  services_.scheduler->pick_async(parsed_.request, route_, *config_, rng_, post_,
-                                  [self](PickResult r) {
-                                    if (self->phase_ == Phase::kScheduling) {
-                                      self->on_picked(std::move(r));
-                                    }
-                                  });
-}
-
-void ExtProcStream::on_picked(PickResult pick) {
-  if (pick.explanation) {
-    decision_ = decision_header_value(*pick.explanation, kDecisionHeaderMaxCandidates,
-                                      kDecisionHeaderMaxBytes);
-  }
-  if (pick.status != 200 || pick.ranked.empty()) {
-    refuse(pick.status != 200 ? pick.status : 503,
-           pick.detail.empty() ? "No ready endpoint" : pick.detail);
-    return;
-  }
-  ranked_ = std::move(pick.ranked);
-  const bool inference = !parsed_.body.is_null();
-  std::optional<std::string> rewritten;
-  if (inference) {
-    rewritten = upstream_body(parsed_, route_.override_params, options_.forward_priority);
-    attempt_.emplace(context_->dispatch(parsed_.request, ranked_[0], route_,
-                                        target_model(parsed_, route_.override_params),
-                                        parsed_.max_tokens, 1, Clock::now()));
-  }
+  flow_->dispatch();
   phase_ = Phase::kResponse;
-  const std::string destination = destination_list(ranked_);
-  spdlog::debug("ext_proc request {} {} -> {}", parsed_.request.request_id, path_, destination);
+  const std::vector<Endpoint>& ranked = flow_->ranked();
+  const std::optional<std::string>& rewritten = flow_->forwarded_body();
+  const std::string destination = destination_list(ranked);
+  spdlog::debug("ext_proc request {} {} -> {}", flow_->request_id(), path_, destination);
   if (observability_) {
     return;
   }
@@ -361,28 +282,29 @@ void ExtProcStream::on_picked(PickResult pick) {
 }
 
 void ExtProcStream::refuse(int status, const std::string& detail) {
-  if (context_) {
-    context_->rejected(parsed_.request.model, status);
-  }
+  emit_refusal(flow_->refuse(status, detail));
+}
+
+void ExtProcStream::emit_refusal(const RequestFlow::Verdict& verdict) {
   phase_ = Phase::kDone;
   if (observability_) {
     return;
   }
   pb::ProcessingResponse r;
   auto* immediate = r.mutable_immediate_response();
-  immediate->mutable_status()->set_code(status);
+  immediate->mutable_status()->set_code(verdict.status);
   set_header(*immediate->mutable_headers(), "content-type", "application/json");
-  if (status == 429 || status == 503) {
+  if (verdict.status == 429 || verdict.status == 503) {
     set_header(*immediate->mutable_headers(), "retry-after", "1");
   }
-  if (!parsed_.request.request_id.empty()) {
-    set_header(*immediate->mutable_headers(), "x-request-id", parsed_.request.request_id);
+  if (!flow_->request_id().empty()) {
+    set_header(*immediate->mutable_headers(), "x-request-id", flow_->request_id());
   }
   if (!decision_.empty()) {
     set_header(*immediate->mutable_headers(), kDecisionHeader, decision_);
   }
-  immediate->set_body(openai_error_body(status, detail));
-  immediate->set_details("llmd_epp_" + std::to_string(status));
+  immediate->set_body(openai_error_body(verdict.status, verdict.detail));
+  immediate->set_details("llmd_epp_" + std::to_string(verdict.status));
   emit_(std::move(r));
 }
 
@@ -395,25 +317,15 @@ void ExtProcStream::on_response_headers(const pb::ProcessingRequest& message) {
       response_status_ = std::atoi(value_of(v).c_str());
     }
   }
-  if (attempt_ && ranked_.size() > 1) {
-    const auto* served = metadata_field(message, kLbNamespace, kServed);
-    if (served != nullptr && served->string_value() == ranked_[1].address) {
-      // The primary failed before answering and the gateway went on to the fallback.
-      const auto now = Clock::now();
-      attempt_->pod_failed(502, true, now);
-      attempt_.emplace(context_->dispatch(parsed_.request, ranked_[1], route_,
-                                          attempt_->record().target_model, parsed_.max_tokens, 2,
-                                          now));
-    }
+  if (const auto* served = metadata_field(message, kLbNamespace, kServed)) {
+    flow_->served_by(served->string_value());  // the fallback: the primary failed first
   }
   if (!observability_) {
     pb::ProcessingResponse r;
     auto* common = r.mutable_response_headers()->mutable_response();
-    if (attempt_) {
-      set_header(*common->mutable_header_mutation(), kDestination,
-                 attempt_->record().pod.address);
-      set_header(*common->mutable_header_mutation(), "x-request-id",
-                 parsed_.request.request_id);
+    if (const PodAttempt* attempt = flow_->attempt()) {
+      set_header(*common->mutable_header_mutation(), kDestination, attempt->record().pod.address);
+      set_header(*common->mutable_header_mutation(), "x-request-id", flow_->request_id());
     }
     if (!decision_.empty()) {
       set_header(*common->mutable_header_mutation(), kDecisionHeader, decision_);
@@ -421,7 +333,7 @@ void ExtProcStream::on_response_headers(const pb::ProcessingRequest& message) {
     emit_(std::move(r));
   }
   if (message.response_headers().end_of_stream() || response_body_none_) {
-    finish_response(Clock::now());  // no body follows, or the gateway will not send it
+    finish_response();  // no body follows, or the gateway will not send it
   }
 }
 
@@ -429,14 +341,7 @@ void ExtProcStream::on_response_body(const pb::HttpBody& body) {
   if (phase_ != Phase::kResponse) {
     return;
   }
-  if (attempt_) {
-    if (parsed_.request.streaming) {
-      scanner_.feed(body.body());
-      attempt_->streamed(scanner_.content_chunks(), Clock::now());
-    } else if (whole_.size() < options_.body_limit) {
-      whole_.append(body.body());
-    }
-  }
+  flow_->response_bytes(body.body());
   if (!observability_) {
     pb::ProcessingResponse r;
     auto* common = r.mutable_response_body()->mutable_response();
@@ -448,41 +353,29 @@ void ExtProcStream::on_response_body(const pb::HttpBody& body) {
     emit_(std::move(r));
   }
   if (body.end_of_stream()) {
-    finish_response(Clock::now());
+    finish_response();
   }
 }
 
-void ExtProcStream::finish_response(Clock::time_point now) {
+void ExtProcStream::finish_response() {
   if (phase_ != Phase::kResponse) {
     return;
   }
   phase_ = Phase::kDone;
-  if (!attempt_) {
-    return;
-  }
-  CompletedRequest& done = attempt_->record();
-  done.e2e_ms = std::chrono::duration<double, std::milli>(now - attempt_->dispatched()).count();
-  record_response(done, parsed_, scanner_, whole_);
-  if (response_status_ >= 500) {
-    attempt_->pod_failed(response_status_, false, now);
-  } else {
-    attempt_->answered(response_status_ == 0 ? 200 : response_status_, now);
-  }
+  flow_->response_ended(response_status_ == 0 ? 200 : response_status_);
 }
 
 void ExtProcStream::cancel() {
   if (phase_ == Phase::kResponse && response_status_ != 0) {
     // The gateway ended the exchange after the pod's response began without showing us its
     // end (a response body mode of NONE, or no end_of_stream): the pod answered.
-    finish_response(Clock::now());
-  }
-  if (queue_ticket_ && services_.gate != nullptr) {
-    services_.gate->cancel(*queue_ticket_);
-    queue_ticket_.reset();
+    finish_response();
   }
   phase_ = Phase::kDone;
-  attempt_.reset();  // an attempt that did not end: the client went away (499)
-  context_.reset();  // an admission slot no dispatch took goes back
+  if (flow_) {
+    // A queued request leaves the queue; an attempt that did not end lost its client (499).
+    flow_->client_gone();
+  }
 }
 
 }  // namespace llmd::epp::extproc

@@ -21,9 +21,13 @@
 //   scheduling decision as the response header `x-llmd-decision` (a header mutation of the
 //   response headers, or a header of the refusal).
 //
-// Threading: the owner serialises on_message() and cancel() (the gRPC reactor holds its
-// mutex); scheduling continues on the predictor client's thread through `resume`, under the
-// same serialisation (the owner's `post`). `emit` is called with that serialisation held.
+// Everything between the messages (parsing, routing, the router queue, scheduling, attempts,
+// the fallback, SSE scanning, timing, feedback) is the RequestFlow's (epp/request); this class
+// is only the protobuf mapping.
+//
+// Threading: owned by the stream's strand: on_message() and cancel() are called there, and
+// `post` runs continuations (predictions, queue wake-ups) there, never on the predictor
+// client's or the gate's thread. `emit` is called on the strand.
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -32,11 +36,8 @@
 #include <vector>
 
 #include "epp/extproc/external_processor.pb.h"
-#include "epp/interface/rng.h"
-#include "epp/proxy/openai_request.h"
 #include "epp/proxy/proxy_types.h"
-#include "epp/proxy/request_context.h"
-#include "epp/proxy/sse_scanner.h"
+#include "epp/request/request_flow.h"
 
 namespace llmd::epp {
 
@@ -66,7 +67,7 @@ struct ExtProcServices {
 class ExtProcStream : public std::enable_shared_from_this<ExtProcStream> {
  public:
   using Emit = std::function<void(pb::ProcessingResponse)>;
-  // Runs a continuation under the owner's serialisation (from any thread).
+  // Runs a continuation on the stream's strand (callable from any thread).
   using Post = std::function<void(std::function<void()>)>;
 
   ExtProcStream(const ExtProcOptions& options, const ExtProcServices& services, Emit emit,
@@ -86,15 +87,15 @@ class ExtProcStream : public std::enable_shared_from_this<ExtProcStream> {
   void on_response_headers(const pb::ProcessingRequest& message);
   void on_response_body(const pb::HttpBody& body);
   void start_scheduling();
-  void admit_then_pick();
-  void pick();
-  void on_picked(PickResult pick);
+  void on_decided(const RequestFlow::Verdict& verdict);
   void refuse(int status, const std::string& detail);
-  void finish_response(std::chrono::steady_clock::time_point now);
+  void emit_refusal(const RequestFlow::Verdict& verdict);
+  void finish_response();
   std::string header(const std::string& name) const;
 
   ExtProcOptions options_;
   ExtProcServices services_;
+  FlowOptions flow_options_;
   Emit emit_;
   Post post_;
   Phase phase_ = Phase::kRequestHeaders;
@@ -106,24 +107,11 @@ class ExtProcStream : public std::enable_shared_from_this<ExtProcStream> {
   std::string path_;
   std::string method_;
   std::string body_;
-  std::vector<std::string> subset_;
-
-  std::unique_ptr<RequestContext> context_;
-  ParsedRequest parsed_;
-  SchedulingGenerationPtr config_;
-  Route route_;
-  Rng rng_;
-  std::optional<uint64_t> queue_ticket_;
-  std::vector<Endpoint> ranked_;
-  std::string forwarded_body_;  // what the pod gets ("" = the client's bytes)
+  std::shared_ptr<RequestFlow> flow_;  // from the request headers on
   // x-llmd-decision for a request that asked (x-llmd-debug): set on the response headers (or
   // the refusal), "" otherwise.
   std::string decision_;
-  std::optional<PodAttempt> attempt_;
-
   int response_status_ = 0;
-  SseScanner scanner_;
-  std::string whole_;  // non-streamed response body (bounded), for usage
 };
 
 }  // namespace extproc

@@ -16,7 +16,6 @@
 #include <condition_variable>
 #include <mutex>
 #include <limits>
-#include <random>
 #include <set>
 #include <thread>
 
@@ -30,8 +29,7 @@
 #include "epp/features/feature_row.h"
 #include "epp/proxy/admission_gate.h"
 #include "epp/proxy/openai_request.h"
-#include "epp/proxy/request_context.h"
-#include "epp/proxy/sse_scanner.h"
+#include "epp/request/request_flow.h"
 #include "epp/proxy/upstream_pool.h"
 
 namespace llmd::epp {
@@ -44,10 +42,6 @@ using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 // Boost 1.74 has no as_tuple: errors are redirected into a local error_code instead.
 auto redirect(beast::error_code& ec) { return net::redirect_error(net::use_awaitable, ec); }
-
-double ms_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
 
 // A stream the pod broke off ends with the same error object as one SSE event.
 std::string mid_stream_error_event() {
@@ -156,12 +150,6 @@ SchedulingPort::Resume resume_on(Executor executor) {
   return [executor](std::function<void()> f) { net::post(executor, std::move(f)); };
 }
 
-uint64_t new_seed() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return rng();
-}
-
-
 }  // namespace
 
 struct ProxyServer::Impl {
@@ -200,7 +188,19 @@ struct ProxyServer::Impl {
     return c;
   }
 
+  static FlowOptions make_flow_options(const ProxyOptions& o) {
+    FlowOptions f;
+    f.default_prediction = o.default_prediction;
+    f.forward_priority = o.forward_priority;
+    f.allow_debug_header = o.allow_debug_header;
+    f.url_targets = true;
+    f.response_body_limit = o.body_limit;
+    return f;
+  }
+  FlowServices services() { return {&scheduler, &registry, &sink, gate, nullptr}; }
+
   ProxyOptions options;
+  const FlowOptions flow_options = make_flow_options(options);
   SchedulingPort& scheduler;
   PodRegistry& registry;
   CompletionSink& sink;
@@ -251,11 +251,12 @@ struct ProxyServer::Impl {
 
   net::awaitable<void> serve(llmd::http::Request req, llmd::http::ResponseStreamPtr client) {
     ActiveRequest counted(active);
-    // Owns the request's slots and tickets: whatever path this coroutine leaves by (including
-    // its destruction), each is given back once.
-    RequestContext request(
-        LifecycleServices{&registry, &sink, gate}, Clock::now());
     auto executor = co_await net::this_coro::executor;
+    // Owns the request's slots and tickets: whatever path this coroutine leaves by (including
+    // its destruction), each is given back once. Parsing, routing, the router queue,
+    // scheduling and the attempts' bookkeeping are the flow's; its continuations (predictions,
+    // queue wake-ups) are posted back onto this strand.
+    auto flow = RequestFlow::create(flow_options, services(), resume_on(executor));
     auto watch = std::make_shared<ClientWatch>();
     client->on_disconnect([watch, executor] {
       watch->gone = true;
@@ -268,15 +269,13 @@ struct ProxyServer::Impl {
     });
     if (draining) {
       // Arrived on a kept-alive connection after the drain began: send it elsewhere.
-      request.rejected("", 503);
-      client->respond(error_response(503, "EPP is shutting down"));
+      client->respond(error_response(503, flow->refuse(503, "EPP is shutting down").detail));
       co_return;
     }
     if (options.not_serving) {
       if (auto reason = options.not_serving()) {
         // A standby: the leader serves (a load balancer that follows /readyz never sends here).
-        request.rejected("", 503);
-        client->respond(error_response(503, *reason));
+        client->respond(error_response(503, flow->refuse(503, *reason).detail));
         co_return;
       }
     }
@@ -287,9 +286,9 @@ struct ProxyServer::Impl {
     }
     if (req.method != "POST" || (path != "/v1/completions" && path != "/v1/chat/completions")) {
       const bool known = path == "/v1/completions" || path == "/v1/chat/completions";
-      request.rejected("", known ? 405 : 404);
-      auto res = error_response(known ? 405 : 404,
-                                "Use POST /v1/completions or /v1/chat/completions");
+      const RequestFlow::Verdict v =
+          flow->refuse(known ? 405 : 404, "Use POST /v1/completions or /v1/chat/completions");
+      auto res = error_response(v.status, v.detail);
       if (known) {
         res.headers.push_back({"Allow", "POST"});
       }
@@ -298,86 +297,41 @@ struct ProxyServer::Impl {
     }
     const InboundHeaders headers =
         read_inbound_headers([&req](std::string_view name) { return header_of(req, name); });
-    ParsedRequest parsed;
-    auto reply_error = [&](int status, const std::string& detail) {
-      request.rejected(parsed.request.model, status);
-      client->respond(error_response(status, detail, headers.request_id));
+    watch->on_gone = [flow] { flow->client_gone(); };  // runs on this strand (see above)
+    if (watch->gone) {
+      flow->client_gone();
+    }
+    auto start_flow = [&flow, &path, &req, &headers](auto done) {
+      flow->start(path, req.body, headers, std::move(done));
     };
-    const SchedulingGenerationPtr config = scheduler.generation();
-    const auto& objectives = config->objectives;
-    RequestDefaults defaults{options.default_prediction, objectives.get(),
-                             options.allow_debug_header};
-    if (auto error = parse_openai_request(path, req.body, headers, defaults, parsed)) {
-      reply_error(400, *error);
+    const RequestFlow::Verdict verdict = co_await await_callback<RequestFlow::Verdict>(start_flow);
+    watch->on_gone = nullptr;
+    if (verdict.status == kClientClosedRequest) {
+      spdlog::debug("request {}: client disconnected before dispatch", headers.request_id);
       co_return;
     }
-    if (parsed.unknown_objective) {
-      spdlog::debug("request {}: unknown objective '{}', using defaults", headers.request_id,
-                    parsed.request.objective);
-    }
-    const Route route = scheduler.route(parsed.request, *config);
-    PickResult pick;
-    std::string decision;  // x-llmd-decision, for a request that asked (x-llmd-debug)
-    if (route.upstream) {
-      pick.ranked.push_back(*route.upstream);  // no scheduling, no retry target
-    } else {
-      if (gate != nullptr) {
-        AdmissionVerdict verdict = co_await admit(*watch, parsed, route);
-        if (verdict.status == kClientClosedRequest) {
-          spdlog::debug("request {}: client disconnected while queued", headers.request_id);
-          co_return;
-        }
-        if (verdict.status != 200) {
-          reply_error(verdict.status, verdict.detail);
-          co_return;
-        }
-        request.admitted(route.pool);
+    if (verdict.status != 200) {
+      auto res = error_response(verdict.status, verdict.detail, headers.request_id);
+      if (!verdict.decision.empty()) {
+        res.headers.push_back({kDecisionHeader, verdict.decision});
       }
-      // Scheduling may wait for predictions: the coroutine is suspended meanwhile (no thread
-      // waits); the cycle continues on this strand when they arrive.
-      Rng rng(new_seed());
-      auto start_pick = [this, &parsed, &route, &config, &rng, executor](auto done) {
-        scheduler.pick_async(parsed.request, route, *config, rng, resume_on(executor),
-                             std::move(done));
-      };
-      pick = co_await await_callback<PickResult>(start_pick);
-      if (pick.explanation) {
-        decision = decision_header_value(*pick.explanation, kDecisionHeaderMaxCandidates,
-                                         kDecisionHeaderMaxBytes);
-      }
-      if (pick.status != 200 || pick.ranked.empty()) {
-        const int status = pick.status != 200 ? pick.status : 503;
-        request.rejected(parsed.request.model, status);
-        auto res = error_response(status, pick.detail.empty() ? "No ready endpoint" : pick.detail,
-                                  headers.request_id);
-        if (!decision.empty()) {
-          res.headers.push_back({kDecisionHeader, decision});
-        }
-        client->respond(std::move(res));
-        co_return;
-      }
+      client->respond(std::move(res));
+      co_return;
     }
     if (watch->gone) {
       spdlog::debug("request {}: client gone before dispatch", headers.request_id);
       co_return;
     }
-    const std::optional<std::string> body =
-        upstream_body(parsed, route.override_params, options.forward_priority);
-    parsed.body = nlohmann::json();  // its last reader was upstream_body(): a long prompt's copy
-                                     // goes before the response is relayed
-    const std::string model = target_model(parsed, route.override_params);
-    const int max_attempts = pick.ranked.size() > 1 ? 2 : 1;
-    for (int attempt = 0; attempt < max_attempts; ++attempt) {
-      const Endpoint& pod = pick.ranked[static_cast<std::size_t>(attempt)];
-      Upstream up{pod, route, body ? *body : req.body, model, decision};
-      auto outcome = co_await forward(*client, *watch, req, parsed, up, request, attempt + 1);
+    while (const Endpoint* pod = flow->next_pod()) {
+      auto outcome = co_await forward(*client, *watch, req, *flow, *pod, verdict.decision);
       if (outcome != Outcome::kRetryable) {
         co_return;
       }
       spdlog::warn("request {}: {} failed before the first byte (attempt {})",
-                   headers.request_id, pod.name, attempt + 1);
+                   headers.request_id, pod->name, flow->attempts());
     }
-    reply_error(502, "Upstream model server failed");
+    const RequestFlow::Verdict failed = flow->exhausted();
+    client->respond(error_response(failed.status, failed.detail, headers.request_id));
   }
 
   // GET /v1/models (and /v1/models/{id}) in vLLM's shape: the models the ready pods serve, as
@@ -415,81 +369,6 @@ struct ProxyServer::Impl {
     return llmd::http::Response::json(200, card(id));
   }
 
-  // Waits in the router queue when every pod of the route's pool is saturated. A client that
-  // disconnects meanwhile leaves the queue (kClientClosedRequest): it is never dispatched.
-  net::awaitable<AdmissionVerdict> admit(ClientWatch& watch, const ParsedRequest& parsed,
-                                         const Route& route) {
-    AdmissionRequest ar;
-    ar.pool = route.pool;
-    ar.strict_priority = parsed.request.strict_priority;
-    ar.priority = parsed.request.priority;
-    ar.slo_ttft_ms = parsed.request.slo_ttft_ms;
-    auto executor = co_await net::this_coro::executor;
-    if (gate->needs_service_estimate()) {
-      auto start_estimate = [this, &parsed, executor](auto done) {
-        scheduler.estimate_service_ms_async(parsed.request, parsed.max_tokens,
-                                            resume_on(executor), std::move(done));
-      };
-      ar.predicted_service_ms = co_await await_callback<double>(start_estimate);
-    }
-    auto timer = std::make_shared<net::steady_timer>(executor);
-    auto verdict = std::make_shared<std::optional<AdmissionVerdict>>();
-    // The gate wakes us from any thread: hop onto this coroutine's strand first; the timer
-    // wait below started before that handler can run (both on the same strand).
-    AdmissionGate* g = gate;
-    const std::string pool_name = route.pool;
-    auto ticket = gate->enter(ar, [executor, timer, verdict, g, pool_name](AdmissionVerdict v) {
-      net::post(executor, [timer, verdict, v, g, pool_name] {
-        if (verdict->has_value()) {
-          // The client left first; an admission that raced with it gives its slot back.
-          if (v.status == 200) {
-            g->on_scheduled(pool_name);
-          }
-          return;
-        }
-        *verdict = v;
-        timer->cancel();
-      });
-    });
-    if (!ticket.queued) {
-      co_return ticket.verdict;
-    }
-    const uint64_t id = ticket.id;
-    auto leave = [timer, verdict, g, id] {
-      if (verdict->has_value()) {
-        return;
-      }
-      g->cancel(id);
-      *verdict = AdmissionVerdict{kClientClosedRequest, "client disconnected while queued"};
-      timer->cancel();
-    };
-    if (watch.gone) {
-      leave();
-    } else {
-      watch.on_gone = leave;  // runs on this strand (see serve())
-    }
-    if (!verdict->has_value()) {
-      timer->expires_after(gate->max_wait() + std::chrono::seconds(1));
-      beast::error_code ec;
-      co_await timer->async_wait(redirect(ec));
-    }
-    watch.on_gone = nullptr;
-    if (!verdict->has_value()) {
-      // Only when the gate never answered (it always does by its own timeout): give up.
-      gate->cancel(ticket.id);
-      *verdict = AdmissionVerdict{503, "router queue: no answer"};
-    }
-    co_return **verdict;
-  }
-
-  struct Upstream {
-    const Endpoint& pod;
-    const Route& route;
-    const std::string& body;
-    const std::string& model;
-    const std::string& decision;  // x-llmd-decision value ("" = not asked for)
-  };
-
   // kAborted: the response started but could not be completed; the connection must close.
   enum class Outcome { kDone, kRetryable, kClientGone, kAborted };
 
@@ -523,16 +402,16 @@ struct ProxyServer::Impl {
     co_return rec;
   }
 
+  // One attempt on `pod` (the flow's next_pod()): bytes both ways; the flow is told what
+  // happens and keeps the bookkeeping.
   net::awaitable<Outcome> forward(llmd::http::ResponseStream& client, ClientWatch& watch,
-                                  const llmd::http::Request& req, const ParsedRequest& parsed,
-                                  const Upstream& target, RequestContext& request, int number) {
-    const Endpoint& pod = target.pod;
-    const std::string& request_id = parsed.request.request_id;
-    PodAttempt attempt = request.dispatch(parsed.request, pod, target.route, target.model,
-                                          parsed.max_tokens, number, Clock::now());
-    CompletedRequest& done = attempt.record();
+                                  const llmd::http::Request& req, RequestFlow& flow,
+                                  const Endpoint& pod, const std::string& decision) {
+    const std::string& request_id = flow.request_id();
+    flow.dispatch();
+    const std::string& body = flow.forwarded_body() ? *flow.forwarded_body() : req.body;
     auto executor = co_await net::this_coro::executor;
-    const std::string path = target.route.base_path + req.target;
+    const std::string path = flow.route().base_path + req.target;
     // The body is sent from the caller's buffer (a span, not a copy: prompts run to 16 MiB).
     bhttp::request<bhttp::span_body<const char>> up{bhttp::verb::post, path, 11};
     // End-to-end client headers travel on (Authorization for pods started with --api-key,
@@ -548,7 +427,7 @@ struct ProxyServer::Impl {
     up.set(bhttp::field::content_type, "application/json");
     up.set("x-request-id", request_id);
     up.keep_alive(true);
-    up.body() = {target.body.data(), target.body.size()};
+    up.body() = {body.data(), body.size()};
     up.prepare_payload();
     std::optional<beast::tcp_stream> upstream;
     // A client that leaves ends the attempt at once, even while the pod is silent (a hung
@@ -565,7 +444,7 @@ struct ProxyServer::Impl {
       ~ClearOnGone() { w.on_gone = nullptr; }
     } clear_on_gone{watch};
     if (watch.gone) {
-      attempt.client_gone(Clock::now());
+      flow.client_gone();
       co_return Outcome::kClientGone;
     }
     beast::flat_buffer ubuf;
@@ -592,12 +471,12 @@ struct ProxyServer::Impl {
       } else {
         rec = co_await connect(*upstream, pod.address);
         if (rec && watch.gone) {
-          attempt.client_gone(Clock::now());
+          flow.client_gone();
           co_return Outcome::kClientGone;
         }
         if (rec) {
           spdlog::warn("connect to pod {} ({}) failed: {}", pod.name, pod.address, rec.message());
-          attempt.pod_failed(502, true, Clock::now());
+          flow.pod_failed(502, true);
           co_return Outcome::kRetryable;
         }
       }
@@ -622,18 +501,18 @@ struct ProxyServer::Impl {
       ubuf.clear();
     }
     if (hec && watch.gone) {
-      attempt.client_gone(Clock::now());  // cancelled by on_gone, not the pod's failure
+      flow.client_gone();  // cancelled by on_gone, not the pod's failure
       co_return Outcome::kClientGone;
     }
     if (hec || rp->get().result_int() >= 500) {
       int status = hec ? 504 : rp->get().result_int();
       spdlog::warn("pod {} ({}) failed: {}", pod.name, pod.address,
                    hec ? hec.message() : "HTTP " + std::to_string(status));
-      attempt.pod_failed(status, true, Clock::now());
+      flow.pod_failed(status, true);
       co_return Outcome::kRetryable;
     }
     if (watch.gone) {
-      attempt.client_gone(Clock::now());
+      flow.client_gone();
       co_return Outcome::kClientGone;
     }
     // Headers to the client; the body follows as it arrives (chunked; HTTP/1.0 clients get it
@@ -658,12 +537,10 @@ struct ProxyServer::Impl {
     }
     head.push_back({"x-gateway-destination-endpoint", pod.address});
     head.push_back({"x-request-id", request_id});
-    if (!target.decision.empty()) {
-      head.push_back({kDecisionHeader, target.decision});
+    if (!decision.empty()) {
+      head.push_back({kDecisionHeader, decision});
     }
     client.begin_stream(rp->get().result_int(), content_type, std::move(head));
-    SseScanner scanner;
-    std::string whole;  // non-streaming body, for usage
     char chunk[16384];
     bool ok = true;
     while (!rp->is_done()) {
@@ -676,7 +553,7 @@ struct ProxyServer::Impl {
         rec2 = {};
       }
       if (rec2 && watch.gone) {
-        attempt.client_gone(Clock::now());  // cancelled by on_gone, not the pod's failure
+        flow.client_gone();  // cancelled by on_gone, not the pod's failure
         co_return Outcome::kClientGone;
       }
       if (rec2) {
@@ -688,14 +565,9 @@ struct ProxyServer::Impl {
         continue;
       }
       std::string_view piece(chunk, got);
-      if (parsed.request.streaming) {
-        scanner.feed(piece);
-        attempt.streamed(scanner.content_chunks(), Clock::now());
-      } else if (whole.size() < options.body_limit) {
-        whole.append(piece);
-      }
+      flow.response_bytes(piece);
       if (watch.gone) {
-        attempt.client_gone(Clock::now());
+        flow.client_gone();
         co_return Outcome::kClientGone;
       }
       client.write(std::string(piece));
@@ -707,7 +579,7 @@ struct ProxyServer::Impl {
         };
         co_await await_callback<bool>(drained);
         if (watch.gone) {
-          attempt.client_gone(Clock::now());
+          flow.client_gone();
           co_return Outcome::kClientGone;
         }
       }
@@ -718,11 +590,11 @@ struct ProxyServer::Impl {
       // terminating chunk, so every HTTP client reports an incomplete response.
       spdlog::warn("request {}: pod {} ({}) failed mid-response", request_id, pod.name,
                    pod.address);
-      if (parsed.request.streaming) {
+      if (flow.streaming()) {
         client.write(mid_stream_error_event());
       }
       client.end_incomplete();
-      attempt.pod_failed(502, false, Clock::now());
+      flow.pod_failed(502, false);
       co_return Outcome::kAborted;
     }
     if (rp->keep_alive()) {
@@ -737,14 +609,14 @@ struct ProxyServer::Impl {
       }
     }
     client.end();
-    done.e2e_ms = std::chrono::duration<double, std::milli>(Clock::now() - attempt.dispatched())
-                      .count();
-    record_response(done, parsed, scanner, whole);
     const int status = rp->get().result_int();
-    attempt.answered(status, Clock::now());
-    spdlog::debug("request {} -> {} ({}) status {} ttft {:.1f} ms e2e {:.1f} ms, total {:.1f} ms",
-                  request_id, pod.name, pod.address, status, done.ttft_ms, done.e2e_ms,
-                  ms_since(request.received()));
+    flow.response_ended(status);
+    if (const PodAttempt* done = flow.attempt()) {
+      spdlog::debug("request {} -> {} ({}) status {} ttft {:.1f} ms e2e {:.1f} ms, queued and "
+                    "scheduled {:.1f} ms",
+                    request_id, pod.name, pod.address, status, done->record().ttft_ms,
+                    done->record().e2e_ms, done->record().dispatch_delay_ms);
+    }
     co_return Outcome::kDone;
   }
 };

@@ -1,16 +1,17 @@
 #pragma once
 // The EPP's data plane: an HTTP/1.1 reverse proxy for /v1/completions and
-// /v1/chat/completions. Per request: read (bounded) -> parse -> schedule -> forward to the
+// /v1/chat/completions. Per request: read (bounded) -> the request flow (epp/request: parse,
+// route, queue, schedule, retry decision, response scanning and bookkeeping) -> forward to the
 // picked pod -> relay the response as it streams (SSE chunk by chunk), adding
 // x-gateway-destination-endpoint. A connect failure or a 5xx before any byte reached the client
-// is retried once on the next-ranked pod. The client side (listener, connection limits, header
+// is retried once on the next-ranked pod (RequestFlow::next_pod()). The client side (listener, connection limits, header
 // timeout, 413/431, body budget, HTTP/1.0, drain) is the project's one server core
 // (common/http/stream_server.h); Beast/Asio stay in the .cc files.
 //
 // Threading: `io_threads` run one io_context for both sides; each request is a coroutine on a
 // strand of its own, which also runs its scheduling: waiting for predictions suspends it (the
 // predictor client's callback posts the cycle back), so no thread blocks on a predictor. Each
-// request's slots and tickets belong to its RequestContext.
+// request's slots and tickets belong to its RequestFlow.
 #include <chrono>
 #include <cstdint>
 #include <functional>

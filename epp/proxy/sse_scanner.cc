@@ -136,22 +136,24 @@ Usage parse_usage(std::string_view json_body) {
   return u;
 }
 
-void record_response(CompletedRequest& done, const ParsedRequest& parsed,
-                     const SseScanner& stream, std::string_view body) {
+ResponseFacts response_facts(const ParsedRequest& parsed, const SseScanner& stream,
+                             std::string_view body) {
+  ResponseFacts facts;
   if (parsed.request.streaming) {
-    done.completion_tokens = stream.completion_tokens();
-    if (!done.completion_tokens && stream.content_chunks() > 0) {
-      done.completion_tokens = stream.content_chunks();  // no usage chunk: count the tokens
+    facts.completion_tokens = stream.completion_tokens();
+    if (!facts.completion_tokens && stream.content_chunks() > 0) {
+      facts.completion_tokens = stream.content_chunks();  // no usage chunk: count the tokens
     }
-    done.cached_tokens = stream.cached_tokens();
-    done.continuation_prompt = continuation_prompt(parsed, stream.generated_text());
+    facts.cached_tokens = stream.cached_tokens();
+    facts.continuation_prompt = continuation_prompt(parsed, stream.generated_text());
   } else {
     Usage u = parse_usage(body);
-    done.completion_tokens = u.completion_tokens;
-    done.cached_tokens = u.cached_tokens;
-    done.ttft_ms = done.e2e_ms;
-    done.continuation_prompt = continuation_prompt(parsed, u.generated_text);
+    facts.completion_tokens = u.completion_tokens;
+    facts.cached_tokens = u.cached_tokens;
+    facts.ttft_is_e2e = true;
+    facts.continuation_prompt = continuation_prompt(parsed, u.generated_text);
   }
+  return facts;
 }
 
 }  // namespace llmd::epp

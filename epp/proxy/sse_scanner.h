@@ -11,6 +11,7 @@
 
 #include "epp/proxy/openai_request.h"
 #include "epp/proxy/proxy_types.h"
+#include "epp/request/request_context.h"
 
 namespace llmd::epp {
 
@@ -49,11 +50,11 @@ struct Usage {
 };
 Usage parse_usage(std::string_view json_body);
 
-// What a finished response taught about its request, into its completion record: completion
-// tokens (usage, or a stream's content chunks counted), cached tokens, and the prompt the pod
-// now holds (the prefix index learns it); a non-streamed body's end-to-end time is its TTFT.
-// `done.e2e_ms` must be set. `body` is the non-streamed body (ignored for streams).
-void record_response(CompletedRequest& done, const ParsedRequest& parsed,
-                     const SseScanner& stream, std::string_view body);
+// What a finished response taught about its request: completion tokens (usage, or a stream's
+// content chunks counted), cached tokens, and the prompt the pod now holds (the prefix index
+// learns it); a non-streamed body's TTFT is its end-to-end time. `body` is the non-streamed
+// body (ignored for streams).
+ResponseFacts response_facts(const ParsedRequest& parsed, const SseScanner& stream,
+                             std::string_view body);
 
 }  // namespace llmd::epp

@@ -14,28 +14,13 @@
 #include "epp/extproc/external_processor.grpc.pb.h"
 #include "health.grpc.pb.h"
 #include "tests/e2e/fake_lease_api.h"
+#include "tests/epp/extproc/ext_proc_messages.h"
 #include "tests/e2e/stack_fixture.h"
 
 namespace llmd::testing {
 namespace {
 
 namespace pb = envoy::service::ext_proc::v3;
-
-pb::HeaderValue header(const std::string& k, const std::string& v) {
-  pb::HeaderValue h;
-  h.set_key(k);
-  h.set_raw_value(v);
-  return h;
-}
-
-std::string mutation_value(const pb::HeaderMutation& m, const std::string& key) {
-  for (const auto& o : m.set_headers()) {
-    if (o.header().key() == key) {
-      return o.header().raw_value().empty() ? o.header().value() : o.header().raw_value();
-    }
-  }
-  return {};
-}
 
 std::string lb_metadata(const pb::ProcessingResponse& r, const std::string& key) {
   const auto& ns = r.dynamic_metadata().fields();

@@ -1,4 +1,4 @@
-#include "epp/proxy/request_context.h"
+#include "epp/request/request_context.h"
 
 #include "epp/datastore/pod_registry.h"
 #include "epp/features/feature_row.h"
@@ -17,18 +17,7 @@ constexpr int kClientClosedRequest = 499;  // nginx's code: the client went away
 }  // namespace
 
 RequestContext::RequestContext(const LifecycleServices& services, TimePoint received)
-    : services_(services), received_(received) {}
-
-RequestContext::~RequestContext() { release_admission(); }
-
-void RequestContext::admitted(const std::string& pool) { admitted_pool_ = pool; }
-
-void RequestContext::release_admission() {
-  if (admitted_pool_ && services_.gate != nullptr) {
-    services_.gate->on_scheduled(*admitted_pool_);
-  }
-  admitted_pool_.reset();
-}
+    : services_(services), received_(received), admission_(services.gate) {}
 
 void RequestContext::rejected(const std::string& model, int status) {
   if (services_.sink != nullptr) {
@@ -42,7 +31,7 @@ PodAttempt RequestContext::dispatch(const SchedulingRequest& request, const Endp
   PodAttempt attempt(*this, request, pod, route, target_model, max_tokens, number, now);
   // Only now does the dispatch show in the pod's bookkeeping: the queue's in-transit count
   // covered the request until here, so no slot is counted twice or not at all.
-  release_admission();
+  admission_.release();
   return attempt;
 }
 
@@ -131,14 +120,15 @@ void PodAttempt::streamed(int64_t content_chunks, TimePoint now) {
   }
 }
 
-void PodAttempt::answered(int status, TimePoint now) {
+void PodAttempt::answered(int status, TimePoint now, ResponseFacts facts) {
   if (!ended_ && is_pod() && services_->registry != nullptr && status < 500) {
     services_->registry->on_pod_success(done_.pod.name);
   }
-  end(status < 400, status, now);
+  end(status < 400, status, now, std::move(facts));
 }
 
-void PodAttempt::pod_failed(int status, bool before_response, TimePoint now) {
+void PodAttempt::pod_failed(int status, bool before_response, TimePoint now,
+                            ResponseFacts facts) {
   if (ended_) {
     return;
   }
@@ -146,7 +136,7 @@ void PodAttempt::pod_failed(int status, bool before_response, TimePoint now) {
   if (is_pod() && services_->registry != nullptr) {
     services_->registry->on_pod_failure(done_.pod.name, now);
   }
-  end(false, status, now);
+  end(false, status, now, std::move(facts));
 }
 
 void PodAttempt::client_gone(TimePoint now) {
@@ -154,10 +144,10 @@ void PodAttempt::client_gone(TimePoint now) {
     return;
   }
   done_.client_aborted = true;
-  end(false, kClientClosedRequest, now);
+  end(false, kClientClosedRequest, now, {});
 }
 
-void PodAttempt::end(bool success, int status, TimePoint now) {
+void PodAttempt::end(bool success, int status, TimePoint now, ResponseFacts&& facts) {
   if (ended_) {
     return;
   }
@@ -166,9 +156,16 @@ void PodAttempt::end(bool success, int status, TimePoint now) {
     services_->registry->on_finished(done_.pod.name, uncached_tokens_, max_tokens_,
                                      done_.first_token);
   }
-  if (done_.e2e_ms == 0) {
-    done_.e2e_ms = ms_between(dispatched_, now);
+  // The one place the end-to-end time (and a non-streamed TTFT) is written.
+  done_.e2e_ms = facts.exact_e2e_ms.value_or(ms_between(dispatched_, now));
+  if (facts.exact_ttft_ms) {
+    done_.ttft_ms = *facts.exact_ttft_ms;
+  } else if (facts.ttft_is_e2e) {
+    done_.ttft_ms = done_.e2e_ms;
   }
+  done_.completion_tokens = facts.completion_tokens;
+  done_.cached_tokens = facts.cached_tokens;
+  done_.continuation_prompt = std::move(facts.continuation_prompt);
   done_.success = success;
   done_.status = status;
   if (success && is_pod() && services_->registry != nullptr && done_.pod.latency &&

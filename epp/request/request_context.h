@@ -10,8 +10,8 @@
 // virtual-time cluster benchmark drives the same class with its virtual clock, so the
 // benchmark runs the bookkeeping that ships.
 //
-// Threading: owned by one request (the proxy's coroutine on its strand, or the simulator's
-// event loop); not thread-safe itself. The services it calls are thread-safe.
+// Threading: owned by one request's RequestFlow (on its strand or executor, or the
+// simulator's event loop); not thread-safe itself. The services it calls are thread-safe.
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -21,17 +21,32 @@
 #include "epp/interface/endpoint.h"
 #include "epp/interface/request.h"
 #include "epp/proxy/proxy_types.h"
+#include "epp/request/admission_ticket.h"
 
 namespace llmd::epp {
 
 class PodRegistry;
 class PodStepClock;
-class AdmissionGate;
 
 struct LifecycleServices {
   PodRegistry* registry = nullptr;  // in-flight bookkeeping of pool pods (null: none)
   CompletionSink* sink = nullptr;   // completions and the EPP's own answers (null: none)
   AdmissionGate* gate = nullptr;    // router queue (null: none)
+};
+
+// What a response taught about its request, handed to its attempt once, when the attempt ends
+// (so the completion record is written in one place and is read-only afterwards).
+struct ResponseFacts {
+  std::optional<int64_t> completion_tokens;  // usage, or a stream's content chunks counted
+  std::optional<int64_t> cached_tokens;
+  std::string continuation_prompt;  // the prompt the pod now holds ("" = unknown)
+  // A non-streamed answer: its first token arrived with the whole body, so TTFT = end-to-end.
+  bool ttft_is_e2e = false;
+  // Times measured by a transport that knows them exactly (the simulator's engine, in double
+  // ms, where the steady clock would round to nanoseconds); otherwise the attempt's own clock
+  // readings (dispatch -> first token, dispatch -> end) are the times.
+  std::optional<double> exact_ttft_ms;
+  std::optional<double> exact_e2e_ms;
 };
 
 class PodAttempt;
@@ -41,14 +56,14 @@ class RequestContext {
   using TimePoint = std::chrono::steady_clock::time_point;
 
   RequestContext(const LifecycleServices& services, TimePoint received);
-  // Gives back an admission slot that no dispatch took over.
-  ~RequestContext();
+  // Gives back an admission slot that no dispatch took over (AdmissionTicket's destructor).
+  ~RequestContext() = default;
   RequestContext(const RequestContext&) = delete;
   RequestContext& operator=(const RequestContext&) = delete;
 
-  // The router queue admitted the request into `pool`: its in-transit slot is held until the
-  // first dispatch shows in the pod bookkeeping, or until the request ends without one.
-  void admitted(const std::string& pool);
+  // The request's place in the router queue, then its in-transit slot: held until the first
+  // dispatch shows in the pod bookkeeping, or given back when the request ends without one.
+  AdmissionTicket& admission() { return admission_; }
   // The EPP answered the client itself (400, 413, 429, 503, or 502 after failed attempts).
   void rejected(const std::string& model, int status);
 
@@ -62,11 +77,9 @@ class RequestContext {
   const LifecycleServices& services() const { return services_; }
 
  private:
-  void release_admission();
-
   LifecycleServices services_;
   TimePoint received_;
-  std::optional<std::string> admitted_pool_;  // set while the gate's slot is held
+  AdmissionTicket admission_;
 };
 
 class PodAttempt {
@@ -80,9 +93,8 @@ class PodAttempt {
   // An attempt nobody ended lost its client (e.g. the coroutine was destroyed): 499.
   ~PodAttempt();
 
-  // What the transport learns on the way (tokens, cached tokens, continuation prompt, TTFT of a
-  // non-streamed body); read by the sinks when the attempt ends.
-  CompletedRequest& record() { return done_; }
+  // The completion record: what the sinks were (or will be) told. Written only by this
+  // attempt's own events; complete once ended().
   const CompletedRequest& record() const { return done_; }
   bool is_pod() const { return !done_.upstream_url; }
   bool ended() const { return ended_; }
@@ -95,10 +107,10 @@ class PodAttempt {
   // forward pass of the pod (its PodStepClock).
   void streamed(int64_t content_chunks, TimePoint now);
   // The pod answered in full with `status` (a success below 400).
-  void answered(int status, TimePoint now);
+  void answered(int status, TimePoint now, ResponseFacts facts = {});
   // The pod failed with `status`: refused, timed out, 5xx, or broke off mid-response. It is
   // excluded for the cooldown. `before_response`: nothing reached the client (retryable).
-  void pod_failed(int status, bool before_response, TimePoint now);
+  void pod_failed(int status, bool before_response, TimePoint now, ResponseFacts facts = {});
   // The client went away while the response was being relayed.
   void client_gone(TimePoint now);
 
@@ -107,7 +119,7 @@ class PodAttempt {
   PodAttempt(RequestContext& owner, const SchedulingRequest& request, const Endpoint& pod,
              const Route& route, const std::string& target_model, int64_t max_tokens,
              int number, TimePoint now);
-  void end(bool success, int status, TimePoint now);
+  void end(bool success, int status, TimePoint now, ResponseFacts&& facts);
 
   const LifecycleServices* services_;
   std::string pool_;

@@ -1,9 +1,10 @@
 // RequestContext / PodAttempt: every path gives back what a dispatch took, exactly once.
-#include "epp/proxy/request_context.h"
+#include "epp/request/request_context.h"
 
 #include <gtest/gtest.h>
 
 #include "epp/datastore/pod_registry.h"
+#include "tests/epp/request/request_test_util.h"
 
 namespace llmd::epp {
 namespace {
@@ -11,27 +12,13 @@ namespace {
 using namespace std::chrono_literals;
 using TimePoint = std::chrono::steady_clock::time_point;
 
-const TimePoint kT0 = TimePoint(std::chrono::hours(10));
-
-struct RecordingSink : CompletionSink {
-  void on_first_token(const CompletedRequest& r) override { first.push_back(r); }
-  void on_completed(const CompletedRequest& d) override { completed.push_back(d); }
-  void on_rejected(const std::string& model, int status) override {
-    rejected.emplace_back(model, status);
-  }
-  std::vector<CompletedRequest> first;
-  std::vector<CompletedRequest> completed;
-  std::vector<std::pair<std::string, int>> rejected;
-};
+using testing::kT0;
+using testing::RecordingSink;
 
 class RequestContextTest : public ::testing::Test {
  protected:
   RequestContextTest() {
-    registry_.set_pods({{"a", "10.0.0.1:8000", {}}, {"b", "10.0.0.2:8000", {}}});
-    PodMetrics m;
-    m.scraped_at = kT0;
-    registry_.update_metrics("a", m);
-    registry_.update_metrics("b", m);
+    testing::add_two_pods(registry_);
     request_.request_id = "r1";
     request_.model = "m";
     request_.input_tokens = 40;

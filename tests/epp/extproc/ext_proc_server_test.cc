@@ -1,0 +1,112 @@
+// ExtProcServer in process, with this test as the gateway: where a stream's scheduling
+// continues when the predictions come back on the predictor client's own thread.
+#include "epp/extproc/ext_proc_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <thread>
+
+#include "epp/extproc/external_processor.grpc.pb.h"
+#include "tests/epp/extproc/ext_proc_messages.h"
+
+namespace llmd::epp::extproc {
+namespace {
+
+using testing::header;
+using testing::mutation_value;
+
+// Answers every pick from a thread of its own, as the predictor client's single I/O thread
+// does, through the `resume` the stream gave; records which thread ran the continuation.
+class PredictorThreadPort final : public SchedulingPort {
+ public:
+  ~PredictorThreadPort() override {
+    for (auto& t : threads_) {
+      t.join();
+    }
+  }
+  SchedulingGenerationPtr generation() override { return generation_; }
+  Route route(const SchedulingRequest&, const SchedulingGeneration&) override { return {}; }
+  void pick_async(const SchedulingRequest&, const Route&, const SchedulingGeneration&, Rng&,
+                  Resume resume, std::function<void(PickResult)> done) override {
+    std::lock_guard lock(mu_);
+    threads_.emplace_back([this, resume, done] {
+      {
+        std::lock_guard lock(mu_);
+        predictor_thread = std::this_thread::get_id();
+      }
+      resume([this, done] {
+        {
+          std::lock_guard lock(mu_);
+          continuation_thread = std::this_thread::get_id();
+        }
+        PickResult r;
+        Endpoint pod;
+        pod.name = "a";
+        pod.address = "10.0.0.1:8000";
+        r.ranked.push_back(pod);
+        done(std::move(r));
+      });
+    });
+  }
+  void estimate_service_ms_async(const SchedulingRequest&, int64_t, Resume,
+                                 std::function<void(double)> done) override {
+    done(0);
+  }
+
+  std::mutex mu_;
+  std::thread::id predictor_thread;     // guarded by mu_
+  std::thread::id continuation_thread;  // guarded by mu_
+
+ private:
+  std::vector<std::thread> threads_;  // guarded by mu_
+  SchedulingGenerationPtr generation_ = std::make_shared<const SchedulingGeneration>();
+};
+
+TEST(ExtProcServer, PredictionsFromThePredictorThreadContinueOnTheStreamsStrand) {
+  PredictorThreadPort port;
+  ExtProcServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  ExtProcServer server(options, ExtProcServices{&port, nullptr, nullptr, nullptr});
+  server.start();
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server.port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = pb::ExternalProcessor::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = stub->Process(&context);
+
+  pb::ProcessingRequest headers;
+  auto* h = headers.mutable_request_headers();
+  *h->mutable_headers()->add_headers() = header(":method", "POST");
+  *h->mutable_headers()->add_headers() = header(":path", "/v1/completions");
+  ASSERT_TRUE(stream->Write(headers));
+  pb::ProcessingResponse answer;
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_TRUE(answer.has_request_headers()) << "BUFFERED: the headers are answered at once";
+  pb::ProcessingRequest body;
+  body.mutable_request_body()->set_body(R"({"model":"m","prompt":"hello"})");
+  body.mutable_request_body()->set_end_of_stream(true);
+  ASSERT_TRUE(stream->Write(body));
+  ASSERT_TRUE(stream->Read(&answer));
+  ASSERT_TRUE(answer.has_request_body()) << answer.DebugString();
+  EXPECT_EQ(mutation_value(answer.request_body().response().header_mutation(),
+                           "x-gateway-destination-endpoint"),
+            "10.0.0.1:8000");
+  stream->WritesDone();
+  while (stream->Read(&answer)) {
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+  server.shutdown(std::chrono::milliseconds(0));
+
+  std::lock_guard lock(port.mu_);
+  EXPECT_NE(port.predictor_thread, std::thread::id());
+  EXPECT_NE(port.continuation_thread, std::thread::id());
+  EXPECT_NE(port.continuation_thread, port.predictor_thread)
+      << "the scheduling after the predictions ran on the predictor client's thread";
+}
+
+}  // namespace
+}  // namespace llmd::epp::extproc
