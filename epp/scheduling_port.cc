@@ -116,10 +116,15 @@ void EppSchedulingPort::pick_async(const SchedulingRequest& request, const Route
 PickResult EppSchedulingPort::to_pick_result(const SchedulingRequest& request, const Route& route,
                                              ScheduleResult r) {
   const auto now = now_();
+  std::vector<PodRegistry::PredictedTtft> predicted;
+  predicted.reserve(r.scores.size());
   for (const auto& s : r.scores) {
     if (s.predicted_ttft_ms) {
-      registry_.record_predicted_ttft(s.name, *s.predicted_ttft_ms, now);
+      predicted.push_back({&s.name, *s.predicted_ttft_ms});
     }
+  }
+  if (!predicted.empty()) {
+    registry_.record_predicted_ttfts(predicted, now);
   }
   PickResult out;
   out.status = r.ok() ? 200 : r.status;

@@ -7,9 +7,11 @@
 namespace llmd::epp {
 namespace {
 
-std::string pool_of(const PodConfig& c) {
+// A reference, not a copy: candidates() looks the pool up twice per pod on every request.
+const std::string& pool_of(const PodConfig& c) {
+  static const std::string kDefaultPool;
   auto it = c.labels.find("pool");
-  return it == c.labels.end() ? std::string() : it->second;
+  return it == c.labels.end() ? kDefaultPool : it->second;
 }
 
 }  // namespace
@@ -223,11 +225,12 @@ std::vector<Endpoint> PodRegistry::candidates(std::chrono::steady_clock::time_po
     if (s.predicted_ttft_ms && now - s.predicted_at <= staleness_) {
       e.last_predicted_ttft_ms = s.predicted_ttft_ms;
     }
-    if (auto c = coverage_.find(e.pool()); c != coverage_.end()) {
+    const std::string& pool = pool_of(s.config);
+    if (auto c = coverage_.find(pool); c != coverage_.end()) {
       e.ttft_bound_factor = c->second.ttft.factor();
       e.tpot_bound_factor = c->second.tpot.factor();
     }
-    const PoolMeans& m = pools[e.pool()];
+    const PoolMeans& m = pools[pool];
     if (m.ttft_n > 0) {
       e.ttft_residual_factor = s.ttft_residual.factor(m.ttft / m.ttft_n, now);
     }
@@ -241,11 +244,23 @@ std::vector<Endpoint> PodRegistry::candidates(std::chrono::steady_clock::time_po
 
 void PodRegistry::record_predicted_ttft(const std::string& name, double ttft_ms,
                                         std::chrono::steady_clock::time_point now) {
+  const PredictedTtft one{&name, ttft_ms};
+  record_predicted_ttfts({&one, 1}, now);
+}
+
+void PodRegistry::record_predicted_ttfts(std::span<const PredictedTtft> predicted,
+                                         std::chrono::steady_clock::time_point now) {
   std::lock_guard lock(mu_);
-  auto it = pods_.find(name);
-  if (it != pods_.end()) {
-    it->second.predicted_ttft_ms = ttft_ms;
-    it->second.predicted_at = now;
+  // A cycle's scores usually keep candidates() order, which is this map's: the pod after the
+  // previous one is tried before a lookup.
+  auto next = pods_.begin();
+  for (const auto& p : predicted) {
+    auto it = next != pods_.end() && next->first == *p.name ? next : pods_.find(*p.name);
+    if (it != pods_.end()) {
+      it->second.predicted_ttft_ms = p.ttft_ms;
+      it->second.predicted_at = now;
+      next = std::next(it);
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,13 @@ class PodRegistry {
   // Latest predicted TTFT of a pod (from a scheduling cycle); forgotten after `staleness`.
   void record_predicted_ttft(const std::string& name, double ttft_ms,
                              std::chrono::steady_clock::time_point now);
+  // The same for every scored pod of a cycle under one lock (a cycle scores the whole pool).
+  struct PredictedTtft {
+    const std::string* name;
+    double ttft_ms;
+  };
+  void record_predicted_ttfts(std::span<const PredictedTtft> predicted,
+                              std::chrono::steady_clock::time_point now);
   // What a pod measured against what the model predicted for it: `model_ms` is the model's own
   // value (PodResidual: candidates() then carry each pod's residual factors against its pool's,
   // label `pool`, other pods) and `bound_ms` the bound the SLO check used, after the per-pod

@@ -58,13 +58,13 @@ struct Endpoint {
   std::optional<LatencyPredictionInfo> latency;
 
   // The pool this pod belongs to: label `pool`, "" (the default pool) when unlabelled.
-  std::string pool() const {
-    auto it = labels.find("pool");
-    return it == labels.end() ? std::string() : it->second;
-  }
-  std::string role() const {
-    auto it = labels.find("role");
-    return it == labels.end() ? std::string() : it->second;
+  // References (valid while the labels are): both are read per pod on every request.
+  const std::string& pool() const { return label("pool"); }
+  const std::string& role() const { return label("role"); }
+  const std::string& label(const std::string& key) const {
+    static const std::string kNone;
+    auto it = labels.find(key);
+    return it == labels.end() ? kNone : it->second;
   }
 };
 

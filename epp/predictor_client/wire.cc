@@ -1,9 +1,11 @@
 #include "epp/predictor_client/wire.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 
 
@@ -78,6 +80,14 @@ class BulkResponseReader {
 
  private:
   static constexpr int kMaxDepth = 64;
+  // Characters a string may hold as they are: not '"', not '\\', not a control character.
+  static constexpr auto kPlain = [] {
+    std::array<bool, 256> t{};
+    for (int c = 0x20; c < 256; ++c) {
+      t[static_cast<std::size_t>(c)] = c != '"' && c != '\\';
+    }
+    return t;
+  }();
 
   void ws() {
     while (p_ != end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) {
@@ -129,11 +139,23 @@ class BulkResponseReader {
     }
     Prediction out;
     int have = 0;
+    // Where the object's trailing run of ignored members starts (null once a kept key follows).
+    const char* ignored_from = nullptr;
     ws();
     if (!consume('}')) {
       while (true) {
         std::string_view key;
         ws();
+        // Our predictor repeats the same metadata members (predicted_at, model_type, ...) at
+        // the end of every prediction: when the bytes from here equal the previous
+        // prediction's ignored tail, they parse the same way (the same members, all ignored,
+        // then '}'), so they are stepped over instead of read again.
+        if (!ignored_tail_.empty() && static_cast<std::size_t>(end_ - p_) >= ignored_tail_.size() &&
+            std::memcmp(p_, ignored_tail_.data(), ignored_tail_.size()) == 0) {
+          p_ += ignored_tail_.size();
+          break;
+        }
+        const char* key_at = p_;
         if (!string(&key) || !colon()) {
           return false;
         }
@@ -147,11 +169,20 @@ class BulkResponseReader {
             return false;
           }
           have |= target == &out.ttft_ms ? 1 : target == &out.tpot_ms ? 2 : 0;
-        } else if (!skip_value(3)) {
-          return false;
+          ignored_from = nullptr;
+        } else {
+          if (!skip_value(3)) {
+            return false;
+          }
+          if (ignored_from == nullptr) {
+            ignored_from = key_at;
+          }
         }
         ws();
         if (consume('}')) {
+          ignored_tail_ = ignored_from == nullptr
+                              ? std::string_view()
+                              : std::string_view(ignored_from, static_cast<std::size_t>(p_ - ignored_from));
           break;
         }
         if (!consume(',')) {
@@ -166,57 +197,85 @@ class BulkResponseReader {
     return true;
   }
 
-  // At '"': the raw text between the quotes (escapes validated, not decoded).
+  // At '"': the raw text between the quotes (escapes validated, not decoded). Runs of plain
+  // characters are skipped through a table: every prediction carries its metadata strings
+  // (predicted_at, model_type, ...), so most of a response's bytes are string contents.
   bool string(std::string_view* out) {
     if (!consume('"')) {
       return false;
     }
     const char* begin = p_;
-    while (p_ != end_) {
-      const auto c = static_cast<unsigned char>(*p_);
+    while (true) {
+      while (p_ != end_ && kPlain[static_cast<unsigned char>(*p_)]) {
+        ++p_;
+      }
+      if (p_ == end_) {
+        return false;
+      }
+      const char c = *p_;
       if (c == '"') {
         *out = std::string_view(begin, static_cast<std::size_t>(p_ - begin));
         ++p_;
         return true;
       }
-      if (c < 0x20) {
+      if (c != '\\') {
+        return false;  // a control character
+      }
+      ++p_;
+      if (p_ == end_) {
         return false;
       }
-      if (c == '\\') {
-        ++p_;
-        if (p_ == end_) {
-          return false;
-        }
-        const char e = *p_;
-        if (e == 'u') {
-          for (int i = 0; i < 4; ++i) {
-            ++p_;
-            if (p_ == end_ || !std::isxdigit(static_cast<unsigned char>(*p_))) {
-              return false;
-            }
+      const char e = *p_;
+      if (e == 'u') {
+        for (int i = 0; i < 4; ++i) {
+          ++p_;
+          if (p_ == end_ || !std::isxdigit(static_cast<unsigned char>(*p_))) {
+            return false;
           }
-        } else if (std::string_view("\"\\/bfnrt").find(e) == std::string_view::npos) {
-          return false;
         }
+      } else if (std::string_view("\"\\/bfnrt").find(e) == std::string_view::npos) {
+        return false;
       }
       ++p_;
     }
-    return false;
   }
 
-  // A JSON number (RFC 8259 grammar); stores its value when `out` is not null.
+  // A JSON number (RFC 8259 grammar); stores its value when `out` is not null. Numbers of at
+  // most 15 significant digits without an exponent part take Clinger's fast path: their digits
+  // and the power of ten are exact doubles, so one IEEE division rounds exactly as from_chars
+  // does (the predictor's *_expected_ms values, microsecond resolution); others go through
+  // from_chars.
   bool number(double* out) {
+    static constexpr double kPow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                        1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                        1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
     const char* begin = p_;
-    consume('-');
+    const bool negative = consume('-');
     if (p_ == end_ || *p_ < '0' || *p_ > '9') {
       return false;
     }
+    uint64_t mantissa = 0;  // wraps when long; then unused (significant > 15)
+    int significant = 0;    // digits from the first non-zero one
+    int scale = 0;          // digits after the point
+    auto accumulate = [&] {
+      const char* from = p_;
+      while (p_ != end_ && *p_ >= '0' && *p_ <= '9') {
+        mantissa = mantissa * 10 + static_cast<uint64_t>(*p_ - '0');
+        significant += mantissa != 0 ? 1 : 0;
+        ++p_;
+      }
+      return static_cast<int>(p_ - from);
+    };
     if (!consume('0')) {
-      digits();  // no leading zeros: "01" stops after the "0" and fails in the caller
+      accumulate();  // no leading zeros: "01" stops after the "0" and fails in the caller
     }
-    if (consume('.') && !digits()) {
-      return false;
+    if (consume('.')) {
+      scale = accumulate();
+      if (scale == 0) {
+        return false;
+      }
     }
+    bool exact = significant <= 15 && scale <= 22;
     if (p_ != end_ && (*p_ == 'e' || *p_ == 'E')) {
       ++p_;
       if (!consume('+')) {
@@ -225,14 +284,18 @@ class BulkResponseReader {
       if (!digits()) {
         return false;
       }
+      exact = false;
     }
-    if (out != nullptr) {
-      const auto r = std::from_chars(begin, p_, *out);
-      if (r.ec != std::errc() || r.ptr != p_ || !std::isfinite(*out)) {
-        return false;
-      }
+    if (out == nullptr) {
+      return true;
     }
-    return true;
+    if (exact) {
+      const double v = static_cast<double>(mantissa) / kPow10[scale];
+      *out = negative ? -v : v;
+      return true;
+    }
+    const auto r = std::from_chars(begin, p_, *out);
+    return r.ec == std::errc() && r.ptr == p_ && std::isfinite(*out);
   }
   bool digits() {
     const char* begin = p_;
@@ -299,6 +362,8 @@ class BulkResponseReader {
   const char* p_;
   const char* end_;
   std::vector<Prediction> predictions_;
+  // The previous prediction's trailing ignored members up to its '}' (a view into the body).
+  std::string_view ignored_tail_;
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "epp/predictor_client/wire.h"
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -230,6 +231,58 @@ TEST(Wire, ReaderAgreesWithAFullJsonParserOnRandomBodies) {
     }
   }
   EXPECT_GT(valid, 1000);  // the generator exercises both outcomes
+}
+
+// The reader steps over a prediction's trailing ignored members when they repeat the previous
+// prediction's byte for byte; a tail that differs, or a kept key after ignored ones, is read.
+TEST(Wire, RepeatedMetadataTailsAreReadLikeAnyOther) {
+  const std::string meta = R"(,"predicted_at":"2025-01-01T00:00:00Z","quantile":0.9,"x":{"y":[1,"}"]}})";
+  const std::string body = R"({"predictions":[{"ttft_ms":1,"tpot_ms":2)" + meta +
+                           R"(,{"ttft_ms":3,"tpot_ms":4)" + meta +
+                           R"(,{"ttft_ms":5,"quantile":0.9,"tpot_ms":6)" + meta +
+                           R"(,{"ttft_ms":7)" + meta.substr(0, meta.size() - 1) + R"(,"tpot_ms":8})" +
+                           R"(,{"ttft_ms":9,"tpot_ms":10,"predicted_at":"2025-01-01T00:00:01Z"}]})";
+  auto p = parse_bulk_response(body);
+  ASSERT_TRUE(p.has_value()) << body;
+  ASSERT_EQ(p->size(), 5u);
+  for (std::size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ((*p)[i].ttft_ms, 2.0 * static_cast<double>(i) + 1) << i;
+    EXPECT_EQ((*p)[i].tpot_ms, 2.0 * static_cast<double>(i) + 2) << i;
+  }
+  // A repeated tail never stands in for the members a prediction lacks.
+  EXPECT_FALSE(parse_bulk_response(R"({"predictions":[{"ttft_ms":1,"tpot_ms":2)" + meta + ",{" +
+                                   meta.substr(1) + "]}")
+                   .has_value());
+}
+
+// Short decimals are converted without from_chars (an exact division); the value must be the
+// one from_chars gives, at the fast path's limits and past them.
+TEST(Wire, NumbersMatchFromChars) {
+  std::mt19937_64 rng(99);
+  std::vector<std::string> numbers = {"0", "-0", "0.0", "-0.000", "123456789012345",
+                                      "1234567890123456", "0.1", "0.0000000000000000000001",
+                                      "0.00000000000000000000001", "999999999999999.9",
+                                      "12.3456789012345", "1e3", "2.5E-3", "17.000000000000001"};
+  for (int i = 0; i < 20000; ++i) {
+    std::string n = rng() % 2 ? "-" : "";
+    n += std::to_string(rng() % 1000000000000ull).substr(0, 1 + rng() % 12);
+    if (n.size() > (n[0] == '-' ? 2u : 1u) && n[n[0] == '-' ? 1 : 0] == '0') {
+      continue;  // a leading zero is not JSON
+    }
+    n += ".";
+    for (unsigned k = 1 + rng() % 18; k > 0; --k) {
+      n += static_cast<char>('0' + rng() % 10);
+    }
+    numbers.push_back(n);
+  }
+  for (const auto& n : numbers) {
+    auto p = parse_bulk_response(R"({"predictions":[{"ttft_ms":)" + n + R"(,"tpot_ms":1}]})");
+    ASSERT_TRUE(p.has_value()) << n;
+    double expected = 0;
+    std::from_chars(n.data(), n.data() + n.size(), expected);
+    EXPECT_EQ(std::signbit((*p)[0].ttft_ms), std::signbit(expected)) << n;
+    EXPECT_EQ((*p)[0].ttft_ms, expected) << n;
+  }
 }
 
 TEST(Wire, DeepNestingIsRejectedWithoutRecursingForever) {
