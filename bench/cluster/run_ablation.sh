@@ -26,7 +26,7 @@ variants=(
   "no-loose-gate|loose prefix-affinity gate (0.70)|/pluginRef: loose-affinity/d"
   "no-rotation|near-best rotation (tolerance 0)|s/tolerance: [0-9.]*/tolerance: 0.0/"
   "composite-1-1-1|composite weights 3,2,2 -> 1,1,1|s/compositePrefixWeight: [0-9.]*/compositePrefixWeight: 1/;s/compositeQueueWeight: [0-9.]*/compositeQueueWeight: 1/;s/compositeKvWeight: [0-9.]*/compositeKvWeight: 1/"
-  "no-exploration|gate exploration (1 %)|s/explorationProbability: [0-9.]*/explorationProbability: 0.0/"
+  "no-exploration|gate exploration (1 %, the plugin default)|/    threshold: /a\\    explorationProbability: 0.0"
   "proportional-draw|score^100 / ^10 draws -> proportional|s/cachedRequestExponent: [0-9.]*/cachedRequestExponent: 1/;s/uncachedSloRequestExponent: [0-9.]*/uncachedSloRequestExponent: 1/"
   "prefix-depth-256|prefix match depth 2048 -> 256 blocks|s/maxPrefixBlocksToMatch: [0-9]*/maxPrefixBlocksToMatch: 256/"
   "upstream-break|stickiness break 0.5 s -> 5 s|s/maxTTFTPenaltyMs: [0-9.]*/maxTTFTPenaltyMs: 5000/"

@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
@@ -75,7 +76,11 @@ struct AsyncHttpClient::Impl {
   // One request from start to callback. Owned by the handlers of its pending operation.
   struct Exchange : std::enable_shared_from_this<Exchange> {
     Exchange(std::shared_ptr<Impl> owner, Target* t, Callback cb)
-        : impl(std::move(owner)), target(t), resolver(impl->ioc), done(std::move(cb)) {}
+        : impl(std::move(owner)),
+          target(t),
+          resolver(impl->ioc),
+          deadline_timer(impl->ioc),
+          done(std::move(cb)) {}
 
     std::shared_ptr<Impl> impl;
     Target* target;  // null until start() when the request named a URL
@@ -83,6 +88,11 @@ struct AsyncHttpClient::Impl {
     tcp::resolver resolver;
     bhttp::request<bhttp::string_body> req;
     SteadyClock::time_point deadline;
+    // One timer for the whole exchange. tcp_stream's own expiry re-arms a timer (a timerfd
+    // syscall) for every read_some, and a predictor's 40-KB answer takes many: that was ~5 % of
+    // the EPP's CPU at 100 pods. On expiry it closes the socket, which ends the pending operation.
+    asio::steady_timer deadline_timer;
+    bool timed_out = false;
     Callback done;
     std::unique_ptr<Connection> conn;
     bool reused = false;
@@ -94,6 +104,14 @@ struct AsyncHttpClient::Impl {
         return finish(AsyncResponse{0, {}, "client stopped", false});
       }
       impl->live.insert(this);
+      deadline_timer.expires_at(deadline);
+      deadline_timer.async_wait([self = shared_from_this()](beast::error_code ec) {
+        if (ec || !self->done) {
+          return;  // cancelled, or the exchange ended as the timer fired
+        }
+        self->timed_out = true;
+        self->abort();
+      });
       if (target == nullptr) {
         target = &impl->by_url(*url);
       }
@@ -121,7 +139,6 @@ struct AsyncHttpClient::Impl {
             if (SteadyClock::now() >= self->deadline) {
               return self->fail("resolve", beast::error::timeout);
             }
-            self->conn->stream.expires_at(self->deadline);
             self->conn->stream.async_connect(
                 r, [self](beast::error_code ec2, const tcp::endpoint&) {
                   if (ec2) {
@@ -135,7 +152,6 @@ struct AsyncHttpClient::Impl {
     }
 
     void write() {
-      conn->stream.expires_at(deadline);
       bhttp::async_write(conn->stream, req,
                          [self = shared_from_this()](beast::error_code ec, std::size_t) {
                            if (ec) {
@@ -161,8 +177,9 @@ struct AsyncHttpClient::Impl {
       auto& res = parser->get();
       AsyncResponse out{static_cast<int>(res.result_int()), std::move(res.body()), {}, false};
       auto& idle = target->idle;
-      if (res.keep_alive() && !impl->stopping && idle.size() < impl->options.max_idle_per_target) {
-        conn->stream.expires_never();
+      // timed_out here: the timer fired just as the answer completed and closed the socket.
+      if (res.keep_alive() && !impl->stopping && !timed_out &&
+          idle.size() < impl->options.max_idle_per_target) {
         idle.push_back(std::move(conn));
       }
       finish(std::move(out));
@@ -170,7 +187,10 @@ struct AsyncHttpClient::Impl {
 
     void fail(const char* stage, beast::error_code ec) {
       conn.reset();
-      const bool timed_out = ec == beast::error::timeout;
+      if (timed_out || ec == beast::error::timeout) {
+        timed_out = true;
+        ec = beast::error::timeout;  // the timer closed the socket: say why, not "aborted"
+      }
       // A reused connection the peer had closed: one fresh connection, the same request.
       if (reused && !resent && !impl->stopping && detail::is_stale_connection(ec) &&
           SteadyClock::now() < deadline) {
@@ -182,6 +202,7 @@ struct AsyncHttpClient::Impl {
 
     void finish(AsyncResponse r) {
       impl->live.erase(this);
+      deadline_timer.cancel();
       if (done) {
         auto cb = std::move(done);
         done = nullptr;

@@ -198,6 +198,42 @@ TEST(HttpClient, OutOfDescriptorsIsAFailedRequestNotAnException) {
   EXPECT_EQ(again.get("/").status, 200) << "fine once descriptors are free";
 }
 
+// The deadline covers the whole exchange (one timer, not one per read): a pod that accepts and
+// never answers is a timeout, reported as one, and the client serves the next request.
+TEST(AsyncHttpClient, AnUnansweredRequestTimesOutAndTheClientServesTheNext) {
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  RunningServer srv(local_options(), [&](Request& r) {
+    if (r.path == "/slow") {
+      released.wait_for(std::chrono::seconds(10));
+    }
+    return Response::text(200, "fine");
+  });
+  AsyncHttpClient client(std::vector<Url>{});
+  Url url;
+  url.host = "127.0.0.1";
+  url.port = srv.port();
+  auto call = [&](const std::string& path, std::chrono::milliseconds timeout) {
+    std::promise<AsyncResponse> done;
+    client.request(url, "GET", path, {}, timeout,
+                   [&done](AsyncResponse r) { done.set_value(std::move(r)); });
+    return done.get_future().get();
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const AsyncResponse slow = call("/slow", std::chrono::milliseconds(200));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  release.set_value();
+  EXPECT_EQ(slow.status, 0);
+  EXPECT_TRUE(slow.timed_out) << slow.error;
+  EXPECT_NE(slow.error.find("timeout"), std::string::npos) << slow.error;
+  EXPECT_LT(waited, std::chrono::seconds(5)) << "the deadline did not end the read";
+  for (int i = 0; i < 3; ++i) {
+    const AsyncResponse fast = call("/fast", std::chrono::seconds(5));
+    EXPECT_EQ(fast.status, 200) << fast.error;
+    EXPECT_EQ(fast.body, "fine");
+  }
+}
+
 TEST(AsyncHttpClient, TargetsNamedByUrlKeepTheirConnectionAlive) {
   OneConnectionServer server;
   {
