@@ -23,8 +23,8 @@ std::optional<Json> first_token_entry(const CompletedRequest& req, bool streamin
     return std::nullopt;
   }
   // The model sees no clock: it learns (and is judged on) the TTFT of an arrival at an average
-  // moment of the pod's step, so the step-phase delay the prediction added comes off all three.
-  const double phase = req.pod.latency ? req.pod.latency->ttft_phase_ms : 0.0;
+  // moment of the pod's step, so the sample is the phase-neutral TTFT against the unphased
+  // predictions.
   const double actual = req.phase_neutral_ttft_ms();
   if (!(actual > 0)) {
     return std::nullopt;
@@ -33,8 +33,8 @@ std::optional<Json> first_token_entry(const CompletedRequest& req, bool streamin
   ttft["actual_ttft_ms"] = actual;
   ttft["actual_tpot_ms"] = 0.0;
   if (req.pod.latency) {
-    ttft["predicted_ttft_ms"] = std::max(0.0, req.pod.latency->predicted_ttft_ms - phase);
-    ttft["expected_ttft_ms"] = std::max(0.0, req.pod.latency->expected_ttft_ms - phase);
+    ttft["predicted_ttft_ms"] = req.pod.latency->unphased_ttft_ms;
+    ttft["expected_ttft_ms"] = req.pod.latency->unphased_expected_ttft_ms;
   }
   return ttft;
 }

@@ -93,7 +93,7 @@ void PodAttempt::first_token(TimePoint now) {
       // request would have had arriving at an average moment.
       const auto& l = *done_.pod.latency;
       services_->registry->observe_ttft(done_.pod.name, l.model_ttft_ms,
-                                        l.predicted_ttft_ms - l.ttft_phase_ms,
+                                        l.unphased_ttft_ms,
                                         done_.phase_neutral_ttft_ms(), now);
     }
   }

@@ -279,6 +279,8 @@ CompletedRequest sample_request() {
   d.pod.prefix = PrefixCacheMatchInfo{3, 4};
   d.pod.latency = LatencyPredictionInfo{45, 9, 0, 0, true, true};
   d.pod.latency->expected_ttft_ms = 38;
+  d.pod.latency->unphased_ttft_ms = 45;  // no step phase
+  d.pod.latency->unphased_expected_ttft_ms = 38;
   d.pod.latency->expected_tpot_ms = 8;
   return d;
 }
@@ -312,13 +314,18 @@ TEST(TrainingEntries, TheStepPhaseAddedToThePredictionComesOffTheTtftSample) {
   // Predicted at a pod whose step had just begun: +4 ms on the model's 41 / 34 ms.
   CompletedRequest d = sample_request();
   d.pod.latency->ttft_phase_ms = 4;
+  d.pod.latency->unphased_ttft_ms = 41;
+  d.pod.latency->unphased_expected_ttft_ms = 34;
   auto ttft = first_token_entry(d, true);
   ASSERT_TRUE(ttft);
   EXPECT_DOUBLE_EQ((*ttft)["actual_ttft_ms"].get<double>(), 46);
   EXPECT_DOUBLE_EQ((*ttft)["predicted_ttft_ms"].get<double>(), 41);
   EXPECT_DOUBLE_EQ((*ttft)["expected_ttft_ms"].get<double>(), 34);
-  // And one whose step was about to end: the sample is what an average arrival would get.
+  // And one whose step was about to end: -4 ms on the model's 49 / 42 ms; the sample is what an
+  // average arrival would get.
   d.pod.latency->ttft_phase_ms = -4;
+  d.pod.latency->unphased_ttft_ms = 49;
+  d.pod.latency->unphased_expected_ttft_ms = 42;
   ttft = first_token_entry(d, true);
   EXPECT_DOUBLE_EQ((*ttft)["actual_ttft_ms"].get<double>(), 54);
   EXPECT_DOUBLE_EQ((*ttft)["expected_ttft_ms"].get<double>(), 42);

@@ -106,7 +106,7 @@ TEST_F(RequestContextTest, TheTrainingTtftIsThePhaseNeutralOne) {
   Endpoint a = pod("a");
   LatencyPredictionInfo info;
   info.predicted_ttft_ms = 24, info.expected_ttft_ms = 20, info.ttft_phase_ms = 4;
-  info.model_ttft_ms = 20;
+  info.model_ttft_ms = 20, info.unphased_ttft_ms = 20, info.unphased_expected_ttft_ms = 16;
   a.latency = info;
   PodAttempt attempt = ctx.dispatch(request_, a, route_, "m", 8, 1, kT0);
   attempt.streamed(1, kT0 + 25ms);

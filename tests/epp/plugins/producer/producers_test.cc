@@ -322,8 +322,13 @@ TEST_F(PredictedLatencyProducerTest, StepPhaseShiftsTtftOfBusyPodsWhoseStepEndsS
   // Nothing of ours running there: no phase (an idle pod starts at once, as the model knows).
   EXPECT_DOUBLE_EQ(eps[3].latency->ttft_phase_ms, 0.0);
   EXPECT_DOUBLE_EQ(eps[3].latency->predicted_ttft_ms, 21.0);
-  // The model's own value (what the pod's residual is measured against) is untouched.
+  // The model's own value (what the pod's residual is measured against) is untouched, and the
+  // values before the phase are kept apart, not recovered by subtracting it again.
   EXPECT_DOUBLE_EQ(eps[0].latency->model_ttft_ms, 20.0);
+  for (int i : {0, 1, 2}) {
+    EXPECT_DOUBLE_EQ(eps[i].latency->unphased_ttft_ms, 20.0) << i;
+    EXPECT_DOUBLE_EQ(eps[i].latency->unphased_expected_ttft_ms, 16.0) << i;
+  }
 
   // Off by default, as upstream.
   eps = run(*make(), req, pods);
