@@ -147,18 +147,38 @@ TEST(HttpClient, ConnectionRefusedIsStatusZeroWithError) {
   EXPECT_FALSE(res.error.empty());
 }
 
-TEST(HttpClient, TimeoutIsStatusZeroAndClientRecovers) {
-  std::promise<void> release;
-  auto released = release.get_future().share();
-  RunningServer srv(local_options(), [&](Request& r) {
-    if (r.path == "/slow") {
-      released.wait_for(std::chrono::seconds(10));
+// Answers "fine" at once, except /slow, which waits until release() (at most 10 s).
+class SlowPathServer {
+ public:
+  SlowPathServer()
+      : released_(gate_.get_future().share()),
+        srv_(local_options(), [this](Request& r) {
+          if (r.path == "/slow") {
+            released_.wait_for(std::chrono::seconds(10));
+          }
+          return Response::text(200, "fine");
+        }) {}
+  ~SlowPathServer() { release(); }
+  uint16_t port() const { return srv_.port(); }
+  void release() {
+    if (!done_) {
+      done_ = true;
+      gate_.set_value();
     }
-    return Response::text(200, "fine");
-  });
+  }
+
+ private:
+  std::promise<void> gate_;
+  std::shared_future<void> released_;
+  bool done_ = false;
+  RunningServer srv_;
+};
+
+TEST(HttpClient, TimeoutIsStatusZeroAndClientRecovers) {
+  SlowPathServer srv;
   HttpClient client("127.0.0.1", srv.port(), std::chrono::milliseconds(200));
   const auto slow = client.get("/slow");
-  release.set_value();
+  srv.release();
   EXPECT_EQ(slow.status, 0);
   EXPECT_FALSE(slow.error.empty());
   client.set_timeout(std::chrono::seconds(5));
@@ -201,14 +221,7 @@ TEST(HttpClient, OutOfDescriptorsIsAFailedRequestNotAnException) {
 // The deadline covers the whole exchange (one timer, not one per read): a pod that accepts and
 // never answers is a timeout, reported as one, and the client serves the next request.
 TEST(AsyncHttpClient, AnUnansweredRequestTimesOutAndTheClientServesTheNext) {
-  std::promise<void> release;
-  auto released = release.get_future().share();
-  RunningServer srv(local_options(), [&](Request& r) {
-    if (r.path == "/slow") {
-      released.wait_for(std::chrono::seconds(10));
-    }
-    return Response::text(200, "fine");
-  });
+  SlowPathServer srv;
   AsyncHttpClient client(std::vector<Url>{});
   Url url;
   url.host = "127.0.0.1";
@@ -222,7 +235,7 @@ TEST(AsyncHttpClient, AnUnansweredRequestTimesOutAndTheClientServesTheNext) {
   const auto start = std::chrono::steady_clock::now();
   const AsyncResponse slow = call("/slow", std::chrono::milliseconds(200));
   const auto waited = std::chrono::steady_clock::now() - start;
-  release.set_value();
+  srv.release();
   EXPECT_EQ(slow.status, 0);
   EXPECT_TRUE(slow.timed_out) << slow.error;
   EXPECT_NE(slow.error.find("timeout"), std::string::npos) << slow.error;
