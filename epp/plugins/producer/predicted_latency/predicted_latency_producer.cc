@@ -56,16 +56,16 @@ LatencyPredictionInfo PredictedLatencyProducer::info_for(const SchedulingRequest
   // A predictor without central estimates (the reference) leaves them < 0: the bound serves.
   auto or_bound = [](double expected, double bound) { return expected >= 0 ? expected : bound; };
   LatencyPredictionInfo info;
-  const double ttft = std::max(0.0, std::max(0.0, p.ttft_ms * ttft_factor) + ttft_phase_ms);
+  info.unphased_ttft_ms = std::max(0.0, p.ttft_ms * ttft_factor);
+  info.unphased_expected_ttft_ms =
+      std::max(0.0, or_bound(p.ttft_expected_ms, p.ttft_ms) * ttft_factor);
+  const double ttft = std::max(0.0, info.unphased_ttft_ms + ttft_phase_ms);
   const double tpot = p.tpot_ms * tpot_factor;
   info.model_ttft_ms = p.ttft_ms;
   info.model_tpot_ms = p.tpot_ms;
   info.predicted_ttft_ms = ttft;
   info.predicted_tpot_ms = tpot;
   info.ttft_phase_ms = ttft_phase_ms;
-  info.unphased_ttft_ms = std::max(0.0, p.ttft_ms * ttft_factor);
-  info.unphased_expected_ttft_ms =
-      std::max(0.0, or_bound(p.ttft_expected_ms, p.ttft_ms) * ttft_factor);
   info.expected_ttft_ms = std::max(0.0, info.unphased_expected_ttft_ms + ttft_phase_ms);
   info.expected_tpot_ms = or_bound(p.tpot_expected_ms, p.tpot_ms) * tpot_factor;
   // The SLO check scales the bound by what made the pool's bounds hold lately (BoundCoverage).
