@@ -58,9 +58,12 @@ PodAttempt::PodAttempt(RequestContext& owner, const SchedulingRequest& request,
       services_->registry->on_dispatch(pod.name, uncached_tokens_);
       step_clock_ = services_->registry->step_clock(pod.name);
       // Due at the bound without the lateness already added to it: lateness is measured
-      // against the model (with its per-pod corrections), or it would chase itself.
+      // against the model (with its per-pod corrections), or it would chase itself. A model
+      // that could not tell the pods apart (model_ttft_ms 0: e.g. the untrained constant)
+      // makes no promise to be late against.
+      const bool comparable = pod.latency && pod.latency->model_ttft_ms > 0;
       const double bound_ms =
-          pod.latency ? pod.latency->predicted_ttft_ms - pod.latency->ttft_late_ms : 0.0;
+          comparable ? pod.latency->predicted_ttft_ms - pod.latency->ttft_late_ms : 0.0;
       if (request.streaming && bound_ms > 0) {
         waits_ = services_->registry->first_token_waits(pod.name);
         if (waits_) {

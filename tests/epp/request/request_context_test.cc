@@ -190,6 +190,7 @@ TEST_F(RequestContextTest, AStreamedRequestPastItsBoundMakesThePodLateUntilItsFi
   Endpoint a = pod("a");
   LatencyPredictionInfo info;
   info.predicted_ttft_ms = 50;
+  info.model_ttft_ms = 40;
   a.latency = info;
   PodAttempt first = ctx.dispatch(request_, a, route_, "m", 16, 1, kT0);
   info.predicted_ttft_ms = 130;  // 30 of them already lateness: due at the model's 100 ms
@@ -204,8 +205,14 @@ TEST_F(RequestContextTest, AStreamedRequestPastItsBoundMakesThePodLateUntilItsFi
   second.pod_failed(503, true, kT0 + 120ms);  // ended without a first token
   EXPECT_DOUBLE_EQ(registry_.candidates(kT0 + 200ms)[0].ttft_late_ms, 0);
 
-  // Not tracked: a request without a prediction, or not streamed (no first-token event).
+  // Not tracked: a request without a prediction, with one the model could not tell apart
+  // from other pods', or not streamed (no first-token event).
   PodAttempt blind = ctx.dispatch(request_, pod("a"), route_, "m", 16, 1, kT0 + 200ms);
+  info.model_ttft_ms = 0;
+  a.latency = info;
+  PodAttempt indistinct = ctx.dispatch(request_, a, route_, "m", 16, 1, kT0 + 200ms);
+  info.model_ttft_ms = 40;
+  a.latency = info;
   request_.streaming = false;
   PodAttempt whole = ctx.dispatch(request_, a, route_, "m", 16, 1, kT0 + 200ms);
   EXPECT_DOUBLE_EQ(registry_.candidates(kT0 + 1s)[0].ttft_late_ms, 0);
