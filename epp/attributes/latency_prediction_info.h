@@ -29,8 +29,11 @@ struct LatencyPredictionInfo {
   // (StepTiming; predicted and expected TTFT include it, the model's own values do not); 0 when
   // unknown or not applied.
   double ttft_phase_ms = 0;
+  // How late the pod's most overdue waiting request runs past its bound (Endpoint::ttft_late_ms,
+  // when lateFirstTokenCorrection is on): added to every TTFT above except the model's own.
+  double ttft_late_ms = 0;
   // The TTFT bound and central estimate before the step phase (the model's values times the
-  // pod's residual factor): what the model, which sees no clock, is trained against and its
+  // pod's residual factor, plus the lateness): what the model, which sees no clock, is trained against and its
   // pod residual is measured on. Kept apart so that nobody subtracts the phase back out of
   // predicted/expected_ttft_ms, which are clamped at 0 after adding it.
   double unphased_ttft_ms = 0;

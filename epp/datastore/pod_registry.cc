@@ -57,6 +57,13 @@ void PodRegistry::mark_scrape_failed(const std::string& name) {
   }
 }
 
+std::shared_ptr<PodFirstTokenWaits> PodRegistry::first_token_waits(
+    const std::string& name) const {
+  std::lock_guard lock(mu_);
+  auto it = pods_.find(name);
+  return it == pods_.end() ? nullptr : it->second.waits;
+}
+
 std::shared_ptr<PodStepClock> PodRegistry::step_clock(const std::string& name) const {
   std::lock_guard lock(mu_);
   auto it = pods_.find(name);
@@ -222,6 +229,7 @@ std::vector<Endpoint> PodRegistry::candidates(std::chrono::steady_clock::time_po
       }
     }
     e.step = s.step_clock->timing();
+    e.ttft_late_ms = s.waits->late_ms(now);
     if (s.predicted_ttft_ms && now - s.predicted_at <= staleness_) {
       e.last_predicted_ttft_ms = s.predicted_ttft_ms;
     }

@@ -17,6 +17,7 @@
 
 #include "epp/datastore/bound_coverage.h"
 #include "epp/datastore/outlier_detection.h"
+#include "epp/datastore/pod_first_token_waits.h"
 #include "epp/datastore/pod_residual.h"
 #include "epp/datastore/pod_step_clock.h"
 #include "epp/interface/endpoint.h"
@@ -120,6 +121,9 @@ class PodRegistry {
   // The pod's step clock, fed by the streams relayed from it without taking this table's lock
   // (candidates() then carry its StepTiming); null for a pod not in the pool.
   std::shared_ptr<PodStepClock> step_clock(const std::string& name) const;
+  // The pod's streamed requests still waiting for their first token (candidates() then carry
+  // how late the most overdue one is); null for a pod not in the pool.
+  std::shared_ptr<PodFirstTokenWaits> first_token_waits(const std::string& name) const;
 
  private:
   struct State {
@@ -135,6 +139,7 @@ class PodRegistry {
     std::chrono::steady_clock::time_point predicted_at{};
     PodResidual ttft_residual, tpot_residual;
     std::shared_ptr<PodStepClock> step_clock = std::make_shared<PodStepClock>();
+    std::shared_ptr<PodFirstTokenWaits> waits = std::make_shared<PodFirstTokenWaits>();
   };
   struct PoolCoverage {
     BoundCoverage ttft, tpot;

@@ -44,6 +44,9 @@ struct Endpoint {
   // shared model cannot see. 1 = no significant difference.
   double ttft_residual_factor = 1.0;
   double tpot_residual_factor = 1.0;
+  // How far past its predicted TTFT bound the most overdue of the pod's streamed requests still
+  // waiting for a first token is (PodFirstTokenWaits): lateness no completed request shows yet.
+  double ttft_late_ms = 0;
   // How much the pool's bounds must be scaled to hold 9 times in 10 on its latest requests
   // (BoundCoverage): what an SLO check multiplies a bound by. 1 = no evidence yet.
   double ttft_bound_factor = 1.0;

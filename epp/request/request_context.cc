@@ -57,6 +57,20 @@ PodAttempt::PodAttempt(RequestContext& owner, const SchedulingRequest& request,
     if (services_->registry != nullptr) {
       services_->registry->on_dispatch(pod.name, uncached_tokens_);
       step_clock_ = services_->registry->step_clock(pod.name);
+      // Due at the bound without the lateness already added to it: lateness is measured
+      // against the model (with its per-pod corrections), or it would chase itself. A model
+      // that could not tell the pods apart (model_ttft_ms 0: e.g. the untrained constant)
+      // makes no promise to be late against.
+      const bool comparable = pod.latency && pod.latency->model_ttft_ms > 0;
+      const double bound_ms =
+          comparable ? pod.latency->predicted_ttft_ms - pod.latency->ttft_late_ms : 0.0;
+      if (request.streaming && bound_ms > 0) {
+        waits_ = services_->registry->first_token_waits(pod.name);
+        if (waits_) {
+          wait_ = waits_->add(now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                        std::chrono::duration<double, std::milli>(bound_ms)));
+        }
+      }
     }
   }
 }
@@ -65,6 +79,7 @@ PodAttempt::PodAttempt(PodAttempt&& other) noexcept
     : services_(other.services_), pool_(std::move(other.pool_)), done_(std::move(other.done_)),
       uncached_tokens_(other.uncached_tokens_), max_tokens_(other.max_tokens_),
       dispatched_(other.dispatched_), step_clock_(std::move(other.step_clock_)),
+      waits_(std::move(other.waits_)), wait_(other.wait_),
       last_token_(other.last_token_), content_chunks_(other.content_chunks_),
       ended_(other.ended_) {
   other.ended_ = true;  // the moved-from ticket owns nothing
@@ -76,11 +91,19 @@ PodAttempt::~PodAttempt() {
   }
 }
 
+void PodAttempt::stop_waiting() {
+  if (waits_) {
+    waits_->remove(wait_);
+    waits_.reset();
+  }
+}
+
 void PodAttempt::first_token(TimePoint now) {
   if (ended_ || done_.first_token) {
     return;
   }
   done_.first_token = true;
+  stop_waiting();
   done_.ttft_ms = ms_between(dispatched_, now);
   last_token_ = now;
   if (step_clock_) {
@@ -152,6 +175,7 @@ void PodAttempt::end(bool success, int status, TimePoint now, ResponseFacts&& fa
     return;
   }
   ended_ = true;
+  stop_waiting();
   if (is_pod() && services_->registry != nullptr) {
     services_->registry->on_finished(done_.pod.name, uncached_tokens_, max_tokens_,
                                      done_.first_token);

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 
+#include "epp/datastore/pod_first_token_waits.h"
 #include "epp/interface/endpoint.h"
 #include "epp/interface/request.h"
 #include "epp/proxy/proxy_types.h"
@@ -120,6 +121,7 @@ class PodAttempt {
              const Route& route, const std::string& target_model, int64_t max_tokens,
              int number, TimePoint now);
   void end(bool success, int status, TimePoint now, ResponseFacts&& facts);
+  void stop_waiting();
 
   const LifecycleServices* services_;
   std::string pool_;
@@ -128,6 +130,10 @@ class PodAttempt {
   int64_t max_tokens_ = 0;
   TimePoint dispatched_;
   std::shared_ptr<PodStepClock> step_clock_;  // null: not a pool pod, or no registry
+  // While a streamed request waits for its first token with a predicted bound: its entry in
+  // the pod's PodFirstTokenWaits (removed exactly once, at the first token or the end).
+  std::shared_ptr<PodFirstTokenWaits> waits_;
+  PodFirstTokenWaits::Handle wait_{};
   std::optional<TimePoint> last_token_;       // of this stream
   int64_t content_chunks_ = 0;                // seen so far (streamed)
   bool ended_ = false;

@@ -185,5 +185,38 @@ TEST_F(RequestContextTest, RejectionsReachTheSink) {
   EXPECT_EQ(sink_.rejected[0], (std::pair<std::string, int>{"m", 429}));
 }
 
+TEST_F(RequestContextTest, AStreamedRequestPastItsBoundMakesThePodLateUntilItsFirstToken) {
+  RequestContext ctx(services(), kT0);
+  Endpoint a = pod("a");
+  LatencyPredictionInfo info;
+  info.predicted_ttft_ms = 50;
+  info.model_ttft_ms = 40;
+  a.latency = info;
+  PodAttempt first = ctx.dispatch(request_, a, route_, "m", 16, 1, kT0);
+  info.predicted_ttft_ms = 130;  // 30 of them already lateness: due at the model's 100 ms
+  info.ttft_late_ms = 30;
+  a.latency = info;
+  PodAttempt second = ctx.dispatch(request_, a, route_, "m", 16, 1, kT0 + 10ms);
+  EXPECT_DOUBLE_EQ(registry_.candidates(kT0 + 50ms)[0].ttft_late_ms, 0) << "not overdue yet";
+  EXPECT_DOUBLE_EQ(registry_.candidates(kT0 + 80ms)[0].ttft_late_ms, 30);
+  first.first_token(kT0 + 90ms);
+  EXPECT_DOUBLE_EQ(registry_.candidates(kT0 + 120ms)[0].ttft_late_ms, 10)
+      << "the second request, due at 10 + 100 ms";
+  second.pod_failed(503, true, kT0 + 120ms);  // ended without a first token
+  EXPECT_DOUBLE_EQ(registry_.candidates(kT0 + 200ms)[0].ttft_late_ms, 0);
+
+  // Not tracked: a request without a prediction, with one the model could not tell apart
+  // from other pods', or not streamed (no first-token event).
+  PodAttempt blind = ctx.dispatch(request_, pod("a"), route_, "m", 16, 1, kT0 + 200ms);
+  info.model_ttft_ms = 0;
+  a.latency = info;
+  PodAttempt indistinct = ctx.dispatch(request_, a, route_, "m", 16, 1, kT0 + 200ms);
+  info.model_ttft_ms = 40;
+  a.latency = info;
+  request_.streaming = false;
+  PodAttempt whole = ctx.dispatch(request_, a, route_, "m", 16, 1, kT0 + 200ms);
+  EXPECT_DOUBLE_EQ(registry_.candidates(kT0 + 1s)[0].ttft_late_ms, 0);
+}
+
 }  // namespace
 }  // namespace llmd::epp

@@ -25,7 +25,8 @@ PluginOrError PredictedLatencyProducer::create(const std::string& name,
       .get("streamingMode", c.streamingMode)
       .get("podResidualCorrection", c.podResidualCorrection)
       .get("stepPhaseCorrection", c.stepPhaseCorrection)
-      .get("sloBoundCalibration", c.sloBoundCalibration);
+      .get("sloBoundCalibration", c.sloBoundCalibration)
+      .get("lateFirstTokenCorrection", c.lateFirstTokenCorrection);
   if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
   }
@@ -56,9 +57,10 @@ LatencyPredictionInfo PredictedLatencyProducer::info_for(const SchedulingRequest
   // A predictor without central estimates (the reference) leaves them < 0: the bound serves.
   auto or_bound = [](double expected, double bound) { return expected >= 0 ? expected : bound; };
   LatencyPredictionInfo info;
-  info.unphased_ttft_ms = std::max(0.0, p.ttft_ms * ttft_factor);
+  info.ttft_late_ms = config_.lateFirstTokenCorrection ? e.ttft_late_ms : 0.0;
+  info.unphased_ttft_ms = std::max(0.0, p.ttft_ms * ttft_factor) + info.ttft_late_ms;
   info.unphased_expected_ttft_ms =
-      std::max(0.0, or_bound(p.ttft_expected_ms, p.ttft_ms) * ttft_factor);
+      std::max(0.0, or_bound(p.ttft_expected_ms, p.ttft_ms) * ttft_factor) + info.ttft_late_ms;
   const double ttft = std::max(0.0, info.unphased_ttft_ms + ttft_phase_ms);
   const double tpot = p.tpot_ms * tpot_factor;
   info.model_ttft_ms = p.ttft_ms;

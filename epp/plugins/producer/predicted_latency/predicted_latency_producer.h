@@ -41,6 +41,11 @@ class PredictedLatencyProducer final : public PluginBase<DataProducer> {
     // SLO checks (headroom, validity) scale each bound by the factor that made the pool's
     // bounds hold 9 times in 10 on its latest requests (BoundCoverage); ranking is unchanged.
     bool sloBoundCalibration = false;
+    // Add to each pod's predicted TTFT how far past its bound the pod's most overdue request
+    // still waiting for a first token is (PodFirstTokenWaits): a queue running later than the
+    // model predicted delays every request behind it, seconds before any completed request
+    // shows it.
+    bool lateFirstTokenCorrection = false;
     std::string validate() const;
   };
 

@@ -253,6 +253,30 @@ TEST_F(PredictedLatencyProducerTest, PodResidualFactorsScalePredictionsAndHeadro
                    .plugin);
 }
 
+TEST_F(PredictedLatencyProducerTest, AnOverdueWaitingRequestDelaysThePodsPredictionsWhenEnabled) {
+  services_.source.answers = {{100, 10}, {90, 12}};
+  const SchedulingRequest req = slo_stream();
+  Endpoint late = pod("late");
+  late.ttft_late_ms = 70;  // its most overdue request is 70 ms past its bound
+  late.ttft_residual_factor = 2.0;
+  auto eps = run(*make({{"lateFirstTokenCorrection", true}, {"podResidualCorrection", true}}),
+                 req, {late, pod("on-time")});
+  ASSERT_TRUE(eps[0].latency && eps[1].latency);
+  // Added after the per-pod factor: the queue is late in time, not in proportion.
+  EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 270);
+  EXPECT_DOUBLE_EQ(eps[0].latency->unphased_ttft_ms, 270);
+  EXPECT_DOUBLE_EQ(eps[0].latency->expected_ttft_ms, 270);  // no central estimate: the bound
+  EXPECT_DOUBLE_EQ(eps[0].latency->ttft_late_ms, 70);
+  EXPECT_DOUBLE_EQ(eps[0].latency->ttft_headroom_ms, -120);
+  EXPECT_DOUBLE_EQ(eps[0].latency->model_ttft_ms, 100) << "the model's own value stays apart";
+  EXPECT_DOUBLE_EQ(eps[0].latency->predicted_tpot_ms, 10) << "TPOT untouched";
+  EXPECT_DOUBLE_EQ(eps[1].latency->predicted_ttft_ms, 90);
+  // Off (the default): lateness is ignored.
+  eps = run(*make({{"podResidualCorrection", true}}), req, {late, pod("on-time")});
+  EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 200);
+  EXPECT_DOUBLE_EQ(eps[0].latency->ttft_late_ms, 0);
+}
+
 TEST_F(PredictedLatencyProducerTest, SloChecksScaleBoundsByThePoolsLiveCoverageWhenEnabled) {
   // Pod "a" is predicted 120 ms / 12 ms, inside a 150 / 15 ms SLO; the pool's bounds held only
   // after scaling by 1.5 (TTFT) and 1.25 (TPOT) lately, so the check sees 180 / 15 ms: a miss.
