@@ -30,6 +30,8 @@ variants=(
   "proportional-draw|score^100 / ^10 draws -> proportional|s/cachedRequestExponent: [0-9.]*/cachedRequestExponent: 1/;s/uncachedSloRequestExponent: [0-9.]*/uncachedSloRequestExponent: 1/"
   "prefix-depth-256|prefix match depth 2048 -> 256 blocks|s/maxPrefixBlocksToMatch: [0-9]*/maxPrefixBlocksToMatch: 256/"
   "upstream-break|stickiness break 0.5 s -> 5 s|s/maxTTFTPenaltyMs: [0-9.]*/maxTTFTPenaltyMs: 5000/"
+  # An addition, not a removal: a candidate component tried against the same baselines.
+  "plus-late-first-token|(added) lateness of requests waiting for a first token|/sloBoundCalibration: true/a\\    lateFirstTokenCorrection: true"
 )
 for seed in "${seeds[@]}"; do
   [ -f "$out/s$seed-baseline/suite.csv" ] ||
