@@ -83,6 +83,7 @@ RunFigures run_figures(const Scenario& sc, const std::vector<Summary>& sums) {
     f.over_goodput_rps = mean(sums, over, [](const Summary& s) { return s.goodput_rps; });
     f.over_out_tok_s = mean(sums, over, [](const Summary& s) { return s.output_tokens_per_s; });
     f.over_success = mean(sums, over, [](const Summary& s) { return s.success_rate; });
+    f.over_ttft_p95 = gmean(sums, over, [](const Summary& s) { return s.ttft.p95; });
   }
   return f;
 }
@@ -150,6 +151,14 @@ int best_heuristic_ttft(const ScenarioRuns& sr) {
 
 int best_heuristic_slo(const ScenarioRuns& sr) {
   return best_heuristic_by(sr, [](const RunFigures& f) { return -f.slo_attainment; });
+}
+
+int best_heuristic_overload(const ScenarioRuns& sr) {
+  if (overload_stages(sr.scenario).empty()) return -1;
+  if (sr.scenario.slo_ttft_ms || sr.scenario.slo_tpot_ms) {
+    return best_heuristic_by(sr, [](const RunFigures& f) { return -f.over_goodput_rps; });
+  }
+  return best_heuristic_by(sr, [](const RunFigures& f) { return f.over_ttft_p95; });
 }
 
 void Spread::add(double v) {

@@ -28,6 +28,7 @@ struct RunFigures {
   // The other stages: mean over them of goodput (requests meeting their SLOs, or completed
   // within the client timeout without SLOs, per second), output tokens/s and success.
   double over_goodput_rps = kNaN, over_out_tok_s = kNaN, over_success = kNaN;
+  double over_ttft_p95 = kNaN;  // g-mean over those stages
 };
 RunFigures run_figures(const Scenario& s, const std::vector<Summary>& sums);
 
@@ -49,6 +50,10 @@ std::vector<Strategy> strategies_of(const ScenarioGroup& g);
 // metric: lowest g-mean TTFT p95, highest SLO attainment. -1 when no heuristic ran.
 int best_heuristic_ttft(const ScenarioRuns& sr);
 int best_heuristic_slo(const ScenarioRuns& sr);
+// Past saturation (issue 28 item 4): the heuristic with the most goodput over the overload
+// stages in SLO scenarios, the lowest g-mean TTFT p95 over them otherwise; -1 when the
+// scenario has no overload stage.
+int best_heuristic_overload(const ScenarioRuns& sr);
 
 // Mean, min and max over seeds (NaN values are skipped).
 struct Spread {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "bench/cluster/report_metrics.h"
+#include "bench/cluster/suite.h"
 
 namespace llmd::cluster {
 namespace {
@@ -78,6 +79,7 @@ TEST(ClusterSimReportTest, FiguresSplitStagesAtSaturation) {
   EXPECT_NEAR(f.below_pred_ttft.mape_percent, 25.0, 1e-9);
   EXPECT_NEAR(f.over_goodput_rps, 20.0, 1e-9);  // mean of 25 and 15
   EXPECT_NEAR(f.over_out_tok_s, 350.0, 1e-9);   // mean of 300 and 400
+  EXPECT_NEAR(f.over_ttft_p95, std::sqrt(40.0 * 80.0), 1e-9);
   EXPECT_TRUE(std::isnan(f.slo_attainment));
   Scenario unknown = two_by_two();
   unknown.saturation_rps = 0;
@@ -130,6 +132,31 @@ TEST(ClusterSimReportTest, SloScenariosNeedBothConditions) {
   EXPECT_FALSE(v.wins());
   EXPECT_EQ(v.best_slo, Strategy::kRoundRobin);
   EXPECT_NEAR(v.slo_pts, -5.0, 1e-9);
+}
+
+TEST(ClusterSimReportTest, PastSaturationTheVerdictComparesGoodputWithSlosAndTtftWithout) {
+  // Without SLOs: the overload stages' g-mean TTFT p95 against the lowest heuristic's.
+  ScenarioRuns sr = seed_runs(1, {{Strategy::kRoundRobin, 12}, {Strategy::kLoadPrefix322, 8},
+                                  {Strategy::kPredictedLeast, 10}});
+  EXPECT_EQ(best_heuristic_overload(sr), 1);
+  SuiteVerdict v = suite_verdict(sr, Strategy::kPredictedLeast);
+  EXPECT_NEAR(v.overload_loss, 10.0 / 8.0 - 1.0, 1e-9);
+  EXPECT_FALSE(v.overload_ok());
+  // With SLOs: goodput over the overload stages (25 and 15 req/s in every run here) against
+  // the heuristic with the most; equal goodput is not worse.
+  sr = seed_runs(1, {{Strategy::kRoundRobin, 12}, {Strategy::kPredictedLeast, 10}}, 0.8, 0.9);
+  sr.scenario.slo_ttft_ms = 100;
+  v = suite_verdict(sr, Strategy::kPredictedLeast);
+  EXPECT_NEAR(v.overload_loss, 0.0, 1e-9);
+  EXPECT_TRUE(v.overload_ok());
+  sr.summaries[1][3].goodput_rps = 5;  // the last stage: mean (25 + 5) / 2 = 15 against 20
+  v = suite_verdict(sr, Strategy::kPredictedLeast);
+  EXPECT_NEAR(v.overload_loss, 1.0 - 15.0 / 20.0, 1e-9);
+  EXPECT_FALSE(v.overload_ok());
+  // No stage above 0.9x saturation: no overload verdict.
+  sr.scenario.saturation_rps = 100;
+  EXPECT_EQ(best_heuristic_overload(sr), -1);
+  EXPECT_TRUE(std::isnan(suite_verdict(sr, Strategy::kPredictedLeast).overload_loss));
 }
 
 }  // namespace

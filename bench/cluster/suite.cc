@@ -387,6 +387,12 @@ SuiteVerdict suite_verdict(const ScenarioRuns& sr, Strategy s) {
               (!v.has_slo || v.slo_pts >= -kSuiteSloTolerancePts);
   const int oracle = find_run(sr, Strategy::kOracle);
   const int mine = find_run(sr, s);
+  if (const int bo = best_heuristic_overload(sr); bo >= 0 && mine >= 0) {
+    const RunFigures a = run_figures(sr.scenario, sr.summaries[static_cast<std::size_t>(mine)]);
+    const RunFigures b = run_figures(sr.scenario, sr.summaries[static_cast<std::size_t>(bo)]);
+    v.overload_loss = v.has_slo ? 1.0 - a.over_goodput_rps / b.over_goodput_rps
+                                : a.over_ttft_p95 / b.over_ttft_p95 - 1.0;
+  }
   const int best = find_run(sr, sv.best_ttft);
   if (oracle >= 0 && mine >= 0 && best >= 0 &&
       !sr.summaries[static_cast<std::size_t>(oracle)].empty()) {

@@ -152,6 +152,12 @@ struct SuiteVerdict {
   // (best - s) / (best - oracle), g-mean TTFT p95; NaN without an oracle run or when the
   // oracle is not better than the best heuristic (then there is no gap to recover).
   double gap_recovered = kNaN;
+  // Past saturation (issue 28 item 4), scenarios with overload stages only: how much worse
+  // than the best heuristic there (best_heuristic_overload), positive = worse: the goodput
+  // shortfall (1 - mine / best) with SLO headers, else the TTFT p95 excess (mine / best - 1).
+  // NaN without overload stages.
+  double overload_loss = kNaN;
+  bool overload_ok() const { return !(overload_loss > kSuiteTtftTolerance); }
 };
 SuiteVerdict suite_verdict(const ScenarioRuns& sr, Strategy s);
 
