@@ -47,15 +47,20 @@ TEST_F(EppStack, StreamingAndNonStreamingSucceedAndFeedbackTrainsAModel) {
   }
   EXPECT_GE(picks.size(), 2u) << "traffic spreads over the pool";
   // Feedback reaches the trainer (flushed every second) and a model is trained from it. Only
-  // the 30 streams are TTFT samples: a non-streaming end-to-end time is not a TTFT.
+  // the 30 streams are TTFT samples: a non-streaming end-to-end time is not a TTFT. The wait
+  // ends on the trainer's own counts (samples stored, a retrain done); its bound only guards
+  // against a hang (a pass takes 1-3 s).
   bool trained = false;
-  for (int i = 0; i < 100 && !trained; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 600 && !trained; ++i) {  // hang guard: 60 s
     Json s = stack_->trainer->get_json("/data/status");
     trained = s["training_data"]["ttft_samples"].get<int>() + s["test_data"]["ttft_samples"].get<int>() >= 30 &&
               s["training_data"]["tpot_samples"].get<int>() > 0 && !s["last_retrain"].is_null();
+    if (!trained) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
   }
-  EXPECT_TRUE(trained) << stack_->trainer->get("/data/status").body;
+  ASSERT_TRUE(trained) << "hang guard (60 s): the trainer did not store the 30 streams' samples "
+                          "and retrain; " << stack_->trainer->get("/data/status").body;
   // Predictions were used and are compared with actuals in the metrics.
   std::string m = stack_->metrics();
   EXPECT_GT(metric_sum(m, "inference_objective_request_predicted_ttft_seconds_count{"), 0) << m;
@@ -164,8 +169,15 @@ TEST_F(EppStack, StalledPodStopsReceivingTraffic) {
   http::HttpClient admin("127.0.0.1", stack_->pod_port(1));
   ASSERT_EQ(admin.post("/admin/fault", R"({"mode":"stall","duration_ms":60000})").status, 200);
   // Within the first-byte timeout (2 s) requests in flight move on; after the staleness bound
-  // the pod is no longer a candidate at all.
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  // (1 s without a fresh scrape) the pod is no longer a candidate at all. The test waits for
+  // the EPP to count it out (ready_pods), not for a time; the bound only guards against a hang.
+  double ready = 0;
+  for (int i = 0; i < 300 && (ready = metric_sum(stack_->metrics(),
+                                                  "llmd_epp_pool{stat=\"ready_pods\"}")) != 3;
+       ++i) {  // hang guard: 30 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(ready, 3) << "hang guard (30 s): the stalled pod's metrics never went stale";
   for (int i = 0; i < 20; ++i) {
     auto r = stack_->complete(words(30, "s" + std::to_string(i)), 4);
     ASSERT_EQ(r.status, 200) << r.body;
@@ -206,14 +218,29 @@ TEST_F(EppStack, ConfigReloadSwitchesPipelineWithoutDroppingRequests) {
       (c.post("/v1/completions", body.dump()).status == 200 ? ok : failed)++;
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Traffic runs before, during and after the reload: the test waits for the requests and the
+  // reload themselves (counts and the log line), not for times; each bound is a hang guard.
+  auto wait_ok = [&](int n) {
+    for (int i = 0; i < 3000 && ok.load() + failed.load() < n; ++i) {  // hang guard: 30 s
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+  wait_ok(10);
   stack_->write_pool("round-robin.yaml");
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  bool reloaded = false;
+  for (int i = 0; i < 300 && !reloaded; ++i) {  // hang guard: 30 s (the EPP polls every second)
+    reloaded = stack_->epp->log().find("config reloaded") != std::string::npos;
+    if (!reloaded) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  const int at_reload = ok.load() + failed.load();
+  wait_ok(at_reload + 10);
   stop = true;
   traffic.join();
+  ASSERT_TRUE(reloaded) << "hang guard (30 s): no config reload was logged";
   EXPECT_EQ(failed.load(), 0);
-  EXPECT_GT(ok.load(), 10);
-  EXPECT_NE(stack_->epp->log().find("config reloaded"), std::string::npos);
+  EXPECT_GE(ok.load(), at_reload + 10 - failed.load()) << "traffic went on after the reload";
   // Round-robin now: eight sequential requests visit every pod twice.
   std::map<std::string, int> picks;
   for (int i = 0; i < 8; ++i) {
