@@ -326,15 +326,35 @@ TEST_F(EppSheddingStack, UnreachableSloShedsSheddableRequestButServesNormalOne) 
       c.post("/v1/completions", body.dump());
     });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  // Waits for the EPP to count the ten in flight, then for its scrapes to show every pod's KV
+  // in use: until then a pod looks idle or cold and a sheddable request is rightly admitted, so
+  // it is sent again (a short one) until it is shed while the long ones run (~5 s). Events,
+  // not a fixed delay; the bounds only guard against a hang.
+  double in_flight = 0;
+  for (int i = 0; i < 300 && (in_flight = metric_sum(stack_->metrics(),
+                                                      "llmd_epp_pod_in_flight{")) < 10;
+       ++i) {  // hang guard: 30 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GE(in_flight, 10) << "hang guard (30 s): the long requests never ran";
   std::vector<http::Header> slo = {{"x-slo-ttft-ms", "0.001"}, {"x-slo-tpot-ms", "0.001"}};
   Json sheddable = {{"nvext", {{"agent_hints", {{"priority", -1}}}}}};
-  auto shed = stack_->complete(words(20, "x"), 4, true, slo, sheddable);
+  http::ClientResponse shed;
+  int admitted = 0;
+  for (int i = 0; i < 40; ++i) {  // hang guard: the long requests end within ~5 s
+    shed = stack_->complete(words(20, "x" + std::to_string(i)), 4, true, slo, sheddable);
+    if (shed.status != 200) {
+      break;
+    }
+    ++admitted;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   auto normal = stack_->complete(words(20, "y"), 4, true, slo);
   for (auto& t : busy) {
     t.join();
   }
-  EXPECT_EQ(shed.status, 429) << shed.body;
+  EXPECT_EQ(shed.status, 429) << shed.body << " (after " << admitted
+                              << " sheddable requests admitted while pods looked idle)";
   // OpenAI's error object, which the SDKs turn into their RateLimitError, and a retry hint.
   const Json shed_error = Json::parse(shed.body)["error"];
   EXPECT_TRUE(shed_error["message"].is_string()) << shed.body;
