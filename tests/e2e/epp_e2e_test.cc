@@ -79,7 +79,15 @@ TEST_F(EppStack, StreamingAndNonStreamingSucceedAndFeedbackTrainsAModel) {
   for (int i = 0; i < 5; ++i) {
     ASSERT_EQ(stack_->complete(words(30, "ns" + std::to_string(i)), 8, false).status, 200);
   }
-  const std::string after = stack_->metrics();
+  // The EPP observes a request's duration when the exchange ends, which may come a moment after
+  // the client has read the answer: wait for the 65th observation (hang guard: 10 s), then
+  // check that nothing else moved.
+  std::string after = stack_->metrics();
+  for (int i = 0; i < 1000 && metric_sum(after, "inference_objective_request_duration_seconds_count{") < 65;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    after = stack_->metrics();
+  }
   EXPECT_EQ(metric_sum(after, "inference_objective_request_ttft_seconds_count{"), 30);
   EXPECT_EQ(metric_sum(after, "inference_objective_request_ttft_seconds_sum{"),
             metric_sum(m, "inference_objective_request_ttft_seconds_sum{"));
