@@ -1,6 +1,7 @@
 #include "bench/cluster/cluster_sim.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -461,6 +462,12 @@ class ClusterRun {
       ps.preemptions = m.num_preemptions;
       ps.evictions = m.num_evictions;
       ps.generation_tokens = m.generation_tokens;
+      if (auto it = residual_max_.find(static_cast<int>(i)); it != residual_max_.end()) {
+        ps.max_ttft_residual_factor = it->second[0];
+        ps.max_tpot_residual_factor = it->second[1];
+        ps.max_ttft_prediction_scale = it->second[2];
+        ps.max_tpot_prediction_scale = it->second[3];
+      }
       result_.pods.push_back(ps);
     }
     result_.wall_s =
@@ -835,6 +842,16 @@ class ClusterRun {
       return;
     }
     r.queued_ms = now_ - r.sent_ms;
+    for (const auto& e : w.flow->ranked()) {
+      auto& most = residual_max_.try_emplace(pod_index_.at(e.name), std::array{1.0, 1.0, 1.0, 1.0})
+                       .first->second;
+      most[0] = std::max(most[0], e.ttft_residual_factor);
+      most[1] = std::max(most[1], e.tpot_residual_factor);
+      if (e.latency && e.latency->model_ttft_ms > 0 && e.latency->model_tpot_ms > 0) {
+        most[2] = std::max(most[2], e.latency->unphased_ttft_ms / e.latency->model_ttft_ms);
+        most[3] = std::max(most[3], e.latency->predicted_tpot_ms / e.latency->model_tpot_ms);
+      }
+    }
     f.picked = w.flow->ranked()[0];
     const int pod = pod_index_.at(f.picked.name);
     if (cfg_.strategy != Strategy::kOracle && f.picked.latency) {
@@ -1031,6 +1048,9 @@ class ClusterRun {
   std::size_t done_ = 0;
   std::unordered_map<uint64_t, Session> sessions_;
   std::unordered_map<uint64_t, InFlight> inflight_;
+  // By pod index: the largest TTFT and TPOT residual factors a decision ranked it with, then
+  // the largest TTFT and TPOT prediction scales (PodSummary).
+  std::map<int, std::array<double, 4>> residual_max_;
   RunResult result_;
 };
 

@@ -156,6 +156,15 @@ struct PodSummary {
   int64_t preemptions = 0;
   int64_t evictions = 0;
   int64_t generation_tokens = 0;
+  // Per-pod residual correction (epp/datastore/pod_residual.h), over the pods each scheduling
+  // cycle ranked: the largest factors the pod table measured for this pod
+  // (llmd_epp_pod_latency_residual_factor in the EPP) and the largest the predictions were
+  // scaled by (predicted / the model's own value, before the step phase; the EPP's debug log).
+  // 1 = never above 1.
+  double max_ttft_residual_factor = 1.0;
+  double max_tpot_residual_factor = 1.0;
+  double max_ttft_prediction_scale = 1.0;
+  double max_tpot_prediction_scale = 1.0;
 };
 
 struct RunResult {

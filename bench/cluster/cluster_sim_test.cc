@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
 #include <map>
 #include <numeric>
+#include <sstream>
 
 #include "bench/cluster/cluster_sim.h"
 #include "bench/cluster/scenarios.h"
@@ -509,6 +512,58 @@ TEST_F(ClusterSimTest, HeterogeneousPoolUsesTheSlowProfile) {
   ASSERT_GT(nf, 0u);
   ASSERT_GT(ns, 0u);
   EXPECT_GT(slow / ns, fast / nf);
+}
+
+// The per-pod residual correction through the real request flow, on the virtual clock: the
+// deterministic counterpart of the e2e HeteroPoolStack test, whose pods run on wall time.
+// One slow pod among three h100s: the shared model sees no pod identity and predicts the
+// pool's mix; the EPP measures each pod's first and output tokens against the model, sets the
+// slow pod apart (beyond PodResidual::kSignificance standard errors) and scales the
+// predictions it schedules by. With the correction switched off in the pipeline the pod is
+// still measured, but no prediction is scaled.
+TEST_F(ClusterSimTest, ASlowerPodIsMeasuredAgainstTheModelAndItsPredictionsAreScaled) {
+  // 600 requests: enough for pod-3 to be set apart (the first 320 are not); this run ends with
+  // ttft x1.53, tpot x1.34. Deterministic: the same every run, whatever the machine does.
+  Scenario s = tiny("B", {{40, 15}}, 4, 0.1);
+  s.pool.num_slow = 1;
+  const auto trace = make_trace(s);
+  const RunResult r = run(s, trace, Strategy::kPredictedLeast, 2000);
+  ASSERT_EQ(r.pods.size(), 4u);
+  ASSERT_EQ(r.pods[3].profile, "slow");
+  auto describe = [](const RunResult& x) {
+    std::ostringstream o;
+    for (const auto& p : x.pods) {
+      o << p.name << " (" << p.profile << ", " << p.requests << " requests): measured ttft x"
+        << p.max_ttft_residual_factor << " tpot x" << p.max_tpot_residual_factor
+        << ", predictions ttft x" << p.max_ttft_prediction_scale << " tpot x"
+        << p.max_tpot_prediction_scale << "\n";
+    }
+    return o.str();
+  };
+  std::cout << describe(r);
+  const PodSummary& slow = r.pods[3];
+  EXPECT_GT(slow.max_ttft_residual_factor, 1.25) << describe(r);
+  EXPECT_GT(slow.max_tpot_residual_factor, 1.0) << describe(r);
+  EXPECT_GT(slow.max_ttft_prediction_scale, 1.25) << describe(r);
+  EXPECT_GT(slow.max_tpot_prediction_scale, 1.0) << describe(r);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r.pods[i].max_ttft_residual_factor, 1.0) << "never slower than its pool; "
+                                                       << describe(r);
+  }
+
+  RunConfig off = make_run_config(s, Strategy::kPredictedLeast, kEppConfig);
+  off.retrain_interval_ms = 2000;
+  std::ifstream in(kEppConfig + "/default-pipeline.yaml");
+  std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string on = "podResidualCorrection: true";
+  ASSERT_NE(yaml.find(on), std::string::npos);
+  off.pipeline_override = yaml.replace(yaml.find(on), on.size(), "podResidualCorrection: false");
+  const RunResult u = run_cluster(trace, off);
+  EXPECT_GT(u.pods[3].max_ttft_residual_factor, 1.25) << describe(u);
+  for (const auto& p : u.pods) {
+    EXPECT_EQ(p.max_ttft_prediction_scale, 1.0) << describe(u);
+    EXPECT_EQ(p.max_tpot_prediction_scale, 1.0) << describe(u);
+  }
 }
 
 }  // namespace

@@ -18,6 +18,7 @@ namespace llmd::http {
 namespace {
 
 using nlohmann::json;
+using testing::answer_before_body;
 using testing::local_options;
 using testing::RawSocket;
 using testing::RunningServer;
@@ -201,19 +202,22 @@ TEST(HttpServer, BodyBudgetRefusesBodiesBeyondItUntilTheyAreReleased) {
   options.body_limit = 4096;
   options.body_budget = 1000;
   RunningServer srv(options, app.handler());
-  RawSocket stalled(srv.port());
-  ASSERT_TRUE(stalled.send_all("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 800\r\n\r\n{"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  RawSocket refused(srv.port());
-  ASSERT_TRUE(refused.send_all("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 300\r\n\r\n"));
-  const auto res = refused.read_response();
-  ASSERT_TRUE(res.has_value());
+  std::unique_ptr<RawSocket> stalled;
+  auto stall = [&] {
+    stalled = std::make_unique<RawSocket>(srv.port());
+    stalled->send_all("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 800\r\n\r\n{");
+  };
+  stall();
+  const auto res = answer_before_body(
+      srv.port(), "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 300\r\n\r\n",
+      [&] { return stalled->answered(); }, stall);
+  ASSERT_TRUE(res.has_value()) << "hang guard: no request was refused while 800 of 1000 were held";
   EXPECT_EQ(res->rfind("HTTP/1.1 503", 0), 0u) << *res;
   EXPECT_NE(res->find("Retry-After: 1\r\n"), std::string::npos) << *res;
   EXPECT_NE(res->find(R"({"detail":"Server is at its request-body memory budget, retry"})"),
             std::string::npos) << *res;
   EXPECT_EQ(post_raw(srv.port(), std::string(200, 'b'), false), 200) << "800 + 200 fit";
-  stalled.close();
+  stalled->close();
   EXPECT_TRUE(accepted_soon(srv.port(), 900, false));
 }
 

@@ -2,11 +2,13 @@
 // Test helpers: an RAII running HttpServer and a blocking raw POSIX socket for byte-level checks.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -94,6 +96,11 @@ class RawSocket {
   RawSocket& operator=(const RawSocket&) = delete;
 
   bool connected() const { return connected_; }
+  // True when the peer has answered or closed: a read would not block.
+  bool answered() const {
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
   // Closes the connection now (the peer sees it go away).
   void close() {
     if (fd_ >= 0) {
@@ -170,5 +177,33 @@ class RawSocket {
   bool connected_ = false;
   std::string buffer_;
 };
+
+// Sends `head` (a request that announces a body, without it) on fresh connections until the
+// server answers before any body byte arrives, as its body budget does once uploads already
+// hold it; returns that answer, or nullopt after `attempts` (a hang guard). A connection that
+// gets no answer within a second was taken (the server waits for its body: the holding uploads
+// were not counted yet, which a loaded machine may delay) and is closed before the next
+// attempt. A probe the server read before a holding upload takes that upload's place, and the
+// upload is the one refused: `holders_refused` tells, and `rehold` opens the holding uploads
+// again. So the test waits for the budget to be held, not for a time.
+inline std::optional<std::string> answer_before_body(uint16_t port, const std::string& head,
+                                                     const std::function<bool()>& holders_refused,
+                                                     const std::function<void()>& rehold,
+                                                     int attempts = 30) {
+  for (int i = 0; i < attempts; ++i) {
+    RawSocket probe(port, 1);
+    if (!probe.send_all(head)) {
+      continue;
+    }
+    if (auto res = probe.read_response()) {
+      return res;
+    }
+    probe.close();
+    if (holders_refused()) {
+      rehold();
+    }
+  }
+  return std::nullopt;
+}
 
 }  // namespace llmd::http::testing

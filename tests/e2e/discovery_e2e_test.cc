@@ -251,10 +251,11 @@ double ready_pods(uint16_t metrics_port) {
   return metric_sum(c.get("/metrics").body, "llmd_epp_pool{stat=\"ready_pods\"}");
 }
 
-// Polls until the EPP's ready pods equal `n`; returns the seconds it took (or -1).
+// Polls until the EPP's ready pods equal `n`; returns the seconds it took, or -1 after 30 s
+// (a hang guard: following a watch event takes well under a second).
 double until_ready_pods(uint16_t metrics_port, double n) {
   const auto t0 = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
     if (ready_pods(metrics_port) == n) {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
@@ -310,14 +311,14 @@ TEST(Discovery, EppFollowsPodsAddedRemovedAndUnreadiedThroughListAndWatch) {
 
   // A pod becomes ready: it joins.
   ASSERT_TRUE(api.event("ADDED", pod_object("c", "127.0.0.4", true, "11")));
+  // How fast is recorded (seconds_to_follow_*), not asserted: a loaded machine stretches it,
+  // and the latency lives in the benchmarks.
   const double added = until_ready_pods(metrics_port, 3);
-  EXPECT_GE(added, 0) << epp.log();
-  EXPECT_LT(added, 3.0) << "seconds to follow an added pod";
+  EXPECT_GE(added, 0) << "hang guard (30 s): the added pod never joined; " << epp.log();
   // A pod is no longer ready: it leaves, and no request goes to it.
   ASSERT_TRUE(api.event("MODIFIED", pod_object("a", "127.0.0.2", false, "12")));
   const double unready = until_ready_pods(metrics_port, 2);
-  EXPECT_GE(unready, 0) << epp.log();
-  EXPECT_LT(unready, 3.0);
+  EXPECT_GE(unready, 0) << "hang guard (30 s): the unready pod never left; " << epp.log();
   http::HttpClient client("127.0.0.1", epp_port, std::chrono::seconds(30));
   for (int i = 0; i < 8; ++i) {
     Json body = {{"model", "meta-llama/Llama-3.1-8B-Instruct"},
@@ -618,9 +619,14 @@ TEST(Discovery, HttpsApiServerWithTheMountedCaIsTrustedAndAnyOtherIsRefused) {
     // Another CA: the EPP refuses the server's certificate and finds no pods.
     const uint16_t metrics_port = free_port();
     auto epp = run_epp(dir.file("other.crt"), metrics_port);
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    // Waits for the refusal itself (the log line), not for a time; the bound is a hang guard.
+    for (int i = 0; i < 300 && epp->log().find("certificate verify failed") == std::string::npos;
+         ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_NE(epp->log().find("certificate verify failed"), std::string::npos)
+        << "hang guard (30 s): no TLS refusal logged; " << epp->log();
     EXPECT_EQ(ready_pods(metrics_port), 0);
-    EXPECT_NE(epp->log().find("certificate verify failed"), std::string::npos) << epp->log();
   }
 }
 

@@ -162,11 +162,14 @@ class FeedbackStack : public ::testing::Test {
  protected:
   void SetUp() override {
     // 4 pods, 2 predictors; the trainer retrains every 0.5 s from 20 samples (the fixture's
-    // settings) with the mean objective (see the file comment). The pods run at half speed: TTFTs of ~10-60 ms of
-    // wall time instead of 5-30, so that scheduling hiccups of a loaded 2-core machine stay
-    // small next to the latency being predicted.
+    // settings) with the mean objective (see the file comment). The pods run at a tenth of real
+    // speed: TTFTs of ~50-300 ms of wall time instead of 5-30, so that scheduling hiccups of a
+    // loaded 2-core machine (a few to tens of ms, on the TTFT the EPP measures and on the
+    // samples the model learns from) stay small next to the latency being predicted. At half
+    // speed (TTFTs of 10-60 ms) the live error reached 42 % on a loaded machine (two busy loops
+    // and another e2e test beside it); at a tenth it was 20-23 % under such load.
     StackOptions o;
-    o.modelsim_args = {"--time-scale", "0.5"};
+    o.modelsim_args = {"--time-scale", "0.1"};
     o.trainer_args = {"--objective-type", "mean"};
     stack_ = std::make_unique<Stack>(o);
     ASSERT_TRUE(stack_->ready) << stack_->logs();
@@ -193,7 +196,9 @@ class FeedbackStack : public ::testing::Test {
   // Sends one request of `kind` continuing `conv` and checks the response as a client would.
   void send(http::HttpClient& client, Conversation& conv, Kind kind, std::mt19937& rng,
             const std::string& tag, PhaseResult& out) {
-    const int max_tokens = 8 + static_cast<int>(rng() % 17);  // 8-24
+    // 2-6: every stream still gives a TPOT sample, and at a tenth of real speed (see SetUp) a
+    // request takes ~0.1-0.4 s of wall time.
+    const int max_tokens = 2 + static_cast<int>(rng() % 5);
     // Half short questions (5-64 words), half long ones (50-649): the uncached prefill, hence
     // the TTFT, varies with the request, so a model has to learn it (a constant cannot pass).
     const int user_words = rng() % 2 == 0 ? 5 + static_cast<int>(rng() % 60)
@@ -350,11 +355,12 @@ class FeedbackStack : public ::testing::Test {
     return c;
   }
 
-  // Polls until the trainer has ingested at least the expected samples (bounded), then waits
-  // out two more feedback flushes (1 s each) so that any extra sample would have arrived.
+  // Polls until the trainer has ingested at least the expected samples (the bound only guards
+  // against a hang; the exact counts are then asserted with every number), then waits out two
+  // more feedback flushes (1 s each) so that any extra sample would have arrived.
   TrainerCounts wait_for_feedback(int expected_ttft, int expected_tpot) {
     TrainerCounts c;
-    for (int i = 0; i < 200; ++i) {  // <= 20 s
+    for (int i = 0; i < 600; ++i) {  // hang guard: 60 s (a pass takes 1-2 s)
       c = trainer_counts();
       if (c.ingested_ttft >= expected_ttft && c.ingested_tpot >= expected_tpot) {
         break;
@@ -398,7 +404,7 @@ TEST_F(FeedbackStack, MixedTrafficGivesOneSamplePerStreamAndAccurateLiveTtft) {
 
   // At least one TTFT fit on this feedback, served by both predictors.
   int64_t ttft_version = -1;
-  for (int i = 0; i < 200 && ttft_version < 0; ++i) {  // <= 20 s
+  for (int i = 0; i < 600 && ttft_version < 0; ++i) {  // hang guard: 60 s
     TrainerCounts c = trainer_counts();
     if (c.fits_ttft >= 1 && c.retrained) {
       ttft_version = stack_->trainer->get_json("/model/ttft/info")["version"].get<int64_t>();
@@ -406,11 +412,12 @@ TEST_F(FeedbackStack, MixedTrafficGivesOneSamplePerStreamAndAccurateLiveTtft) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
-  ASSERT_GE(ttft_version, 0) << "no TTFT model was trained; " << trainer_counts().text();
+  ASSERT_GE(ttft_version, 0) << "hang guard (60 s): no TTFT model was trained; "
+                             << trainer_counts().text();
   for (uint16_t port : stack_->predictor_ports) {
     http::HttpClient p("127.0.0.1", port);
     int64_t served = -1;
-    for (int i = 0; i < 100 && served < ttft_version; ++i) {  // <= 10 s
+    for (int i = 0; i < 600 && served < ttft_version; ++i) {  // hang guard: 60 s
       Json s = Json::parse(p.get("/status").body, nullptr, false);
       if (!s.is_discarded() && s.contains("model_versions") && s["model_versions"].contains("ttft")) {
         served = s["model_versions"]["ttft"].get<int64_t>();
@@ -419,7 +426,7 @@ TEST_F(FeedbackStack, MixedTrafficGivesOneSamplePerStreamAndAccurateLiveTtft) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
     }
-    ASSERT_GE(served, ttft_version) << "predictor on port " << port
+    ASSERT_GE(served, ttft_version) << "hang guard (60 s): predictor on port " << port
                                     << " does not serve the trained TTFT model";
   }
   const TrainerCounts before = trainer_counts();

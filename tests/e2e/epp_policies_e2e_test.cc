@@ -163,10 +163,18 @@ TEST_F(PolicyStack, RouterQueueServesHigherTiersAndPrioritiesFirstUnderABurst) {
     }
     return ts;
   };
-  // The plain requests arrive first and fill the pods; the prioritised ones come 100 ms later
-  // and must still overtake the plain ones that wait.
+  // The plain requests arrive first and fill the pods; the prioritised ones come once the EPP
+  // holds the plain ones that wait (16 - 4 in flight = 12 pending), and must still overtake
+  // them. The test waits for that queue, not for a time (a loaded machine may take longer than
+  // any fixed delay to get 16 requests in); the bound is a hang guard.
   auto plain = burst("plain", 16, nullptr);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  double pending = 0;
+  for (int i = 0; i < 3000 && (pending = metric_sum(stack_->metrics(),
+                                                     "llmd_epp_router_queue_pending{")) < 12;
+       ++i) {  // hang guard: 30 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(pending, 12) << "hang guard (30 s): the plain requests never waited in the queue";
   auto soft = burst("priority10", 16, {{"priority", 10}});
   auto tier = burst("strict1", 16, {{"strict_priority", 1}});
   for (auto* g : {&plain, &soft, &tier}) {

@@ -146,20 +146,23 @@ TEST(Hardening, SidecarBodyBudgetRefusesUploadsBeyondItAndBoundsMemory) {
   const std::string head = "POST /add_training_data_bulk HTTP/1.1\r\nHost: t\r\n"
                            "Content-Type: application/json\r\nContent-Length: 3000000\r\n\r\n";
   // Two uploads that announce 3 MB each and stall: 6 of the 8 MB are held.
-  http::testing::RawSocket slow1(trainer.port), slow2(trainer.port);
-  ASSERT_TRUE(slow1.send_all(head + "{\"entries\": ["));
-  ASSERT_TRUE(slow2.send_all(head + "{\"entries\": ["));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  http::testing::RawSocket third(trainer.port);
-  ASSERT_TRUE(third.send_all(head));
-  auto refused = third.read_response();
-  ASSERT_TRUE(refused.has_value());
+  std::unique_ptr<http::testing::RawSocket> slow1, slow2;
+  auto stall = [&] {
+    slow1 = std::make_unique<http::testing::RawSocket>(trainer.port);
+    slow2 = std::make_unique<http::testing::RawSocket>(trainer.port);
+    slow1->send_all(head + "{\"entries\": [");
+    slow2->send_all(head + "{\"entries\": [");
+  };
+  stall();
+  auto refused = http::testing::answer_before_body(
+      trainer.port, head, [&] { return slow1->answered() || slow2->answered(); }, stall);
+  ASSERT_TRUE(refused.has_value()) << "hang guard: no upload was refused while 6 of 8 MB were held";
   EXPECT_EQ(refused->rfind("HTTP/1.1 503", 0), 0u) << *refused;
   EXPECT_NE(refused->find("Retry-After: 1"), std::string::npos) << *refused;
   EXPECT_NE(refused->find("\"detail\""), std::string::npos) << *refused;
   // The stalled uploads go away: their share of the budget comes back.
-  slow1.close();
-  slow2.close();
+  slow1->close();
+  slow2->close();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   // Several large (invalid) bodies at once: each is answered, the trainer stays up and small.
   std::string big = "{\"entries\": [";
