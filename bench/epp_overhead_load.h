@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -128,6 +129,42 @@ inline double threads_cpu_seconds(const std::string& prefix) {
   }
   return total;
 }
+
+// Bytes the TCP connections of the servers listening on `ports` sent and received, from the
+// kernel's per-connection counters (`ss -ti`: bytes_sent, bytes_received). For the predictors
+// during a step that is their traffic with the EPP: prediction requests in, answers out, HTTP
+// headers included. Kept-alive connections carry the counts from step to step; a connection
+// that closed during the step is missed.
+struct TcpBytes {
+  double received = 0, sent = 0;
+  static TcpBytes take(const std::vector<uint16_t>& ports) {
+    TcpBytes t;
+    if (ports.empty()) {
+      return t;
+    }
+    std::string filter;
+    for (uint16_t p : ports) {
+      filter += (filter.empty() ? "sport = :" : " or sport = :") + std::to_string(p);
+    }
+    const std::string command = "ss -tinH state established '( " + filter + " )' 2>/dev/null";
+    FILE* out = ::popen(command.c_str(), "r");
+    if (out == nullptr) {
+      return t;
+    }
+    char word[256];
+    while (std::fscanf(out, "%255s", word) == 1) {
+      const std::string w = word;
+      if (w.rfind("bytes_sent:", 0) == 0) {
+        t.sent += std::stod(w.substr(11));
+      } else if (w.rfind("bytes_received:", 0) == 0) {
+        t.received += std::stod(w.substr(15));
+      }
+    }
+    ::pclose(out);
+    return t;
+  }
+  TcpBytes operator-(const TcpBytes& o) const { return {received - o.received, sent - o.sent}; }
+};
 
 // Who used the cores during a step: the EPP, the predictors, the fake pods (threads of this
 // process) and the load generator (the rest of this process).
