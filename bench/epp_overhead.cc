@@ -85,21 +85,25 @@ struct Target {
     const int idle_threads = thread_count(epp->pid());
     std::atomic<int> peak_threads{idle_threads};
     std::atomic<bool> step_done{false};
+    bench::TcpByteMeter bytes(predictor_ports);
+    bytes.sample();
     std::thread sampler([&] {
-      while (!step_done.load()) {
+      for (int i = 1; !step_done.load(); ++i) {
         peak_threads.store(std::max(peak_threads.load(), thread_count(epp->pid())));
+        if (i % 5 == 0) {
+          bytes.sample();  // the sampler's only until it is joined
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     });
     const auto cpu0 = bench::CpuSample::take(epp->pid(), predictors, bench::kPodThreadName);
-    const auto io0 = bench::TcpBytes::take(predictor_ports);
     const auto t0 = Clock::now();
     bench::StepResult r = bench::run_step(plan, start);
     const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
     const auto cpu = bench::CpuSample::take(epp->pid(), predictors, bench::kPodThreadName) - cpu0;
-    const auto io = bench::TcpBytes::take(predictor_ports) - io0;
     step_done.store(true);
     sampler.join();
+    bytes.sample();
     const std::string after = metrics->get("/metrics").body;
     auto delta = [&](const std::string& n) { return metric(after, n) - metric(before, n); };
     const double batches = delta("llmd_epp_predictor_batch_rows_count");
@@ -122,9 +126,9 @@ struct Target {
              {"epp_threads_peak", peak_threads.load()},
              {"cpu_us_per_request", {{"epp", per_req(cpu.epp)}, {"predictors", per_req(cpu.predictors)},
                                      {"pods", per_req(cpu.pods)}, {"client", per_req(cpu.client)}}},
-             {"predictor_bytes_per_request", {{"in", io.received / sent}, {"out", io.sent / sent}}},
-             {"predictor_bytes_per_100_rows", {{"in", rows > 0 ? 100 * io.received / rows : 0},
-                                               {"out", rows > 0 ? 100 * io.sent / rows : 0}}},
+             {"predictor_bytes_per_request", {{"in", bytes.received() / sent}, {"out", bytes.sent() / sent}}},
+             {"predictor_bytes_per_100_rows", {{"in", rows > 0 ? 100 * bytes.received() / rows : 0},
+                                               {"out", rows > 0 ? 100 * bytes.sent() / rows : 0}}},
              {"cpu_cores", {{"epp", cpu.epp / wall}, {"predictors", cpu.predictors / wall},
                             {"pods", cpu.pods / wall}, {"client", cpu.client / wall},
                             {"machine", cpu.machine / wall}}}};
@@ -133,8 +137,8 @@ struct Target {
         "predictors {:.0f}; predictor bytes/req in {:.0f} out {:.0f} (per 100 rows {:.0f} / "
         "{:.0f}); predictions used {:.0f}%\n",
         mode, pods, rate, r.achieved_rps(), row["p99_ms"].get<double>(), r.errors, r.shed,
-        per_req(cpu.epp), per_req(cpu.predictors), io.received / sent, io.sent / sent,
-        rows > 0 ? 100 * io.received / rows : 0, rows > 0 ? 100 * io.sent / rows : 0,
+        per_req(cpu.epp), per_req(cpu.predictors), bytes.received() / sent, bytes.sent() / sent,
+        rows > 0 ? 100 * bytes.received() / rows : 0, rows > 0 ? 100 * bytes.sent() / rows : 0,
         used > 0 ? 100.0 * used_true / used : 0);
     arrivals->clear();
     // Stragglers and the feedback flush; after an overloaded step the EPP may still be working
