@@ -57,56 +57,55 @@ bool read_unit(element v, double& out) {
   return std::isfinite(out) && out >= 0.0 && out <= 1.0;
 }
 
-enum Field : uint32_t {
-  kKv = 1, kInput = 2, kWaiting = 4, kRunning = 8, kGenerated = 16, kPrefix = 32,
-};
-constexpr uint32_t kRequired = kKv | kInput | kWaiting | kRunning | kGenerated | kPrefix;
+// Pod type rule of the contract: a string, or null for "".
+bool read_pod_type(element v, features::PodType& out) {
+  if (v.is_null()) {
+    out = features::PodType::kNone;
+    return true;
+  }
+  if (v.is_string()) {
+    out = features::pod_type_from_string(std::string_view(v));
+    return true;
+  }
+  return false;
+}
+
+// One value of field `f` into `row`, as the contract's rule for the field (a null optional
+// field is left to the slow path: it is valid, and rare).
+bool read_value(const features::FeatureField& f, element v, features::FeatureInput& row) {
+  switch (f.kind) {
+    case features::FieldKind::kUnit:
+      return read_unit(v, row.*f.unit);
+    case features::FieldKind::kCount:
+      return read_count(v, row.*f.count);
+    case features::FieldKind::kPodType:
+      return read_pod_type(v, row.pod_type);
+  }
+  return false;
+}
+
+constexpr uint32_t kRequired = [] {
+  uint32_t mask = 0;
+  for (std::size_t i = 0; i < features::kFeatureFields.size(); ++i) {
+    mask |= features::kFeatureFields[i].required ? 1u << i : 0u;
+  }
+  return mask;
+}();
 
 bool read_row(simdjson::dom::object obj, features::FeatureInput& f) {
   f = features::FeatureInput{};
   uint32_t seen = 0;
   for (auto [key, v] : obj) {
-    bool ok = true;
-    if (key == "kv_cache_percentage") {
-      ok = read_unit(v, f.kv_cache_percentage);
-      seen |= kKv;
-    } else if (key == "input_token_length") {
-      ok = read_count(v, f.input_token_length);
-      seen |= kInput;
-    } else if (key == "num_request_waiting") {
-      ok = read_count(v, f.num_request_waiting);
-      seen |= kWaiting;
-    } else if (key == "num_request_running") {
-      ok = read_count(v, f.num_request_running);
-      seen |= kRunning;
-    } else if (key == "num_tokens_generated") {
-      ok = read_count(v, f.num_tokens_generated);
-      seen |= kGenerated;
-    } else if (key == "prefix_cache_score") {
-      ok = read_unit(v, f.prefix_cache_score);
-      seen |= kPrefix;
-    } else if (key == "prefill_tokens_in_flight") {
-      ok = read_count(v, f.prefill_tokens_in_flight);
-    } else if (key == "decode_tokens_in_flight") {
-      ok = read_count(v, f.decode_tokens_in_flight);
-    } else if (key == "encoder_matched_size") {
-      ok = read_count(v, f.encoder_matched_size);
-    } else if (key == "encoder_input_size") {
-      ok = read_count(v, f.encoder_input_size);
-    } else if (key == "pod_type") {
-      if (v.is_null()) {
-        f.pod_type = features::PodType::kNone;
-      } else if (v.is_string()) {
-        f.pod_type = features::pod_type_from_string(std::string_view(v));
-      } else {
-        ok = false;
-      }
+    const int i = features::feature_field_index(key);
+    if (i < 0) {
+      continue;  // unknown fields are ignored
     }
-    if (!ok) {
+    if (!read_value(features::kFeatureFields[static_cast<std::size_t>(i)], v, f)) {
       return false;
     }
+    seen |= 1u << i;
   }
-  return seen == kRequired;
+  return (seen & kRequired) == kRequired;
 }
 
 simdjson::dom::parser& thread_parser() {
