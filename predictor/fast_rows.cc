@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 
@@ -183,6 +184,88 @@ bool parse_bulk_fast(std::string_view body, std::size_t min_rows, std::size_t ma
     simdjson::dom::object row;
     if (e.get_object().get(row) || !read_row(row, rows[i++])) {
       return false;
+    }
+  }
+  return true;
+}
+
+bool parse_columns_fast(std::string_view body, std::size_t max_rows,
+                        std::vector<features::FeatureInput>& rows, ColumnsTooLong* too_long) {
+  rows.clear();
+  const ReleaseLargeBuffers release(body.size());
+  element root;
+  if (parse(body).get(root) || !root.is_object()) {
+    return false;
+  }
+  constexpr std::size_t kFields = features::kFeatureFields.size();
+  std::array<element, kFields> values;
+  std::array<std::size_t, kFields> lengths{};
+  uint32_t seen = 0;
+  uint32_t lists = 0;
+  for (auto [key, v] : simdjson::dom::object(root)) {
+    const int i = features::feature_field_index(key);
+    if (i < 0) {
+      continue;
+    }
+    const uint32_t bit = 1u << i;
+    if ((seen & bit) != 0) {
+      return false;  // a duplicate key is legal JSON ("last wins"): the slow path's
+    }
+    seen |= bit;
+    values[static_cast<std::size_t>(i)] = v;
+    simdjson::dom::array list;
+    if (!v.get_array().get(list)) {
+      lists |= bit;
+      lengths[static_cast<std::size_t>(i)] = list.size();
+    }
+  }
+  if ((seen & kRequired) != kRequired) {
+    return false;
+  }
+  // The row count: the first list's length in the schema's order (the slow path's rule), or
+  // one row when every field is a single value.
+  std::size_t n = 1;
+  std::string_view first_list;
+  for (std::size_t i = 0; i < kFields; ++i) {
+    if ((lists & (1u << i)) == 0) {
+      continue;
+    }
+    if (first_list.empty()) {
+      first_list = features::kFeatureFields[i].name;
+      n = lengths[i];
+    } else if (lengths[i] != n) {
+      return false;
+    }
+  }
+  if (n == 0) {
+    return false;
+  }
+  if (n > max_rows) {
+    if (too_long != nullptr) {
+      *too_long = {first_list, n};
+    }
+    return false;
+  }
+  rows.resize(n);
+  for (std::size_t i = 0; i < kFields; ++i) {
+    if ((seen & (1u << i)) == 0) {
+      continue;
+    }
+    const auto& f = features::kFeatureFields[i];
+    if ((lists & (1u << i)) == 0) {
+      if (!read_value(f, values[i], rows[0])) {
+        return false;
+      }
+      for (std::size_t r = 1; r < n; ++r) {
+        features::copy_field(f, rows[0], rows[r]);
+      }
+      continue;
+    }
+    std::size_t r = 0;
+    for (element item : simdjson::dom::array(values[i])) {
+      if (!read_value(f, item, rows[r++])) {
+        return false;
+      }
     }
   }
   return true;
