@@ -1,7 +1,8 @@
 // The prediction exchange's CPU outside the network, per batch, on the serving shape: one
 // scheduling request's rows for 100 candidate pods (one prompt length, per-pod load), and
-// 1,000 rows (ten such requests coalesced). EPP side: encode the request, read the answer;
-// predictor side: parse the request. Counter `bytes`: the body's size.
+// 1,000 rows (ten such requests coalesced), in both formats (strict and columnar). EPP side:
+// encode the request, read the answer; predictor side: parse the request. Counter `bytes`: the
+// body's size.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -106,6 +107,58 @@ void BM_PredictorParseStrict(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_PredictorParseStrict)->Arg(1)->Arg(10);
+
+std::string columnar_answer(std::size_t n) {
+  const Answer a = answer(n);
+  std::string out = "{";
+  auto column = [&](const char* key, const std::vector<double>& v, bool ms) {
+    out += fmt::format(R"({}"{}":[)", out.size() > 1 ? "," : "", key);
+    for (std::size_t i = 0; i < n; ++i) {
+      out += i > 0 ? "," : "";
+      out += ms ? fmt::format("{:.3f}", v[i]) : fmt::format("{}", v[i]);
+    }
+    out += "]";
+  };
+  column("ttft_ms", a.ttft, false);
+  column("tpot_ms", a.tpot, false);
+  column("ttft_expected_ms", a.ttft_expected, true);
+  column("tpot_expected_ms", a.tpot_expected, true);
+  out += fmt::format(R"(,{},"processing_time_ms":0.101}})", kMeta);
+  return out;
+}
+
+void BM_ColumnarEncode(benchmark::State& state) {
+  const auto r = rows(static_cast<std::size_t>(state.range(0)));
+  std::size_t bytes = 0;
+  for (auto _ : state) {
+    std::string body = wire::encode_columnar_request(r);
+    bytes = body.size();
+    benchmark::DoNotOptimize(body);
+  }
+  state.counters["bytes"] = static_cast<double>(bytes);
+}
+BENCHMARK(BM_ColumnarEncode)->Arg(1)->Arg(10);
+
+void BM_ColumnarParseAnswer(benchmark::State& state) {
+  const std::size_t n = static_cast<std::size_t>(state.range(0)) * 100;
+  const std::string body = columnar_answer(n);
+  for (auto _ : state) {
+    auto p = wire::parse_columnar_response(body, n);
+    benchmark::DoNotOptimize(p);
+  }
+  state.counters["bytes"] = static_cast<double>(body.size());
+}
+BENCHMARK(BM_ColumnarParseAnswer)->Arg(1)->Arg(10);
+
+void BM_PredictorParseColumnar(benchmark::State& state) {
+  const std::string body =
+      wire::encode_columnar_request(rows(static_cast<std::size_t>(state.range(0))));
+  std::vector<FeatureInput> out;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(llmd::predictor::parse_columns_fast(body, 10000, out));
+  }
+}
+BENCHMARK(BM_PredictorParseColumnar)->Arg(1)->Arg(10);
 
 }  // namespace
 
