@@ -72,6 +72,7 @@ struct Target {
   int pods = 0;
   testing::Process* epp = nullptr;
   std::vector<pid_t> predictors;
+  std::vector<uint16_t> predictor_ports;
   http::HttpClient* metrics = nullptr;
   bench::LoadStart start;
   bench::Arrivals* arrivals = nullptr;
@@ -84,9 +85,14 @@ struct Target {
     const int idle_threads = thread_count(epp->pid());
     std::atomic<int> peak_threads{idle_threads};
     std::atomic<bool> step_done{false};
+    bench::TcpByteMeter bytes(predictor_ports);
+    bytes.sample();
     std::thread sampler([&] {
-      while (!step_done.load()) {
+      for (int i = 1; !step_done.load(); ++i) {
         peak_threads.store(std::max(peak_threads.load(), thread_count(epp->pid())));
+        if (i % 5 == 0) {
+          bytes.sample();  // the sampler's only until it is joined
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     });
@@ -97,9 +103,11 @@ struct Target {
     const auto cpu = bench::CpuSample::take(epp->pid(), predictors, bench::kPodThreadName) - cpu0;
     step_done.store(true);
     sampler.join();
+    bytes.sample();
     const std::string after = metrics->get("/metrics").body;
     auto delta = [&](const std::string& n) { return metric(after, n) - metric(before, n); };
     const double batches = delta("llmd_epp_predictor_batch_rows_count");
+    const double rows = delta("llmd_epp_predictor_batch_rows_sum");
     const double used = delta("llmd_epp_scheduling_predictions_total");
     const double used_true = delta("llmd_epp_scheduling_predictions_total{used=\"true\"}");
     const double sent = static_cast<double>(std::max<uint64_t>(1, r.sent));
@@ -111,19 +119,27 @@ struct Target {
              {"p99_ms", bench::percentile(r.latency_ms, 0.99)},
              {"errors", r.errors}, {"shed", r.shed}, {"unfinished", r.unfinished},
              {"client_late_p99_ms", r.late_p99_ms},
-             {"rows_per_batch", batches > 0 ? delta("llmd_epp_predictor_batch_rows_sum") / batches : 0},
+             {"rows_per_batch", batches > 0 ? rows / batches : 0},
              {"callers_per_batch", batches > 0 ? delta("llmd_epp_predictor_batch_callers_sum") / batches : 0},
              {"predictions_used_pct", used > 0 ? 100.0 * used_true / used : 0},
              {"epp_idle_cores", idle_cores}, {"epp_threads_idle", idle_threads},
              {"epp_threads_peak", peak_threads.load()},
              {"cpu_us_per_request", {{"epp", per_req(cpu.epp)}, {"predictors", per_req(cpu.predictors)},
                                      {"pods", per_req(cpu.pods)}, {"client", per_req(cpu.client)}}},
+             {"predictor_bytes_per_request", {{"in", bytes.received() / sent}, {"out", bytes.sent() / sent}}},
+             {"predictor_bytes_per_100_rows", {{"in", rows > 0 ? 100 * bytes.received() / rows : 0},
+                                               {"out", rows > 0 ? 100 * bytes.sent() / rows : 0}}},
              {"cpu_cores", {{"epp", cpu.epp / wall}, {"predictors", cpu.predictors / wall},
                             {"pods", cpu.pods / wall}, {"client", cpu.client / wall},
                             {"machine", cpu.machine / wall}}}};
-    std::cerr << fmt::format("{} pods {} rate {} achieved {:.0f} p99 {:.3f} ms errors {} shed {}\n",
-                             mode, pods, rate, r.achieved_rps(), row["p99_ms"].get<double>(),
-                             r.errors, r.shed);
+    std::cerr << fmt::format(
+        "{} pods {} rate {} achieved {:.0f} p99 {:.3f} ms errors {} shed {}; CPU us/req EPP {:.0f} "
+        "predictors {:.0f}; predictor bytes/req in {:.0f} out {:.0f} (per 100 rows {:.0f} / "
+        "{:.0f}); predictions used {:.0f}%\n",
+        mode, pods, rate, r.achieved_rps(), row["p99_ms"].get<double>(), r.errors, r.shed,
+        per_req(cpu.epp), per_req(cpu.predictors), bytes.received() / sent, bytes.sent() / sent,
+        rows > 0 ? 100 * bytes.received() / rows : 0, rows > 0 ? 100 * bytes.sent() / rows : 0,
+        used > 0 ? 100.0 * used_true / used : 0);
     arrivals->clear();
     // Stragglers and the feedback flush; after an overloaded step the EPP may still be working
     // off requests the client gave up on, which would land on the next step.
@@ -169,6 +185,8 @@ int main(int argc, char** argv) {
     o.add("ext-proc-channels", "", "2", "gRPC connections to the ext_proc port");
     o.add("predictors", "", "2", "Predictor replicas");
     o.add("label", "", "", "Run label in the results (e.g. quiet-host, noisy-validation)");
+    o.add("binaries", "", "", "Directory holding epp/epp, predictor/predictor and trainer/trainer "
+          "(default: this build's), e.g. a copy of another build's for an A/B run");
     o.add("out", "", "bench/results/epp_overhead", "Result file prefix (.md, .json)");
     if (!o.parse(argc, argv)) {
       return 0;
@@ -182,10 +200,14 @@ int main(int argc, char** argv) {
     const double p99_limit = o.number("capacity-p99-ms", 0.1, 1000);
     const double capacity_duration = quick ? 1.5 : o.number("capacity-duration", 0.5, 60);
     const int bisections = quick ? 1 : static_cast<int>(o.integer("capacity-bisections", 0, 10));
+    const std::string binaries = o.str("binaries");
+    auto binary = [&](const std::string& relative) {
+      return binaries.empty() ? testing::binary(relative) : binaries + "/" + relative;
+    };
 
     testing::TempDir dir;
     uint16_t tport = testing::free_port();
-    testing::Process trainer(testing::binary("trainer/trainer"),
+    testing::Process trainer(binary("trainer/trainer"),
         {"--host", "127.0.0.1", "--port", std::to_string(tport), "--retraining-interval", "0.5",
          "--ttft-model-path", dir.file("t/ttft.ubj"), "--tpot-model-path", dir.file("t/tpot.ubj"),
          "--ttft-gated-model-path", dir.file("t/ttft_gated.bin"),
@@ -196,11 +218,12 @@ int main(int argc, char** argv) {
     bench::train_synthetic(tport, 5000, std::chrono::seconds(60));
     std::vector<std::unique_ptr<testing::Process>> predictors;
     std::vector<pid_t> predictor_pids;
+    std::vector<uint16_t> predictor_ports;
     std::string urls;
     for (int i = 0; i < o.integer("predictors", 0, 8); ++i) {
       uint16_t p = testing::free_port();
       std::string d = dir.file("p" + std::to_string(i));
-      predictors.push_back(std::make_unique<testing::Process>(testing::binary("predictor/predictor"),
+      predictors.push_back(std::make_unique<testing::Process>(binary("predictor/predictor"),
           std::vector<std::string>{"--host", "127.0.0.1", "--port", std::to_string(p), "--workers", "1",
                                    "--training-server-url", "http://127.0.0.1:" + std::to_string(tport),
                                    "--log-level", "warn",
@@ -211,6 +234,7 @@ int main(int argc, char** argv) {
         throw std::runtime_error("predictor not ready");
       }
       predictor_pids.push_back(predictors.back()->pid());
+      predictor_ports.push_back(p);
       urls += (urls.empty() ? "" : ",") + std::string("http://127.0.0.1:") + std::to_string(p);
     }
     trainer.terminate();  // its CPU must not disturb the measurement
@@ -247,7 +271,7 @@ int main(int argc, char** argv) {
           xport = testing::free_port();
           args.insert(args.end(), {"--ext-proc-port", std::to_string(xport)});
         }
-        testing::Process epp(testing::binary("epp/epp"), args);
+        testing::Process epp(binary("epp/epp"), args);
         if (!epp.wait_http_ok(hport, "/readyz")) {
           throw std::runtime_error("epp not ready: " + epp.log());
         }
@@ -256,7 +280,7 @@ int main(int argc, char** argv) {
         // Both transports live until the EPP goes: callbacks of a step's stragglers may still run.
         std::unique_ptr<http::AsyncHttpClient> proxy_client;
         std::unique_ptr<bench::ExtProcLoad> ext_proc;
-        Target t{mode, pods, &epp, predictor_pids, &mc, {}, &arrivals};
+        Target t{mode, pods, &epp, predictor_pids, predictor_ports, &mc, {}, &arrivals};
         {
           const auto c0 = bench::CpuSample::take(epp.pid(), {}, bench::kPodThreadName);
           std::this_thread::sleep_for(std::chrono::seconds(1));

@@ -28,22 +28,29 @@ inline std::string epp_overhead_markdown(const nlohmann::json& run) {
       "and the fake pods share the same cores. {} s per fixed-rate step.\n\n"
       "*CPU us/req*: utime+stime from `/proc/<pid>/stat` before and after the step, over the "
       "requests sent; *client* is the load generator's process minus the fake pods' threads. "
+      "*predictor bytes/req*: what the predictors' connections received / sent (`ss -ti`) over "
+      "the requests sent: the prediction exchange with its HTTP headers. "
       "*EPP threads*: `/proc/<epp pid>/task`, idle before the step / the most seen during it.\n\n"
       "## Fixed rates\n\n"
       "| mode | pods | offered rps | achieved rps | p50 ms | p90 ms | p99 ms | errors | rows/batch | "
-      "callers/batch | predictions used | EPP CPU us/req | EPP threads |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "callers/batch | predictions used | EPP CPU us/req | predictors CPU us/req | "
+      "predictor bytes/req in / out | EPP threads |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       run["label"].get<std::string>(), run["quick"].get<bool>() ? " (--quick)" : "",
       run["date"].get<std::string>(), run["cores"].get<unsigned>(), run["cpu"].get<std::string>(),
       run["ext_proc_channels"].get<int>(), run["predictors"].get<std::size_t>(), run["step_s"].get<double>());
   for (const Json& s : run["steps"]) {
+    // Runs stored before the byte counts existed have none.
+    const Json bytes = s.value("predictor_bytes_per_request", Json{{"in", 0.0}, {"out", 0.0}});
     md += fmt::format("| {} | {} | {:.0f} | {:.0f} | {:.3f} | {:.3f} | {:.3f} | {} | {:.0f} | {:.1f} | "
-                      "{:.0f}% | {:.0f} | {} / {} |\n",
+                      "{:.0f}% | {:.0f} | {:.0f} | {:.0f} / {:.0f} | {} / {} |\n",
                       s["mode"].get<std::string>(), s["pods"].get<int>(), s["offered_rps"].get<double>(),
                       s["achieved_rps"].get<double>(), s["p50_ms"].get<double>(), s["p90_ms"].get<double>(),
                       s["p99_ms"].get<double>(), s["errors"].get<uint64_t>() + s["unfinished"].get<uint64_t>(),
                       s["rows_per_batch"].get<double>(), s["callers_per_batch"].get<double>(),
                       s["predictions_used_pct"].get<double>(), s["cpu_us_per_request"]["epp"].get<double>(),
+                      s["cpu_us_per_request"]["predictors"].get<double>(),
+                      bytes["in"].get<double>(), bytes["out"].get<double>(),
                       s["epp_threads_idle"].get<int>(), s["epp_threads_peak"].get<int>());
   }
   md += fmt::format(

@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 
@@ -57,56 +58,55 @@ bool read_unit(element v, double& out) {
   return std::isfinite(out) && out >= 0.0 && out <= 1.0;
 }
 
-enum Field : uint32_t {
-  kKv = 1, kInput = 2, kWaiting = 4, kRunning = 8, kGenerated = 16, kPrefix = 32,
-};
-constexpr uint32_t kRequired = kKv | kInput | kWaiting | kRunning | kGenerated | kPrefix;
+// Pod type rule of the contract: a string, or null for "".
+bool read_pod_type(element v, features::PodType& out) {
+  if (v.is_null()) {
+    out = features::PodType::kNone;
+    return true;
+  }
+  if (v.is_string()) {
+    out = features::pod_type_from_string(std::string_view(v));
+    return true;
+  }
+  return false;
+}
+
+// One value of field `f` into `row`, as the contract's rule for the field (a null optional
+// field is left to the slow path: it is valid, and rare).
+bool read_value(const features::FeatureField& f, element v, features::FeatureInput& row) {
+  switch (f.kind) {
+    case features::FieldKind::kUnit:
+      return read_unit(v, row.*f.unit);
+    case features::FieldKind::kCount:
+      return read_count(v, row.*f.count);
+    case features::FieldKind::kPodType:
+      return read_pod_type(v, row.pod_type);
+  }
+  return false;
+}
+
+constexpr uint32_t kRequired = [] {
+  uint32_t mask = 0;
+  for (std::size_t i = 0; i < features::kFeatureFields.size(); ++i) {
+    mask |= features::kFeatureFields[i].required ? 1u << i : 0u;
+  }
+  return mask;
+}();
 
 bool read_row(simdjson::dom::object obj, features::FeatureInput& f) {
   f = features::FeatureInput{};
   uint32_t seen = 0;
   for (auto [key, v] : obj) {
-    bool ok = true;
-    if (key == "kv_cache_percentage") {
-      ok = read_unit(v, f.kv_cache_percentage);
-      seen |= kKv;
-    } else if (key == "input_token_length") {
-      ok = read_count(v, f.input_token_length);
-      seen |= kInput;
-    } else if (key == "num_request_waiting") {
-      ok = read_count(v, f.num_request_waiting);
-      seen |= kWaiting;
-    } else if (key == "num_request_running") {
-      ok = read_count(v, f.num_request_running);
-      seen |= kRunning;
-    } else if (key == "num_tokens_generated") {
-      ok = read_count(v, f.num_tokens_generated);
-      seen |= kGenerated;
-    } else if (key == "prefix_cache_score") {
-      ok = read_unit(v, f.prefix_cache_score);
-      seen |= kPrefix;
-    } else if (key == "prefill_tokens_in_flight") {
-      ok = read_count(v, f.prefill_tokens_in_flight);
-    } else if (key == "decode_tokens_in_flight") {
-      ok = read_count(v, f.decode_tokens_in_flight);
-    } else if (key == "encoder_matched_size") {
-      ok = read_count(v, f.encoder_matched_size);
-    } else if (key == "encoder_input_size") {
-      ok = read_count(v, f.encoder_input_size);
-    } else if (key == "pod_type") {
-      if (v.is_null()) {
-        f.pod_type = features::PodType::kNone;
-      } else if (v.is_string()) {
-        f.pod_type = features::pod_type_from_string(std::string_view(v));
-      } else {
-        ok = false;
-      }
+    const int i = features::feature_field_index(key);
+    if (i < 0) {
+      continue;  // unknown fields are ignored
     }
-    if (!ok) {
+    if (!read_value(features::kFeatureFields[static_cast<std::size_t>(i)], v, f)) {
       return false;
     }
+    seen |= 1u << i;
   }
-  return seen == kRequired;
+  return (seen & kRequired) == kRequired;
 }
 
 simdjson::dom::parser& thread_parser() {
@@ -184,6 +184,88 @@ bool parse_bulk_fast(std::string_view body, std::size_t min_rows, std::size_t ma
     simdjson::dom::object row;
     if (e.get_object().get(row) || !read_row(row, rows[i++])) {
       return false;
+    }
+  }
+  return true;
+}
+
+bool parse_columns_fast(std::string_view body, std::size_t max_rows,
+                        std::vector<features::FeatureInput>& rows, ColumnsTooLong* too_long) {
+  rows.clear();
+  const ReleaseLargeBuffers release(body.size());
+  element root;
+  if (parse(body).get(root) || !root.is_object()) {
+    return false;
+  }
+  constexpr std::size_t kFields = features::kFeatureFields.size();
+  std::array<element, kFields> values;
+  std::array<std::size_t, kFields> lengths{};
+  uint32_t seen = 0;
+  uint32_t lists = 0;
+  for (auto [key, v] : simdjson::dom::object(root)) {
+    const int i = features::feature_field_index(key);
+    if (i < 0) {
+      continue;
+    }
+    const uint32_t bit = 1u << i;
+    if ((seen & bit) != 0) {
+      return false;  // a duplicate key is legal JSON ("last wins"): the slow path's
+    }
+    seen |= bit;
+    values[static_cast<std::size_t>(i)] = v;
+    simdjson::dom::array list;
+    if (!v.get_array().get(list)) {
+      lists |= bit;
+      lengths[static_cast<std::size_t>(i)] = list.size();
+    }
+  }
+  if ((seen & kRequired) != kRequired) {
+    return false;
+  }
+  // The row count: the first list's length in the schema's order (the slow path's rule), or
+  // one row when every field is a single value.
+  std::size_t n = 1;
+  std::string_view first_list;
+  for (std::size_t i = 0; i < kFields; ++i) {
+    if ((lists & (1u << i)) == 0) {
+      continue;
+    }
+    if (first_list.empty()) {
+      first_list = features::kFeatureFields[i].name;
+      n = lengths[i];
+    } else if (lengths[i] != n) {
+      return false;
+    }
+  }
+  if (n == 0) {
+    return false;
+  }
+  if (n > max_rows) {
+    if (too_long != nullptr) {
+      *too_long = {first_list, n};
+    }
+    return false;
+  }
+  rows.resize(n);
+  for (std::size_t i = 0; i < kFields; ++i) {
+    if ((seen & (1u << i)) == 0) {
+      continue;
+    }
+    const auto& f = features::kFeatureFields[i];
+    if ((lists & (1u << i)) == 0) {
+      if (!read_value(f, values[i], rows[0])) {
+        return false;
+      }
+      for (std::size_t r = 1; r < n; ++r) {
+        features::copy_field(f, rows[0], rows[r]);
+      }
+      continue;
+    }
+    std::size_t r = 0;
+    for (element item : simdjson::dom::array(values[i])) {
+      if (!read_value(f, item, rows[r++])) {
+        return false;
+      }
     }
   }
   return true;

@@ -19,6 +19,16 @@ namespace llmd::predictor {
 bool parse_bulk_fast(std::string_view body, std::size_t min_rows, std::size_t max_rows,
                      std::vector<features::FeatureInput>& rows,
                      std::size_t* too_many_rows = nullptr);
+// The columnar body (features::read_feature_columns, /predict/bulk/columnar) with 1..max_rows
+// rows. `rows` is cleared first. When the lists agree on a count above max_rows, returns false
+// and sets *too_long (if given) to the list that sets the count and that count, for the 422.
+struct ColumnsTooLong {
+  std::string_view field;
+  std::size_t rows = 0;
+};
+bool parse_columns_fast(std::string_view body, std::size_t max_rows,
+                        std::vector<features::FeatureInput>& rows,
+                        ColumnsTooLong* too_long = nullptr);
 // A single row object.
 bool parse_row_fast(std::string_view body, features::FeatureInput& row);
 

@@ -52,6 +52,15 @@ std::string_view pod_type_name(PodType t) {
   return "unknown";
 }
 
+int feature_field_index(std::string_view name) {
+  for (std::size_t i = 0; i < kFeatureFields.size(); ++i) {
+    if (kFeatureFields[i].name == name) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
 std::string_view column_name(Column c) {
   switch (c) {
     case C::kIsQueued: return "is_queued";

@@ -30,6 +30,55 @@ struct FeatureInput {
   int64_t encoder_input_size = 0;
 };
 
+// The wire fields of a row (predictor-api.md section 2), in the contract's order: every reader
+// and writer of rows (JSON objects) or columns (the columnar endpoint) walks this table, so a
+// field's name, type and range are spelled here and nowhere else.
+enum class FieldKind : uint8_t {
+  kUnit,     // float in [0, 1]
+  kCount,    // integer >= 0
+  kPodType,  // string or null (null means "")
+};
+struct FeatureField {
+  std::string_view name;
+  FieldKind kind;
+  bool required;
+  double FeatureInput::*unit = nullptr;    // kUnit: the member it fills
+  int64_t FeatureInput::*count = nullptr;  // kCount: the member it fills
+};
+inline constexpr std::array<FeatureField, 11> kFeatureFields = {{
+    {"kv_cache_percentage", FieldKind::kUnit, true, &FeatureInput::kv_cache_percentage},
+    {"input_token_length", FieldKind::kCount, true, nullptr, &FeatureInput::input_token_length},
+    {"num_request_waiting", FieldKind::kCount, true, nullptr, &FeatureInput::num_request_waiting},
+    {"num_request_running", FieldKind::kCount, true, nullptr, &FeatureInput::num_request_running},
+    {"num_tokens_generated", FieldKind::kCount, true, nullptr,
+     &FeatureInput::num_tokens_generated},
+    {"prefix_cache_score", FieldKind::kUnit, true, &FeatureInput::prefix_cache_score},
+    {"pod_type", FieldKind::kPodType, false},
+    {"prefill_tokens_in_flight", FieldKind::kCount, false, nullptr,
+     &FeatureInput::prefill_tokens_in_flight},
+    {"decode_tokens_in_flight", FieldKind::kCount, false, nullptr,
+     &FeatureInput::decode_tokens_in_flight},
+    {"encoder_matched_size", FieldKind::kCount, false, nullptr,
+     &FeatureInput::encoder_matched_size},
+    {"encoder_input_size", FieldKind::kCount, false, nullptr, &FeatureInput::encoder_input_size},
+}};
+// The index of `name` in kFeatureFields, or -1.
+int feature_field_index(std::string_view name);
+// Copies field `f` of `from` into `to` (one value broadcast to many rows).
+inline void copy_field(const FeatureField& f, const FeatureInput& from, FeatureInput& to) {
+  switch (f.kind) {
+    case FieldKind::kUnit:
+      to.*f.unit = from.*f.unit;
+      break;
+    case FieldKind::kCount:
+      to.*f.count = from.*f.count;
+      break;
+    case FieldKind::kPodType:
+      to.pod_type = from.pod_type;
+      break;
+  }
+}
+
 enum class Column : uint8_t {
   kIsQueued,
   kKvCachePercentage,

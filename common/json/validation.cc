@@ -15,19 +15,91 @@ std::string format_bound(double v) {
   return fmt::format("{}", v);
 }
 
-bool check_range(double v, std::string_view field, Loc& loc, Errors& errors, NumberRange range,
-                 const Json& input) {
+// Records an error at `loc` + `field`, or at `loc` itself when `field` is empty (an item of a
+// list, whose index `loc` already holds).
+void record(Errors& errors, std::string_view type, const Loc& loc, std::string_view field,
+            std::string_view msg, const Json& input) {
+  if (field.empty()) {
+    errors.add(type, loc, msg, input);
+  } else {
+    errors.add_at(type, loc, field, msg, input);
+  }
+}
+
+bool check_range(double v, std::string_view field, const Loc& loc, Errors& errors,
+                 NumberRange range, const Json& input) {
   if (range.ge && v < *range.ge) {
-    errors.add_at("greater_than_equal", loc, field,
-                  "Input should be greater than or equal to " + format_bound(*range.ge), input);
+    record(errors, "greater_than_equal", loc, field,
+           "Input should be greater than or equal to " + format_bound(*range.ge), input);
     return false;
   }
   if (range.le && v > *range.le) {
-    errors.add_at("less_than_equal", loc, field,
-                  "Input should be less than or equal to " + format_bound(*range.le), input);
+    record(errors, "less_than_equal", loc, field,
+           "Input should be less than or equal to " + format_bound(*range.le), input);
     return false;
   }
   return true;
+}
+
+double float_value(const Json& v, const Loc& loc, std::string_view field, Errors& errors,
+                   double fallback, NumberRange range) {
+  if (!v.is_number()) {
+    record(errors, "float_type", loc, field, "Input should be a valid number", v);
+    return fallback;
+  }
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) {
+    record(errors, "finite_number", loc, field, "Input should be a finite number", v);
+    return fallback;
+  }
+  return check_range(d, field, loc, errors, range, v) ? d : fallback;
+}
+
+int64_t int_value(const Json& v, const Loc& loc, std::string_view field, Errors& errors,
+                  int64_t fallback, NumberRange range) {
+  int64_t out = 0;
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() &&
+        v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      record(errors, "int_parsing_size", loc, field,
+             "Unable to parse input string as an integer, exceeded maximum size", v);
+      return fallback;
+    }
+    out = v.get<int64_t>();
+  } else if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (!std::isfinite(d)) {
+      record(errors, "finite_number", loc, field, "Input should be a finite number", v);
+      return fallback;
+    }
+    if (d != std::floor(d)) {
+      record(errors, "int_from_float", loc, field,
+             "Input should be a valid integer, got a number with a fractional part", v);
+      return fallback;
+    }
+    if (std::fabs(d) > 9.0e18) {
+      record(errors, "int_parsing_size", loc, field,
+             "Unable to parse input string as an integer, exceeded maximum size", v);
+      return fallback;
+    }
+    out = static_cast<int64_t>(d);
+  } else {
+    record(errors, "int_type", loc, field, "Input should be a valid integer", v);
+    return fallback;
+  }
+  return check_range(static_cast<double>(out), field, loc, errors, range, v) ? out : fallback;
+}
+
+std::optional<std::string> optional_string_value(const Json& v, const Loc& loc,
+                                                 std::string_view field, Errors& errors) {
+  if (v.is_null()) {
+    return std::nullopt;
+  }
+  if (!v.is_string()) {
+    record(errors, "string_type", loc, field, "Input should be a valid string", v);
+    return std::nullopt;
+  }
+  return v.get<std::string>();
 }
 
 // The echo of a client value in an error: itself when small, else a description of it.
@@ -199,16 +271,7 @@ double read_float(const Json& obj, std::string_view field, Loc& loc, Errors& err
     }
     return fallback;
   }
-  if (!it->is_number()) {
-    errors.add_at("float_type", loc, field, "Input should be a valid number", *it);
-    return fallback;
-  }
-  double v = it->get<double>();
-  if (!std::isfinite(v)) {
-    errors.add_at("finite_number", loc, field, "Input should be a finite number", *it);
-    return fallback;
-  }
-  return check_range(v, field, loc, errors, range, *it) ? v : fallback;
+  return float_value(*it, loc, field, errors, fallback, range);
 }
 
 int64_t read_int(const Json& obj, std::string_view field, Loc& loc, Errors& errors, bool required,
@@ -220,37 +283,22 @@ int64_t read_int(const Json& obj, std::string_view field, Loc& loc, Errors& erro
     }
     return fallback;
   }
-  int64_t v = 0;
-  if (it->is_number_integer()) {
-    if (it->is_number_unsigned() &&
-        it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      errors.add_at("int_parsing_size", loc, field,
-                    "Unable to parse input string as an integer, exceeded maximum size", *it);
-      return fallback;
-    }
-    v = it->get<int64_t>();
-  } else if (it->is_number_float()) {
-    double d = it->get<double>();
-    if (!std::isfinite(d)) {
-      errors.add_at("finite_number", loc, field, "Input should be a finite number", *it);
-      return fallback;
-    }
-    if (d != std::floor(d)) {
-      errors.add_at("int_from_float", loc, field,
-                    "Input should be a valid integer, got a number with a fractional part", *it);
-      return fallback;
-    }
-    if (std::fabs(d) > 9.0e18) {
-      errors.add_at("int_parsing_size", loc, field,
-                    "Unable to parse input string as an integer, exceeded maximum size", *it);
-      return fallback;
-    }
-    v = static_cast<int64_t>(d);
-  } else {
-    errors.add_at("int_type", loc, field, "Input should be a valid integer", *it);
-    return fallback;
-  }
-  return check_range(static_cast<double>(v), field, loc, errors, range, *it) ? v : fallback;
+  return int_value(*it, loc, field, errors, fallback, range);
+}
+
+double check_float(const Json& value, const Loc& loc, Errors& errors, double fallback,
+                   NumberRange range) {
+  return float_value(value, loc, {}, errors, fallback, range);
+}
+
+int64_t check_int(const Json& value, const Loc& loc, Errors& errors, int64_t fallback,
+                  NumberRange range) {
+  return int_value(value, loc, {}, errors, fallback, range);
+}
+
+std::optional<std::string> check_optional_string(const Json& value, const Loc& loc,
+                                                 Errors& errors) {
+  return optional_string_value(value, loc, {}, errors);
 }
 
 bool read_bool(const Json& obj, std::string_view field, Loc& loc, Errors& errors, bool fallback) {
@@ -268,14 +316,10 @@ bool read_bool(const Json& obj, std::string_view field, Loc& loc, Errors& errors
 std::optional<std::string> read_optional_string(const Json& obj, std::string_view field, Loc& loc,
                                                 Errors& errors) {
   auto it = obj.find(field);
-  if (it == obj.end() || it->is_null()) {
+  if (it == obj.end()) {
     return std::nullopt;
   }
-  if (!it->is_string()) {
-    errors.add_at("string_type", loc, field, "Input should be a valid string", *it);
-    return std::nullopt;
-  }
-  return it->get<std::string>();
+  return optional_string_value(*it, loc, field, errors);
 }
 
 bool expect_object(const Json& value, Loc& loc, Errors& errors) {

@@ -104,6 +104,14 @@ bool read_bool(const Json& obj, std::string_view field, Loc& loc, Errors& errors
 // String or null (null -> nullopt). Missing -> nullopt.
 std::optional<std::string> read_optional_string(const Json& obj, std::string_view field, Loc& loc,
                                                 Errors& errors);
+// The checks of read_float / read_int / read_optional_string on a value found by the caller (an
+// item of a list); an error is recorded at `loc` itself, which names the value.
+double check_float(const Json& value, const Loc& loc, Errors& errors, double fallback = 0.0,
+                   NumberRange range = {});
+int64_t check_int(const Json& value, const Loc& loc, Errors& errors, int64_t fallback = 0,
+                  NumberRange range = {});
+std::optional<std::string> check_optional_string(const Json& value, const Loc& loc,
+                                                 Errors& errors);
 // Checks that `value` is an object; records `model_type`-style error otherwise.
 bool expect_object(const Json& value, Loc& loc, Errors& errors);
 // Checks that obj[field] is a list with min..max items; records an error otherwise.

@@ -6,7 +6,7 @@ ClientMetrics::ClientMetrics(prometheus::Registry& registry,
                              const std::vector<std::string>& replicas) {
   auto& rows = prometheus::BuildHistogram()
                    .Name("llmd_epp_predictor_batch_rows")
-                   .Help("Rows per /predict/bulk/strict batch sent to a predictor")
+                   .Help("Rows per batch sent to a predictor")
                    .Register(registry);
   batch_rows = &rows.Add({}, prometheus::Histogram::BucketBoundaries{
                                  1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000});
@@ -25,6 +25,11 @@ ClientMetrics::ClientMetrics(prometheus::Registry& registry,
                       .Help("1 when the predictor replica gets traffic, 0 while it waits for a "
                             "successful /readyz probe")
                       .Register(registry);
+  auto& columnar = prometheus::BuildGauge()
+                       .Name("llmd_epp_predictor_replica_columnar")
+                       .Help("1 while batches to the predictor replica use /predict/bulk/columnar, "
+                             "0 once it answered 404/405 there and gets /predict/bulk/strict")
+                       .Register(registry);
   const prometheus::Histogram::BucketBoundaries dispatch_buckets{
       0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 1};
   for (const auto& r : replicas) {
@@ -32,7 +37,17 @@ ClientMetrics::ClientMetrics(prometheus::Registry& registry,
     auto* g = &healthy.Add({{"replica", r}});
     g->Set(1);
     replica_healthy.push_back(g);
+    auto* c = &columnar.Add({{"replica", r}});
+    c->Set(1);
+    replica_columnar.push_back(c);
   }
+  auto& bytes = prometheus::BuildCounter()
+                    .Name("llmd_epp_predictor_body_bytes_total")
+                    .Help("Bytes of the prediction request bodies sent to predictors and of the "
+                          "answer bodies received (every attempt)")
+                    .Register(registry);
+  bytes_sent = &bytes.Add({{"direction", "sent"}});
+  bytes_received = &bytes.Add({{"direction", "received"}});
   auto& errs = prometheus::BuildCounter()
                    .Name("llmd_epp_predictor_errors_total")
                    .Help("Predictor client failures by kind (failed dispatch attempts, and "

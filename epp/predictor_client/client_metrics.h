@@ -26,6 +26,11 @@ struct ClientMetrics {
   prometheus::Histogram* batch_callers = nullptr;  // llmd_epp_predictor_batch_callers
   std::vector<prometheus::Histogram*> dispatch_seconds;  // {replica}
   std::vector<prometheus::Gauge*> replica_healthy;       // {replica}, 1 or 0
+  // {replica}: 1 while batches to the replica use the columnar path, 0 once it answered 404/405
+  // there (a reference predictor) and gets /predict/bulk/strict.
+  std::vector<prometheus::Gauge*> replica_columnar;
+  prometheus::Counter* bytes_sent = nullptr;      // llmd_epp_predictor_body_bytes_total{direction}
+  prometheus::Counter* bytes_received = nullptr;
   std::array<prometheus::Counter*, kErrorKindCount> errors{};  // {kind}
   prometheus::Gauge* call_limit = nullptr;  // llmd_epp_predictor_call_limit
 };

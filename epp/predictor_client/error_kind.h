@@ -12,7 +12,7 @@ enum class ErrorKind : uint8_t {
   kHttp,           // the replica answered with a non-200 status
   kTransport,      // connect/write/read failed (refused, reset, DNS)
   kShortResponse,  // 200, but not exactly one prediction per row
-  kBadResponse,    // 200, but the body is not the /predict/bulk/strict shape
+  kBadResponse,    // 200, but the body is not the shape of its path (columnar or strict)
   kNoReplica,      // no healthy replica to send to (all down, waiting for /readyz)
   kDeadline,       // a caller's wait reached its deadline; a later answer is discarded
   kShed,           // overload: the rows ahead could not be answered before the caller's deadline,

@@ -49,14 +49,17 @@ struct ReadyCallback {
   PredictionResult result;
 };
 
-// One batch on its way: its rows' body and where its attempts went. Shared by the callbacks of
-// its attempts; the transport may call them on any thread.
+// One batch on its way: its rows' bodies (each encoded when a replica first needs it) and where
+// its attempts went. Shared by the callbacks of its attempts, one after the other; the
+// transport may call them on any thread.
 struct Dispatch {
   Batch batch;
-  std::string body;
+  std::string columnar_body;
+  std::string strict_body;
   std::optional<std::size_t> previous;  // the replica of the failed first attempt
   ErrorKind last_error = ErrorKind::kNoReplica;
-  int attempt = 0;
+  int attempt = 0;  // 1 after a failed attempt (one retry)
+  int sends = 0;    // exchanges started, including a resend on the strict path
 };
 
 std::chrono::milliseconds attempt_timeout(std::chrono::milliseconds limit,
@@ -403,47 +406,78 @@ struct PredictorClient::Impl {
     }
     metrics.batch_rows->Observe(static_cast<double>(d->batch.rows.size()));
     metrics.batch_callers->Observe(static_cast<double>(d->batch.callers));
-    d->body = encode_bulk_request(d->batch.rows);
     send_attempt(std::move(d));
   }
 
   // Any thread, without `mu`: sends one attempt of a batch to the least outstanding healthy
-  // replica (the retry avoids the first one), or fails the batch when none may go.
+  // replica (the retry avoids the first one), in the format that replica serves, or fails the
+  // batch when none may go. The body is encoded here, outside the lock, the first time a
+  // format is needed (the first attempt runs on the dispatcher thread).
   void send_attempt(std::shared_ptr<Dispatch> d) {
     std::unique_lock lk(mu);
-    const auto now = Clock::now();
     if (stopping ||
-        (d->attempt > 0 && (now >= d->batch.deadline || !coalescer.is_live(d->batch.id)))) {
+        (d->sends > 0 && (Clock::now() >= d->batch.deadline || !coalescer.is_live(d->batch.id)))) {
       return fail_dispatch(lk, *d);
     }
     const auto replica = replicas.choose(*rng, d->previous);
     if (!replica) {
-      if (d->attempt == 0) {
+      if (d->sends == 0) {
         metrics.error(ErrorKind::kNoReplica);
       }
       return fail_dispatch(lk, *d);
     }
     replicas.begin(*replica);
-    const auto timeout = attempt_timeout(config.dispatch_timeout, d->batch.deadline - now);
+    const bool columnar = columnar_replica[*replica];
     lk.unlock();
-    Dispatch& batch = *d;
+    std::string& body = columnar ? d->columnar_body : d->strict_body;
+    if (body.empty()) {
+      body = columnar ? encode_columnar_request(d->batch.rows) : encode_bulk_request(d->batch.rows);
+    }
+    ++d->sends;
+    metrics.bytes_sent->Increment(static_cast<double>(body.size()));
+    const auto now = Clock::now();
+    const auto timeout = attempt_timeout(config.dispatch_timeout, d->batch.deadline - now);
+    const std::string& sent = body;
     transport->exchange_async(
-        *replica, "POST", kBulkStrictPath, batch.body, timeout,
-        [this, d = std::move(d), r = *replica, now](TransportResponse response) mutable {
-          on_attempt_done(std::move(d), r, now, std::move(response));
+        *replica, "POST", columnar ? kBulkColumnarPath : kBulkStrictPath, sent, timeout,
+        [this, d = std::move(d), r = *replica, now, columnar](TransportResponse response) mutable {
+          on_attempt_done(std::move(d), r, now, columnar, std::move(response));
         });
+  }
+
+  // Under `mu`: the replica answered the columnar path 404/405 (a reference predictor, which
+  // has only the strict one): from now on it gets /predict/bulk/strict. Not a failure: the
+  // replica stays healthy and the batch is sent again at once.
+  void fall_back_to_strict(std::size_t replica, int status) {
+    if (!columnar_replica[replica]) {
+      return;  // another batch in flight to it learned it first
+    }
+    columnar_replica[replica] = false;
+    metrics.replica_columnar[replica]->Set(0);
+    spdlog::warn("predictor replica {} answered {} to {}: sending it {} from now on",
+                 config.replica_urls[replica], status, kBulkColumnarPath, kBulkStrictPath);
   }
 
   // The transport's thread, without `mu`: parses the answer (outside the lock), completes the
   // callers or retries once on another replica.
   void on_attempt_done(std::shared_ptr<Dispatch> d, std::size_t replica, Clock::time_point start,
-                       TransportResponse response) {
+                       bool columnar, TransportResponse response) {
     metrics.dispatch_seconds[replica]->Observe(
         std::chrono::duration<double>(Clock::now() - start).count());
     std::optional<std::vector<Prediction>> predictions;
     ErrorKind kind = ErrorKind::kTransport;
     bool replica_fault = true;
     bool timed_out = false;
+    if (response.outcome == TransportResponse::Outcome::kResponse) {
+      metrics.bytes_received->Increment(static_cast<double>(response.body.size()));
+      if (columnar && (response.status == 404 || response.status == 405)) {
+        std::unique_lock lk(mu);
+        replicas.end(replica);
+        fall_back_to_strict(replica, response.status);
+        lk.unlock();
+        return send_attempt(std::move(d));
+      }
+    }
     switch (response.outcome) {
       case TransportResponse::Outcome::kTimeout:
         kind = ErrorKind::kTimeout;
@@ -458,7 +492,9 @@ struct PredictorClient::Impl {
           // A 4xx (422: rows rejected) would be the same on every replica: no retry and the
           // replica stays healthy. A 5xx (503: models not ready) is the replica's.
           replica_fault = response.status >= 500;
-        } else if ((predictions = parse_bulk_response(response.body))) {
+        } else if ((predictions = columnar ? parse_columnar_response(response.body,
+                                                                     d->batch.rows.size())
+                                           : parse_bulk_response(response.body))) {
           if (predictions->size() != d->batch.rows.size()) {
             predictions.reset();
             kind = ErrorKind::kShortResponse;
@@ -609,6 +645,8 @@ struct PredictorClient::Impl {
   std::vector<double> row_rate = std::vector<double>(config.replica_urls.size(), 0.0);
   std::vector<Clock::time_point> last_answer =
       std::vector<Clock::time_point>(config.replica_urls.size());  // guarded by mu
+  // Per replica: true until it answers the columnar path 404/405; guarded by mu.
+  std::vector<bool> columnar_replica = std::vector<bool>(config.replica_urls.size(), true);
   bool stopping = false;                         // guarded by mu
   std::size_t active_callers = 0;                // callers inside predict(); guarded by mu
   std::condition_variable callers_gone_cv;

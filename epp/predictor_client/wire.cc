@@ -2,16 +2,21 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <charconv>
-#include <cctype>
 #include <cmath>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
+#include <utility>
 
+#include "epp/predictor_client/json_scanner.h"
 
 namespace llmd::epp::predictor_client {
 
 namespace {
+
+using features::FeatureField;
+using features::FieldKind;
 
 void append_double(std::string& out, double v) {
   char buf[32];
@@ -27,30 +32,103 @@ void append_int(std::string& out, int64_t v) {
 
 double unit(double v) { return std::isfinite(v) ? std::clamp(v, 0.0, 1.0) : 0.0; }
 
-// A strict, allocation-free reader for {"predictions":[{"ttft_ms":x,"tpot_ms":y,...},...],...}.
-// It validates the whole document as JSON (strings, escapes, numbers, literals, nesting up to
-// kMaxDepth) but keeps only the two numbers of each prediction; nlohmann's SAX parser took
-// ~7 ms for a 10,000-row answer, this takes a fraction of that. ttft_expected_ms /
-// tpot_expected_ms (our predictor's central estimates) are kept when present; a reference
-// predictor sends none. Keys are compared raw, so an
-// escaped spelling of "ttft_ms" does not count (the predictor never escapes its keys).
+// The encoders walk kFeatureFields at compile time (field I is a constant expression), so
+// each field's write is as direct as a hand-written one: a run-time switch over the table
+// cost the strict encoder ~15 %.
+constexpr std::size_t kFields = features::kFeatureFields.size();
+
+// Field I of `row` as the predictor will accept it (the row hygiene of wire.h).
+template <std::size_t I>
+void append_value(std::string& out, const features::FeatureInput& row) {
+  constexpr const FeatureField& f = features::kFeatureFields[I];
+  if constexpr (f.kind == FieldKind::kUnit) {
+    append_double(out, unit(row.*f.unit));
+  } else if constexpr (f.kind == FieldKind::kCount) {
+    append_int(out, row.*f.count);
+  } else {
+    // "" for none; kUnknown is written "unknown", which the predictor maps to the same unknown
+    // category.
+    out.push_back('"');
+    out.append(features::pod_type_name(row.pod_type));
+    out.push_back('"');
+  }
+}
+
+// Whether field I is written the same for rows `a` and `b` (bitwise for floats: -0 and 0 are
+// written differently, and a column must carry exactly what the rows would).
+template <std::size_t I>
+bool same_value(const features::FeatureInput& a, const features::FeatureInput& b) {
+  constexpr const FeatureField& f = features::kFeatureFields[I];
+  if constexpr (f.kind == FieldKind::kUnit) {
+    return std::bit_cast<uint64_t>(unit(a.*f.unit)) == std::bit_cast<uint64_t>(unit(b.*f.unit));
+  } else if constexpr (f.kind == FieldKind::kCount) {
+    return std::max<int64_t>(a.*f.count, 0) == std::max<int64_t>(b.*f.count, 0);
+  } else {
+    return features::pod_type_name(a.pod_type) == features::pod_type_name(b.pod_type);
+  }
+}
+
+// `{"name":` for the first field, `,"name":` for the others: text made at compile time from
+// the table, so each is appended like a literal.
+template <std::size_t I>
+struct MemberKey {
+  static constexpr std::string_view name = features::kFeatureFields[I].name;
+  static constexpr auto text = [] {
+    std::array<char, name.size() + 4> out{};
+    out[0] = I == 0 ? '{' : ',';
+    out[1] = '"';
+    for (std::size_t k = 0; k < name.size(); ++k) {
+      out[2 + k] = name[k];
+    }
+    out[name.size() + 2] = '"';
+    out[name.size() + 3] = ':';
+    return out;
+  }();
+  static void append(std::string& s) { s.append(text.data(), text.size()); }
+};
+
+// Member I of a columnar body: a list of the rows' values, or their one value when they share
+// it. The first field is always a list: it states the row count.
+template <std::size_t I>
+void append_column(std::string& out, std::span<const features::FeatureInput> rows) {
+  MemberKey<I>::append(out);
+  const bool single = I > 0 && !rows.empty() &&
+                      std::all_of(rows.begin() + 1, rows.end(), [&](const auto& r) {
+                        return same_value<I>(rows.front(), r);
+                      });
+  if (single) {
+    append_value<I>(out, rows.front());
+    return;
+  }
+  out.push_back('[');
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    if (r > 0) {
+      out.push_back(',');
+    }
+    append_value<I>(out, rows[r]);
+  }
+  out.push_back(']');
+}
+
+// Reads {"predictions":[{"ttft_ms":x,"tpot_ms":y,...},...],...}, keeping only the numbers of
+// each prediction. ttft_expected_ms / tpot_expected_ms (our predictor's central estimates)
+// are kept when present; a reference predictor sends none.
 class BulkResponseReader {
  public:
-  explicit BulkResponseReader(std::string_view body)
-      : p_(body.data()), end_(body.data() + body.size()) {}
+  explicit BulkResponseReader(std::string_view body) : s_(body) {}
 
   std::optional<std::vector<Prediction>> read() {
-    ws();
-    if (!consume('{')) {
+    s_.ws();
+    if (!s_.consume('{')) {
       return std::nullopt;
     }
     bool saw_predictions = false;
-    ws();
-    if (!consume('}')) {
+    s_.ws();
+    if (!s_.consume('}')) {
       while (true) {
         std::string_view key;
-        ws();
-        if (!string(&key) || !colon()) {
+        s_.ws();
+        if (!s_.string(&key) || !s_.colon()) {
           return std::nullopt;
         }
         if (key == "predictions") {
@@ -59,104 +137,73 @@ class BulkResponseReader {
           if (!prediction_array()) {
             return std::nullopt;
           }
-        } else if (!skip_value(1)) {
+        } else if (!s_.skip_value(1)) {
           return std::nullopt;
         }
-        ws();
-        if (consume('}')) {
+        s_.ws();
+        if (s_.consume('}')) {
           break;
         }
-        if (!consume(',')) {
+        if (!s_.consume(',')) {
           return std::nullopt;
         }
       }
     }
-    ws();
-    if (p_ != end_ || !saw_predictions) {
+    s_.ws();
+    if (!s_.at_end() || !saw_predictions) {
       return std::nullopt;
     }
     return std::move(predictions_);
   }
 
  private:
-  static constexpr int kMaxDepth = 64;
-  // Characters a string may hold as they are: not '"', not '\\', not a control character.
-  static constexpr auto kPlain = [] {
-    std::array<bool, 256> t{};
-    for (int c = 0x20; c < 256; ++c) {
-      t[static_cast<std::size_t>(c)] = c != '"' && c != '\\';
-    }
-    return t;
-  }();
-
-  void ws() {
-    while (p_ != end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) {
-      ++p_;
-    }
-  }
-  bool consume(char c) {
-    if (p_ != end_ && *p_ == c) {
-      ++p_;
-      return true;
-    }
-    return false;
-  }
-  bool colon() {
-    ws();
-    if (!consume(':')) {
-      return false;
-    }
-    ws();
-    return true;
-  }
-
   bool prediction_array() {
-    if (!consume('[')) {
+    if (!s_.consume('[')) {
       return false;
     }
-    ws();
-    if (consume(']')) {
+    s_.ws();
+    if (s_.consume(']')) {
       return true;
     }
     while (true) {
-      ws();
+      s_.ws();
       if (!prediction()) {
         return false;
       }
-      ws();
-      if (consume(']')) {
+      s_.ws();
+      if (s_.consume(']')) {
         return true;
       }
-      if (!consume(',')) {
+      if (!s_.consume(',')) {
         return false;
       }
     }
   }
 
   bool prediction() {
-    if (!consume('{')) {
+    if (!s_.consume('{')) {
       return false;  // null (a failed row on the non-strict route), number, array...
     }
     Prediction out;
     int have = 0;
     // Where the object's trailing run of ignored members starts (null once a kept key follows).
     const char* ignored_from = nullptr;
-    ws();
-    if (!consume('}')) {
+    s_.ws();
+    if (!s_.consume('}')) {
       while (true) {
         std::string_view key;
-        ws();
+        s_.ws();
         // Our predictor repeats the same metadata members (predicted_at, model_type, ...) at
         // the end of every prediction: when the bytes from here equal the previous
         // prediction's ignored tail, they parse the same way (the same members, all ignored,
         // then '}'), so they are stepped over instead of read again.
-        if (!ignored_tail_.empty() && static_cast<std::size_t>(end_ - p_) >= ignored_tail_.size() &&
-            std::memcmp(p_, ignored_tail_.data(), ignored_tail_.size()) == 0) {
-          p_ += ignored_tail_.size();
+        if (!ignored_tail_.empty() && s_.remaining() >= ignored_tail_.size() &&
+            std::memcmp(s_.pos(), ignored_tail_.data(), ignored_tail_.size()) == 0) {
+          s_.skip(ignored_tail_.size());
           break;
         }
-        const char* key_at = p_;
-        if (!string(&key) || !colon()) {
+        const char* key_at = s_.pos();
+        if (!s_.string(&key) || !s_.colon()) {
           return false;
         }
         double* target = key == "ttft_ms"            ? &out.ttft_ms
@@ -165,27 +212,28 @@ class BulkResponseReader {
                          : key == "tpot_expected_ms" ? &out.tpot_expected_ms
                                                      : nullptr;
         if (target != nullptr) {
-          if (!number(target)) {
+          if (!s_.number(target)) {
             return false;
           }
           have |= target == &out.ttft_ms ? 1 : target == &out.tpot_ms ? 2 : 0;
           ignored_from = nullptr;
         } else {
-          if (!skip_value(3)) {
+          if (!s_.skip_value(3)) {
             return false;
           }
           if (ignored_from == nullptr) {
             ignored_from = key_at;
           }
         }
-        ws();
-        if (consume('}')) {
+        s_.ws();
+        if (s_.consume('}')) {
           ignored_tail_ = ignored_from == nullptr
                               ? std::string_view()
-                              : std::string_view(ignored_from, static_cast<std::size_t>(p_ - ignored_from));
+                              : std::string_view(ignored_from,
+                                                 static_cast<std::size_t>(s_.pos() - ignored_from));
           break;
         }
-        if (!consume(',')) {
+        if (!s_.consume(',')) {
           return false;
         }
       }
@@ -197,202 +245,112 @@ class BulkResponseReader {
     return true;
   }
 
-  // At '"': the raw text between the quotes (escapes validated, not decoded). Runs of plain
-  // characters are skipped through a table: every prediction carries its metadata strings
-  // (predicted_at, model_type, ...), so most of a response's bytes are string contents.
-  bool string(std::string_view* out) {
-    if (!consume('"')) {
-      return false;
-    }
-    const char* begin = p_;
-    while (true) {
-      while (p_ != end_ && kPlain[static_cast<unsigned char>(*p_)]) {
-        ++p_;
-      }
-      if (p_ == end_) {
-        return false;
-      }
-      const char c = *p_;
-      if (c == '"') {
-        *out = std::string_view(begin, static_cast<std::size_t>(p_ - begin));
-        ++p_;
-        return true;
-      }
-      if (c != '\\') {
-        return false;  // a control character
-      }
-      ++p_;
-      if (p_ == end_) {
-        return false;
-      }
-      const char e = *p_;
-      if (e == 'u') {
-        for (int i = 0; i < 4; ++i) {
-          ++p_;
-          if (p_ == end_ || !std::isxdigit(static_cast<unsigned char>(*p_))) {
-            return false;
-          }
-        }
-      } else if (std::string_view("\"\\/bfnrt").find(e) == std::string_view::npos) {
-        return false;
-      }
-      ++p_;
-    }
-  }
-
-  // A JSON number (RFC 8259 grammar); stores its value when `out` is not null. Numbers of at
-  // most 15 significant digits without an exponent part take Clinger's fast path: their digits
-  // and the power of ten are exact doubles, so one IEEE division rounds exactly as from_chars
-  // does (the predictor's *_expected_ms values, microsecond resolution); others go through
-  // from_chars.
-  bool number(double* out) {
-    static constexpr double kPow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
-                                        1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-                                        1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-    const char* begin = p_;
-    const bool negative = consume('-');
-    if (p_ == end_ || *p_ < '0' || *p_ > '9') {
-      return false;
-    }
-    uint64_t mantissa = 0;  // wraps when long; then unused (significant > 15)
-    int significant = 0;    // digits from the first non-zero one
-    int scale = 0;          // digits after the point
-    auto accumulate = [&] {
-      const char* from = p_;
-      while (p_ != end_ && *p_ >= '0' && *p_ <= '9') {
-        mantissa = mantissa * 10 + static_cast<uint64_t>(*p_ - '0');
-        significant += mantissa != 0 ? 1 : 0;
-        ++p_;
-      }
-      return static_cast<int>(p_ - from);
-    };
-    if (!consume('0')) {
-      accumulate();  // no leading zeros: "01" stops after the "0" and fails in the caller
-    }
-    if (consume('.')) {
-      scale = accumulate();
-      if (scale == 0) {
-        return false;
-      }
-    }
-    bool exact = significant <= 15 && scale <= 22;
-    if (p_ != end_ && (*p_ == 'e' || *p_ == 'E')) {
-      ++p_;
-      if (!consume('+')) {
-        consume('-');
-      }
-      if (!digits()) {
-        return false;
-      }
-      exact = false;
-    }
-    if (out == nullptr) {
-      return true;
-    }
-    if (exact) {
-      const double v = static_cast<double>(mantissa) / kPow10[scale];
-      *out = negative ? -v : v;
-      return true;
-    }
-    const auto r = std::from_chars(begin, p_, *out);
-    return r.ec == std::errc() && r.ptr == p_ && std::isfinite(*out);
-  }
-  bool digits() {
-    const char* begin = p_;
-    while (p_ != end_ && *p_ >= '0' && *p_ <= '9') {
-      ++p_;
-    }
-    return p_ != begin;
-  }
-  bool literal(std::string_view word) {
-    if (static_cast<std::size_t>(end_ - p_) < word.size() ||
-        std::string_view(p_, word.size()) != word) {
-      return false;
-    }
-    p_ += word.size();
-    return true;
-  }
-
-  // Any JSON value; `depth` is the nesting level of the value itself.
-  bool skip_value(int depth) {
-    if (depth > kMaxDepth || p_ == end_) {
-      return false;
-    }
-    std::string_view ignored;
-    switch (*p_) {
-      case '"':
-        return string(&ignored);
-      case 't':
-        return literal("true");
-      case 'f':
-        return literal("false");
-      case 'n':
-        return literal("null");
-      case '{':
-      case '[': {
-        const bool object = *p_ == '{';
-        const char close = object ? '}' : ']';
-        ++p_;
-        ws();
-        if (consume(close)) {
-          return true;
-        }
-        while (true) {
-          ws();
-          if (object && (!string(&ignored) || !colon())) {
-            return false;
-          }
-          if (!skip_value(depth + 1)) {
-            return false;
-          }
-          ws();
-          if (consume(close)) {
-            return true;
-          }
-          if (!consume(',')) {
-            return false;
-          }
-        }
-      }
-      default:
-        return number(nullptr);
-    }
-  }
-
-  const char* p_;
-  const char* end_;
+  JsonScanner s_;
   std::vector<Prediction> predictions_;
   // The previous prediction's trailing ignored members up to its '}' (a view into the body).
   std::string_view ignored_tail_;
 };
 
+// Reads {"ttft_ms":[...],"tpot_ms":[...],"ttft_expected_ms":[...],"tpot_expected_ms":[...],
+// ...}: the numbers go straight into one vector of Prediction, whatever the key order; other
+// members are validated and skipped. A repeated key wins over the earlier one, as in any JSON
+// reader.
+class ColumnarResponseReader {
+ public:
+  ColumnarResponseReader(std::string_view body, std::size_t expected_rows) : s_(body) {
+    out_.reserve(expected_rows);
+  }
+
+  std::optional<std::vector<Prediction>> read() {
+    s_.ws();
+    if (!s_.consume('{')) {
+      return std::nullopt;
+    }
+    s_.ws();
+    if (!s_.consume('}')) {
+      while (true) {
+        std::string_view key;
+        s_.ws();
+        if (!s_.string(&key) || !s_.colon()) {
+          return std::nullopt;
+        }
+        const int column = key == "ttft_ms"            ? 0
+                           : key == "tpot_ms"          ? 1
+                           : key == "ttft_expected_ms" ? 2
+                           : key == "tpot_expected_ms" ? 3
+                                                       : -1;
+        if (column >= 0 ? !read_column(static_cast<std::size_t>(column)) : !s_.skip_value(1)) {
+          return std::nullopt;
+        }
+        s_.ws();
+        if (s_.consume('}')) {
+          break;
+        }
+        if (!s_.consume(',')) {
+          return std::nullopt;
+        }
+      }
+    }
+    s_.ws();
+    // The bounds are required, the central estimates optional; every column given has one
+    // number per row.
+    const std::size_t rows = counts_[0];
+    if (!s_.at_end() || rows == kAbsent || counts_[1] != rows ||
+        (counts_[2] != kAbsent && counts_[2] != rows) ||
+        (counts_[3] != kAbsent && counts_[3] != rows)) {
+      return std::nullopt;
+    }
+    out_.resize(rows);  // a longer column that a repeated key replaced leaves rows behind
+    return std::move(out_);
+  }
+
+ private:
+  static constexpr std::size_t kAbsent = SIZE_MAX;
+
+  bool read_column(std::size_t column) {
+    if (!s_.consume('[')) {
+      return false;
+    }
+    std::size_t n = 0;
+    s_.ws();
+    if (!s_.consume(']')) {
+      while (true) {
+        s_.ws();
+        if (n == out_.size()) {
+          out_.emplace_back();
+        }
+        Prediction& p = out_[n++];
+        double* target = column == 0   ? &p.ttft_ms
+                         : column == 1 ? &p.tpot_ms
+                         : column == 2 ? &p.ttft_expected_ms
+                                       : &p.tpot_expected_ms;
+        if (!s_.number(target)) {
+          return false;
+        }
+        s_.ws();
+        if (s_.consume(']')) {
+          break;
+        }
+        if (!s_.consume(',')) {
+          return false;
+        }
+      }
+    }
+    counts_[column] = n;
+    return true;
+  }
+
+  JsonScanner s_;
+  std::vector<Prediction> out_;
+  std::size_t counts_[4] = {kAbsent, kAbsent, kAbsent, kAbsent};
+};
+
 }  // namespace
 
 void append_row_json(std::string& out, const features::FeatureInput& row) {
-  out.append("{\"kv_cache_percentage\":");
-  append_double(out, unit(row.kv_cache_percentage));
-  out.append(",\"input_token_length\":");
-  append_int(out, row.input_token_length);
-  out.append(",\"num_request_waiting\":");
-  append_int(out, row.num_request_waiting);
-  out.append(",\"num_request_running\":");
-  append_int(out, row.num_request_running);
-  out.append(",\"num_tokens_generated\":");
-  append_int(out, row.num_tokens_generated);
-  out.append(",\"prefix_cache_score\":");
-  append_double(out, unit(row.prefix_cache_score));
-  out.append(",\"pod_type\":\"");
-  // "" for none; kUnknown is written "unknown", which the predictor maps to the same
-  // unknown category.
-  out.append(features::pod_type_name(row.pod_type));
-  out.append("\",\"prefill_tokens_in_flight\":");
-  append_int(out, row.prefill_tokens_in_flight);
-  out.append(",\"decode_tokens_in_flight\":");
-  append_int(out, row.decode_tokens_in_flight);
-  out.append(",\"encoder_matched_size\":");
-  append_int(out, row.encoder_matched_size);
-  out.append(",\"encoder_input_size\":");
-  append_int(out, row.encoder_input_size);
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((MemberKey<I>::append(out), append_value<I>(out, row)), ...);
+  }(std::make_index_sequence<kFields>{});
   out.push_back('}');
 }
 
@@ -410,8 +368,23 @@ std::string encode_bulk_request(std::span<const features::FeatureInput> rows) {
   return out;
 }
 
+std::string encode_columnar_request(std::span<const features::FeatureInput> rows) {
+  std::string out;
+  out.reserve(64 + rows.size() * 96);
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (append_column<I>(out, rows), ...);
+  }(std::make_index_sequence<kFields>{});
+  out.push_back('}');
+  return out;
+}
+
 std::optional<std::vector<Prediction>> parse_bulk_response(std::string_view body) {
   return BulkResponseReader(body).read();
+}
+
+std::optional<std::vector<Prediction>> parse_columnar_response(std::string_view body,
+                                                               std::size_t expected_rows) {
+  return ColumnarResponseReader(body, expected_rows).read();
 }
 
 }  // namespace llmd::epp::predictor_client

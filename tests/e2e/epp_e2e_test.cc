@@ -9,6 +9,8 @@
 #include <numeric>
 #include <thread>
 
+#include "common/features/feature_json.h"
+#include "tests/common/http_test_util.h"
 #include "tests/e2e/stack_fixture.h"
 
 namespace llmd::testing {
@@ -214,6 +216,90 @@ TEST_F(EppStack, KillingPredictorsKeepsEveryRequestSucceeding) {
   EXPECT_GT(metric_sum(m2, "llmd_epp_scheduling_predictions_total{used=\"false\"}"),
             metric_sum(m1, "llmd_epp_scheduling_predictions_total{used=\"false\"}") + 10)
       << m2.substr(0, 4000);
+}
+
+// Our predictors get the compact exchange: every batch on /predict/bulk/columnar, none on the
+// strict path.
+TEST_F(EppStack, PredictionsTravelOnTheColumnarPath) {
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_EQ(stack_->complete(words(20, "col" + std::to_string(i)), 2).status, 200);
+  }
+  double columnar = 0, strict = 0;
+  for (auto port : stack_->predictor_ports) {
+    const std::string m = http::HttpClient("127.0.0.1", port).get("/metrics").body;
+    const std::string name = "llmd_predictor_http_requests_total";
+    columnar += metric_value(m, name, {"route=\"/predict/bulk/columnar\"", "code=\"200\""});
+    strict += metric_value(m, name, {"route=\"/predict/bulk/strict\""});
+  }
+  EXPECT_GE(columnar, 10);
+  EXPECT_EQ(strict, 0);
+  const std::string m = stack_->metrics();
+  EXPECT_EQ(metric_value(m, "llmd_epp_predictor_replica_columnar"), 2) << "both replicas";
+  EXPECT_GE(metric_value(m, "llmd_epp_scheduling_predictions_total", {"used=\"true\""}), 10);
+  EXPECT_GT(metric_value(m, "llmd_epp_predictor_body_bytes_total", {"direction=\"sent\""}), 0);
+}
+
+// A stand-in for the reference (Python) predictor: /readyz and /predict/bulk/strict only, so
+// its /predict/bulk/columnar is 404 as there. Its law: ttft = 10 + running, tpot = 2.
+class ReferencePredictor {
+ public:
+  ReferencePredictor()
+      : server_(http::testing::local_options(), [this](http::Request& r) { return handle(r); }) {}
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server_.port()); }
+  std::atomic<int> strict{0};
+  std::atomic<int> not_found{0};
+
+ private:
+  http::Response handle(http::Request& req) {
+    if (req.method == "GET" && req.path == "/readyz") {
+      return http::Response::json(200, Json{{"status", "ready"}});
+    }
+    if (req.method != "POST" || req.path != "/predict/bulk/strict") {
+      ++not_found;
+      return http::Response::detail(404, "Not Found");
+    }
+    ++strict;
+    json::Errors errors;
+    auto body = json::parse_body(req.body, errors);
+    Json predictions = Json::array();
+    for (const auto& row : body ? body->value("requests", Json::array()) : Json::array()) {
+      features::FeatureInput f;
+      json::Loc loc;
+      if (!row.is_object() || !features::read_feature_input(row, loc, errors, f)) {
+        return http::Response::json(422, errors.body());
+      }
+      predictions.push_back(
+          {{"ttft_ms", 10.0 + static_cast<double>(f.num_request_running)}, {"tpot_ms", 2.0}});
+    }
+    return http::Response::json(200, Json{{"predictions", predictions}});
+  }
+
+  http::testing::RunningServer server_;
+};
+
+// Against a predictor without the columnar path the EPP still schedules with predictions: one
+// 404, then the strict path for that replica, which stays healthy.
+TEST(EppWithAReferencePredictor, FallsBackToTheStrictPathAndGetsPredictions) {
+  ReferencePredictor reference;
+  StackOptions o;
+  o.pods = 2;
+  o.predictors = 0;
+  o.prediction_server_url = reference.url();
+  Stack stack(o);
+  ASSERT_TRUE(stack.ready) << stack.logs();
+  for (int i = 0; i < 10; ++i) {
+    auto r = stack.complete(words(10, "ref" + std::to_string(i)), 2);
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  const std::string m = stack.metrics();
+  EXPECT_GE(metric_value(m, "llmd_epp_scheduling_predictions_total", {"used=\"true\""}), 10) << m;
+  EXPECT_EQ(reference.not_found.load(), 1);
+  EXPECT_GE(reference.strict.load(), 1);
+  EXPECT_EQ(metric_value(m, "llmd_epp_predictor_replica_columnar"), 0);
+  EXPECT_EQ(metric_value(m, "llmd_epp_predictor_replica_healthy"), 1);
+  EXPECT_EQ(metric_value(m, "llmd_epp_predictor_errors_total", {"kind=\"http\""}), 0);
+  EXPECT_NE(stack.epp->log().find("sending it /predict/bulk/strict from now on"),
+            std::string::npos);
 }
 
 TEST_F(EppStack, ConfigReloadSwitchesPipelineWithoutDroppingRequests) {

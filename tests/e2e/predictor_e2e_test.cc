@@ -2,6 +2,7 @@
 // ensemble routing, resilience to a dead trainer, and bad input.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <random>
 #include <thread>
 
@@ -242,6 +243,135 @@ TEST_F(TrainedStack, BadInputIs422Or413AndServerKeepsServing) {
   EXPECT_EQ(predictor_->post("/predict", good).status, 200);
 }
 
+// Rows as columns (/predict/bulk/columnar, ours): each field a list, or one value for all rows.
+Json as_columns(const std::vector<Json>& rows) {
+  Json out = Json::object();
+  for (const auto& row : rows) {
+    for (auto& [key, value] : row.items()) {
+      out[key].push_back(value);
+    }
+  }
+  for (auto& [key, column] : out.items()) {
+    if (key != "kv_cache_percentage" &&
+        std::all_of(column.begin(), column.end(), [&](const Json& v) { return v == column[0]; })) {
+      column = Json(column[0]);
+    }
+  }
+  return out;
+}
+
+// The columnar endpoint answers the same numbers, bit for bit, as /predict/bulk/strict (both
+// ensemble halves, every pod type, single values broadcast), with the metadata once.
+TEST_F(TrainedStack, ColumnarAnswersEqualStrictBitForBit) {
+  SyntheticLaw law;
+  law.inflight_signal = true;
+  std::mt19937_64 rng(11);
+  std::vector<Json> rows;
+  for (int i = 0; i < 1000; ++i) {
+    auto f = law.draw_features(rng);
+    f.pod_type = static_cast<features::PodType>(i % 4 - 1);
+    f.num_request_waiting = i % 3 == 0 ? 0 : f.num_request_waiting;
+    f.num_tokens_generated = 1;  // the same in every row: sent once
+    f.encoder_input_size = i % 5;
+    rows.push_back(features::feature_input_to_json(f));
+  }
+  const Json body = as_columns(rows);
+  ASSERT_TRUE(body["num_tokens_generated"].is_number());
+  ASSERT_TRUE(body["num_request_waiting"].is_array());
+  const auto strict_raw = predictor_->post("/predict/bulk/strict", Json{{"requests", rows}});
+  const auto columnar_raw = predictor_->post("/predict/bulk/columnar", body);
+  ASSERT_EQ(strict_raw.status, 200) << strict_raw.body;
+  ASSERT_EQ(columnar_raw.status, 200) << columnar_raw.body;
+  const Json strict = Json::parse(strict_raw.body);
+  const Json c = Json::parse(columnar_raw.body);
+  for (const char* key : {"ttft_ms", "tpot_ms", "ttft_expected_ms", "tpot_expected_ms"}) {
+    ASSERT_EQ(c[key].size(), rows.size()) << key;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const double a = c[key][i].get<double>();
+      const double b = strict["predictions"][i][key].get<double>();
+      ASSERT_EQ(std::bit_cast<uint64_t>(a), std::bit_cast<uint64_t>(b))
+          << key << " row " << i << ": " << a << " vs " << b << " " << rows[i].dump();
+    }
+  }
+  const Json& first = strict["predictions"][0];
+  for (const char* key : {"model_type", "objective_type", "quantile", "last_model_load"}) {
+    EXPECT_EQ(c[key], first[key]) << key;
+  }
+  EXPECT_TRUE(c["predicted_at"].is_string());
+  EXPECT_FALSE(c.contains("predictions"));
+  std::cerr << "1000 rows: strict " << Json{{"requests", rows}}.dump().size() << " B out, "
+            << strict_raw.body.size() << " B back; columnar " << body.dump().size()
+            << " B out, " << columnar_raw.body.size() << " B back\n";
+}
+
+// Validation as strict as /predict/bulk/strict's, each error located at its field (and row).
+TEST_F(TrainedStack, ColumnarBadInputIs422AtTheValue) {
+  const Json good = {{"kv_cache_percentage", {0.3, 0.4}}, {"input_token_length", 100},
+                     {"num_request_waiting", {0, 1}},     {"num_request_running", 2},
+                     {"num_tokens_generated", 1},         {"prefix_cache_score", 0.0}};
+  auto post = [](const std::string& body) {
+    return predictor_->client->post("/predict/bulk/columnar", body);
+  };
+  const auto ok = post(good.dump());
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(Json::parse(ok.body)["ttft_ms"].size(), 2u);
+  auto expect_422 = [](const http::ClientResponse& r, const Json& loc, const std::string& type) {
+    ASSERT_EQ(r.status, 422) << r.body;
+    const Json d = Json::parse(r.body)["detail"];
+    ASSERT_TRUE(d.is_array() && !d.empty()) << r.body;
+    if (!loc.is_null()) {
+      EXPECT_EQ(d[0]["loc"], loc) << r.body;
+    }
+    EXPECT_EQ(d[0]["type"], type) << r.body;
+    EXPECT_TRUE(d[0].contains("msg") && d[0].contains("input")) << r.body;
+  };
+  struct Case {
+    const char* field;
+    Json value;
+    Json loc;
+    const char* type;
+  };
+  const std::vector<Case> cases = {
+      {"kv_cache_percentage", {0.3, 1.5}, {"body", "kv_cache_percentage", 1}, "less_than_equal"},
+      {"input_token_length", -1, {"body", "input_token_length"}, "greater_than_equal"},
+      {"num_request_waiting", {0, 0.5}, {"body", "num_request_waiting", 1}, "int_from_float"},
+      {"num_request_running", "x", {"body", "num_request_running"}, "int_type"},
+      {"prefix_cache_score", nullptr, {"body", "prefix_cache_score"}, "float_type"},
+      {"pod_type", {7, "decode"}, {"body", "pod_type", 0}, "string_type"},
+      {"prefill_tokens_in_flight", {-3, 0}, {"body", "prefill_tokens_in_flight", 0},
+       "greater_than_equal"},
+      {"num_request_waiting", {0, 1, 2}, {"body", "num_request_waiting"}, "too_long"},
+      {"num_request_running", {1}, {"body", "num_request_running"}, "too_short"},
+  };
+  for (const auto& c : cases) {
+    Json bad = good;
+    bad[c.field] = c.value;
+    expect_422(post(bad.dump()), c.loc, c.type);
+  }
+  Json missing = good;
+  missing.erase("num_tokens_generated");
+  expect_422(post(missing.dump()), {"body", "num_tokens_generated"}, "missing");
+  Json empty = good;
+  empty["kv_cache_percentage"] = Json::array();
+  empty["num_request_waiting"] = Json::array();
+  expect_422(post(empty.dump()), {"body", "kv_cache_percentage"}, "too_short");
+  Json many = good;
+  many["kv_cache_percentage"] = std::vector<double>(10001, 0.5);
+  many["num_request_waiting"] = 0;
+  expect_422(post(many.dump()), {"body", "kv_cache_percentage"}, "too_long");
+  many["kv_cache_percentage"] = std::vector<double>(10000, 0.5);
+  const auto max = post(many.dump());
+  ASSERT_EQ(max.status, 200);
+  EXPECT_EQ(Json::parse(max.body)["tpot_ms"].size(), 10000u);
+  expect_422(post(R"({"kv_cache_percentage": [0.5, NaN]})"), Json(), "json_invalid");
+  expect_422(post("[1, 2]"), {"body"}, "model_attributes_type");
+  expect_422(post(R"({"kv_cache_percentage":)" + std::string(100, '[') + std::string(100, ']') +
+                  "}"),
+             Json(), "json_invalid");
+  EXPECT_EQ(predictor_->client->get("/predict/bulk/columnar").status, 405);
+  EXPECT_EQ(post(good.dump()).status, 200);
+}
+
 TEST(PredictorAlone, NotReadyShapesThenOversizedBody) {
   TempDir dir;
   PredictorProcess p(dir.path(), free_port(), {"--max-body-bytes", "4096"});
@@ -251,6 +381,11 @@ TEST(PredictorAlone, NotReadyShapesThenOversizedBody) {
   EXPECT_EQ(single.status, 503);
   EXPECT_EQ(Json::parse(single.body)["detail"], "Models not ready");
   EXPECT_EQ(p.post("/predict/bulk/strict", Json{{"requests", {row}}}).status, 503);
+  // The columnar path: validated first (422), then 503 like /predict/bulk/strict.
+  const auto columnar = p.post("/predict/bulk/columnar", row);
+  EXPECT_EQ(columnar.status, 503);
+  EXPECT_EQ(Json::parse(columnar.body)["detail"], "Models not ready");
+  EXPECT_EQ(p.post("/predict/bulk/columnar", Json{{"kv_cache_percentage", {0.5}}}).status, 422);
   auto loose = p.post("/predict/bulk", Json{{"requests", {row, row}}});
   ASSERT_EQ(loose.status, 200);
   Json l = Json::parse(loose.body);
@@ -262,9 +397,11 @@ TEST(PredictorAlone, NotReadyShapesThenOversizedBody) {
   EXPECT_EQ(p.client->get("/readyz").status, 503);
   EXPECT_EQ(Json::parse(p.client->get("/readyz").body)["detail"], "Models are not ready");
   EXPECT_EQ(p.client->post("/reload", "").status, 500);
-  auto big = p.client->post("/predict/bulk", std::string(8192, ' '));
-  EXPECT_EQ(big.status, 413);
-  EXPECT_TRUE(Json::parse(big.body)["detail"].is_string());
+  for (const char* path : {"/predict/bulk", "/predict/bulk/columnar"}) {
+    auto big = p.client->post(path, std::string(8192, ' '));
+    EXPECT_EQ(big.status, 413) << path;
+    EXPECT_TRUE(Json::parse(big.body)["detail"].is_string()) << path;
+  }
   http::HttpClient fresh("127.0.0.1", p.port);
   EXPECT_EQ(fresh.get("/healthz").status, 200);
 }

@@ -31,6 +31,8 @@ struct StackOptions {
   // > 0: route to the `pods` modelsim pods another Stack runs from this base port (its
   // pod_port(0)) and start no modelsim; `modelsim` stays null.
   int pool_base_port = 0;
+  // Set: the EPP asks these predictors (a comma list) instead of the stack's own.
+  std::string prediction_server_url;
 };
 
 class Stack {
@@ -82,9 +84,11 @@ class Stack {
     epp_port = free_port();
     health_port = free_port();
     metrics_port = free_port();
-    std::string urls;
-    for (auto p : predictor_ports) {
-      urls += (urls.empty() ? "" : ",") + std::string("http://127.0.0.1:") + std::to_string(p);
+    std::string urls = options_.prediction_server_url;
+    if (urls.empty()) {
+      for (auto p : predictor_ports) {
+        urls += (urls.empty() ? "" : ",") + std::string("http://127.0.0.1:") + std::to_string(p);
+      }
     }
     std::vector<std::string> args = {
         "--config", pool, "--host", "127.0.0.1", "--port", std::to_string(epp_port),

@@ -1,7 +1,8 @@
 #pragma once
 // Test doubles for the predictor client: a fixed Rng, a fake predictor that reads a
-// /predict/bulk/strict body with the contract's own row reader, and a Transport whose answers
-// come from a handler function. Everything is thread-safe: exchanges run concurrently.
+// /predict/bulk/strict or /predict/bulk/columnar body with the contract's own readers, and a
+// Transport whose answers come from a handler function. Everything is thread-safe: exchanges
+// run concurrently.
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -47,6 +48,20 @@ inline std::optional<std::vector<features::FeatureInput>> read_bulk_rows(const s
   return rows;
 }
 
+// Reads a columnar body as the predictor would (422 on any invalid value); nullopt when invalid.
+inline std::optional<std::vector<features::FeatureInput>> read_columnar_rows(
+    const std::string& body) {
+  json::Errors errors;
+  auto parsed = json::parse_body(body, errors);
+  std::vector<features::FeatureInput> rows;
+  json::Loc loc;
+  if (!parsed || !parsed->is_object() ||
+      !features::read_feature_columns(*parsed, loc, errors, 10000, rows)) {
+    return std::nullopt;
+  }
+  return rows;
+}
+
 // The fake predictor's law: ttft = input_token_length, tpot = running + 0.5.
 inline double fake_ttft(const features::FeatureInput& r) {
   return static_cast<double>(r.input_token_length);
@@ -74,6 +89,29 @@ inline std::string bulk_answer(const std::vector<features::FeatureInput>& rows,
                         {"failed_predictions", 0},
                         {"processing_time_ms", 0.1}}
       .dump();
+}
+
+// A /predict/bulk/columnar answer shaped like the real predictor's, with `drop` rows missing.
+inline std::string columnar_answer(const std::vector<features::FeatureInput>& rows,
+                                   std::size_t drop = 0) {
+  nlohmann::json ttft = nlohmann::json::array(), tpot = nlohmann::json::array();
+  for (std::size_t i = 0; i + drop < rows.size(); ++i) {
+    ttft.push_back(fake_ttft(rows[i]));
+    tpot.push_back(fake_tpot(rows[i]));
+  }
+  return nlohmann::json{{"ttft_ms", ttft}, {"tpot_ms", tpot}, {"ttft_expected_ms", ttft},
+                        {"tpot_expected_ms", tpot}, {"predicted_at", "2026-01-01T00:00:00Z"},
+                        {"model_type", "xgboost"}, {"objective_type", "quantile"},
+                        {"quantile", 0.9}, {"last_model_load", nullptr},
+                        {"processing_time_ms", 0.1}}
+      .dump();
+}
+
+// The answer of the bulk path `path` (columnar or strict) for `rows`, `drop` rows short.
+inline std::string answer_for(const std::string& path,
+                              const std::vector<features::FeatureInput>& rows,
+                              std::size_t drop = 0) {
+  return path == "/predict/bulk/columnar" ? columnar_answer(rows, drop) : bulk_answer(rows, drop);
 }
 
 // Rows whose input_token_length identifies them: base, base+1, ...
@@ -104,7 +142,7 @@ class FakeTransport final : public Transport {
     if (path == "/readyz") {
       return TransportResponse::ok(200, R"({"status":"ready"})");
     }
-    return TransportResponse::ok(200, bulk_answer(rows));
+    return TransportResponse::ok(200, answer_for(path, rows));
   }
 
   explicit FakeTransport(Handler handler = healthy) : handler_(std::move(handler)) {}
@@ -155,7 +193,8 @@ class FakeTransport final : public Transport {
                         const std::string& body) {
     std::vector<features::FeatureInput> rows;
     if (method == "POST") {
-      auto parsed = read_bulk_rows(body);
+      auto parsed =
+          path == "/predict/bulk/columnar" ? read_columnar_rows(body) : read_bulk_rows(body);
       if (!parsed) {
         std::lock_guard lk(mu_);
         ++invalid_bodies_;

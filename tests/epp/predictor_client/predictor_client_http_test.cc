@@ -1,5 +1,6 @@
 // PredictorClient over real loopback sockets: an in-process llmd::http::HttpServer plays the
-// predictor (/predict/bulk/strict with deterministic predictions, /readyz). The only sleep is
+// predictor (/predict/bulk/columnar and /predict/bulk/strict with deterministic predictions,
+// /readyz). The only sleep is
 // inside a fake predictor handler, to make a real socket time out.
 #include <atomic>
 #include <thread>
@@ -23,8 +24,9 @@ using testing::FixedRng;
 using testing::make_rows;
 using testing::metric_value;
 
-// A fake predictor. `ready` false: /readyz and /predict/bulk/strict answer 503 like a predictor
-// without models. `delay` is slept before answering predictions.
+// A fake predictor. `ready` false: /readyz and the bulk paths answer 503 like a predictor
+// without models. `delay` is slept before answering predictions. `columnar` false: it answers
+// /predict/bulk/columnar 404, as a reference (Python) predictor does.
 class FakePredictor {
  public:
   explicit FakePredictor(http::ServerOptions options = local_options())
@@ -33,7 +35,10 @@ class FakePredictor {
   std::string url() const { return "http://127.0.0.1:" + std::to_string(server_.port()); }
   std::atomic<bool> ready{true};
   std::atomic<int> delay_ms{0};
-  std::atomic<int> bulk_requests{0};
+  std::atomic<bool> columnar{true};
+  std::atomic<int> bulk_requests{0};    // answered on either bulk path
+  std::atomic<int> strict_requests{0};  // of them, on /predict/bulk/strict
+  std::atomic<int> not_found{0};
   std::atomic<int> bad_requests{0};
   std::atomic<int> probes{0};
 
@@ -44,21 +49,25 @@ class FakePredictor {
       return ready ? http::Response::json(200, {{"status", "ready"}})
                    : http::Response::detail(503, "Models are not ready");
     }
-    if (req.method == "POST" && req.path == "/predict/bulk/strict") {
+    const bool strict = req.path == "/predict/bulk/strict";
+    if (req.method == "POST" && (strict || (columnar && req.path == "/predict/bulk/columnar"))) {
       ++bulk_requests;
+      strict_requests += strict ? 1 : 0;
       if (delay_ms > 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms.load()));
       }
       if (!ready) {
         return http::Response::detail(503, "Models not ready");
       }
-      auto rows = testing::read_bulk_rows(req.body);
+      auto rows =
+          strict ? testing::read_bulk_rows(req.body) : testing::read_columnar_rows(req.body);
       if (!rows || rows->empty() || rows->size() > 10000) {
         ++bad_requests;
         return http::Response::json(422, {{"detail", nlohmann::json::array()}});
       }
-      return http::Response::text(200, testing::bulk_answer(*rows), "application/json");
+      return http::Response::text(200, testing::answer_for(req.path, *rows), "application/json");
     }
+    ++not_found;
     return http::Response::detail(404, "Not Found");
   }
 
@@ -144,6 +153,36 @@ TEST(PredictorClientHttp, ProductionConstructorTalksHttp) {
   auto big = make_rows(12000, 0);  // above the predictor's limit: two POSTs
   expect_own_predictions(client.predict(big), big);
   EXPECT_EQ(predictor.bulk_requests.load(), 3);
+}
+
+// A reference predictor has no /predict/bulk/columnar: its 404 is remembered for that replica
+// (not a failure: it stays healthy, no error is counted), the batch is resent on the strict path
+// at once, and later batches go there directly. A replica that has the path keeps it.
+TEST(PredictorClientHttp, AReferencePredictorGetsStrictBatchesAfterOne404) {
+  FakePredictor reference;
+  reference.columnar = false;
+  FakePredictor ours;
+  prometheus::Registry registry;
+  auto c = config({reference.url(), ours.url()});
+  PredictorClient client(c, registry, std::make_shared<HttpTransport>(c.replica_urls),
+                         std::make_unique<FixedRng>(0.0));  // ties go to replica 0
+  for (int i = 0; i < 10; ++i) {
+    auto rows = make_rows(20, 1000 * i);
+    expect_own_predictions(client.predict(rows), rows);
+  }
+  EXPECT_EQ(reference.not_found.load(), 1);
+  EXPECT_GE(reference.strict_requests.load(), 1);
+  EXPECT_EQ(reference.strict_requests.load(), reference.bulk_requests.load());
+  EXPECT_EQ(ours.strict_requests.load(), 0);
+  EXPECT_EQ(reference.bulk_requests.load() + ours.bulk_requests.load(), 10);
+  EXPECT_TRUE(client.replica_healthy(0));
+  const std::string gauge = "llmd_epp_predictor_replica_columnar";
+  EXPECT_EQ(metric_value(registry, gauge, "replica", reference.url()), 0);
+  EXPECT_EQ(metric_value(registry, gauge, "replica", ours.url()), 1);
+  for (const char* kind : {"http", "transport", "bad_response", "deadline"}) {
+    EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_errors_total", "kind", kind), 0) << kind;
+  }
+  EXPECT_EQ(reference.bad_requests.load() + ours.bad_requests.load(), 0);
 }
 
 TEST(PredictorClientHttp, SlowReplicaTimesOutAndTheBatchMovesOn) {

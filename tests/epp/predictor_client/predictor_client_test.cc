@@ -107,7 +107,7 @@ TEST(PredictorClient, ConcurrentCallersShareOnePost) {
   auto posts = transport->posts();
   ASSERT_EQ(posts.size(), 1u);
   EXPECT_EQ(posts[0].rows, 100u);
-  EXPECT_EQ(posts[0].path, "/predict/bulk/strict");
+  EXPECT_EQ(posts[0].path, "/predict/bulk/columnar");
   EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_batch_callers", "", "", true), 4.0);
   EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_batch_rows", "", "", true), 100.0);
   EXPECT_EQ(transport->invalid_bodies(), 0);
@@ -241,7 +241,7 @@ TEST(PredictorClient, ShortAnswerIsRetriedOnTheOtherReplica) {
   auto transport = std::make_shared<FakeTransport>(
       [](std::size_t replica, const std::string& path, const auto& rows) {
         if (replica == 0) {
-          return TransportResponse::ok(200, testing::bulk_answer(rows, 1));
+          return TransportResponse::ok(200, testing::answer_for(path, rows, 1));
         }
         return FakeTransport::healthy(replica, path, rows);
       });
@@ -263,6 +263,52 @@ TEST(PredictorClient, RejectedRowsAreNotRetriedAndKeepTheReplicaHealthy) {
   EXPECT_EQ(errors(registry, "http"), 1);
   EXPECT_EQ(errors(registry, "deadline"), 0);
   EXPECT_TRUE(client.replica_healthy(0));
+}
+
+// A reference predictor answers the columnar path 404 (or 405): the same batch goes to it again
+// on the strict path, later batches go there directly, and nothing counts as a failure. A
+// 404 on the strict path stays what it was: an HTTP error, not retried.
+TEST(PredictorClient, A404OnTheColumnarPathSwitchesThatReplicaToStrict) {
+  for (int status : {404, 405}) {
+    prometheus::Registry registry;
+    auto transport = std::make_shared<FakeTransport>(
+        [status](std::size_t replica, const std::string& path, const auto& rows) {
+          if (path == "/predict/bulk/columnar") {
+            return TransportResponse::ok(status, R"({"detail":"Not Found"})");
+          }
+          return FakeTransport::healthy(replica, path, rows);
+        });
+    PredictorClient client(config(1), registry, transport);
+    for (int i = 0; i < 3; ++i) {
+      auto rows = make_rows(4, 100 * i);
+      expect_own_predictions(client.predict(rows), rows);
+    }
+    auto posts = transport->posts();
+    ASSERT_EQ(posts.size(), 4u) << status;
+    EXPECT_EQ(posts[0].path, "/predict/bulk/columnar");
+    for (std::size_t i = 1; i < posts.size(); ++i) {
+      EXPECT_EQ(posts[i].path, "/predict/bulk/strict") << i;
+    }
+    EXPECT_TRUE(client.replica_healthy(0));
+    EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_replica_columnar"), 0);
+    for (const char* kind : {"http", "bad_response", "deadline", "no_replica"}) {
+      EXPECT_EQ(errors(registry, kind), 0) << kind;
+    }
+    EXPECT_EQ(transport->invalid_bodies(), 0);
+  }
+  prometheus::Registry registry;
+  auto transport = std::make_shared<FakeTransport>(
+      [](std::size_t, const std::string&, const auto&) {
+        return TransportResponse::ok(404, R"({"detail":"Not Found"})");
+      });
+  PredictorClient client(config(2), registry, transport, std::make_unique<FixedRng>(0.0));
+  EXPECT_FALSE(client.predict(make_rows(3, 0)).has_value());
+  auto posts = transport->posts();
+  ASSERT_EQ(posts.size(), 2u) << "columnar, then strict once on the same replica";
+  EXPECT_EQ(posts[1].path, "/predict/bulk/strict");
+  EXPECT_EQ(errors(registry, "http"), 1);
+  EXPECT_TRUE(client.replica_healthy(0));
+  EXPECT_TRUE(client.replica_healthy(1));
 }
 
 TEST(PredictorClient, AllReplicasDownGivesNulloptWithoutWaitingForTheDeadline) {

@@ -30,5 +30,26 @@ TEST(WireCompat, BulkBodyTakesThePredictorsFastPath) {
   }
 }
 
+TEST(WireCompat, ColumnarBodyTakesThePredictorsFastPath) {
+  auto rows = testing::make_rows(500, 0);
+  rows[3].pod_type = features::PodType::kUnknown;
+  rows[4].prefix_cache_score = 0.1234567890123;
+  rows[6].kv_cache_percentage = 1.0;
+  rows[7].kv_cache_percentage = 1.5;  // clamped, as on the strict path
+  std::vector<features::FeatureInput> columns;
+  ASSERT_TRUE(predictor::parse_columns_fast(encode_columnar_request(rows), 10000, columns));
+  std::vector<features::FeatureInput> strict;
+  ASSERT_TRUE(predictor::parse_bulk_fast(encode_bulk_request(rows), 1, 10000, strict));
+  ASSERT_EQ(columns.size(), rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(columns[i].input_token_length, strict[i].input_token_length);
+    EXPECT_EQ(columns[i].num_request_running, strict[i].num_request_running);
+    EXPECT_EQ(columns[i].kv_cache_percentage, strict[i].kv_cache_percentage);
+    EXPECT_EQ(columns[i].prefix_cache_score, strict[i].prefix_cache_score);
+    EXPECT_EQ(columns[i].pod_type, strict[i].pod_type);
+    EXPECT_EQ(columns[i].num_tokens_generated, strict[i].num_tokens_generated);
+  }
+}
+
 }  // namespace
 }  // namespace llmd::epp::predictor_client
