@@ -75,6 +75,20 @@ class RunningStreamServer {
   std::thread thread_;
 };
 
+// A listening TCP socket on 127.0.0.1 at a port the kernel picks, for scripted servers:
+// {descriptor, port}.
+inline std::pair<int, uint16_t> listen_on_loopback() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::listen(fd, 8);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return {fd, ntohs(addr.sin_port)};
+}
+
 // Blocking socket whose reads give up after `recv_timeout_s` so a broken server fails the test
 // instead of hanging it.
 class RawSocket {
