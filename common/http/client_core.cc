@@ -1,11 +1,8 @@
 #include "common/http/client_core.h"
 
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cerrno>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -21,6 +18,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
+#include "common/http/idle_pool.h"
 #include "common/http/stale_connection.h"
 
 namespace llmd::http {
@@ -72,14 +70,6 @@ struct Connection {
   beast::flat_buffer buffer;
 };
 
-// Whether an idle connection may be reused: open, with nothing to read (a server that closed
-// it or wrote something unasked makes it unusable).
-bool still_open(int fd) {
-  char byte = 0;
-  const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-}
-
 // RFC 9110 token characters: what a method may consist of.
 bool is_token(std::string_view s) {
   if (s.empty()) {
@@ -110,104 +100,45 @@ class Exchange;
 }  // namespace
 
 struct ClientCore::State {
-  State(asio::any_io_executor e, Options o) : io(std::move(e)), options(std::move(o)) {}
+  State(asio::any_io_executor e, Options o)
+      : io(std::move(e)),
+        options(std::move(o)),
+        pool({options.max_idle_per_origin, options.max_idle, options.idle_timeout}) {}
 
-  struct Idle {
-    std::unique_ptr<Connection> conn;
-    SteadyClock::time_point since;
-  };
-  struct Origin {
-    std::vector<Idle> idle;  // oldest first
-    std::uint64_t opened = 0;
-  };
-
-  // The most recently used idle connection to `key` that is fit for reuse, or null.
+  // A pooled connection to `key` fit for reuse, or null.
   std::unique_ptr<Connection> take(const std::string& key) {
-    const bool timed = options.idle_timeout > ms(0);
-    const auto now = timed ? SteadyClock::now() : SteadyClock::time_point{};
-    while (true) {
-      Idle candidate;
-      {
-        std::lock_guard lock(mu);
-        auto it = origins.find(key);
-        if (it == origins.end() || it->second.idle.empty()) {
-          return nullptr;
-        }
-        candidate = std::move(it->second.idle.back());
-        it->second.idle.pop_back();
-        --idle_total;
-      }
-      // Checked outside the lock; an unfit one is closed as `candidate` goes.
-      if (timed && now - candidate.since >= options.idle_timeout) {
-        continue;
-      }
+    std::unique_ptr<Connection> conn;
+    pool.take(key, now(), [this](const std::unique_ptr<Connection>& c) {
       // A TLS 1.3 server sends session tickets after the handshake: unread bytes there do not
       // mean the connection is unusable, so only plain connections are probed.
-      if (options.probe_idle && !candidate.conn->tls &&
-          !still_open(candidate.conn->socket.native_handle())) {
-        continue;
-      }
-      return std::move(candidate.conn);
-    }
+      return !options.probe_idle || c->tls || still_open(c->socket.native_handle());
+    }, conn);
+    return conn;
   }
 
-  // Keeps `conn` for reuse unless a limit is reached (then it is closed).
   void give_back(const std::string& key, std::unique_ptr<Connection> conn) {
-    const bool timed = options.idle_timeout > ms(0);
-    const auto now = timed ? SteadyClock::now() : SteadyClock::time_point{};
-    std::vector<std::unique_ptr<Connection>> expired;  // closed outside the lock
-    {
-      std::lock_guard lock(mu);
-      if (timed && now - last_sweep >= std::chrono::seconds(1)) {
-        sweep_locked(now, expired);  // origins that get no traffic keep no descriptors
-      }
-      auto& idle = origins[key].idle;
-      if (!stopping && idle_total < options.max_idle && idle.size() < options.max_idle_per_origin) {
-        idle.push_back({std::move(conn), now});
-        ++idle_total;
-      }
+    if (!stopping) {
+      pool.give_back(key, std::move(conn), now());
     }
   }
 
-  void sweep_locked(SteadyClock::time_point now,
-                    std::vector<std::unique_ptr<Connection>>& expired) {
-    for (auto& [_, origin] : origins) {
-      auto& idle = origin.idle;
-      std::size_t keep_from = 0;
-      while (keep_from < idle.size() && now - idle[keep_from].since >= options.idle_timeout) {
-        expired.push_back(std::move(idle[keep_from].conn));
-        ++keep_from;
-      }
-      idle.erase(idle.begin(), idle.begin() + static_cast<std::ptrdiff_t>(keep_from));
-      idle_total -= keep_from;
-    }
-    last_sweep = now;
+  // The pool's clock is read only when it has an idle timeout (a syscall-free vDSO read, but
+  // the scraper and the predictor calls need none).
+  IdlePool<std::unique_ptr<Connection>>::Clock::time_point now() const {
+    return options.idle_timeout > ms(0) ? SteadyClock::now() : SteadyClock::time_point{};
   }
 
   void count_opened(const std::string& key) {
     std::lock_guard lock(mu);
-    ++origins[key].opened;
-  }
-
-  void close_idle() {
-    std::vector<Idle> closing;
-    std::lock_guard lock(mu);
-    for (auto& [_, origin] : origins) {
-      for (auto& i : origin.idle) {
-        closing.push_back(std::move(i));
-      }
-      origin.idle.clear();
-    }
-    idle_total = 0;
+    ++opened[key];
   }
 
   const asio::any_io_executor io;
   const Options options;
+  IdlePool<std::unique_ptr<Connection>> pool;
   std::atomic<bool> stopping{false};
   mutable std::mutex mu;
-  std::unordered_map<std::string, Origin> origins;  // guarded by mu
-  std::size_t idle_total = 0;                       // guarded by mu
-  SteadyClock::time_point last_sweep{};             // guarded by mu
+  std::unordered_map<std::string, std::uint64_t> opened;  // by origin; guarded by mu
   // Exchanges in flight, for shutdown(); guarded by mu.
   std::unordered_map<const void*, std::weak_ptr<ClientCall>> live;
 };
@@ -276,6 +207,7 @@ class Exchange final : public ClientCall, public std::enable_shared_from_this<Ex
     if (auto conn = state_->take(key_)) {
       conn_ = std::move(conn);
       reused_ = true;
+      connected_ = true;
       if (state_->options.on_reused) {
         state_->options.on_reused();
       }
@@ -325,6 +257,7 @@ class Exchange final : public ClientCall, public std::enable_shared_from_this<Ex
   }
 
   bool reused() const override { return reused_; }
+  bool connected() const override { return connected_; }
 
  private:
   enum class Phase { kIdle, kConnect, kResponse, kBody, kDone };
@@ -460,6 +393,7 @@ class Exchange final : public ClientCall, public std::enable_shared_from_this<Ex
     }
     arm();
     reused_ = false;
+    connected_ = false;
     state_->count_opened(key_);
     try {
       conn_ = std::make_unique<Connection>(state_->io);
@@ -499,6 +433,7 @@ class Exchange final : public ClientCall, public std::enable_shared_from_this<Ex
     if (ec) {
       return fail_ec("connect", ec);
     }
+    connected_ = true;
     beast::error_code ignored;
     conn_->socket.set_option(tcp::no_delay(true), ignored);
     if (state_->options.on_opened) {
@@ -798,6 +733,7 @@ class Exchange final : public ClientCall, public std::enable_shared_from_this<Ex
   std::unique_ptr<std::array<char, kChunk>> chunk_;                     // open
   bool registered_ = false;
   bool reused_ = false;
+  bool connected_ = false;
   bool resent_ = false;
   bool reading_ = false;
   bool cancelled_ = false;
@@ -825,7 +761,7 @@ ClientCore::ClientCore(asio::any_io_executor io, Options options) {
   state_ = std::make_shared<State>(std::move(io), std::move(options));
 }
 
-ClientCore::~ClientCore() { state_->close_idle(); }
+ClientCore::~ClientCore() { state_->pool.clear(); }
 
 namespace {
 
@@ -894,7 +830,7 @@ void ClientCore::shutdown() {
       live.push_back(weak);
     }
   }
-  state_->close_idle();
+  state_->pool.clear(/*for_good=*/true);
   for (const auto& weak : live) {
     if (auto call = std::static_pointer_cast<Exchange>(weak.lock())) {
       asio::post(call->executor(), [call] { call->cancel(); });
@@ -902,17 +838,14 @@ void ClientCore::shutdown() {
   }
 }
 
-void ClientCore::close_idle() { state_->close_idle(); }
+void ClientCore::close_idle() { state_->pool.clear(); }
 
-std::size_t ClientCore::idle() const {
-  std::lock_guard lock(state_->mu);
-  return state_->idle_total;
-}
+std::size_t ClientCore::idle() const { return state_->pool.idle(); }
 
 std::uint64_t ClientCore::connections_opened(const Url& origin) const {
   std::lock_guard lock(state_->mu);
-  auto it = state_->origins.find(origin_key(origin));
-  return it == state_->origins.end() ? 0 : it->second.opened;
+  auto it = state_->opened.find(origin_key(origin));
+  return it == state_->opened.end() ? 0 : it->second;
 }
 
 }  // namespace llmd::http

@@ -2,11 +2,12 @@
 // ClientCore: the project's one HTTP/1.1 client implementation. Every outgoing exchange of
 // every binary goes through it: the blocking HttpClient (model sync, training feedback, the
 // Kubernetes API client, tests, tools) and the asynchronous AsyncHttpClient (metric scrapes,
-// predictor calls) drive it; they differ only in who runs the event loop.
+// predictor calls) drive it, differing only in who runs the event loop; the EPP's proxy runs
+// its exchanges to the pods on its own I/O threads, each on its request's strand.
 //
-// - Connections: a keep-alive pool per origin (scheme, host, port); a connection carries one
-//   exchange at a time and goes back to the pool once its response was read to the end on a
-//   connection the server keeps open. A kept-alive connection the server had closed before a
+// - Connections: a keep-alive pool per origin (scheme, host, port; common/http/idle_pool.h); a
+//   connection carries one exchange at a time and goes back to the pool once its response was
+//   read to the end on a connection the server keeps open. A kept-alive connection the server had closed before a
 //   byte of the answer arrived is replaced and the request sent once more.
 // - TLS (https origins) with a verified certificate (TlsContext, client.h).
 // - Bodies read whole (fetch) or streamed (open): a streamed body is read only when the caller
@@ -16,8 +17,8 @@
 //   and the failure says so (timed_out).
 // - Errors are values: every callback gets a status or an error, and no exception leaves.
 //
-// Internal to .cc files that run an io_context of their own (it includes Asio's executor);
-// everything else uses client.h or async_client.h.
+// Internal to .cc files that run an io_context of their own (it includes Asio's executor), such
+// as the EPP's proxy; everything else uses client.h or async_client.h.
 //
 // Threads: each exchange runs on the executor it is started with (default: the core's own);
 // its callbacks run there, never inline in fetch()/open(). The pool and the counters are
@@ -73,6 +74,9 @@ class ClientCall {
   virtual void cancel() = 0;
   // Whether the exchange ran on a kept-alive connection.
   virtual bool reused() const = 0;
+  // Whether its last attempt got a connection (a failure before it is the server's address or
+  // listener; after it, the server's answer).
+  virtual bool connected() const = 0;
 };
 using ClientCallPtr = std::shared_ptr<ClientCall>;
 

@@ -32,6 +32,8 @@ namespace {
 
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
+using testing::read_request;
+using testing::send_all;
 
 // Accepts connections one after another and runs `script` on each (on the server's thread).
 class ScriptedServer {
@@ -72,30 +74,6 @@ class ScriptedServer {
   std::atomic<int> accepted_{0};
   std::thread thread_;
 };
-
-// Reads one request's header (bodies are not used here); false when the peer closed.
-bool read_request(int fd) {
-  std::string got;
-  char c = 0;
-  while (got.size() < 4 || got.compare(got.size() - 4, 4, "\r\n\r\n") != 0) {
-    if (::recv(fd, &c, 1, 0) != 1) {
-      return false;
-    }
-    got.push_back(c);
-  }
-  return true;
-}
-
-bool send_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const auto n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n <= 0) {
-      return false;
-    }
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return true;
-}
 
 std::string chunk(std::string_view data) {
   char size[16];
