@@ -1,9 +1,10 @@
 #pragma once
-// AsyncHttpClient: HTTP/1.1 requests to a fixed list of targets without a thread per request.
-// One I/O thread of the client's own runs every exchange; each target keeps a pool of
-// keep-alive connections (a connection carries one exchange at a time; a new one is opened when
-// none is idle, and at most `max_idle_per_target` wait for reuse). A kept-alive connection the
-// peer closed meanwhile is replaced and the request resent once. Beast/Asio only in the .cc.
+// AsyncHttpClient: HTTP/1.1 requests without a thread per request. One I/O thread of the
+// client's own runs the project's client core (common/http/client_core.h) for every exchange:
+// a keep-alive pool per origin (a connection carries one exchange at a time; a new one is
+// opened when none is idle, and at most `max_idle_per_target` wait for reuse), one timer per
+// exchange, a kept-alive connection the peer closed meanwhile replaced and the request resent
+// once. Beast/Asio only in the .cc.
 //
 // Threads: request() is thread-safe and returns at once; `done` runs exactly once, on the
 // client's I/O thread (never inline), within the request's timeout (plus scheduling). The
@@ -44,6 +45,7 @@ class AsyncHttpClient {
 
   // `path` is appended to the target's base path. A `body` goes with Content-Type
   // application/json. An unknown target or method fails through `done` like any other error.
+  // `timeout` bounds the whole exchange.
   void request(std::size_t target, std::string_view method, std::string_view path,
                std::string body, std::chrono::milliseconds timeout, Callback done);
 
@@ -52,12 +54,12 @@ class AsyncHttpClient {
   void request(const Url& url, std::string_view method, std::string_view path, std::string body,
                std::chrono::milliseconds timeout, Callback done);
 
-  // Connections opened to `target` so far (tests: keep-alive reuse). Thread-safe.
+  // Connections opened to `target`'s origin so far (tests: keep-alive reuse). Thread-safe.
   std::uint64_t connections_opened(std::size_t target) const;
 
  private:
   struct Impl;
-  std::shared_ptr<Impl> impl_;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace llmd::http

@@ -3,49 +3,37 @@
 #include <charconv>
 #include <optional>
 
-#include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 
-#include "common/http/stale_connection.h"
+#include "common/http/client_core.h"
 
 namespace llmd::http {
 
 namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace bhttp = boost::beast::http;
-using tcp = asio::ip::tcp;
 
-namespace {
-
-constexpr std::uint64_t kResponseBodyLimit = 256ull * 1024 * 1024;
-
-std::string_view to_sv(beast::string_view s) { return {s.data(), s.size()}; }
-
-ClientResponse failure(const char* stage, const beast::error_code& ec) {
-  ClientResponse r;
-  r.error = std::string(stage) + ": " + ec.message();
-  return r;
-}
-
-}  // namespace
-
-std::optional<Url> parse_url(const std::string& url) {
-  constexpr std::string_view kScheme = "http://";
+std::optional<Url> parse_url(const std::string& url, UrlSchemes schemes) {
+  constexpr std::string_view kHttp = "http://";
+  constexpr std::string_view kHttps = "https://";
   std::string_view rest(url);
-  if (rest.size() <= kScheme.size() || to_lower(rest.substr(0, kScheme.size())) != kScheme) {
+  Url out;
+  const auto has_scheme = [&rest](std::string_view scheme) {
+    return rest.size() > scheme.size() && to_lower(rest.substr(0, scheme.size())) == scheme;
+  };
+  if (has_scheme(kHttp)) {
+    rest.remove_prefix(kHttp.size());
+  } else if (schemes == UrlSchemes::kHttpOrHttps && has_scheme(kHttps)) {
+    rest.remove_prefix(kHttps.size());
+    out.tls = true;
+    out.port = 443;
+  } else {
     return std::nullopt;
   }
-  rest.remove_prefix(kScheme.size());
   if (rest.find_first_of(" \t\r\n?#@") != std::string_view::npos) {
     return std::nullopt;
   }
   const auto slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash);
-  Url out;
   std::string_view port_text;
   if (!authority.empty() && authority.front() == '[') {  // IPv6 literal
     const auto close = authority.find(']');
@@ -98,166 +86,223 @@ std::string_view ClientResponse::header(std::string_view name) const {
   return {};
 }
 
+// Drives the core on a private io_context, on the calling thread, until the exchange's
+// callback has run. The io_context and the core are made on first use: they need descriptors
+// of their own (epoll, eventfd, timerfd), and a process out of descriptors must get a failed
+// request it can retry, not an exception from a constructor on a background thread.
 struct HttpClient::Impl {
-  Impl(std::string host, uint16_t port, std::chrono::milliseconds timeout)
-      : host_(std::move(host)), port_(port), timeout_(timeout) {}
-
-  // Beast's timeouts only apply to async operations, so each step runs the private io_context
-  // until the operation completes or tcp_stream's timer closes the socket.
-  template <typename Start>
-  beast::error_code run(Start start) {
-    beast::error_code result = asio::error::would_block;
-    start([&result](beast::error_code ec, auto&&...) { result = ec; });
-    ioc_->restart();
-    ioc_->run();
-    return result;
+  Impl(Url o, Options opts) : origin(std::move(o)), options(std::move(opts)) {
+    origin.base_path.clear();
   }
 
-  // The io_context needs a descriptor of its own (an eventfd): it is made on first use, so that
-  // a process out of descriptors gets a failed request it can retry, not an exception from a
-  // constructor on a background thread.
   bool ensure_io(std::string& error) {
-    if (stream_) {
+    if (core) {
       return true;
     }
     try {
-      ioc_.emplace(1);
-      stream_.emplace(*ioc_);
+      ioc.emplace(1);
+      ClientCore::Options c;
+      c.max_idle_per_origin = 1;  // one kept-alive connection, as the client is sequential
+      c.tls = options.tls;
+      core.emplace(ioc->get_executor(), std::move(c));
       return true;
     } catch (const std::exception& e) {
-      stream_.reset();
-      ioc_.reset();
+      core.reset();
+      ioc.reset();
       error = std::string("io: ") + e.what();
       return false;
     }
   }
 
-  beast::error_code connect() {
-    beast::error_code ec;
-    if (endpoints_.empty()) {
-      tcp::resolver resolver(*ioc_);
-      endpoints_ = resolver.resolve(host_, std::to_string(port_), ec);
-      if (ec) {
-        return ec;
+  // Runs handlers until `done` holds (false: it cannot any more). With an `interrupted`
+  // predicate, it is polled every 100 ms and cancels the exchange when it turns true.
+  bool wait(const bool& done, ClientCall* call) {
+    bool cancelled = false;
+    int idle_rounds = 0;
+    while (!done) {
+      if (options.interrupted && !cancelled && call != nullptr && options.interrupted()) {
+        cancelled = true;
+        call->cancel();
+      }
+      if (ioc->stopped()) {
+        ioc->restart();
+      }
+      const std::size_t ran = options.interrupted
+                                  ? ioc->run_one_for(std::chrono::milliseconds(100))
+                                  : ioc->run_one();
+      // Nothing ran and nothing is pending: the exchange cannot end (it always has an
+      // operation or a posted handler while it runs), so stop rather than spin.
+      if (ran == 0 && ioc->stopped() && ++idle_rounds > 1) {
+        return false;
+      }
+      if (ran != 0) {
+        idle_rounds = 0;
       }
     }
-    stream_->expires_after(timeout_);
-    ec = run([&](auto handler) { stream_->async_connect(endpoints_, handler); });
-    if (ec) {
-      endpoints_ = {};  // resolve again next time; the service may have moved
-      return ec;
-    }
-    stream_->socket().set_option(tcp::no_delay(true), ec);
-    connected_ = true;
-    buffer_.clear();
-    return {};
+    return true;
   }
 
-  void close() {
-    if (stream_) {
-      beast::error_code ec;
-      stream_->socket().shutdown(tcp::socket::shutdown_both, ec);
-      stream_->close();
+  // Runs `exchange` with the core made, as a value whatever happens: no core (out of
+  // descriptors) or an exception (out of memory) is a failed request, and the next starts
+  // afresh.
+  template <typename Exchange>
+  ClientResponse guarded(Exchange exchange) {
+    ClientResponse failed;
+    try {
+      if (ensure_io(failed.error)) {
+        return exchange();
+      }
+    } catch (const std::exception& e) {
+      core.reset();
+      ioc.reset();
+      failed.error = std::string("request: ") + e.what();
     }
-    connected_ = false;
+    return failed;
   }
 
-  ClientResponse exchange(const bhttp::request<bhttp::string_body>& req) {
-    if (std::string error; !ensure_io(error)) {
-      ClientResponse r;
-      r.error = std::move(error);
-      return r;
+  ClientRequest make_request(const std::string& method, const std::string& target,
+                             const std::string& body, const std::string& content_type,
+                             const std::vector<Header>& extra_headers) const {
+    ClientRequest req;
+    req.method = method;
+    req.target = target.empty() ? "/" : target;
+    req.headers.push_back({"user-agent", "llmd"});
+    for (const auto& h : extra_headers) {  // a caller's header replaces a default of its name
+      const auto name = to_lower(h.name);
+      bool replaced = false;
+      for (auto& mine : req.headers) {
+        if (mine.name == name) {
+          mine.value = h.value;
+          replaced = true;
+        }
+      }
+      if (!replaced) {
+        req.headers.push_back({name, h.value});
+      }
     }
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      const bool reused = connected_;
-      if (!connected_) {
-        if (auto ec = connect()) {
-          return failure("connect", ec);
-        }
-      }
-      stream_->expires_after(timeout_);
-      auto ec = run([&](auto handler) { bhttp::async_write(*stream_, req, handler); });
-      if (ec) {
-        close();
-        if (reused && attempt == 0 && detail::is_stale_connection(ec)) {
-          continue;
-        }
-        return failure("write", ec);
-      }
-      bhttp::response_parser<bhttp::string_body> parser;
-      parser.header_limit(64 * 1024);
-      parser.body_limit(kResponseBodyLimit);
-      stream_->expires_after(timeout_);
-      ec = run([&](auto handler) { bhttp::async_read(*stream_, buffer_, parser, handler); });
-      if (ec) {
-        close();
-        if (reused && attempt == 0 && detail::is_stale_connection(ec)) {
-          continue;
-        }
-        return failure("read", ec);
-      }
-      auto msg = parser.release();
-      ClientResponse out;
-      out.status = static_cast<int>(msg.result_int());
-      for (const auto& field : msg) {
-        out.headers.push_back({to_lower(to_sv(field.name_string())), std::string(field.value())});
-      }
-      out.body = std::move(msg.body());
-      if (!msg.keep_alive()) {
-        close();
-      }
-      return out;
-    }
-    return failure("request", asio::error::connection_aborted);
+    req.content_type = content_type;
+    req.body = body;
+    req.keep_alive = options.keep_alive;
+    return req;
   }
 
-  const std::string host_;
-  const uint16_t port_;
-  std::chrono::milliseconds timeout_;
-  std::optional<asio::io_context> ioc_;  // with stream_, made by ensure_io()
-  tcp::resolver::results_type endpoints_;
-  std::optional<beast::tcp_stream> stream_;
-  beast::flat_buffer buffer_;
-  bool connected_ = false;
+  ClientResponse fetch(ClientRequest req) {
+    req.want_headers = true;
+    ClientTimeouts timeouts;
+    timeouts.connect = options.timeout;
+    timeouts.response = options.timeout;
+    ClientResponse out;
+    bool done = false;
+    auto call = core->fetch(origin, std::move(req), timeouts, [&](ClientResponse r) {
+      out = std::move(r);
+      done = true;
+    });
+    if (!wait(done, call.get())) {
+      out.error = "request: the exchange ended without an answer";
+    }
+    return out;
+  }
+
+  ClientResponse stream(ClientRequest req, const ClientTimeouts& timeouts,
+                        const OnBody& on_body) {
+    ClientResponse head;
+    bool done = false;
+    ClientCallPtr body;
+    auto call = core->open(origin, std::move(req), timeouts,
+                           [&](ClientResponse h, ClientCallPtr b) {
+                             head = std::move(h);
+                             body = std::move(b);
+                             done = true;
+                           });
+    if (!wait(done, call.get())) {
+      head.error = "request: the exchange ended without an answer";
+      return head;
+    }
+    while (body) {  // null: failed before the header
+      BodyPiece piece;
+      done = false;
+      body->read([&](BodyPiece p) {
+        piece = std::move(p);
+        done = true;
+      });
+      if (!wait(done, body.get())) {
+        head.error = "read: the exchange ended without an answer";
+        break;
+      }
+      if (!piece.error.empty()) {
+        head.error = std::move(piece.error);
+        head.timed_out = piece.timed_out;
+        break;
+      }
+      if (!piece.bytes.empty() && !on_body(piece.bytes)) {
+        body->cancel();  // the rest is not wanted: the connection cannot be reused
+        break;
+      }
+      if (piece.end) {
+        break;
+      }
+    }
+    return head;
+  }
+
+  Url origin;
+  Options options;
+  std::optional<asio::io_context> ioc;  // with core, made by ensure_io()
+  std::optional<ClientCore> core;       // after ioc: its connections close first
 };
 
+namespace {
+
+Url origin_of(std::string host, uint16_t port) {
+  Url u;
+  u.host = std::move(host);
+  u.port = port;
+  return u;
+}
+
+HttpClient::Options with_timeout(std::chrono::milliseconds timeout) {
+  HttpClient::Options o;
+  o.timeout = timeout;
+  return o;
+}
+
+}  // namespace
+
 HttpClient::HttpClient(std::string host, uint16_t port, std::chrono::milliseconds timeout)
-    : impl_(std::make_unique<Impl>(std::move(host), port, timeout)) {}
+    : impl_(std::make_unique<Impl>(origin_of(std::move(host), port), with_timeout(timeout))) {}
+
+HttpClient::HttpClient(const Url& origin, Options options)
+    : impl_(std::make_unique<Impl>(origin, std::move(options))) {}
 
 HttpClient::~HttpClient() = default;
 
 ClientResponse HttpClient::request(const std::string& method, const std::string& target,
                                    const std::string& body, const std::string& content_type,
                                    const std::vector<Header>& extra_headers) {
-  try {
-    bhttp::request<bhttp::string_body> req;
-    req.method_string(method);
-    req.target(target.empty() ? "/" : target);
-    req.version(11);
-    const bool ipv6 = impl_->host_.find(':') != std::string::npos;
-    const auto host = ipv6 ? "[" + impl_->host_ + "]" : impl_->host_;
-    req.set(bhttp::field::host, host + ":" + std::to_string(impl_->port_));
-    req.set(bhttp::field::user_agent, "llmd");
-    if (!body.empty() && !content_type.empty()) {
-      req.set(bhttp::field::content_type, content_type);
-    }
-    for (const auto& h : extra_headers) {
-      req.set(h.name, h.value);
-    }
-    req.keep_alive(true);
-    req.body() = body;
-    req.prepare_payload();
-    return impl_->exchange(req);
-  } catch (const std::exception& e) {
-    impl_->close();
-    ClientResponse r;
-    r.error = std::string("request: ") + e.what();
-    return r;
-  }
+  return impl_->guarded([&] {
+    const std::string type = body.empty() ? std::string() : content_type;
+    return impl_->fetch(impl_->make_request(method, target, body, type, extra_headers));
+  });
 }
 
-void HttpClient::set_timeout(std::chrono::milliseconds timeout) { impl_->timeout_ = timeout; }
+ClientResponse HttpClient::request_streamed(const std::string& method, const std::string& target,
+                                            const std::string& body,
+                                            const std::string& content_type,
+                                            const std::vector<Header>& extra_headers,
+                                            const ClientTimeouts& timeouts,
+                                            const OnBody& on_body) {
+  return impl_->guarded([&] {
+    return impl_->stream(impl_->make_request(method, target, body, content_type, extra_headers),
+                         timeouts, on_body);
+  });
+}
 
-void HttpClient::close() { impl_->close(); }
+void HttpClient::set_timeout(std::chrono::milliseconds timeout) { impl_->options.timeout = timeout; }
+
+void HttpClient::close() {
+  if (impl_->core) {
+    impl_->core->close_idle();
+  }
+}
 
 }  // namespace llmd::http

@@ -15,8 +15,9 @@ RUN cmake -S /src -B /build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
 
 FROM debian:12-slim
 ARG DEBIAN_FRONTEND=noninteractive
+# libssl3: common/http's client core (https origins) comes with the model sync's HTTP client.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libxgboost0 libspdlog1.10 libfmt9 libsimdjson14 libprometheus-cpp-core1.0 \
+ && apt-get install -y --no-install-recommends libxgboost0 libspdlog1.10 libfmt9 libsimdjson14 libprometheus-cpp-core1.0 libssl3 \
  && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 65532 llmd \
  && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \

@@ -1,17 +1,18 @@
 #pragma once
 // The EPP's client of the Kubernetes API server, shared by its control loops (pod discovery,
-// leader election): one request per fresh connection, plain http or https.
+// leader election): one request per fresh connection, plain http or https, over common/http's
+// client (HttpClient's streamed requests on the project's one client core).
 //
 // - In a cluster (api_url ""): https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT, the
 //   certificate checked against the service account's CA for the name kubernetes.default.svc.
 //   `api_url` (http or https) overrides the address, e.g. for `kubectl proxy` or tests.
 // - The service account's bearer token is re-read for each request: it rotates.
-// - Every step is bounded: connect, write and the response header by `io`, each read of the
-//   body by `body_read` (a watch passes its own, longer bound); on_body decides how much of a
-//   body it keeps.
+// - Every step is bounded: connecting (TLS handshake included) by `io`, writing the request and
+//   reading the response header by `io`, each wait for more of the body by `body_read` (a
+//   watch passes its own, longer bound); on_body decides how much of a body it keeps.
 //
 // Threading: one request at a time, from the thread that owns the client; interrupt() from any
-// thread. Beast/Asio/OpenSSL stay in kube_api_client.cc.
+// thread.
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -32,8 +33,8 @@ struct KubeApiOptions {
 enum class KubeMethod { kGet, kPost, kPut };
 
 struct KubeTimeouts {
-  std::chrono::milliseconds io{10000};         // connect, TLS handshake, write, response header
-  std::chrono::milliseconds body_read{10000};  // each read of the body
+  std::chrono::milliseconds io{10000};  // connect + TLS handshake; write + response header
+  std::chrono::milliseconds body_read{10000};  // each wait for more of the body
 };
 
 // An answer read whole: `status` 0 = no answer (`error` says why); `body` is the parsed JSON

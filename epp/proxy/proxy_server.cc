@@ -4,10 +4,6 @@
 
 #include <boost/asio.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -15,7 +11,6 @@
 #include <cctype>
 #include <condition_variable>
 #include <mutex>
-#include <limits>
 #include <set>
 #include <thread>
 
@@ -24,24 +19,18 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "common/http/stale_connection.h"
+#include "common/http/client_core.h"
 #include "common/http/stream_server.h"
 #include "epp/features/feature_row.h"
 #include "epp/proxy/admission_gate.h"
 #include "epp/proxy/openai_request.h"
 #include "epp/request/request_flow.h"
-#include "epp/proxy/upstream_pool.h"
 
 namespace llmd::epp {
 namespace {
 
 namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace bhttp = beast::http;
-using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
-// Boost 1.74 has no as_tuple: errors are redirected into a local error_code instead.
-auto redirect(beast::error_code& ec) { return net::redirect_error(net::use_awaitable, ec); }
 
 // A stream the pod broke off ends with the same error object as one SSE event.
 std::string mid_stream_error_event() {
@@ -49,12 +38,9 @@ std::string mid_stream_error_event() {
          openai_error_body(502, "The model server failed while streaming the response") + "\n\n";
 }
 
-std::pair<std::string, std::string> split_address(const std::string& address) {
-  auto colon = address.rfind(':');
-  if (colon == std::string::npos) {
-    return {address, "80"};
-  }
-  return {address.substr(0, colon), address.substr(colon + 1)};
+// A pod's "host:port" ("[v6]:port") as the client core's origin; nullopt when it is not one.
+std::optional<llmd::http::Url> pod_origin(const std::string& address) {
+  return llmd::http::parse_url("http://" + address);
 }
 
 // Headers that describe one connection, not the message (RFC 9110 section 7.6.1); names are
@@ -199,15 +185,45 @@ struct ProxyServer::Impl {
   }
   FlowServices services() { return {&scheduler, &registry, &sink, gate, nullptr}; }
 
+  static llmd::http::ClientCore::Options upstream_options(const ProxyOptions& o) {
+    llmd::http::ClientCore::Options c;
+    c.max_idle_per_origin = 64;
+    c.max_idle = 512;  // over all pods: idle descriptors are outside the client budget
+    // Below the usual servers' keep-alive timeouts (uvicorn, which serves vLLM's API: 5 s), so
+    // a pod rarely closes a connection just as it is reused.
+    c.idle_timeout = std::chrono::milliseconds(4000);
+    // A pod that closed an idle connection or wrote something unasked: not reused (saves the
+    // failed write and the resend on a fresh connection).
+    c.probe_idle = true;
+    if (auto* opened = o.upstream_opened) {
+      c.on_opened = [opened] { opened->Increment(); };
+    }
+    if (auto* reused = o.upstream_reused) {
+      c.on_reused = [reused] { reused->Increment(); };
+    }
+    return c;
+  }
+
+  static llmd::http::ClientTimeouts make_upstream_timeouts(const ProxyOptions& o) {
+    llmd::http::ClientTimeouts t;
+    t.connect = o.upstream_connect_timeout;
+    t.first_byte = o.upstream_first_byte_timeout;  // request written and response header read
+    t.idle = o.upstream_idle_timeout;              // each wait for more of the body
+    return t;
+  }
+
   ProxyOptions options;
   const FlowOptions flow_options = make_flow_options(options);
   SchedulingPort& scheduler;
   PodRegistry& registry;
   CompletionSink& sink;
   AdmissionGate* gate;  // null: no router queue
-  UpstreamPool upstream_pool;
   net::io_context ioc;  // client connections (the core) and upstream connections
   llmd::http::StreamServer core;
+  // Connections to the pods: the project's client core on the same I/O threads, a keep-alive
+  // pool per pod; each exchange runs on its request's strand.
+  llmd::http::ClientCore upstream{ioc.get_executor(), upstream_options(options)};
+  const llmd::http::ClientTimeouts upstream_timeouts = make_upstream_timeouts(options);
   std::atomic<bool> draining{false};  // no new requests; those in flight finish
   std::atomic<int> active{0};         // requests between their read and their last byte
   std::mutex run_mu;
@@ -372,38 +388,9 @@ struct ProxyServer::Impl {
   // kAborted: the response started but could not be completed; the connection must close.
   enum class Outcome { kDone, kRetryable, kClientGone, kAborted };
 
-  // A new connection to a pod ("host:port"), bounded by the connect timeout.
-  net::awaitable<beast::error_code> connect(beast::tcp_stream& upstream,
-                                            const std::string& address) {
-    auto [host, port] = split_address(address);
-    beast::error_code rec;
-    upstream.expires_after(options.upstream_connect_timeout);
-    // Pod addresses are usually IPs: skip the resolver (it runs on a helper thread).
-    beast::error_code ip_ec;
-    auto ip = net::ip::make_address(host, ip_ec);
-    if (!ip_ec) {
-      co_await upstream.async_connect(tcp::endpoint(ip, static_cast<uint16_t>(std::stoi(port))),
-                                      redirect(rec));
-    } else {
-      auto executor = co_await net::this_coro::executor;
-      tcp::resolver resolver(executor);
-      auto endpoints = co_await resolver.async_resolve(host, port, redirect(rec));
-      if (!rec) {
-        co_await upstream.async_connect(endpoints, redirect(rec));
-      }
-    }
-    if (!rec) {
-      beast::error_code ignored;
-      upstream.socket().set_option(tcp::no_delay(true), ignored);
-      if (options.upstream_opened != nullptr) {
-        options.upstream_opened->Increment();
-      }
-    }
-    co_return rec;
-  }
-
-  // One attempt on `pod` (the flow's next_pod()): bytes both ways; the flow is told what
-  // happens and keeps the bookkeeping.
+  // One attempt on `pod` (the flow's next_pod()): bytes both ways through the client core (a
+  // kept-alive connection first; one the pod closed meanwhile is replaced and the request sent
+  // once more); the flow is told what happens and keeps the bookkeeping.
   net::awaitable<Outcome> forward(llmd::http::ResponseStream& client, ClientWatch& watch,
                                   const llmd::http::Request& req, RequestFlow& flow,
                                   const Endpoint& pod, const std::string& decision) {
@@ -411,32 +398,37 @@ struct ProxyServer::Impl {
     flow.dispatch();
     const std::string& body = flow.forwarded_body() ? *flow.forwarded_body() : req.body;
     auto executor = co_await net::this_coro::executor;
-    const std::string path = flow.route().base_path + req.target;
-    // The body is sent from the caller's buffer (a span, not a copy: prompts run to 16 MiB).
-    bhttp::request<bhttp::span_body<const char>> up{bhttp::verb::post, path, 11};
+    const std::optional<llmd::http::Url> origin = pod_origin(pod.address);
+    if (!origin) {
+      spdlog::warn("pod {} has no usable address '{}'", pod.name, pod.address);
+      flow.pod_failed(502, true);
+      co_return Outcome::kRetryable;
+    }
+    llmd::http::ClientRequest up;
+    up.method = "POST";
+    up.target = flow.route().base_path + req.target;
     // End-to-end client headers travel on (Authorization for pods started with --api-key,
     // OpenAI-Organization, trace context, ...); hop-by-hop ones and those the EPP sets do not.
     for (const auto& h : req.headers) {
       if (!is_hop_by_hop(h.name) && h.name != "host" && h.name != "content-length" &&
           h.name != "content-type" && h.name != "expect" && h.name != "x-request-id" &&
           !named_by_connection(req.headers, h.name)) {
-        up.insert(h.name, h.value);
+        up.headers.push_back(h);
       }
     }
-    up.set(bhttp::field::host, pod.address);
-    up.set(bhttp::field::content_type, "application/json");
-    up.set("x-request-id", request_id);
-    up.keep_alive(true);
-    up.body() = {body.data(), body.size()};
-    up.prepare_payload();
-    std::optional<beast::tcp_stream> upstream;
+    up.headers.push_back({"host", pod.address});
+    up.headers.push_back({"x-request-id", request_id});
+    up.content_type = "application/json";
+    // The body is sent from the caller's buffer (not a copy: prompts run to 16 MiB). It
+    // outlives the write: the header's callback, awaited below, comes after the write ended.
+    up.borrowed_body = body;
+    llmd::http::ClientCallPtr call;
     // A client that leaves ends the attempt at once, even while the pod is silent (a hung
     // stream would otherwise hold the pod's in-flight count until the first-byte or idle
-    // timeout): the pending operation on the pod is cancelled. on_gone runs on this strand.
-    watch.on_gone = [&upstream] {
-      if (upstream) {
-        beast::error_code ignored;
-        upstream->socket().cancel(ignored);
+    // timeout): the exchange with the pod is cancelled. on_gone runs on this strand.
+    watch.on_gone = [&call] {
+      if (call) {
+        call->cancel();
       }
     };
     struct ClearOnGone {
@@ -447,69 +439,34 @@ struct ProxyServer::Impl {
       flow.client_gone();
       co_return Outcome::kClientGone;
     }
-    beast::flat_buffer ubuf;
-    std::optional<bhttp::response_parser<bhttp::buffer_body>> rp;
-    beast::error_code hec;
-    for (int connection = 0; connection < 2; ++connection) {
-      // A kept-alive connection first; if the pod closed it meanwhile (it fails before any
-      // byte of an answer), the request goes once more on a fresh one.
-      const UpstreamPool::Connection idle =
-          connection == 0 ? upstream_pool.take(pod.address, Clock::now())
-                          : UpstreamPool::Connection{};
-      const bool reused = idle.fd >= 0;
-      upstream.emplace(executor);
-      beast::error_code rec;
-      if (reused) {
-        upstream->socket().assign(idle.ipv6 ? tcp::v6() : tcp::v4(), idle.fd, rec);
-        if (rec) {
-          ::close(idle.fd);  // not taken over by the socket
-          continue;
-        }
-        if (options.upstream_reused != nullptr) {
-          options.upstream_reused->Increment();
-        }
-      } else {
-        rec = co_await connect(*upstream, pod.address);
-        if (rec && watch.gone) {
-          flow.client_gone();
-          co_return Outcome::kClientGone;
-        }
-        if (rec) {
-          spdlog::warn("connect to pod {} ({}) failed: {}", pod.name, pod.address, rec.message());
-          flow.pod_failed(502, true);
-          co_return Outcome::kRetryable;
-        }
-      }
-      upstream->expires_after(options.upstream_first_byte_timeout);
-      beast::error_code wec = rec;
-      if (!wec) {
-        co_await bhttp::async_write(*upstream, up, redirect(wec));
-      }
-      rp.emplace();
-      rp->body_limit(std::numeric_limits<std::uint64_t>::max());
-      hec = wec;
-      if (!hec) {
-        beast::error_code e;
-        co_await bhttp::async_read_header(*upstream, ubuf, *rp, redirect(e));
-        hec = e;
-      }
-      if (!(reused && hec && ubuf.size() == 0 && llmd::http::detail::is_stale_connection(hec))) {
-        break;
-      }
-      spdlog::debug("request {}: kept-alive connection to {} was closed ({}); a fresh one",
-                    request_id, pod.address, hec.message());
-      ubuf.clear();
-    }
-    if (hec && watch.gone) {
+    struct Opened {
+      llmd::http::ClientResponse head;
+      llmd::http::ClientCallPtr body;
+    };
+    auto open = [this, &call, &origin, &up, &executor](auto done) {
+      call = upstream.open(*origin, std::move(up), upstream_timeouts, executor,
+                           [done](llmd::http::ClientResponse head,
+                                  llmd::http::ClientCallPtr body) mutable {
+                             done(Opened{std::move(head), std::move(body)});
+                           });
+    };
+    Opened opened = co_await await_callback<Opened>(open);
+    llmd::http::ClientResponse& res = opened.head;
+    if (res.status == 0 && watch.gone) {
       flow.client_gone();  // cancelled by on_gone, not the pod's failure
       co_return Outcome::kClientGone;
     }
-    if (hec || rp->get().result_int() >= 500) {
-      int status = hec ? 504 : rp->get().result_int();
-      spdlog::warn("pod {} ({}) failed: {}", pod.name, pod.address,
-                   hec ? hec.message() : "HTTP " + std::to_string(status));
-      flow.pod_failed(status, true);
+    if (res.status == 0 && !(call && call->connected())) {
+      spdlog::warn("connect to pod {} ({}) failed: {}", pod.name, pod.address, res.error);
+      flow.pod_failed(502, true);
       co_return Outcome::kRetryable;
+    }
+    if (res.status == 0 || res.status >= 500) {
+      const int status = res.status == 0 ? 504 : res.status;
+      spdlog::warn("pod {} ({}) failed: {}", pod.name, pod.address,
+                   res.status == 0 ? res.error : "HTTP " + std::to_string(status));
+      flow.pod_failed(status, true);
+      co_return Outcome::kRetryable;  // dropping the call closes the connection
     }
     if (watch.gone) {
       flow.client_gone();
@@ -519,69 +476,67 @@ struct ProxyServer::Impl {
     // unchunked, ended by the close, so a broken-off body is as visible as a missing chunk).
     std::string content_type = "application/json";
     std::vector<llmd::http::Header> head;
-    for (const auto& field : rp->get()) {
-      const std::string name = llmd::http::to_lower(std::string_view(field.name_string().data(),
-                                                      field.name_string().size()));
+    for (auto& field : res.headers) {  // names lower-case
       // A pod's cookies are not the router's to hand out (they would pin or leak sessions);
       // length, framing and Server are the EPP's own.
+      const std::string& name = field.name;
       if (name == "content-length" || is_hop_by_hop(name) || name == "set-cookie" ||
           name == "server" || name == "x-request-id" || name == "x-gateway-destination-endpoint" ||
           name == kDecisionHeader) {
         continue;
       }
       if (name == "content-type") {
-        content_type = std::string(field.value());
+        content_type = std::move(field.value);
         continue;
       }
-      head.push_back({name, std::string(field.value())});
+      head.push_back(std::move(field));
     }
     head.push_back({"x-gateway-destination-endpoint", pod.address});
     head.push_back({"x-request-id", request_id});
     if (!decision.empty()) {
       head.push_back({kDecisionHeader, decision});
     }
-    client.begin_stream(rp->get().result_int(), content_type, std::move(head));
-    char chunk[16384];
+    client.begin_stream(res.status, content_type, std::move(head));
+    // The pod is read only when this loop asks: while the client is slow, TCP holds the pod
+    // back. The connection goes back to the pool once the body was read to its end.
+    const llmd::http::ClientCallPtr& stream = opened.body;
     bool ok = true;
-    while (!rp->is_done()) {
-      rp->get().body().data = chunk;
-      rp->get().body().size = sizeof(chunk);
-      upstream->expires_after(options.upstream_idle_timeout);
-      beast::error_code rec2;
-      co_await bhttp::async_read_some(*upstream, ubuf, *rp, redirect(rec2));
-      if (rec2 == bhttp::error::need_buffer) {
-        rec2 = {};
-      }
-      if (rec2 && watch.gone) {
+    while (true) {
+      auto read = [&stream](auto done) {
+        stream->read([done](llmd::http::BodyPiece piece) mutable { done(std::move(piece)); });
+      };
+      // `bytes` stay valid until the next read.
+      const llmd::http::BodyPiece piece = co_await await_callback<llmd::http::BodyPiece>(read);
+      if (!piece.error.empty() && watch.gone) {
         flow.client_gone();  // cancelled by on_gone, not the pod's failure
         co_return Outcome::kClientGone;
       }
-      if (rec2) {
+      if (!piece.error.empty()) {
         ok = false;
         break;
       }
-      std::size_t got = sizeof(chunk) - rp->get().body().size;
-      if (got == 0) {
-        continue;
-      }
-      std::string_view piece(chunk, got);
-      flow.response_bytes(piece);
-      if (watch.gone) {
-        flow.client_gone();
-        co_return Outcome::kClientGone;
-      }
-      client.write(std::string(piece));
-      if (client.buffered() > kClientHighWater) {
-        // The client reads slower than the pod writes: stop reading the pod until it catches
-        // up (TCP then holds the pod back); the write timeout ends a client that stopped.
-        auto drained = [&client](auto done) {
-          client.when_drained(kClientLowWater, [done]() mutable { done(true); });
-        };
-        co_await await_callback<bool>(drained);
+      if (!piece.bytes.empty()) {
+        flow.response_bytes(piece.bytes);
         if (watch.gone) {
           flow.client_gone();
           co_return Outcome::kClientGone;
         }
+        client.write(std::string(piece.bytes));
+        if (client.buffered() > kClientHighWater) {
+          // The client reads slower than the pod writes: stop reading the pod until it
+          // catches up; the write timeout ends a client that stopped.
+          auto drained = [&client](auto done) {
+            client.when_drained(kClientLowWater, [done]() mutable { done(true); });
+          };
+          co_await await_callback<bool>(drained);
+          if (watch.gone) {
+            flow.client_gone();
+            co_return Outcome::kClientGone;
+          }
+        }
+      }
+      if (piece.end) {
+        break;
       }
     }
     if (!ok) {
@@ -597,19 +552,8 @@ struct ProxyServer::Impl {
       flow.pod_failed(502, false);
       co_return Outcome::kAborted;
     }
-    if (rp->keep_alive()) {
-      // Read to its end and kept open by the pod: the next request to this pod may use it.
-      beast::error_code ec;
-      const bool v6 = upstream->socket().local_endpoint(ec).address().is_v6();
-      upstream->expires_never();
-      tcp::socket socket = upstream->release_socket();
-      const int fd = ec ? -1 : socket.release(ec);
-      if (!ec && fd >= 0) {
-        upstream_pool.give_back(pod.address, {fd, v6}, Clock::now());
-      }
-    }
     client.end();
-    const int status = rp->get().result_int();
+    const int status = res.status;
     flow.response_ended(status);
     if (const PodAttempt* done = flow.attempt()) {
       spdlog::debug("request {} -> {} ({}) status {} ttft {:.1f} ms e2e {:.1f} ms, queued and "
@@ -642,7 +586,7 @@ void ProxyServer::start() {
 
 uint16_t ProxyServer::port() const { return impl_->core.port(0); }
 
-std::size_t ProxyServer::idle_upstream_connections() const { return impl_->upstream_pool.idle(); }
+std::size_t ProxyServer::idle_upstream_connections() const { return impl_->upstream.idle(); }
 
 void ProxyServer::run() {
   {

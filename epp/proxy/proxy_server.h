@@ -6,7 +6,9 @@
 // x-gateway-destination-endpoint. A connect failure or a 5xx before any byte reached the client
 // is retried once on the next-ranked pod (RequestFlow::next_pod()). The client side (listener, connection limits, header
 // timeout, 413/431, body budget, HTTP/1.0, drain) is the project's one server core
-// (common/http/stream_server.h); Beast/Asio stay in the .cc files.
+// (common/http/stream_server.h); the pod side (keep-alive pool per pod, connect / first-byte /
+// idle timeouts, a body read only as fast as the client takes it) is its one client core
+// (common/http/client_core.h). Beast/Asio stay in the .cc files.
 //
 // Threading: `io_threads` run one io_context for both sides; each request is a coroutine on a
 // strand of its own, which also runs its scheduling: waiting for predictions suspends it (the

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <future>
 #include <thread>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -61,15 +62,7 @@ TEST(HttpClientParseUrl, RejectsOtherSchemesAndGarbage) {
 class OneConnectionServer {
  public:
   OneConnectionServer() {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    ::listen(listen_fd_, 8);
-    socklen_t len = sizeof(addr);
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    std::tie(listen_fd_, port_) = testing::listen_on_loopback();
     thread_ = std::thread([this] { serve(); });
   }
   ~OneConnectionServer() {

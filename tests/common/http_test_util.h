@@ -7,11 +7,15 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cctype>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -76,6 +80,60 @@ class RunningStreamServer {
   uint16_t port_ = 0;
   std::thread thread_;
 };
+
+// A listening TCP socket on 127.0.0.1 at a port the kernel picks, for scripted servers:
+// {descriptor, port}.
+inline std::pair<int, uint16_t> listen_on_loopback() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::listen(fd, 8);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return {fd, ntohs(addr.sin_port)};
+}
+
+// For scripted servers on a blocking descriptor: reads one request (its header, and the body its
+// Content-Length announces); false when the peer closed first.
+inline bool read_request(int fd) {
+  std::string head;
+  char c = 0;
+  while (head.size() < 4 || head.compare(head.size() - 4, 4, "\r\n\r\n") != 0) {
+    if (::recv(fd, &c, 1, 0) != 1) {
+      return false;
+    }
+    head.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  }
+  const auto at = head.find("\r\ncontent-length:");
+  std::size_t left = at == std::string::npos ? 0 : std::stoul(head.substr(at + 17));
+  char chunk[4096];
+  while (left > 0) {
+    const auto n = ::recv(fd, chunk, std::min(left, sizeof(chunk)), 0);
+    if (n <= 0) {
+      return false;
+    }
+    left -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// Sends all of `data`; false when the peer is gone. `sent` (optional) counts what the socket
+// took, for a test that watches a server being held back.
+inline bool send_all(int fd, std::string_view data, std::atomic<std::size_t>* sent = nullptr) {
+  while (!data.empty()) {
+    const auto n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n <= 0) {
+      return false;
+    }
+    if (sent != nullptr) {
+      *sent += static_cast<std::size_t>(n);
+    }
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
 
 // Blocking socket whose reads give up after `recv_timeout_s` so a broken server fails the test
 // instead of hanging it.
