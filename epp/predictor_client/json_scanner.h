@@ -47,6 +47,33 @@ class JsonScanner {
     return true;
   }
 
+  // At '{': each member's key to `value(key)`, which reads (or skips) the value and returns
+  // false when it is malformed; true after the closing '}'.
+  template <typename ReadValue>
+  bool members(ReadValue&& value) {
+    if (!consume('{')) {
+      return false;
+    }
+    ws();
+    if (consume('}')) {
+      return true;
+    }
+    while (true) {
+      std::string_view key;
+      ws();
+      if (!string(&key) || !colon() || !value(key)) {
+        return false;
+      }
+      ws();
+      if (consume('}')) {
+        return true;
+      }
+      if (!consume(',')) {
+        return false;
+      }
+    }
+  }
+
   // At '"': the raw text between the quotes (escapes validated, not decoded). Runs of plain
   // characters are skipped through a table: most of a strict answer's bytes are the metadata
   // strings every prediction repeats.

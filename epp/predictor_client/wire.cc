@@ -119,35 +119,17 @@ class BulkResponseReader {
 
   std::optional<std::vector<Prediction>> read() {
     s_.ws();
-    if (!s_.consume('{')) {
-      return std::nullopt;
-    }
     bool saw_predictions = false;
-    s_.ws();
-    if (!s_.consume('}')) {
-      while (true) {
-        std::string_view key;
-        s_.ws();
-        if (!s_.string(&key) || !s_.colon()) {
-          return std::nullopt;
-        }
-        if (key == "predictions") {
-          saw_predictions = true;
-          predictions_.clear();
-          if (!prediction_array()) {
-            return std::nullopt;
-          }
-        } else if (!s_.skip_value(1)) {
-          return std::nullopt;
-        }
-        s_.ws();
-        if (s_.consume('}')) {
-          break;
-        }
-        if (!s_.consume(',')) {
-          return std::nullopt;
-        }
+    const bool ok = s_.members([&](std::string_view key) {
+      if (key != "predictions") {
+        return s_.skip_value(1);
       }
+      saw_predictions = true;
+      predictions_.clear();
+      return prediction_array();
+    });
+    if (!ok) {
+      return std::nullopt;
     }
     s_.ws();
     if (!s_.at_end() || !saw_predictions) {
@@ -263,33 +245,16 @@ class ColumnarResponseReader {
 
   std::optional<std::vector<Prediction>> read() {
     s_.ws();
-    if (!s_.consume('{')) {
+    const bool ok = s_.members([&](std::string_view key) {
+      const int column = key == "ttft_ms"            ? 0
+                         : key == "tpot_ms"          ? 1
+                         : key == "ttft_expected_ms" ? 2
+                         : key == "tpot_expected_ms" ? 3
+                                                     : -1;
+      return column >= 0 ? read_column(static_cast<std::size_t>(column)) : s_.skip_value(1);
+    });
+    if (!ok) {
       return std::nullopt;
-    }
-    s_.ws();
-    if (!s_.consume('}')) {
-      while (true) {
-        std::string_view key;
-        s_.ws();
-        if (!s_.string(&key) || !s_.colon()) {
-          return std::nullopt;
-        }
-        const int column = key == "ttft_ms"            ? 0
-                           : key == "tpot_ms"          ? 1
-                           : key == "ttft_expected_ms" ? 2
-                           : key == "tpot_expected_ms" ? 3
-                                                       : -1;
-        if (column >= 0 ? !read_column(static_cast<std::size_t>(column)) : !s_.skip_value(1)) {
-          return std::nullopt;
-        }
-        s_.ws();
-        if (s_.consume('}')) {
-          break;
-        }
-        if (!s_.consume(',')) {
-          return std::nullopt;
-        }
-      }
     }
     s_.ws();
     // The bounds are required, the central estimates optional; every column given has one
