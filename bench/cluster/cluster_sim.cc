@@ -843,8 +843,9 @@ class ClusterRun {
     }
     r.queued_ms = now_ - r.sent_ms;
     for (const auto& e : w.flow->ranked()) {
-      auto& most = residual_max_.try_emplace(pod_index_.at(e.name), std::array{1.0, 1.0, 1.0, 1.0})
-                       .first->second;
+      auto& most =
+          residual_max_.try_emplace(pod_index_.at(e.name()), std::array{1.0, 1.0, 1.0, 1.0})
+              .first->second;
       most[0] = std::max(most[0], e.ttft_residual_factor);
       most[1] = std::max(most[1], e.tpot_residual_factor);
       if (e.latency && e.latency->model_ttft_ms > 0 && e.latency->model_tpot_ms > 0) {
@@ -853,7 +854,7 @@ class ClusterRun {
       }
     }
     f.picked = w.flow->ranked()[0];
-    const int pod = pod_index_.at(f.picked.name);
+    const int pod = pod_index_.at(f.picked.name());
     if (cfg_.strategy != Strategy::kOracle && f.picked.latency) {
       r.predicted_ttft_ms = f.picked.latency->predicted_ttft_ms;
       r.predicted_tpot_ms = f.picked.latency->predicted_tpot_ms;
@@ -1028,7 +1029,7 @@ class ClusterRun {
     epp::PickResult out;
     const int pod = oracle_pick(w.sreq);
     for (auto& e : candidates(*w.replica)) {
-      if (e.name == pods_[static_cast<std::size_t>(pod)].name) {
+      if (e.name() == pods_[static_cast<std::size_t>(pod)].name) {
         out.ranked.push_back(std::move(e));
       }
     }
