@@ -562,9 +562,12 @@ class ClusterRun {
 
   // What the EPP's scraper does every scrape period: every pod's metrics into the registry.
   void refresh_metrics(Replica& r) {
+    std::vector<std::pair<std::string, epp::PodMetrics>> scrapes;
+    scrapes.reserve(pods_.size());
     for (const auto& p : pods_) {
-      r.registry.update_metrics(p.name, live_metrics(p, now_));
+      scrapes.emplace_back(p.name, live_metrics(p, now_));
     }
+    r.registry.update_metrics(scrapes);  // one snapshot for the whole round
   }
 
   // The registry's candidates now (exact metrics per decision when there is no scrape period).

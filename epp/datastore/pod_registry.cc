@@ -82,14 +82,25 @@ std::vector<PodConfig> PodRegistry::pods() const {
 }
 
 void PodRegistry::update_metrics(const std::string& name, const PodMetrics& m) {
+  const std::pair<std::string, PodMetrics> one{name, m};
+  update_metrics({&one, 1});
+}
+
+void PodRegistry::update_metrics(std::span<const std::pair<std::string, PodMetrics>> scrapes) {
   std::lock_guard lock(mu_);
-  auto it = pods_.find(name);
-  if (it != pods_.end()) {
-    it->second.metrics = m;
-    it->second.scraped_ok = true;
-    it->second.ever_scraped = true;
-    remake_info(it->second);
-    refresh_entry_locked(it->second);
+  bool changed = false;
+  for (const auto& [name, m] : scrapes) {
+    auto it = pods_.find(name);
+    if (it != pods_.end()) {
+      it->second.metrics = m;
+      it->second.scraped_ok = true;
+      it->second.ever_scraped = true;
+      remake_info(it->second);
+      refresh_entry_locked(it->second);
+      changed = true;
+    }
+  }
+  if (changed) {
     publish_locked();
   }
 }

@@ -48,6 +48,8 @@ class PodRegistry {
   std::vector<PodConfig> pods() const;
 
   void update_metrics(const std::string& name, const PodMetrics& m);
+  // Several pods' scrapes, published once (the simulator refreshes every pod per decision).
+  void update_metrics(std::span<const std::pair<std::string, PodMetrics>> scrapes);
   void mark_scrape_failed(const std::string& name);
 
   // PoolSnapshot::candidates() of the current snapshot.
