@@ -1,7 +1,8 @@
 // PodRegistry::candidates() at pool sizes around the EPP's 100-pod benchmark: what every
 // scheduling cycle (and the admission gate) pays to take the pool, alone and with two threads
 // taking it at once, and what a scrape answer pays to publish (issue 29 item 6). Pods look like
-// Kubernetes pods: long names, a few labels, one served model.
+// Kubernetes pods (long names, a few labels, one served model), or, for BM_CandidatesBare, like
+// bench/epp_overhead's (pod-N, no labels), whose copies were cheap already.
 //   pool_candidates_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
@@ -31,22 +32,35 @@ PodMetrics metrics(int i) {
   return m;
 }
 
+std::unique_ptr<PodRegistry> make_pool(int pods, bool bare) {
+  auto r = std::make_unique<PodRegistry>(std::chrono::seconds(2));
+  std::vector<PodConfig> configs;
+  for (int i = 0; i < pods; ++i) {
+    if (bare) {
+      configs.push_back({"pod-" + std::to_string(i), "127.0.0.1:" + std::to_string(20000 + i), {}});
+    } else {
+      configs.push_back({pod_name(i), "10.0." + std::to_string(i / 250) + "." +
+                                          std::to_string(i % 250) + ":8000",
+                         {{"role", "decode"}, {"class", "h100"}, {"zone", "us-east-1a"}}});
+    }
+  }
+  r->set_pods(configs);
+  for (int i = 0; i < pods; ++i) {
+    PodMetrics m = metrics(i);
+    if (bare) {
+      m.models = {"m"};
+    }
+    r->update_metrics(configs[static_cast<std::size_t>(i)].name, m);
+  }
+  return r;
+}
+
 // One registry per pool size, shared by the threads of a threaded run.
 PodRegistry& pool(int pods) {
   static std::vector<std::unique_ptr<PodRegistry>> pools(1001);
   auto& r = pools[static_cast<std::size_t>(pods)];
   if (!r) {
-    r = std::make_unique<PodRegistry>(std::chrono::seconds(2));
-    std::vector<PodConfig> configs;
-    for (int i = 0; i < pods; ++i) {
-      configs.push_back({pod_name(i), "10.0." + std::to_string(i / 250) + "." +
-                                          std::to_string(i % 250) + ":8000",
-                         {{"role", "decode"}, {"class", "h100"}, {"zone", "us-east-1a"}}});
-    }
-    r->set_pods(configs);
-    for (int i = 0; i < pods; ++i) {
-      r->update_metrics(pod_name(i), metrics(i));
-    }
+    r = make_pool(pods, false);
   }
   return *r;
 }
@@ -61,6 +75,16 @@ void BM_Candidates(benchmark::State& state) {
 }
 BENCHMARK(BM_Candidates)->Arg(10)->Arg(100)->Arg(1000);
 BENCHMARK(BM_Candidates)->Arg(100)->Threads(2)->UseRealTime();
+
+void BM_CandidatesBare(benchmark::State& state) {
+  static const auto r = make_pool(100, true);
+  for (auto _ : state) {
+    auto c = r->candidates(kNow);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_CandidatesBare);
 
 // A scrape answer: one pod's metrics into the registry (the scraper's 20 rounds/s x pods).
 void BM_UpdateMetrics(benchmark::State& state) {
