@@ -97,7 +97,7 @@ void BM_UpdateMetrics(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_UpdateMetrics)->Arg(100);
+BENCHMARK(BM_UpdateMetrics)->Arg(100)->Arg(1000);
 
 }  // namespace
 
