@@ -77,10 +77,10 @@ Route EppSchedulingPort::route(const SchedulingRequest& request,
   out.target = d->target.target;
   out.override_params = d->target.override_params;
   if (d->target.kind == routing::LoadBalanceTarget::Kind::kUrl) {
-    Endpoint e;
-    e.name = d->target.target;
-    e.address = fmt::format("{}:{}", d->target.host, d->target.port);
-    out.upstream = std::move(e);
+    PodInfo upstream;
+    upstream.name = d->target.target;
+    upstream.address = fmt::format("{}:{}", d->target.host, d->target.port);
+    out.upstream = Endpoint::of(std::move(upstream));
     out.base_path = d->target.base_path;
   } else {
     out.pool = d->target.pool;
@@ -102,7 +102,7 @@ void EppSchedulingPort::pick_async(const SchedulingRequest& request, const Route
   auto candidates = pool_candidates(route.pool);
   if (!route.endpoint_subset.empty()) {
     std::erase_if(candidates, [&route](const Endpoint& e) {
-      return std::find(route.endpoint_subset.begin(), route.endpoint_subset.end(), e.address) ==
+      return std::find(route.endpoint_subset.begin(), route.endpoint_subset.end(), e.address()) ==
              route.endpoint_subset.end();
     });
   }
@@ -115,16 +115,12 @@ void EppSchedulingPort::pick_async(const SchedulingRequest& request, const Route
 
 PickResult EppSchedulingPort::to_pick_result(const SchedulingRequest& request, const Route& route,
                                              ScheduleResult r) {
+  // The router queue's predictedTtftMs signal: on each scored pod's live bookkeeping.
   const auto now = now_();
-  std::vector<PodRegistry::PredictedTtft> predicted;
-  predicted.reserve(r.scores.size());
   for (const auto& s : r.scores) {
-    if (s.predicted_ttft_ms) {
-      predicted.push_back({&s.name, *s.predicted_ttft_ms});
+    if (s.predicted_ttft_ms && s.pod->live) {
+      s.pod->live->record_predicted_ttft(*s.predicted_ttft_ms, now);
     }
-  }
-  if (!predicted.empty()) {
-    registry_.record_predicted_ttfts(predicted, now);
   }
   PickResult out;
   out.status = r.ok() ? 200 : r.status;
@@ -144,13 +140,13 @@ PickResult EppSchedulingPort::to_pick_result(const SchedulingRequest& request, c
   if (spdlog::should_log(spdlog::level::debug)) {
     std::string scores;
     for (const auto& s : r.scores) {
-      scores += fmt::format(" {}={:.3f}", s.name, s.score);
+      scores += fmt::format(" {}={:.3f}", s.name(), s.score);
     }
     spdlog::debug("request {} model {} pool '{}' profile {} predictions {} priority {}/{} "
                   "scores:{} -> {}",
                   request.request_id, request.model, route.pool, r.profile, r.predictions_used,
                   request.strict_priority, request.priority, scores,
-                  r.picked ? r.picked->name : "(none: " + r.reason + ")");
+                  r.picked ? r.picked->name() : "(none: " + r.reason + ")");
   }
   return out;
 }

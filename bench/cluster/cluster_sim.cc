@@ -562,9 +562,12 @@ class ClusterRun {
 
   // What the EPP's scraper does every scrape period: every pod's metrics into the registry.
   void refresh_metrics(Replica& r) {
+    std::vector<std::pair<std::string, epp::PodMetrics>> scrapes;
+    scrapes.reserve(pods_.size());
     for (const auto& p : pods_) {
-      r.registry.update_metrics(p.name, live_metrics(p, now_));
+      scrapes.emplace_back(p.name, live_metrics(p, now_));
     }
+    r.registry.update_metrics(scrapes);  // one snapshot for the whole round
   }
 
   // The registry's candidates now (exact metrics per decision when there is no scrape period).
@@ -843,8 +846,9 @@ class ClusterRun {
     }
     r.queued_ms = now_ - r.sent_ms;
     for (const auto& e : w.flow->ranked()) {
-      auto& most = residual_max_.try_emplace(pod_index_.at(e.name), std::array{1.0, 1.0, 1.0, 1.0})
-                       .first->second;
+      auto& most =
+          residual_max_.try_emplace(pod_index_.at(e.name()), std::array{1.0, 1.0, 1.0, 1.0})
+              .first->second;
       most[0] = std::max(most[0], e.ttft_residual_factor);
       most[1] = std::max(most[1], e.tpot_residual_factor);
       if (e.latency && e.latency->model_ttft_ms > 0 && e.latency->model_tpot_ms > 0) {
@@ -853,7 +857,7 @@ class ClusterRun {
       }
     }
     f.picked = w.flow->ranked()[0];
-    const int pod = pod_index_.at(f.picked.name);
+    const int pod = pod_index_.at(f.picked.name());
     if (cfg_.strategy != Strategy::kOracle && f.picked.latency) {
       r.predicted_ttft_ms = f.picked.latency->predicted_ttft_ms;
       r.predicted_tpot_ms = f.picked.latency->predicted_tpot_ms;
@@ -1028,7 +1032,7 @@ class ClusterRun {
     epp::PickResult out;
     const int pod = oracle_pick(w.sreq);
     for (auto& e : candidates(*w.replica)) {
-      if (e.name == pods_[static_cast<std::size_t>(pod)].name) {
+      if (e.name() == pods_[static_cast<std::size_t>(pod)].name) {
         out.ranked.push_back(std::move(e));
       }
     }

@@ -105,12 +105,12 @@ std::string EppMetrics::collect() {
   double kv = 0;
   double waiting = 0;
   for (const auto& e : candidates) {
-    kv += e.metrics.kv_cache_usage;
-    waiting += static_cast<double>(e.metrics.waiting);
-    in_flight_->Add({{"pod", e.name}}).Set(static_cast<double>(e.dispatched));
-    residual_->Add({{"pod", e.name}, {"latency", "ttft"}}).Set(e.ttft_residual_factor);
-    residual_->Add({{"pod", e.name}, {"latency", "tpot"}}).Set(e.tpot_residual_factor);
-    step_->Add({{"pod", e.name}}).Set(e.step ? e.step->step_ms : 0.0);
+    kv += e.metrics().kv_cache_usage;
+    waiting += static_cast<double>(e.metrics().waiting);
+    in_flight_->Add({{"pod", e.name()}}).Set(static_cast<double>(e.dispatched));
+    residual_->Add({{"pod", e.name()}, {"latency", "ttft"}}).Set(e.ttft_residual_factor);
+    residual_->Add({{"pod", e.name()}, {"latency", "tpot"}}).Set(e.tpot_residual_factor);
+    step_->Add({{"pod", e.name()}}).Set(e.step ? e.step->step_ms : 0.0);
     bound_->Add({{"pool", e.pool()}, {"latency", "ttft"}}).Set(e.ttft_bound_factor);
     bound_->Add({{"pool", e.pool()}, {"latency", "tpot"}}).Set(e.tpot_bound_factor);
   }

@@ -47,6 +47,7 @@ class PodOutlierState {
   void on_success() { consecutive_ = 0; }
 
   bool ejected(TimePoint now) const { return now < ejected_until_; }
+  TimePoint ejected_until() const { return ejected_until_; }
   int consecutive_failures() const { return consecutive_; }
   // How many times the pod was ejected since it joined the pool.
   int64_t ejections() const { return ejections_; }

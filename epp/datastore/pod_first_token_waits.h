@@ -8,10 +8,14 @@
 // arrival order, so a new request queues behind the most overdue one and starts at least as
 // late as that one's bound was missed.
 //
-// Threading: written by the threads that own the pod's requests (dispatch, first token, end)
-// and read by scheduling threads; a small mutex of its own guards the set, so the pod table's
-// lock is not taken on the stream path.
+// Threading: written by the threads that own the pod's requests (dispatch, first token, end),
+// which serialize on a small mutex of its own guarding the set; read by scheduling threads
+// without it: each write publishes the earliest due time in one atomic. Owned by the pod's
+// PodLive.
+#include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <limits>
 #include <mutex>
 #include <set>
 
@@ -25,20 +29,24 @@ class PodFirstTokenWaits {
   // A request was dispatched; its predicted TTFT bound ends at `due`.
   Handle add(TimePoint due) {
     std::lock_guard lock(mu_);
-    return due_.insert(due);
+    const Handle h = due_.insert(due);
+    publish_earliest();
+    return h;
   }
   // Its first token arrived, or it ended without one. Each handle is removed exactly once.
   void remove(Handle h) {
     std::lock_guard lock(mu_);
     due_.erase(h);
+    publish_earliest();
   }
   // How long past its bound the most overdue waiting request is (0 when none is overdue).
   double late_ms(TimePoint now) const {
-    std::lock_guard lock(mu_);
-    if (due_.empty() || *due_.begin() >= now) {
+    const int64_t earliest = earliest_.load(std::memory_order_acquire);
+    const TimePoint due{TimePoint::duration(earliest)};
+    if (earliest == kNone || due >= now) {
       return 0;
     }
-    return std::chrono::duration<double, std::milli>(now - *due_.begin()).count();
+    return std::chrono::duration<double, std::milli>(now - due).count();
   }
   std::size_t waiting() const {
     std::lock_guard lock(mu_);
@@ -46,8 +54,15 @@ class PodFirstTokenWaits {
   }
 
  private:
-  mutable std::mutex mu_;
-  std::multiset<TimePoint> due_;
+  static constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+  void publish_earliest() {  // mu_ held
+    earliest_.store(due_.empty() ? kNone : due_.begin()->time_since_epoch().count(),
+                    std::memory_order_release);
+  }
+
+  mutable std::mutex mu_;          // writers (and waiting()) only
+  std::multiset<TimePoint> due_;   // guarded by mu_
+  std::atomic<int64_t> earliest_{kNone};  // due_.begin() in steady_clock ticks; kNone if empty
 };
 
 }  // namespace llmd::epp

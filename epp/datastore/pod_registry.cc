@@ -7,7 +7,6 @@
 namespace llmd::epp {
 namespace {
 
-// A reference, not a copy: candidates() looks the pool up twice per pod on every request.
 const std::string& pool_of(const PodConfig& c) {
   static const std::string kDefaultPool;
   auto it = c.labels.find("pool");
@@ -16,7 +15,20 @@ const std::string& pool_of(const PodConfig& c) {
 
 }  // namespace
 
-PodRegistry::PodRegistry(std::chrono::milliseconds staleness) : staleness_(staleness) {}
+PodRegistry::PodRegistry(std::chrono::milliseconds staleness) : staleness_(staleness) {
+  std::lock_guard lock(mu_);
+  publish_locked();
+}
+
+PoolSnapshotConstPtr PodRegistry::snapshot() const {
+  std::lock_guard lock(snapshot_mu_);
+  return snapshot_;
+}
+
+void PodRegistry::remake_info(State& s) {
+  s.info = std::make_shared<const PodInfo>(
+      PodInfo{s.config.name, s.config.address, s.config.labels, s.metrics, s.live});
+}
 
 void PodRegistry::set_pods(const std::vector<PodConfig>& pods) {
   std::lock_guard lock(mu_);
@@ -24,55 +36,128 @@ void PodRegistry::set_pods(const std::vector<PodConfig>& pods) {
   for (const auto& p : pods) {
     auto it = pods_.find(p.name);
     State s = it != pods_.end() && it->second.config.address == p.address ? it->second : State{};
+    std::shared_ptr<PoolLearning>& pool = pools_[pool_of(p)];
+    if (!pool) {
+      pool = std::make_shared<PoolLearning>();
+    }
+    // A pod moved to another pool starts afresh: its residuals and bookkeeping belong to the
+    // pool it was scheduled in (requests still running there finish on the old object).
+    if (!s.live || pool_of(s.config) != pool_of(p)) {
+      s.live = std::make_shared<PodLive>(pool);
+      s.live->set_failure_run(s.outlier.consecutive_failures() > 0);
+    }
     s.config = p;
-    next[p.name] = s;
+    remake_info(s);
+    next[p.name] = std::move(s);
   }
   pods_ = std::move(next);
+  // Entries in name order; a pool's index is its label's rank in first-seen order.
+  entries_.clear();
+  entries_.reserve(pods_.size());
+  std::vector<const std::string*> pools;
+  for (auto& [name, s] : pods_) {
+    const std::string& label = pool_of(s.config);
+    auto it = std::find_if(pools.begin(), pools.end(), [&](auto* l) { return *l == label; });
+    const auto pool = static_cast<std::size_t>(it - pools.begin());
+    if (it == pools.end()) {
+      pools.push_back(&label);
+    }
+    s.index = entries_.size();
+    entries_.push_back({nullptr, false, false, {}, pool});
+    refresh_entry_locked(s);
+  }
+  pool_count_ = pools.size();
+  aligned_peers_.reset();
+  publish_locked();
 }
 
 std::vector<PodConfig> PodRegistry::pods() const {
-  std::lock_guard lock(mu_);
+  const auto snap = snapshot();
   std::vector<PodConfig> out;
-  for (const auto& [_, s] : pods_) {
-    out.push_back(s.config);
+  out.reserve(snap->pods.size());
+  for (const auto& p : snap->pods) {
+    out.push_back({p.info->name, p.info->address, p.info->labels});
   }
   return out;
 }
 
 void PodRegistry::update_metrics(const std::string& name, const PodMetrics& m) {
+  const std::pair<std::string, PodMetrics> one{name, m};
+  update_metrics({&one, 1});
+}
+
+void PodRegistry::update_metrics(std::span<const std::pair<std::string, PodMetrics>> scrapes) {
   std::lock_guard lock(mu_);
-  auto it = pods_.find(name);
-  if (it != pods_.end()) {
-    it->second.metrics = m;
-    it->second.scraped_ok = true;
-    it->second.ever_scraped = true;
+  bool changed = false;
+  for (const auto& [name, m] : scrapes) {
+    auto it = pods_.find(name);
+    if (it != pods_.end()) {
+      it->second.metrics = m;
+      it->second.scraped_ok = true;
+      it->second.ever_scraped = true;
+      remake_info(it->second);
+      refresh_entry_locked(it->second);
+      changed = true;
+    }
+  }
+  if (changed) {
+    publish_locked();
   }
 }
 
 void PodRegistry::mark_scrape_failed(const std::string& name) {
   std::lock_guard lock(mu_);
   auto it = pods_.find(name);
-  if (it != pods_.end()) {
+  if (it != pods_.end() && it->second.scraped_ok) {
     it->second.scraped_ok = false;
+    refresh_entry_locked(it->second);
+    publish_locked();
   }
 }
 
-std::shared_ptr<PodFirstTokenWaits> PodRegistry::first_token_waits(
-    const std::string& name) const {
-  std::lock_guard lock(mu_);
-  auto it = pods_.find(name);
-  return it == pods_.end() ? nullptr : it->second.waits;
+std::vector<Endpoint> PodRegistry::candidates(TimePoint now) const {
+  return snapshot()->candidates(now);
 }
 
-std::shared_ptr<PodStepClock> PodRegistry::step_clock(const std::string& name) const {
+std::size_t PodRegistry::ready_count(TimePoint now) const {
+  const auto snap = snapshot();
+  const PoolHealth h = snap->health(now);
+  return static_cast<std::size_t>(
+      std::count_if(snap->pods.begin(), snap->pods.end(),
+                    [&](const auto& p) { return snap->routable(p, h, now); }));
+}
+
+bool PodRegistry::serves_model(const std::string& model) const {
+  const auto snap = snapshot();
+  return std::any_of(snap->pods.begin(), snap->pods.end(), [&](const auto& p) {
+    const auto& models = p.info->metrics.models;
+    return std::find(models.begin(), models.end(), model) != models.end();
+  });
+}
+
+std::shared_ptr<PodLive> PodRegistry::live(const std::string& name) const {
+  const auto snap = snapshot();
+  const PoolSnapshot::Pod* p = snap->find(name);
+  return p == nullptr ? nullptr : p->info->live;
+}
+
+PodRegistry::Health PodRegistry::health(TimePoint now) const { return snapshot()->health(now); }
+
+std::vector<PodRegistry::PodHealth> PodRegistry::pod_health(TimePoint now) const {
   std::lock_guard lock(mu_);
-  auto it = pods_.find(name);
-  return it == pods_.end() ? nullptr : it->second.step_clock;
+  std::vector<PodHealth> out;
+  out.reserve(pods_.size());
+  for (const auto& [name, s] : pods_) {
+    out.push_back({name, s.outlier.ejected(now), s.outlier.consecutive_failures(),
+                   s.outlier.ejections()});
+  }
+  return out;
 }
 
 void PodRegistry::configure_outlier_detection(const OutlierDetectionOptions& options) {
   std::lock_guard lock(mu_);
   outlier_options_ = options;
+  publish_locked();  // the panic threshold
 }
 
 void PodRegistry::set_ejection_listener(EjectionListener listener) {
@@ -80,8 +165,7 @@ void PodRegistry::set_ejection_listener(EjectionListener listener) {
   ejection_listener_ = std::move(listener);
 }
 
-void PodRegistry::on_pod_failure(const std::string& name,
-                                 std::chrono::steady_clock::time_point now) {
+void PodRegistry::on_pod_failure(const std::string& name, TimePoint now) {
   std::chrono::milliseconds length{0};
   int64_t ejections = 0;
   int failures = 0;
@@ -92,14 +176,21 @@ void PodRegistry::on_pod_failure(const std::string& name,
     if (it == pods_.end()) {
       return;
     }
+    State& s = it->second;
     // Envoy's cap: at most max_ejection_percent of the pool at once, always at least one pod.
-    const Health h = health_locked(now);
+    // The published snapshot is the master table's state (writers publish before unlocking).
+    const PoolHealth h = snapshot_->health(now);
     const auto cap = std::max<std::size_t>(
         1, static_cast<std::size_t>(outlier_options_.max_ejection_percent / 100.0 *
                                     static_cast<double>(pods_.size())));
-    failures = it->second.outlier.consecutive_failures() + 1;
-    length = it->second.outlier.on_failure(outlier_options_, h.ejected < cap, now);
-    ejections = it->second.outlier.ejections();
+    failures = s.outlier.consecutive_failures() + 1;
+    length = s.outlier.on_failure(outlier_options_, h.ejected < cap, now);
+    ejections = s.outlier.ejections();
+    s.live->set_failure_run(s.outlier.consecutive_failures() > 0);
+    if (length.count() > 0) {
+      refresh_entry_locked(s);
+      publish_locked();
+    }
     listener = ejection_listener_;
   }
   if (length.count() > 0) {
@@ -112,234 +203,95 @@ void PodRegistry::on_pod_failure(const std::string& name,
 }
 
 void PodRegistry::on_pod_success(const std::string& name) {
+  {
+    const auto snap = snapshot();
+    const PoolSnapshot::Pod* p = snap->find(name);
+    if (p == nullptr || !p->info->live->failure_run()) {
+      return;  // no run to break: the common case takes no lock
+    }
+  }
   std::lock_guard lock(mu_);
   auto it = pods_.find(name);
   if (it != pods_.end()) {
     it->second.outlier.on_success();
+    it->second.live->set_failure_run(false);
   }
-}
-
-bool PodRegistry::fresh(const State& s, std::chrono::steady_clock::time_point now) const {
-  return s.scraped_ok && now - s.metrics.scraped_at <= staleness_;
-}
-
-PodRegistry::Health PodRegistry::health_locked(std::chrono::steady_clock::time_point now) const {
-  Health h;
-  h.pods = pods_.size();
-  for (const auto& [_, s] : pods_) {
-    const bool ejected = s.outlier.ejected(now);
-    h.ejected += ejected ? 1 : 0;
-    h.healthy += fresh(s, now) && !ejected ? 1 : 0;
-  }
-  h.panic = h.pods > 0 && static_cast<double>(h.healthy) * 100.0 <
-                              outlier_options_.panic_threshold_percent * static_cast<double>(h.pods);
-  return h;
-}
-
-bool PodRegistry::routable(const State& s, const Health& h,
-                           std::chrono::steady_clock::time_point now) const {
-  return h.panic ? s.ever_scraped : fresh(s, now) && !s.outlier.ejected(now);
-}
-
-PodRegistry::Health PodRegistry::health(std::chrono::steady_clock::time_point now) const {
-  std::lock_guard lock(mu_);
-  return health_locked(now);
-}
-
-std::vector<PodRegistry::PodHealth> PodRegistry::pod_health(
-    std::chrono::steady_clock::time_point now) const {
-  std::lock_guard lock(mu_);
-  std::vector<PodHealth> out;
-  out.reserve(pods_.size());
-  for (const auto& [name, s] : pods_) {
-    out.push_back({name, s.outlier.ejected(now), s.outlier.consecutive_failures(),
-                   s.outlier.ejections()});
-  }
-  return out;
 }
 
 std::vector<PodRegistry::PodLoad> PodRegistry::own_in_flight() const {
-  std::lock_guard lock(mu_);
+  const auto snap = snapshot();
   std::vector<PodLoad> out;
-  out.reserve(pods_.size());
-  for (const auto& [name, s] : pods_) {
-    out.push_back({name, s.dispatched, s.prefill_tokens, s.decode_tokens});
+  out.reserve(snap->pods.size());
+  for (const auto& p : snap->pods) {
+    const PodLive::Load l = p.info->live->load();
+    out.push_back({p.info->name, l.dispatched, l.prefill_tokens, l.decode_tokens});
   }
   return out;
 }
 
 void PodRegistry::set_peer_in_flight(const std::string& peer, const std::vector<PodLoad>& loads,
-                                     std::chrono::steady_clock::time_point now) {
-  PeerSnapshot snap;
-  snap.at = now;
+                                     TimePoint now) {
+  PeerReport report;
+  report.at = now;
   for (const auto& l : loads) {
-    snap.by_pod[l.pod] = l;
+    report.by_pod[l.pod] = l;
   }
   std::lock_guard lock(mu_);
   // Expired peers are dropped here, so a churn of peer names cannot grow the table.
   std::erase_if(peers_, [&](const auto& kv) { return now - kv.second.at > peer_expiry_; });
-  peers_[peer] = std::move(snap);
+  peers_[peer] = std::move(report);
+  aligned_peers_.reset();
+  publish_locked();
 }
 
 void PodRegistry::set_peer_expiry(std::chrono::milliseconds expiry) {
   std::lock_guard lock(mu_);
   peer_expiry_ = expiry;
+  publish_locked();
 }
 
-std::vector<Endpoint> PodRegistry::candidates(std::chrono::steady_clock::time_point now) const {
-  std::lock_guard lock(mu_);
-  // Per pool, the mean residual of its pods with enough observations (sum, count).
-  struct PoolMeans {
-    double ttft = 0, tpot = 0;
-    int ttft_n = 0, tpot_n = 0;
-  };
-  std::map<std::string, PoolMeans> pools;
-  for (const auto& [name, s] : pods_) {
-    auto& m = pools[pool_of(s.config)];
-    if (s.ttft_residual.counts()) {
-      m.ttft += s.ttft_residual.mean(), ++m.ttft_n;
-    }
-    if (s.tpot_residual.counts()) {
-      m.tpot += s.tpot_residual.mean(), ++m.tpot_n;
-    }
-  }
-  const Health h = health_locked(now);
-  std::vector<Endpoint> out;
-  out.reserve(pods_.size());
-  for (const auto& [name, s] : pods_) {
-    if (!routable(s, h, now)) {
-      continue;
-    }
-    Endpoint e;
-    e.name = name;
-    e.address = s.config.address;
-    e.labels = s.config.labels;
-    e.metrics = s.metrics;
-    e.dispatched = s.dispatched;
-    e.prefill_tokens_in_flight = s.prefill_tokens;
-    e.decode_tokens_in_flight = s.decode_tokens;
-    for (const auto& [peer, snap] : peers_) {
-      if (now - snap.at > peer_expiry_) {
-        continue;
+std::shared_ptr<const std::vector<PoolSnapshot::Peer>> PodRegistry::align_peers_locked() const {
+  auto out = std::make_shared<std::vector<PoolSnapshot::Peer>>();
+  out->reserve(peers_.size());
+  for (const auto& [_, report] : peers_) {
+    PoolSnapshot::Peer& peer = out->emplace_back();
+    peer.at = report.at;
+    peer.loads.resize(pods_.size());
+    std::size_t i = 0;
+    for (const auto& [name, s] : pods_) {
+      if (auto it = report.by_pod.find(name); it != report.by_pod.end()) {
+        peer.loads[i] = {it->second.dispatched, it->second.prefill_tokens,
+                         it->second.decode_tokens};
       }
-      if (auto it = snap.by_pod.find(name); it != snap.by_pod.end()) {
-        e.dispatched += it->second.dispatched;
-        e.prefill_tokens_in_flight += it->second.prefill_tokens;
-        e.decode_tokens_in_flight += it->second.decode_tokens;
-      }
+      ++i;
     }
-    e.step = s.step_clock->timing();
-    e.ttft_late_ms = s.waits->late_ms(now);
-    if (s.predicted_ttft_ms && now - s.predicted_at <= staleness_) {
-      e.last_predicted_ttft_ms = s.predicted_ttft_ms;
-    }
-    const std::string& pool = pool_of(s.config);
-    if (auto c = coverage_.find(pool); c != coverage_.end()) {
-      e.ttft_bound_factor = c->second.ttft.factor();
-      e.tpot_bound_factor = c->second.tpot.factor();
-    }
-    const PoolMeans& m = pools[pool];
-    if (m.ttft_n > 0) {
-      e.ttft_residual_factor = s.ttft_residual.factor(m.ttft / m.ttft_n, now);
-    }
-    if (m.tpot_n > 0) {
-      e.tpot_residual_factor = s.tpot_residual.factor(m.tpot / m.tpot_n, now);
-    }
-    out.push_back(std::move(e));
   }
   return out;
 }
 
-void PodRegistry::record_predicted_ttft(const std::string& name, double ttft_ms,
-                                        std::chrono::steady_clock::time_point now) {
-  const PredictedTtft one{&name, ttft_ms};
-  record_predicted_ttfts({&one, 1}, now);
+void PodRegistry::refresh_entry_locked(const State& s) {
+  PoolSnapshot::Pod& e = entries_[s.index];
+  e.info = s.info;
+  e.scraped_ok = s.scraped_ok;
+  e.ever_scraped = s.ever_scraped;
+  e.ejected_until = s.outlier.ejected_until();
 }
 
-void PodRegistry::record_predicted_ttfts(std::span<const PredictedTtft> predicted,
-                                         std::chrono::steady_clock::time_point now) {
-  std::lock_guard lock(mu_);
-  // A cycle's scores usually keep candidates() order, which is this map's: the pod after the
-  // previous one is tried before a lookup.
-  auto next = pods_.begin();
-  for (const auto& p : predicted) {
-    auto it = next != pods_.end() && next->first == *p.name ? next : pods_.find(*p.name);
-    if (it != pods_.end()) {
-      it->second.predicted_ttft_ms = p.ttft_ms;
-      it->second.predicted_at = now;
-      next = std::next(it);
-    }
+void PodRegistry::publish_locked() {
+  auto next = std::make_shared<PoolSnapshot>();
+  next->pods = entries_;
+  next->pool_count = pool_count_;
+  next->staleness = staleness_;
+  next->peer_expiry = peer_expiry_;
+  next->panic_threshold_percent = outlier_options_.panic_threshold_percent;
+  if (!aligned_peers_) {
+    aligned_peers_ = align_peers_locked();
   }
-}
-
-template <PodResidual PodRegistry::State::*Residual,
-          BoundCoverage PodRegistry::PoolCoverage::*Coverage>
-void PodRegistry::observe(const std::string& name, double model_ms, double bound_ms,
-                          double actual_ms, std::chrono::steady_clock::time_point now) {
-  std::lock_guard lock(mu_);
-  auto it = pods_.find(name);
-  if (it != pods_.end()) {
-    (it->second.*Residual).add(model_ms, actual_ms, now);
-    (coverage_[pool_of(it->second.config)].*Coverage).add(bound_ms, actual_ms);
-  }
-}
-
-void PodRegistry::observe_ttft(const std::string& name, double model_ms, double bound_ms,
-                               double actual_ms, std::chrono::steady_clock::time_point now) {
-  observe<&State::ttft_residual, &PoolCoverage::ttft>(name, model_ms, bound_ms, actual_ms, now);
-}
-
-void PodRegistry::observe_tpot(const std::string& name, double model_ms, double bound_ms,
-                               double actual_ms, std::chrono::steady_clock::time_point now) {
-  observe<&State::tpot_residual, &PoolCoverage::tpot>(name, model_ms, bound_ms, actual_ms, now);
-}
-
-std::size_t PodRegistry::ready_count(std::chrono::steady_clock::time_point now) const {
-  std::lock_guard lock(mu_);
-  const Health h = health_locked(now);
-  return static_cast<std::size_t>(std::count_if(
-      pods_.begin(), pods_.end(), [&](const auto& kv) { return routable(kv.second, h, now); }));
-}
-
-bool PodRegistry::serves_model(const std::string& model) const {
-  std::lock_guard lock(mu_);
-  return std::any_of(pods_.begin(), pods_.end(), [&](const auto& kv) {
-    const auto& models = kv.second.metrics.models;
-    return std::find(models.begin(), models.end(), model) != models.end();
-  });
-}
-
-void PodRegistry::on_dispatch(const std::string& name, int64_t input_tokens) {
-  std::lock_guard lock(mu_);
-  auto it = pods_.find(name);
-  if (it != pods_.end()) {
-    ++it->second.dispatched;
-    it->second.prefill_tokens += input_tokens;
-  }
-}
-
-void PodRegistry::on_first_token(const std::string& name, int64_t input_tokens,
-                                 int64_t max_tokens) {
-  std::lock_guard lock(mu_);
-  auto it = pods_.find(name);
-  if (it != pods_.end()) {
-    it->second.prefill_tokens = std::max<int64_t>(0, it->second.prefill_tokens - input_tokens);
-    it->second.decode_tokens += max_tokens;
-  }
-}
-
-void PodRegistry::on_finished(const std::string& name, int64_t input_tokens, int64_t decode_tokens,
-                              bool first_token_seen) {
-  std::lock_guard lock(mu_);
-  auto it = pods_.find(name);
-  if (it == pods_.end()) {
-    return;  // pod removed by a reload while the request ran
-  }
-  it->second.dispatched = std::max<int64_t>(0, it->second.dispatched - 1);
-  if (first_token_seen) {
-    it->second.decode_tokens = std::max<int64_t>(0, it->second.decode_tokens - decode_tokens);
-  } else {
-    it->second.prefill_tokens = std::max<int64_t>(0, it->second.prefill_tokens - input_tokens);
+  next->peers = aligned_peers_;
+  PoolSnapshotConstPtr previous;  // released after the lock: readers may still hold it
+  {
+    std::lock_guard lock(snapshot_mu_);
+    previous = std::exchange(snapshot_, std::move(next));
   }
 }
 

@@ -31,7 +31,7 @@ std::string destination_list(const std::vector<Endpoint>& ranked) {
   std::string out;
   for (const auto& e : ranked) {
     out += out.empty() ? "" : ",";
-    out += e.address;
+    out += e.address();
   }
   return out;
 }
@@ -324,7 +324,7 @@ void ExtProcStream::on_response_headers(const pb::ProcessingRequest& message) {
     pb::ProcessingResponse r;
     auto* common = r.mutable_response_headers()->mutable_response();
     if (const PodAttempt* attempt = flow_->attempt()) {
-      set_header(*common->mutable_header_mutation(), kDestination, attempt->record().pod.address);
+      set_header(*common->mutable_header_mutation(), kDestination, attempt->record().pod.address());
       set_header(*common->mutable_header_mutation(), "x-request-id", flow_->request_id());
     }
     if (!decision_.empty()) {

@@ -1,10 +1,15 @@
 #pragma once
-// What the scheduler knows about one candidate pod during one scheduling cycle: a copy of the
-// pod's scraped metrics and the EPP's exact in-flight bookkeeping, plus the typed attributes
-// that data producers attach. Plain data; owned by the cycle that made it.
+// What the scheduler knows about one candidate pod during one scheduling cycle. Two parts:
+// - PodInfo: what the pool knew of the pod when it was last published (address, labels, the
+//   latest scrape). Immutable and shared: a cycle, a request and the pool snapshot all point
+//   at the same object, so taking candidates copies a pointer per pod, never strings or maps.
+// - Endpoint: the cycle's view of one candidate: that pointer, the EPP's in-flight counts and
+//   learned factors as read when the candidates were taken, and the typed attributes the data
+//   producers attach. Plain data, owned by the cycle that made it; copies are cheap.
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,11 +32,51 @@ struct PodMetrics {
   std::chrono::steady_clock::time_point scraped_at{};
 };
 
-struct Endpoint {
+class PodLive;  // epp/datastore/pod_live.h
+
+// Immutable once shared (PodInfoConstPtr): a change (a scrape, a reload) makes a new one.
+struct PodInfo {
   std::string name;     // pod name from the pool config
   std::string address;  // "ip:port"
   std::map<std::string, std::string> labels;  // e.g. role: prefill|decode, class: h100
   PodMetrics metrics;
+  // The pod's live bookkeeping in the PodRegistry that published this (in-flight counts, step
+  // clock, residuals): what a request dispatched there books on, even after the pod left the
+  // pool. Null for an endpoint made outside a registry (an upstream URL target, tests).
+  std::shared_ptr<PodLive> live;
+
+  // The pool this pod belongs to: label `pool`, "" (the default pool) when unlabelled.
+  const std::string& pool() const { return label("pool"); }
+  const std::string& role() const { return label("role"); }
+  const std::string& label(const std::string& key) const {
+    static const std::string kNone;
+    auto it = labels.find(key);
+    return it == labels.end() ? kNone : it->second;
+  }
+};
+using PodInfoConstPtr = std::shared_ptr<const PodInfo>;
+
+struct Endpoint {
+  Endpoint() : info(empty_info()) {}
+  explicit Endpoint(PodInfoConstPtr pod) : info(std::move(pod)) {}
+  // An endpoint over a pod no registry tracks (an upstream URL target, tests).
+  static Endpoint of(PodInfo pod) {
+    return Endpoint(std::make_shared<const PodInfo>(std::move(pod)));
+  }
+
+  PodInfoConstPtr info;  // never null
+
+  const std::string& name() const { return info->name; }
+  const std::string& address() const { return info->address; }
+  const std::map<std::string, std::string>& labels() const { return info->labels; }
+  const PodMetrics& metrics() const { return info->metrics; }
+  // References into the shared PodInfo: read per pod on every request.
+  const std::string& pool() const { return info->pool(); }
+  const std::string& role() const { return info->role(); }
+  const std::string& label(const std::string& key) const { return info->label(key); }
+
+  // Read from the pod's PodLive (plus the peers' reports) when the candidates were taken, once
+  // per cycle: every plugin of the cycle sees the same values.
   int64_t dispatched = 0;                // requests this EPP sent and that have not finished
   int64_t prefill_tokens_in_flight = 0;  // input tokens of dispatched requests before 1st token
   int64_t decode_tokens_in_flight = 0;   // output tokens budgeted by requests past 1st token
@@ -60,14 +105,10 @@ struct Endpoint {
   std::optional<PrefixCacheMatchInfo> prefix;
   std::optional<LatencyPredictionInfo> latency;
 
-  // The pool this pod belongs to: label `pool`, "" (the default pool) when unlabelled.
-  // References (valid while the labels are): both are read per pod on every request.
-  const std::string& pool() const { return label("pool"); }
-  const std::string& role() const { return label("role"); }
-  const std::string& label(const std::string& key) const {
-    static const std::string kNone;
-    auto it = labels.find(key);
-    return it == labels.end() ? kNone : it->second;
+ private:
+  static const PodInfoConstPtr& empty_info() {
+    static const PodInfoConstPtr kEmpty = std::make_shared<const PodInfo>();
+    return kEmpty;
   }
 };
 

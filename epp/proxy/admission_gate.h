@@ -9,9 +9,9 @@
 // unsaturated pod before their dispatches show up in the pod bookkeeping, so one freed slot
 // does not release the whole queue at once.
 //
-// Thread-safe (one mutex; the candidates callback takes the registry's lock inside it, never
-// the other way round). Callers are woken through the callback given to enter(), exactly once,
-// from whichever thread drained the queue: the callback must only post.
+// Thread-safe (one mutex; under it the candidates callback only reads the registry's published
+// snapshot, never its writers' lock). Callers are woken through the callback given to enter(),
+// exactly once, from whichever thread drained the queue: the callback must only post.
 #include <chrono>
 #include <cstdint>
 #include <functional>

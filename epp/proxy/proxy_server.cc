@@ -344,7 +344,7 @@ struct ProxyServer::Impl {
         co_return;
       }
       spdlog::warn("request {}: {} failed before the first byte (attempt {})",
-                   headers.request_id, pod->name, flow->attempts());
+                   headers.request_id, pod->name(), flow->attempts());
     }
     const RequestFlow::Verdict failed = flow->exhausted();
     client->respond(error_response(failed.status, failed.detail, headers.request_id));
@@ -355,7 +355,7 @@ struct ProxyServer::Impl {
   llmd::http::Response models_response(const std::string& path) {
     std::set<std::string> models;
     for (const auto& pod : registry.candidates(Clock::now())) {
-      models.insert(pod.metrics.models.begin(), pod.metrics.models.end());
+      models.insert(pod.metrics().models.begin(), pod.metrics().models.end());
     }
     const auto created = std::chrono::duration_cast<std::chrono::seconds>(
                              std::chrono::system_clock::now().time_since_epoch())
@@ -398,9 +398,9 @@ struct ProxyServer::Impl {
     flow.dispatch();
     const std::string& body = flow.forwarded_body() ? *flow.forwarded_body() : req.body;
     auto executor = co_await net::this_coro::executor;
-    const std::optional<llmd::http::Url> origin = pod_origin(pod.address);
+    const std::optional<llmd::http::Url> origin = pod_origin(pod.address());
     if (!origin) {
-      spdlog::warn("pod {} has no usable address '{}'", pod.name, pod.address);
+      spdlog::warn("pod {} has no usable address '{}'", pod.name(), pod.address());
       flow.pod_failed(502, true);
       co_return Outcome::kRetryable;
     }
@@ -416,7 +416,7 @@ struct ProxyServer::Impl {
         up.headers.push_back(h);
       }
     }
-    up.headers.push_back({"host", pod.address});
+    up.headers.push_back({"host", pod.address()});
     up.headers.push_back({"x-request-id", request_id});
     up.content_type = "application/json";
     // The body is sent from the caller's buffer (not a copy: prompts run to 16 MiB). It
@@ -457,13 +457,13 @@ struct ProxyServer::Impl {
       co_return Outcome::kClientGone;
     }
     if (res.status == 0 && !(call && call->connected())) {
-      spdlog::warn("connect to pod {} ({}) failed: {}", pod.name, pod.address, res.error);
+      spdlog::warn("connect to pod {} ({}) failed: {}", pod.name(), pod.address(), res.error);
       flow.pod_failed(502, true);
       co_return Outcome::kRetryable;
     }
     if (res.status == 0 || res.status >= 500) {
       const int status = res.status == 0 ? 504 : res.status;
-      spdlog::warn("pod {} ({}) failed: {}", pod.name, pod.address,
+      spdlog::warn("pod {} ({}) failed: {}", pod.name(), pod.address(),
                    res.status == 0 ? res.error : "HTTP " + std::to_string(status));
       flow.pod_failed(status, true);
       co_return Outcome::kRetryable;  // dropping the call closes the connection
@@ -491,7 +491,7 @@ struct ProxyServer::Impl {
       }
       head.push_back(std::move(field));
     }
-    head.push_back({"x-gateway-destination-endpoint", pod.address});
+    head.push_back({"x-gateway-destination-endpoint", pod.address()});
     head.push_back({"x-request-id", request_id});
     if (!decision.empty()) {
       head.push_back({kDecisionHeader, decision});
@@ -543,8 +543,8 @@ struct ProxyServer::Impl {
       // The pod failed after the response started. A clean end would pass a truncated answer
       // off as complete: a stream gets an error event, and neither kind of body gets its
       // terminating chunk, so every HTTP client reports an incomplete response.
-      spdlog::warn("request {}: pod {} ({}) failed mid-response", request_id, pod.name,
-                   pod.address);
+      spdlog::warn("request {}: pod {} ({}) failed mid-response", request_id, pod.name(),
+                   pod.address());
       if (flow.streaming()) {
         client.write(mid_stream_error_event());
       }
@@ -558,7 +558,7 @@ struct ProxyServer::Impl {
     if (const PodAttempt* done = flow.attempt()) {
       spdlog::debug("request {} -> {} ({}) status {} ttft {:.1f} ms e2e {:.1f} ms, queued and "
                     "scheduled {:.1f} ms",
-                    request_id, pod.name, pod.address, status, done->record().ttft_ms,
+                    request_id, pod.name(), pod.address(), status, done->record().ttft_ms,
                     done->record().e2e_ms, done->record().dispatch_delay_ms);
     }
     co_return Outcome::kDone;

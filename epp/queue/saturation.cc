@@ -26,10 +26,10 @@ bool pod_saturated(const Endpoint& e, const SaturationThresholds& t,
   if (t.in_flight_requests && e.dispatched >= *t.in_flight_requests) {
     return true;
   }
-  if (t.waiting_requests && e.metrics.waiting >= *t.waiting_requests) {
+  if (t.waiting_requests && e.metrics().waiting >= *t.waiting_requests) {
     return true;
   }
-  if (t.kv_cache_usage && e.metrics.kv_cache_usage >= *t.kv_cache_usage) {
+  if (t.kv_cache_usage && e.metrics().kv_cache_usage >= *t.kv_cache_usage) {
     return true;
   }
   return t.predicted_ttft_ms && predicted_ttft_ms && *predicted_ttft_ms >= *t.predicted_ttft_ms;

@@ -54,9 +54,9 @@ PodAttempt::PodAttempt(RequestContext& owner, const SchedulingRequest& request,
   done_.dispatch_delay_ms = ms_between(owner.received(), now);
   if (is_pod()) {
     uncached_tokens_ = uncached_prompt_tokens(request, pod);
-    if (services_->registry != nullptr) {
-      services_->registry->on_dispatch(pod.name, uncached_tokens_);
-      step_clock_ = services_->registry->step_clock(pod.name);
+    if (services_->registry != nullptr && pod.info->live) {
+      live_ = pod.info->live;
+      live_->on_dispatch(uncached_tokens_);
       // Due at the bound without the lateness already added to it: lateness is measured
       // against the model (with its per-pod corrections), or it would chase itself. A model
       // that could not tell the pods apart (model_ttft_ms 0: e.g. the untrained constant)
@@ -65,11 +65,9 @@ PodAttempt::PodAttempt(RequestContext& owner, const SchedulingRequest& request,
       const double bound_ms =
           comparable ? pod.latency->predicted_ttft_ms - pod.latency->ttft_late_ms : 0.0;
       if (request.streaming && bound_ms > 0) {
-        waits_ = services_->registry->first_token_waits(pod.name);
-        if (waits_) {
-          wait_ = waits_->add(now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                        std::chrono::duration<double, std::milli>(bound_ms)));
-        }
+        wait_ = live_->first_token_waits().add(
+            now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                      std::chrono::duration<double, std::milli>(bound_ms)));
       }
     }
   }
@@ -78,8 +76,7 @@ PodAttempt::PodAttempt(RequestContext& owner, const SchedulingRequest& request,
 PodAttempt::PodAttempt(PodAttempt&& other) noexcept
     : services_(other.services_), pool_(std::move(other.pool_)), done_(std::move(other.done_)),
       uncached_tokens_(other.uncached_tokens_), max_tokens_(other.max_tokens_),
-      dispatched_(other.dispatched_), step_clock_(std::move(other.step_clock_)),
-      waits_(std::move(other.waits_)), wait_(other.wait_),
+      dispatched_(other.dispatched_), live_(std::move(other.live_)), wait_(other.wait_),
       last_token_(other.last_token_), content_chunks_(other.content_chunks_),
       ended_(other.ended_) {
   other.ended_ = true;  // the moved-from ticket owns nothing
@@ -92,9 +89,9 @@ PodAttempt::~PodAttempt() {
 }
 
 void PodAttempt::stop_waiting() {
-  if (waits_) {
-    waits_->remove(wait_);
-    waits_.reset();
+  if (wait_) {
+    live_->first_token_waits().remove(*wait_);
+    wait_.reset();
   }
 }
 
@@ -106,18 +103,15 @@ void PodAttempt::first_token(TimePoint now) {
   stop_waiting();
   done_.ttft_ms = ms_between(dispatched_, now);
   last_token_ = now;
-  if (step_clock_) {
-    step_clock_->on_tokens(now, std::nullopt, 1);
-  }
-  if (is_pod() && services_->registry != nullptr) {
-    services_->registry->on_first_token(done_.pod.name, uncached_tokens_, max_tokens_);
+  if (live_) {
+    live_->step_clock().on_tokens(now, std::nullopt, 1);
+    live_->on_first_token(uncached_tokens_, max_tokens_);
     if (done_.pod.latency && done_.pod.latency->model_ttft_ms > 0) {
       // The model predicts the average over the step phase: compare it with the TTFT the
       // request would have had arriving at an average moment.
       const auto& l = *done_.pod.latency;
-      services_->registry->observe_ttft(done_.pod.name, l.model_ttft_ms,
-                                        l.unphased_ttft_ms,
-                                        done_.phase_neutral_ttft_ms(), now);
+      live_->observe_ttft(l.model_ttft_ms, l.unphased_ttft_ms, done_.phase_neutral_ttft_ms(),
+                          now);
     }
   }
   if (services_->sink != nullptr) {
@@ -136,8 +130,8 @@ void PodAttempt::streamed(int64_t content_chunks, TimePoint now) {
     --fresh;
   }
   if (fresh > 0 && last_token_) {
-    if (step_clock_) {
-      step_clock_->on_tokens(now, ms_between(*last_token_, now), fresh);
+    if (live_) {
+      live_->step_clock().on_tokens(now, ms_between(*last_token_, now), fresh);
     }
     last_token_ = now;
   }
@@ -145,7 +139,7 @@ void PodAttempt::streamed(int64_t content_chunks, TimePoint now) {
 
 void PodAttempt::answered(int status, TimePoint now, ResponseFacts facts) {
   if (!ended_ && is_pod() && services_->registry != nullptr && status < 500) {
-    services_->registry->on_pod_success(done_.pod.name);
+    services_->registry->on_pod_success(done_.pod.name());
   }
   end(status < 400, status, now, std::move(facts));
 }
@@ -157,7 +151,7 @@ void PodAttempt::pod_failed(int status, bool before_response, TimePoint now,
   }
   done_.before_response = before_response;
   if (is_pod() && services_->registry != nullptr) {
-    services_->registry->on_pod_failure(done_.pod.name, now);
+    services_->registry->on_pod_failure(done_.pod.name(), now);
   }
   end(false, status, now, std::move(facts));
 }
@@ -176,9 +170,8 @@ void PodAttempt::end(bool success, int status, TimePoint now, ResponseFacts&& fa
   }
   ended_ = true;
   stop_waiting();
-  if (is_pod() && services_->registry != nullptr) {
-    services_->registry->on_finished(done_.pod.name, uncached_tokens_, max_tokens_,
-                                     done_.first_token);
+  if (live_) {
+    live_->on_finished(uncached_tokens_, max_tokens_, done_.first_token);
   }
   // The one place the end-to-end time (and a non-streamed TTFT) is written.
   done_.e2e_ms = facts.exact_e2e_ms.value_or(ms_between(dispatched_, now));
@@ -192,11 +185,10 @@ void PodAttempt::end(bool success, int status, TimePoint now, ResponseFacts&& fa
   done_.continuation_prompt = std::move(facts.continuation_prompt);
   done_.success = success;
   done_.status = status;
-  if (success && is_pod() && services_->registry != nullptr && done_.pod.latency &&
-      done_.pod.latency->model_tpot_ms > 0) {
+  if (success && live_ && done_.pod.latency && done_.pod.latency->model_tpot_ms > 0) {
     if (auto tpot = done_.measured_tpot_ms()) {
-      services_->registry->observe_tpot(done_.pod.name, done_.pod.latency->model_tpot_ms,
-                                        done_.pod.latency->predicted_tpot_ms, *tpot, now);
+      live_->observe_tpot(done_.pod.latency->model_tpot_ms,
+                          done_.pod.latency->predicted_tpot_ms, *tpot, now);
     }
   }
   if (services_->sink != nullptr) {

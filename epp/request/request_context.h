@@ -27,7 +27,7 @@
 namespace llmd::epp {
 
 class PodRegistry;
-class PodStepClock;
+class PodLive;
 
 struct LifecycleServices {
   PodRegistry* registry = nullptr;  // in-flight bookkeeping of pool pods (null: none)
@@ -129,11 +129,12 @@ class PodAttempt {
   int64_t uncached_tokens_ = 0;  // what the request adds to the pod's prefill queue
   int64_t max_tokens_ = 0;
   TimePoint dispatched_;
-  std::shared_ptr<PodStepClock> step_clock_;  // null: not a pool pod, or no registry
+  // The pod's live bookkeeping, held from dispatch to end so the counts balance even when the
+  // pod leaves the pool meanwhile. Null: not a pool pod, or no registry.
+  std::shared_ptr<PodLive> live_;
   // While a streamed request waits for its first token with a predicted bound: its entry in
-  // the pod's PodFirstTokenWaits (removed exactly once, at the first token or the end).
-  std::shared_ptr<PodFirstTokenWaits> waits_;
-  PodFirstTokenWaits::Handle wait_{};
+  // live_'s PodFirstTokenWaits (removed exactly once, at the first token or the end).
+  std::optional<PodFirstTokenWaits::Handle> wait_;
   std::optional<TimePoint> last_token_;       // of this stream
   int64_t content_chunks_ = 0;                // seen so far (streamed)
   bool ended_ = false;

@@ -235,7 +235,7 @@ void RequestFlow::dispatch() {
 }
 
 void RequestFlow::served_by(const std::string& address) {
-  if (attempt_ && attempts_ == 1 && ranked_.size() > 1 && address == ranked_[1].address) {
+  if (attempt_ && attempts_ == 1 && ranked_.size() > 1 && address == ranked_[1].address()) {
     pod_failed(502, true);
     dispatch();
   }

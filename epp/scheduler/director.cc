@@ -235,7 +235,7 @@ void Director::finish_cycle(Cycle& c) const {
     explain->candidates.reserve(c.candidates.size());
     for (const auto& e : c.candidates) {
       CandidateDecision d;
-      d.name = e.name;
+      d.name = e.name();
       if (e.latency) {
         d.predicted_ttft_ms = e.latency->predicted_ttft_ms;
         d.predicted_tpot_ms = e.latency->predicted_tpot_ms;
@@ -243,8 +243,8 @@ void Director::finish_cycle(Cycle& c) const {
       if (e.prefix) {
         d.prefix_score = e.prefix->score();
       }
-      d.kv_cache_usage = e.metrics.kv_cache_usage;
-      d.waiting = e.metrics.waiting;
+      d.kv_cache_usage = e.metrics().kv_cache_usage;
+      d.waiting = e.metrics().waiting;
       d.dispatched = e.dispatched;
       explain->candidates.push_back(std::move(d));
     }
@@ -273,7 +273,7 @@ void Director::finish_cycle(Cycle& c) const {
   ProfileResult run = c.profile->run(c.ctx, std::move(c.candidates), explain);
   for (std::size_t i = 0; i < run.candidates.size(); ++i) {
     const auto& e = run.candidates[i];
-    result.scores.push_back({e.name, run.scores[i],
+    result.scores.push_back({e.info, run.scores[i],
                              e.latency ? std::optional<double>(e.latency->predicted_ttft_ms)
                                        : std::nullopt});
   }
@@ -304,8 +304,8 @@ void Director::finish_cycle(Cycle& c) const {
   result.picked = std::move(run.candidates[pick]);
   if (explain != nullptr) {
     explain->outcome = "picked";
-    explain->picked = result.picked->name;
-    explain->retry = result.fallback ? result.fallback->name : "";
+    explain->picked = result.picked->name();
+    explain->retry = result.fallback ? result.fallback->name() : "";
   }
   return finish(metrics_ ? &metrics_->picked : nullptr);
 }

@@ -1,8 +1,8 @@
 #pragma once
 // The scheduling entry point for one request: producers -> admitters -> profile -> on_picked.
 // Called concurrently by the proxy's request strands (or the simulator's event loop); each
-// cycle works on its own copy of the candidates. Holds the current pipeline generation behind
-// a mutex only long enough to copy the shared_ptr.
+// cycle works on its own candidates (views of the pool snapshot's pods). Holds the current
+// pipeline generation behind a mutex only long enough to copy the shared_ptr.
 //
 // One code path: schedule() is schedule_async() with producers that answer inline (the
 // simulator's in-process model, tests) and the result taken on return. In the EPP a producer
@@ -26,9 +26,10 @@ struct SchedulerMetrics;
 class DecisionLog;
 
 struct PodScore {
-  std::string name;
+  PodInfoConstPtr pod;  // the candidate's (shared, never copied)
   double score = 0;  // weighted sum of the profile's clamped scorer outputs
   std::optional<double> predicted_ttft_ms;  // when the cycle had a prediction for the pod
+  const std::string& name() const { return pod->name; }
 };
 
 struct ScheduleResult {

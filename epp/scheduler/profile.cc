@@ -16,7 +16,7 @@ namespace {
 std::string names(const std::vector<Endpoint>& endpoints) {
   std::string out;
   for (const auto& e : endpoints) {
-    out += (out.empty() ? "" : ", ") + e.name;
+    out += (out.empty() ? "" : ", ") + e.name();
   }
   return out;
 }
@@ -42,7 +42,7 @@ void record_filter(DecisionExplanation& explain, const CandidatesByName& by_name
                    const std::vector<Endpoint>& after) {
   std::vector<char> kept(explain.candidates.size(), 0);  // by index into explain.candidates
   for (const auto& e : after) {
-    if (auto it = by_name.find(e.name); it != by_name.end()) {
+    if (auto it = by_name.find(e.name()); it != by_name.end()) {
       kept[static_cast<std::size_t>(it->second - explain.candidates.data())] = 1;
     }
   }
@@ -85,7 +85,7 @@ ProfileResult Profile::run(CycleContext& ctx, std::vector<Endpoint> endpoints,
     if (explain != nullptr) {
       explained_before.reserve(endpoints.size());
       for (const auto& e : endpoints) {
-        if (auto it = by_name.find(e.name); it != by_name.end()) {
+        if (auto it = by_name.find(e.name()); it != by_name.end()) {
           explained_before.push_back(it->second);
         }
       }
@@ -114,7 +114,7 @@ ProfileResult Profile::run(CycleContext& ctx, std::vector<Endpoint> endpoints,
   if (explain != nullptr) {
     explained.reserve(endpoints.size());
     for (const auto& e : endpoints) {
-      auto it = by_name.find(e.name);
+      auto it = by_name.find(e.name());
       explained.push_back(it == by_name.end() ? nullptr : it->second);
       if (explained.back() != nullptr) {
         explained.back()->scorer_scores.reserve(scorers_.size());
@@ -147,7 +147,7 @@ ProfileResult Profile::run(CycleContext& ctx, std::vector<Endpoint> endpoints,
       }
       if (debug_on()) {
         spdlog::debug("profile {} scorer {} ({}) x{}: {} = {:.4f}", name_, s.plugin->name(),
-                      s.plugin->type(), s.weight, endpoints[i].name, clamped);
+                      s.plugin->type(), s.weight, endpoints[i].name(), clamped);
       }
     }
   }
@@ -176,11 +176,11 @@ ProfileResult Profile::run(CycleContext& ctx, std::vector<Endpoint> endpoints,
   if (debug_on()) {
     std::string line;
     for (std::size_t i = 0; i < endpoints.size(); ++i) {
-      line += fmt::format("{}{}={:.4f}", i == 0 ? "" : ", ", endpoints[i].name, total[i]);
+      line += fmt::format("{}{}={:.4f}", i == 0 ? "" : ", ", endpoints[i].name(), total[i]);
     }
     spdlog::debug("profile {} picker {} ({}): scores [{}] -> {} ({})", name_,
-                  picker_.plugin->name(), picker_.plugin->type(), line, endpoints[pick].name,
-                  endpoints[pick].address);
+                  picker_.plugin->name(), picker_.plugin->type(), line, endpoints[pick].name(),
+                  endpoints[pick].address());
   }
   result.candidates = std::move(endpoints);
   result.scores = std::move(total);

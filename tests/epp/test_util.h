@@ -37,11 +37,20 @@ class FixedRng final : public Rng {
 };
 
 inline Endpoint pod(std::string name, double kv = 0.5, int64_t waiting = 0) {
-  Endpoint e;
-  e.address = "10.0.0." + std::to_string(name.size()) + ":8000";
-  e.name = std::move(name);
-  e.metrics.kv_cache_usage = kv;
-  e.metrics.waiting = waiting;
+  PodInfo info;
+  info.address = "10.0.0." + std::to_string(name.size()) + ":8000";
+  info.name = std::move(name);
+  info.metrics.kv_cache_usage = kv;
+  info.metrics.waiting = waiting;
+  return Endpoint::of(std::move(info));
+}
+
+// `e` over a copy of its PodInfo changed by `change` (a published PodInfo is never mutated).
+template <class Change>
+Endpoint with_info(Endpoint e, Change change) {
+  PodInfo info = *e.info;
+  change(info);
+  e.info = std::make_shared<const PodInfo>(std::move(info));
   return e;
 }
 

@@ -75,17 +75,17 @@ TEST(BoundCoverageTest, RegistryKeepsOneFactorPerPoolAndCandidatesCarryIt) {
   // Pool a's TTFT bounds held only at 2x (spread over both pods); its TPOT bounds held, and
   // pool b saw nothing.
   for (int i = 0; i < 128; ++i) {
-    registry.observe_ttft(i % 2 ? "a1" : "a2", 49, 49, 99, t0);
-    registry.observe_tpot("a1", 9, 9, 4, t0);
+    registry.live(i % 2 ? "a1" : "a2")->observe_ttft(49, 49, 99, t0);
+    registry.live("a1")->observe_tpot(9, 9, 4, t0);
   }
-  registry.observe_ttft("unknown-pod", 1, 1, 1000, t0);  // ignored
+  EXPECT_EQ(registry.live("unknown-pod"), nullptr);
   for (const auto& e : registry.candidates(t0)) {
     if (e.pool() == "a") {
-      EXPECT_DOUBLE_EQ(e.ttft_bound_factor, 2.0) << e.name;
-      EXPECT_DOUBLE_EQ(e.tpot_bound_factor, 0.5) << e.name;
+      EXPECT_DOUBLE_EQ(e.ttft_bound_factor, 2.0) << e.name();
+      EXPECT_DOUBLE_EQ(e.tpot_bound_factor, 0.5) << e.name();
     } else {
-      EXPECT_DOUBLE_EQ(e.ttft_bound_factor, 1.0) << e.name;
-      EXPECT_DOUBLE_EQ(e.tpot_bound_factor, 1.0) << e.name;
+      EXPECT_DOUBLE_EQ(e.ttft_bound_factor, 1.0) << e.name();
+      EXPECT_DOUBLE_EQ(e.tpot_bound_factor, 1.0) << e.name();
     }
   }
 }

@@ -142,7 +142,7 @@ TEST_F(RegistryHealth, AtMostTheCappedShareIsEjectedAndAtLeastOnePod) {
   EXPECT_EQ(heard, 1);
   auto c = registry_.candidates(kT0);
   ASSERT_EQ(c.size(), 3u);
-  EXPECT_EQ(c[0].name, "p1");
+  EXPECT_EQ(c[0].name(), "p1");
   const auto pods = registry_.pod_health(kT0);
   EXPECT_TRUE(pods[0].ejected);
   EXPECT_EQ(pods[0].ejections, 1);
@@ -184,8 +184,8 @@ TEST_F(RegistryHealth, APodThatNeverAnsweredAScrapeIsNeverACandidate) {
   EXPECT_TRUE(registry_.health(later).panic);
   auto c = registry_.candidates(later);
   ASSERT_EQ(c.size(), 2u);
-  EXPECT_EQ(c[0].name, "p0");
-  EXPECT_EQ(c[1].name, "p1");
+  EXPECT_EQ(c[0].name(), "p0");
+  EXPECT_EQ(c[1].name(), "p1");
   PodRegistry empty;
   EXPECT_EQ(empty.ready_count(kT0), 0u);
   EXPECT_FALSE(empty.health(kT0).panic);

@@ -26,7 +26,7 @@ void scrape_pool(PodRegistry& r, std::chrono::steady_clock::time_point at) {
 
 const Endpoint& find(const std::vector<Endpoint>& eps, const std::string& name) {
   for (const auto& e : eps) {
-    if (e.name == name) return e;
+    if (e.name() == name) return e;
   }
   throw std::runtime_error("no pod " + name);
 }
@@ -35,7 +35,7 @@ TEST(PeerInFlight, APeersSnapshotAddsToOwnCountsUntilItExpires) {
   PodRegistry r{std::chrono::hours(1)};
   scrape_pool(r, kT0);
   r.set_peer_expiry(milliseconds(150));
-  r.on_dispatch("a", 100);
+  r.live("a")->on_dispatch(100);
   r.set_peer_in_flight("replica-1", {{"a", 2, 300, 0}, {"b", 1, 0, 64}}, kT0);
   auto eps = r.candidates(kT0 + milliseconds(100));
   EXPECT_EQ(find(eps, "a").dispatched, 3);

@@ -32,15 +32,15 @@ class PodResidualRegistryTest : public ::testing::Test {
     std::lognormal_distribution<double> jitter(0.0, noise);
     for (int k = 0; k < n; ++k) {
       for (std::size_t i = 0; i < ratio.size(); ++i) {
-        registry_.observe_ttft("pod-" + std::to_string(i), 100, 100, 100 * ratio[i] * jitter(rng),
-                               t0);
-        registry_.observe_tpot("pod-" + std::to_string(i), 10, 10, 10 * ratio[i] * jitter(rng), t0);
+        PodLive& pod = *registry_.live("pod-" + std::to_string(i));
+        pod.observe_ttft(100, 100, 100 * ratio[i] * jitter(rng), t0);
+        pod.observe_tpot(10, 10, 10 * ratio[i] * jitter(rng), t0);
       }
     }
   }
   double factor(int pod, std::chrono::steady_clock::time_point now = t0, bool tpot = false) {
     for (const auto& e : registry_.candidates(now)) {
-      if (e.name == "pod-" + std::to_string(pod)) {
+      if (e.name() == "pod-" + std::to_string(pod)) {
         return tpot ? e.tpot_residual_factor : e.ttft_residual_factor;
       }
     }

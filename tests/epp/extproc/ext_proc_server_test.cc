@@ -42,10 +42,10 @@ class PredictorThreadPort final : public SchedulingPort {
           continuation_thread = std::this_thread::get_id();
         }
         PickResult r;
-        Endpoint pod;
+        PodInfo pod;
         pod.name = "a";
         pod.address = "10.0.0.1:8000";
-        r.ranked.push_back(pod);
+        r.ranked.push_back(Endpoint::of(std::move(pod)));
         done(std::move(r));
       });
     });

@@ -18,9 +18,9 @@ struct Fixture {
 
   explicit Fixture(int n_pods, QueueSettings q = {}) {
     for (int i = 0; i < n_pods; ++i) {
-      Endpoint e;
-      e.name = "pod-" + std::to_string(i);
-      pods.push_back(e);
+      PodInfo pod;
+      pod.name = "pod-" + std::to_string(i);
+      pods.push_back(Endpoint::of(std::move(pod)));
     }
     RouterQueueConfig c;
     c.queue = q;

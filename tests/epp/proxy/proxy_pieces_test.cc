@@ -8,6 +8,7 @@
 #include "epp/feedback/training_feedback.h"
 #include "epp/proxy/openai_request.h"
 #include "epp/proxy/sse_scanner.h"
+#include "tests/epp/test_util.h"
 
 namespace llmd::epp {
 namespace {
@@ -273,8 +274,10 @@ CompletedRequest sample_request() {
   d.ttft_ms = 50;
   d.e2e_ms = 140;
   d.completion_tokens = 10;
-  d.pod.metrics.kv_cache_usage = 0.4;
-  d.pod.metrics.waiting = 2;
+  d.pod = testing::with_info(d.pod, [](PodInfo& i) {
+    i.metrics.kv_cache_usage = 0.4;
+    i.metrics.waiting = 2;
+  });
   d.pod.prefill_tokens_in_flight = 300;
   d.pod.prefix = PrefixCacheMatchInfo{3, 4};
   d.pod.latency = LatencyPredictionInfo{45, 9, 0, 0, true, true};
@@ -371,8 +374,10 @@ TEST(FeatureRow, ClampsAndCountsUncachedTokens) {
   SchedulingRequest r;
   r.input_tokens = 1000;
   Endpoint e;
-  e.metrics.kv_cache_usage = 1.3;
-  e.metrics.waiting = -1;
+  e = testing::with_info(e, [](PodInfo& i) {
+    i.metrics.kv_cache_usage = 1.3;
+    i.metrics.waiting = -1;
+  });
   e.prefix = PrefixCacheMatchInfo{3, 4};
   auto row = feature_row(r, e);
   EXPECT_DOUBLE_EQ(row.kv_cache_percentage, 1.0);
@@ -399,15 +404,15 @@ TEST(PodRegistry, StalenessCooldownAndExactInFlight) {
   no_panic.panic_threshold_percent = 0;
   r.configure_outlier_detection(no_panic);
   EXPECT_TRUE(r.candidates(now + std::chrono::seconds(2)).empty());  // stale
-  r.on_dispatch("a", 100);
-  r.on_dispatch("a", 50);
+  PodLive& a = *r.live("a");
+  a.on_dispatch(100);
+  a.on_dispatch(50);
   auto c = r.candidates(now);
   EXPECT_EQ(c[0].dispatched, 2);
   EXPECT_EQ(c[0].prefill_tokens_in_flight, 150);
-  r.on_first_token("a", 100, 20);
-  r.on_finished("a", 100, 20, true);
-  r.on_finished("a", 50, 20, false);
-  r.on_finished("a", 50, 20, false);  // never below zero
+  a.on_first_token(100, 20);
+  a.on_finished(100, 20, true);
+  a.on_finished(50, 20, false);
   c = r.candidates(now);
   EXPECT_EQ(c[0].dispatched, 0);
   EXPECT_EQ(c[0].prefill_tokens_in_flight, 0);

@@ -8,10 +8,12 @@
 namespace llmd::epp {
 namespace {
 
-Endpoint pod(std::string name) {
-  Endpoint e;
-  e.name = std::move(name);
-  return e;
+Endpoint pod(std::string name, int64_t waiting = 0, double kv = 0) {
+  PodInfo info;
+  info.name = std::move(name);
+  info.metrics.waiting = waiting;
+  info.metrics.kv_cache_usage = kv;
+  return Endpoint::of(std::move(info));
 }
 
 SaturationThresholds none() { return SaturationThresholds{}; }
@@ -41,21 +43,15 @@ TEST(PodSaturatedTest, InFlightRequests) {
 TEST(PodSaturatedTest, WaitingRequests) {
   auto t = none();
   t.waiting_requests = 5;
-  auto e = pod("a");
-  e.metrics.waiting = 4;
-  EXPECT_FALSE(pod_saturated(e, t, std::nullopt));
-  e.metrics.waiting = 5;
-  EXPECT_TRUE(pod_saturated(e, t, std::nullopt));
+  EXPECT_FALSE(pod_saturated(pod("a", 4), t, std::nullopt));
+  EXPECT_TRUE(pod_saturated(pod("a", 5), t, std::nullopt));
 }
 
 TEST(PodSaturatedTest, KvCacheUsage) {
   auto t = none();
   t.kv_cache_usage = 0.9;
-  auto e = pod("a");
-  e.metrics.kv_cache_usage = 0.89;
-  EXPECT_FALSE(pod_saturated(e, t, std::nullopt));
-  e.metrics.kv_cache_usage = 0.9;
-  EXPECT_TRUE(pod_saturated(e, t, std::nullopt));
+  EXPECT_FALSE(pod_saturated(pod("a", 0, 0.89), t, std::nullopt));
+  EXPECT_TRUE(pod_saturated(pod("a", 0, 0.9), t, std::nullopt));
 }
 
 TEST(PodSaturatedTest, PredictedTtftOnlyWhenKnown) {
@@ -68,10 +64,8 @@ TEST(PodSaturatedTest, PredictedTtftOnlyWhenKnown) {
 }
 
 TEST(PodSaturatedTest, AnyLimitIsEnoughAndNoLimitNeverSaturates) {
-  auto e = pod("a");
+  auto e = pod("a", 100, 1.0);
   e.dispatched = 100;
-  e.metrics.waiting = 100;
-  e.metrics.kv_cache_usage = 1.0;
   e.prefill_tokens_in_flight = 1 << 20;
   EXPECT_FALSE(pod_saturated(e, none(), 1e9));
   EXPECT_FALSE(none().any());
@@ -80,21 +74,18 @@ TEST(PodSaturatedTest, AnyLimitIsEnoughAndNoLimitNeverSaturates) {
   t.kv_cache_usage = 1.0;   // reached too
   t.in_flight_requests = 1000;  // not reached
   EXPECT_TRUE(t.any());
-  e.metrics.kv_cache_usage = 0.1;
+  e.info = pod("a", 100, 0.1).info;
   EXPECT_TRUE(pod_saturated(e, t, std::nullopt));
-  e.metrics.waiting = 0;
+  e.info = pod("a", 0, 0.1).info;
   EXPECT_FALSE(pod_saturated(e, t, std::nullopt));
 }
 
 TEST(PoolSaturatedTest, OnlyWhenEveryPodIs) {
   SaturationThresholds t;
   t.waiting_requests = 2;
-  std::vector<Endpoint> pods = {pod("a"), pod("b"), pod("c")};
-  for (auto& e : pods) {
-    e.metrics.waiting = 3;
-  }
+  std::vector<Endpoint> pods = {pod("a", 3), pod("b", 3), pod("c", 3)};
   EXPECT_TRUE(pool_saturated(pods, t));
-  pods[1].metrics.waiting = 1;
+  pods[1] = pod("b", 1);
   EXPECT_FALSE(pool_saturated(pods, t));
 }
 
@@ -110,7 +101,7 @@ TEST(PoolSaturatedTest, PredictedTtftFromLookupOrEndpointAttribute) {
   std::vector<Endpoint> pods = {pod("a"), pod("b")};
   std::map<std::string, double> ttft = {{"a", 1500}, {"b", 1200}};
   PredictedTtftLookup lookup = [&](const Endpoint& e) -> std::optional<double> {
-    auto it = ttft.find(e.name);
+    auto it = ttft.find(e.name());
     return it == ttft.end() ? std::nullopt : std::optional<double>(it->second);
   };
   EXPECT_TRUE(pool_saturated(pods, t, lookup));

@@ -26,7 +26,7 @@ class RequestContextTest : public ::testing::Test {
   }
   Endpoint pod(const std::string& name) {
     for (auto& e : registry_.candidates(kT0)) {
-      if (e.name == name) {
+      if (e.name() == name) {
         return e;
       }
     }
@@ -166,9 +166,10 @@ TEST_F(RequestContextTest, PodFailuresInARowEjectThePodAndAnAnswerBreaksTheRun) 
 
 TEST_F(RequestContextTest, UpstreamUrlTargetsTouchNoPodBookkeeping) {
   Route url;
-  Endpoint upstream;
-  upstream.name = "https://api.example";
-  upstream.address = "api.example:443";
+  PodInfo target;
+  target.name = "https://api.example";
+  target.address = "api.example:443";
+  const Endpoint upstream = Endpoint::of(std::move(target));
   url.upstream = upstream;
   RequestContext ctx(services(), kT0);
   PodAttempt attempt = ctx.dispatch(request_, upstream, url, "m", 8, 1, kT0);

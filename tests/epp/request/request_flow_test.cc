@@ -50,7 +50,7 @@ class ScriptedPort final : public SchedulingPort {
     r.status = status;
     for (const auto& name : ranking) {
       for (auto& e : registry_.candidates(kT0)) {
-        if (e.name == name) {
+        if (e.name() == name) {
           r.ranked.push_back(e);
         }
       }
@@ -104,7 +104,7 @@ class RequestFlowTest : public ::testing::Test {
   }
   Endpoint pod(const std::string& name) {
     for (auto& e : registry_.candidates(now_)) {
-      if (e.name == name) {
+      if (e.name() == name) {
         return e;
       }
     }
@@ -127,7 +127,7 @@ TEST_F(RequestFlowTest, AStreamIsScannedTimedAndRecordedOnce) {
   ASSERT_EQ(verdicts.size(), 1u) << "nothing waited: decided inline";
   EXPECT_EQ(verdicts[0].status, 200);
   ASSERT_NE(flow->next_pod(), nullptr);
-  EXPECT_EQ(flow->next_pod()->name, "a");
+  EXPECT_EQ(flow->next_pod()->name(), "a");
   now_ += 4ms;  // parsing and scheduling
   flow->dispatch();
   EXPECT_EQ(pod("a").dispatched, 1);
@@ -183,7 +183,7 @@ TEST_F(RequestFlowTest, OneRetryOnTheNextPodOnlyWhenNothingReachedTheClient) {
   flow->dispatch();
   flow->pod_failed(503, true);
   ASSERT_NE(flow->next_pod(), nullptr);
-  EXPECT_EQ(flow->next_pod()->name, "b");
+  EXPECT_EQ(flow->next_pod()->name(), "b");
   now_ += 3ms;
   flow->dispatch();
   EXPECT_EQ(pod("b").dispatched, 1);
@@ -234,7 +234,7 @@ TEST_F(RequestFlowTest, PredictionsThatArriveLaterContinueOnTheOwnersExecutor) {
   EXPECT_EQ(decided, 0);
   executor_.run();
   EXPECT_EQ(decided, 1);
-  EXPECT_EQ(flow->next_pod()->name, "a");
+  EXPECT_EQ(flow->next_pod()->name(), "a");
 }
 
 TEST_F(RequestFlowTest, AClientGoneWhileSchedulingIsNeverDispatchedNorAnswered) {
@@ -297,7 +297,7 @@ TEST_F(RequestFlowQueueTest, AWaiterIsAdmittedWhenASlotFreesAndTheSlotPassesToTh
   executor_.run();
   ASSERT_TRUE(v2);
   EXPECT_EQ(v2->status, 200);
-  EXPECT_EQ(second->next_pod()->name, "a");
+  EXPECT_EQ(second->next_pod()->name(), "a");
   // `second` holds the in-transit slot: `third` waits although no pod counts it yet.
   third->start(kChatPath, kStreamedChat, headers("three"),
                [&](const RequestFlow::Verdict& v) { v3 = v; });

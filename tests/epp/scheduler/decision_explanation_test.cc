@@ -66,7 +66,7 @@ TEST_F(DefaultPipelineExplained, ARequestThatAsksGetsCandidatesFiltersScoresAndT
   const DecisionExplanation& e = *r2.explanation;
   EXPECT_EQ(e.request_id, "req-1");
   EXPECT_EQ(e.outcome, "picked");
-  EXPECT_EQ(e.picked, r2.picked->name);
+  EXPECT_EQ(e.picked, r2.picked->name());
   EXPECT_EQ(e.picked, "b");
   EXPECT_TRUE(e.predictions_used);
   EXPECT_EQ(e.fallback, "");
@@ -119,11 +119,11 @@ TEST_F(DefaultPipelineExplained, TheSampledLogWritesOneJsonLinePerDecision) {
   ASSERT_EQ(lines_.size(), 1u);
   ASSERT_TRUE(lines_[0].starts_with("decision {"));
   auto j = nlohmann::json::parse(lines_[0].substr(std::string_view("decision ").size()));
-  EXPECT_EQ(j["pick"], r.picked->name);
+  EXPECT_EQ(j["pick"], r.picked->name());
   EXPECT_EQ(j["outcome"], "picked");
   ASSERT_EQ(j["candidates"].size(), 2u);  // bounded: the pick, the retry target
-  EXPECT_EQ(j["candidates"][0]["name"], r.picked->name);
-  EXPECT_EQ(j["candidates"][1]["name"], r.fallback->name);
+  EXPECT_EQ(j["candidates"][0]["name"], r.picked->name());
+  EXPECT_EQ(j["candidates"][1]["name"], r.fallback->name());
   EXPECT_TRUE(j["candidates"][0].contains("ttft_ms"));
   EXPECT_TRUE(j["candidates"][0].contains("tpot_ms"));
   EXPECT_TRUE(j["candidates"][0].contains("score"));

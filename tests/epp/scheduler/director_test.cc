@@ -44,7 +44,7 @@ class RecordingProducer final : public PluginBase<DataProducer> {
       e.prefix = PrefixCacheMatchInfo{1, 2};
     }
   }
-  void on_picked(CycleContext&, const Endpoint& e) const override { picked.push_back(e.name); }
+  void on_picked(CycleContext&, const Endpoint& e) const override { picked.push_back(e.name()); }
   mutable std::vector<std::string> picked;
 };
 
@@ -85,8 +85,8 @@ TEST(ProfileTest, ClampsWeightsAndSumsScores) {
   EXPECT_DOUBLE_EQ(r.scores[0].score, 2.5);   // 2 x clamp(2.0) + 0.5
   EXPECT_DOUBLE_EQ(r.scores[1].score, 0.25);  // 2 x clamp(-1) + 0.25
   EXPECT_DOUBLE_EQ(r.scores[2].score, 1.0);   // NaN counts as 0
-  EXPECT_EQ(r.picked->name, "x");
-  EXPECT_EQ(r.fallback->name, "z");  // next best, for the single retry
+  EXPECT_EQ(r.picked->name(), "x");
+  EXPECT_EQ(r.fallback->name(), "z");  // next best, for the single retry
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.profile, "test");
   ASSERT_TRUE(r.picked->prefix);  // attributes travel with the pick
@@ -101,7 +101,7 @@ TEST(ProfileTest, WrongSizedScorerOutputIsIgnored) {
   FixedRng rng;
   auto r = d.schedule(testing::request(), {pod("x"), pod("y")}, rng);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r.picked->name, "y");
+  EXPECT_EQ(r.picked->name(), "y");
 }
 
 TEST(ProfileTest, StopsWhenFiltersLeaveNothing) {
@@ -168,7 +168,7 @@ TEST_F(DefaultPipelineTest, PicksTheOnlyPodMeetingTheSlo) {
   FixedRng rng({0.5, 0.5, 0.5}, 0.5);  // no exploration (0.5 > 0.01)
   auto r = director_->schedule(req, {busy("a", 0.5), busy("b", 0.5), busy("c", 0.5)}, rng);
   ASSERT_TRUE(r.ok()) << r.reason;
-  EXPECT_EQ(r.picked->name, "b");
+  EXPECT_EQ(r.picked->name(), "b");
   EXPECT_TRUE(r.predictions_used);
   ASSERT_TRUE(r.picked->latency);
   EXPECT_DOUBLE_EQ(r.picked->latency->ttft_headroom_ms, 20);
@@ -176,7 +176,7 @@ TEST_F(DefaultPipelineTest, PicksTheOnlyPodMeetingTheSlo) {
   // scores only the pod predicted to meet the SLO.
   ASSERT_EQ(r.scores.size(), 3u);
   for (const auto& s : r.scores) {
-    EXPECT_EQ(s.score > 0, s.name == "b") << s.name << " scored " << s.score;
+    EXPECT_EQ(s.score > 0, s.name() == "b") << s.name() << " scored " << s.score;
   }
   // The pick was recorded in the prefix index: the next request with this prompt sticks to b.
   auto stats = services_.index.stats();
@@ -185,7 +185,7 @@ TEST_F(DefaultPipelineTest, PicksTheOnlyPodMeetingTheSlo) {
   services_.source.answers = {{90, 10}, {95, 10}, {90, 10}};
   auto again = director_->schedule(req, {busy("a", 0.5), busy("b", 0.5), busy("c", 0.5)}, rng);
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(again.picked->name, "b");
+  EXPECT_EQ(again.picked->name(), "b");
   ASSERT_EQ(again.scores.size(), 1u);  // strict affinity gate
   EXPECT_DOUBLE_EQ(again.picked->prefix->score(), 1.0);
   EXPECT_EQ(metrics_.picked.Value(), 2);
@@ -237,7 +237,8 @@ TEST_F(DefaultPipelineTest, ReloadSwapsGenerationForLaterRequests) {
   FixedRng rng;
   std::vector<std::string> got;
   for (int i = 0; i < 4; ++i) {
-    got.push_back(director_->schedule(testing::request(), {pod("a"), pod("b")}, rng).picked->name);
+    got.push_back(
+        director_->schedule(testing::request(), {pod("a"), pod("b")}, rng).picked->name());
   }
   EXPECT_EQ(got, (std::vector<std::string>{"a", "b", "a", "b"}));
   EXPECT_NE(old, director_->pipeline());
@@ -255,7 +256,7 @@ TEST_F(DefaultPipelineTest, RequestsScheduleWithTheGenerationTheyTook) {
   std::vector<std::string> got;
   for (int i = 0; i < 4; ++i) {
     got.push_back(
-        director_->schedule(taken, testing::request(), {pod("a"), pod("b")}, rng).picked->name);
+        director_->schedule(taken, testing::request(), {pod("a"), pod("b")}, rng).picked->name());
   }
   EXPECT_EQ(got, (std::vector<std::string>{"a", "b", "a", "b"}));
   EXPECT_NE(taken, director_->pipeline());
@@ -311,7 +312,7 @@ TEST(DirectorAsyncTest, CycleResumesThroughResumeWhenPredictionsArrive) {
   resumed[0]();
   ASSERT_TRUE(result);
   ASSERT_TRUE(result->ok()) << result->reason;
-  EXPECT_EQ(result->picked->name, "b");  // the only pod predicted under the 100 ms SLO
+  EXPECT_EQ(result->picked->name(), "b");  // the only pod predicted under the 100 ms SLO
   EXPECT_TRUE(result->predictions_used);
 }
 
@@ -342,10 +343,10 @@ TEST_F(DefaultPipelineTest, LoadPrefixHeuristicPrefersCachedIdlePod) {
   SchedulingRequest req = testing::request(std::string(256, 'q'));
   auto first = d.schedule(req, {pod("a", 0.5, 3), pod("b", 0.2, 0)}, rng);
   ASSERT_TRUE(first.ok());
-  EXPECT_EQ(first.picked->name, "b");  // emptier and shorter queue
+  EXPECT_EQ(first.picked->name(), "b");  // emptier and shorter queue
   // b now holds the prompt: 0 (queue) + 0.8 (kv) + 1 (prefix) beats a's 1 + 0.7 + 0.
   auto second = d.schedule(req, {pod("a", 0.3, 0), pod("b", 0.2, 1)}, rng);
-  EXPECT_EQ(second.picked->name, "b");
+  EXPECT_EQ(second.picked->name(), "b");
 }
 
 }  // namespace

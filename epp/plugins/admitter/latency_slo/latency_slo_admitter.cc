@@ -33,7 +33,7 @@ AdmitDecision LatencySloAdmitter::admit(CycleContext& ctx,
   }
   bool has_prediction = false, has_valid = false, has_idle = false, has_cold = false;
   for (const auto& e : endpoints) {
-    has_cold |= e.metrics.kv_cache_usage < config_.coldKvCacheThreshold;
+    has_cold |= e.metrics().kv_cache_usage < config_.coldKvCacheThreshold;
     has_idle |= e.dispatched == 0;  // our exact count, not the lagging scraped gauge
     if (e.latency) {
       has_prediction = true;

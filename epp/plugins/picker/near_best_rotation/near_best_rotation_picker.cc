@@ -146,7 +146,7 @@ std::size_t NearBestRotationPicker::pick(CycleContext& ctx,
     if (!near[i]) {
       continue;
     }
-    auto it = last_pick_.find(scored[i].endpoint->name);
+    auto it = last_pick_.find(scored[i].endpoint->name());
     const uint64_t seq = it == last_pick_.end() ? 0 : it->second;
     if (chosen == scored.size() || seq < chosen_seq) {
       chosen = i, chosen_seq = seq, ties = 1;
@@ -162,10 +162,10 @@ std::size_t NearBestRotationPicker::pick(CycleContext& ctx,
     chosen = 0;  // unreachable: the best pod is always near-best
   }
   if (last_pick_.size() >= kMaxTrackedPods &&
-      !last_pick_.contains(scored[chosen].endpoint->name)) {
+      !last_pick_.contains(scored[chosen].endpoint->name())) {
     last_pick_.clear();
   }
-  last_pick_[scored[chosen].endpoint->name] = ++picks_;
+  last_pick_[scored[chosen].endpoint->name()] = ++picks_;
   return chosen;
 }
 

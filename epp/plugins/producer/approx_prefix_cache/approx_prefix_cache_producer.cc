@@ -44,13 +44,13 @@ ApproxPrefixCacheProducer::ApproxPrefixCacheProducer(std::string name, Config co
     : PluginBase(kType, std::move(name)), config_(config), index_(index) {}
 
 int64_t ApproxPrefixCacheProducer::block_size(const Endpoint& e) const {
-  return config_.autoTune && e.metrics.block_size > 0 ? e.metrics.block_size
+  return config_.autoTune && e.metrics().block_size > 0 ? e.metrics().block_size
                                                       : config_.blockSizeTokens;
 }
 
 std::size_t ApproxPrefixCacheProducer::capacity(const Endpoint& e) const {
-  return static_cast<std::size_t>(config_.autoTune && e.metrics.num_gpu_blocks > 0
-                                      ? e.metrics.num_gpu_blocks
+  return static_cast<std::size_t>(config_.autoTune && e.metrics().num_gpu_blocks > 0
+                                      ? e.metrics().num_gpu_blocks
                                       : config_.lruCapacityPerServer);
 }
 
@@ -69,7 +69,7 @@ void ApproxPrefixCacheProducer::produce(CycleContext& ctx, std::vector<Endpoint>
                .first;
     }
     const auto& hashes = it->second;
-    e.prefix = PrefixCacheMatchInfo{index_.match(e.name, hashes), hashes.size()};
+    e.prefix = PrefixCacheMatchInfo{index_.match(e.name(), hashes), hashes.size()};
   }
 }
 
@@ -80,7 +80,7 @@ void ApproxPrefixCacheProducer::on_picked(CycleContext& ctx, const Endpoint& pic
       static_cast<std::size_t>(block_size(picked) * config_.charsPerToken),
       static_cast<std::size_t>(config_.maxPrefixBlocksToMatch));
   if (!hashes.empty()) {
-    index_.insert(picked.name, hashes, capacity(picked));
+    index_.insert(picked.name(), hashes, capacity(picked));
   }
 }
 

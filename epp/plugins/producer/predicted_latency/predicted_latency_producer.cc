@@ -96,7 +96,7 @@ double PredictedLatencyProducer::step_phase_ms(const SchedulingRequest& request,
   // is a bound that must hold whatever the phase (shifted by it, the benchmark's SLO run lost
   // 0.2-0.6 points of attainment on every seed, scored with or without the shift).
   if (!config_.stepPhaseCorrection || request.has_slo() || !e.step || e.dispatched <= 0 ||
-      e.prefill_tokens_in_flight > 0 || e.metrics.waiting > 0) {
+      e.prefill_tokens_in_flight > 0 || e.metrics().waiting > 0) {
     return 0;
   }
   return step_arrival_delay_ms(*e.step, now).value_or(0.0);
@@ -151,11 +151,11 @@ void PredictedLatencyProducer::apply(const CycleContext& ctx, std::vector<Endpoi
     if (config_.podResidualCorrection &&
         (e.ttft_residual_factor != 1.0 || e.tpot_residual_factor != 1.0) &&
         spdlog::should_log(spdlog::level::debug)) {
-      scaled += fmt::format(" {} ttft x{:.2f} tpot x{:.2f}", e.name, e.ttft_residual_factor,
+      scaled += fmt::format(" {} ttft x{:.2f} tpot x{:.2f}", e.name(), e.ttft_residual_factor,
                             e.tpot_residual_factor);
     }
     if (endpoints[i].latency->ttft_phase_ms != 0 && spdlog::should_log(spdlog::level::debug)) {
-      phased += fmt::format(" {} {:+.1f} ms", e.name, endpoints[i].latency->ttft_phase_ms);
+      phased += fmt::format(" {} {:+.1f} ms", e.name(), endpoints[i].latency->ttft_phase_ms);
     }
   }
   if (!scaled.empty()) {

@@ -16,7 +16,7 @@ std::vector<double> KvCacheScorer::score(CycleContext&, std::span<const Endpoint
   std::vector<double> out;
   out.reserve(endpoints.size());
   for (const auto& e : endpoints) {
-    out.push_back(std::clamp(1.0 - e.metrics.kv_cache_usage, 0.0, 1.0));
+    out.push_back(std::clamp(1.0 - e.metrics().kv_cache_usage, 0.0, 1.0));
   }
   return out;
 }

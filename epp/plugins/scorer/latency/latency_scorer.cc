@@ -280,7 +280,7 @@ void LatencyScorer::score_composite(std::span<const Endpoint> endpoints,
   // the pod. The scrape is up to one interval old; the in-flight count moves with every
   // dispatch, so a burst decided between two scrapes does not pile onto the pod whose last
   // scrape looked emptiest (with a sharp picker it would get the whole burst).
-  auto queue = [](const Endpoint& e) { return std::max(e.metrics.waiting, e.dispatched); };
+  auto queue = [](const Endpoint& e) { return std::max(e.metrics().waiting, e.dispatched); };
   int64_t max_q = 0;
   for (std::size_t i : idx) {
     max_q = std::max(max_q, queue(endpoints[i]));
@@ -288,7 +288,7 @@ void LatencyScorer::score_composite(std::span<const Endpoint> endpoints,
   for (std::size_t i : idx) {
     const Endpoint& e = endpoints[i];
     double rel_q = max_q > 0 ? static_cast<double>(max_q - queue(e)) / max_q : 1.0;
-    double kv_free = std::clamp(1.0 - e.metrics.kv_cache_usage, 0.0, 1.0);
+    double kv_free = std::clamp(1.0 - e.metrics().kv_cache_usage, 0.0, 1.0);
     double prefix = e.prefix ? e.prefix->score() : 0.0;
     double w = std::round(100.0 * (wkv * kv_free + wq * rel_q + wp * prefix));
     out[i] = std::clamp((invert ? 100.0 - w : w) / 100.0, 0.0, 1.0);

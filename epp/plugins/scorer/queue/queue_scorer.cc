@@ -18,14 +18,14 @@ std::vector<double> QueueScorer::score(CycleContext&, std::span<const Endpoint> 
     return out;
   }
   auto [lo, hi] = std::minmax_element(endpoints.begin(), endpoints.end(), [](auto& a, auto& b) {
-    return a.metrics.waiting < b.metrics.waiting;
+    return a.metrics().waiting < b.metrics().waiting;
   });
-  int64_t min_q = lo->metrics.waiting, max_q = hi->metrics.waiting;
+  int64_t min_q = lo->metrics().waiting, max_q = hi->metrics().waiting;
   if (max_q == min_q) {
     return out;  // no pod is better than another on this signal
   }
   for (std::size_t i = 0; i < endpoints.size(); ++i) {
-    out[i] = static_cast<double>(max_q - endpoints[i].metrics.waiting) / (max_q - min_q);
+    out[i] = static_cast<double>(max_q - endpoints[i].metrics().waiting) / (max_q - min_q);
   }
   return out;
 }

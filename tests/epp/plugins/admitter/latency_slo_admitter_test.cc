@@ -22,7 +22,7 @@ class LatencySloAdmitterTest : public ::testing::Test {
   // Busy, warm, predicted to miss the SLO.
   static Endpoint hopeless(std::string name) {
     Endpoint e = predicted(std::move(name), -50, 0, 3);
-    e.metrics.kv_cache_usage = 0.5;
+    e = testing::with_info(e, [](PodInfo& i) { i.metrics.kv_cache_usage = 0.5; });
     return e;
   }
   LatencySloAdmitter admitter_{"admit", {}};
@@ -39,13 +39,13 @@ TEST_F(LatencySloAdmitterTest, DeniesSheddableRequestNoPodCanServe) {
 
 TEST_F(LatencySloAdmitterTest, AdmitsWhenAnyPodIsValidIdleOrCold) {
   Endpoint valid = predicted("v", 10, 0, 3);
-  valid.metrics.kv_cache_usage = 0.5;
+  valid = testing::with_info(valid, [](PodInfo& i) { i.metrics.kv_cache_usage = 0.5; });
   EXPECT_TRUE(admit({hopeless("a"), valid}).admit);
   Endpoint idle = hopeless("i");
   idle.dispatched = 0;
   EXPECT_TRUE(admit({hopeless("a"), idle}).admit);
   Endpoint cold = hopeless("c");
-  cold.metrics.kv_cache_usage = 0.01;
+  cold = testing::with_info(cold, [](PodInfo& i) { i.metrics.kv_cache_usage = 0.01; });
   EXPECT_TRUE(admit({hopeless("a"), cold}).admit);
 }
 

@@ -15,7 +15,7 @@ using testing::with_prefix;
 std::vector<std::string> names(const std::vector<Endpoint>& eps) {
   std::vector<std::string> out;
   for (const auto& e : eps) {
-    out.push_back(e.name);
+    out.push_back(e.name());
   }
   return out;
 }

@@ -89,8 +89,10 @@ TEST_F(ApproxPrefixProducerTest, BlockSizeAndCapacityComeFromPodMetrics) {
   SchedulingRequest req = testing::request(std::string(64, 'z'));
   CycleContext ctx{req, rng_};
   Endpoint small = pod("small");
-  small.metrics.block_size = 8;  // 32-character blocks: 2 of them
-  small.metrics.num_gpu_blocks = 1;
+  small = testing::with_info(small, [](PodInfo& i) {
+    i.metrics.block_size = 8;  // 32-character blocks: 2 of them
+    i.metrics.num_gpu_blocks = 1;
+  });
   std::vector<Endpoint> eps = {small, pod("std")};
   p->produce(ctx, eps);
   EXPECT_EQ(eps[0].prefix->total_blocks, 2u);
@@ -144,8 +146,10 @@ TEST_F(PredictedLatencyProducerTest, BuildsOneFeatureRowPerCandidate) {
   SchedulingRequest req = testing::request();
   req.input_tokens = 321;
   Endpoint a = testing::with_prefix(pod("a", 0.25, 3), 3, 4);
-  a.metrics.running = 7;
-  a.labels["role"] = "decode";
+  a = testing::with_info(a, [](PodInfo& i) {
+    i.metrics.running = 7;
+    i.labels["role"] = "decode";
+  });
   a.prefill_tokens_in_flight = 900;
   a.decode_tokens_in_flight = 55;
   Endpoint b = pod("b", 0.5, 0);
@@ -208,7 +212,7 @@ TEST_F(PredictedLatencyProducerTest, TpotNeutralisedForNonStreamingAndPrefillPod
 
   req.streaming = true;
   Endpoint prefill = pod("p");
-  prefill.labels["role"] = "prefill";
+  prefill = testing::with_info(prefill, [](PodInfo& i) { i.labels["role"] = "prefill"; });
   eps = run(*make(), req, {prefill, pod("d")});
   EXPECT_DOUBLE_EQ(eps[0].latency->tpot_headroom_ms, 0);
   EXPECT_TRUE(eps[0].latency->tpot_valid);
@@ -377,7 +381,9 @@ TEST_F(PredictedLatencyProducerTest, StepPhaseIsLeftOutWhenTheRequestWouldNotBeN
     return e;
   };
   Endpoint queued = busy("queued");
-  queued.metrics.waiting = 1;  // others wait first: how many steps is the model's business
+  queued = testing::with_info(queued, [](PodInfo& i) {
+    i.metrics.waiting = 1;  // others wait first: how many steps is the model's business
+  });
   Endpoint prefilling = busy("prefilling");
   prefilling.prefill_tokens_in_flight = 500;
   Endpoint overrun = busy("overrun");  // 12 ms into an 8-ms step: not a typical step, end unknown

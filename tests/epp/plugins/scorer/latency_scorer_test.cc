@@ -83,7 +83,7 @@ TEST_F(LatencyScorerTest, SloMissCompositeRanksByLoadAndPrefixWhenNoPodMeetsTheS
   // "near" is closest to the SLO but has no cache hit and a queue; "cached" misses by more
   // but holds the whole prompt.
   Endpoint near = predicted("near", -5, -1, 3), cached = with_prefix(predicted("cached", -40, -1, 3), 4, 4);
-  near.metrics.waiting = 4;
+  near = testing::with_info(near, [](PodInfo& i) { i.metrics.waiting = 4; });
   const std::vector<Endpoint> eps = {near, cached};
   req_.slo_ttft_ms = 100;
   auto got = score(*s, eps);
@@ -131,8 +131,10 @@ TEST_F(LatencyScorerTest, SloMissLatencyCompositeWeighsTheCompositeByThePredicti
 TEST_F(LatencyScorerTest, SloMissConcentrateSendsMissesToTheBusiestPod) {
   auto s = make({{"sloMissStrategy", "concentrate"}});
   Endpoint busy = predicted("busy", -500, -1, 9), light = predicted("light", -20, -1, 1);
-  busy.metrics.kv_cache_usage = 0.9;
-  busy.metrics.waiting = 12;
+  busy = testing::with_info(busy, [](PodInfo& i) {
+    i.metrics.kv_cache_usage = 0.9;
+    i.metrics.waiting = 12;
+  });
   req_.slo_ttft_ms = 100;
   auto got = score(*s, {busy, light});
   EXPECT_GT(got[0], got[1]);
@@ -150,8 +152,10 @@ TEST_F(LatencyScorerTest, SloMissConcentrateSendsMissesToTheBusiestPod) {
 TEST_F(LatencyScorerTest, ColdStartConstantPredictionsFollowLoadAndPrefix) {
   auto s = make();
   Endpoint full = predicted("full", -10, -10, 3);
-  full.metrics.kv_cache_usage = 0.9;
-  full.metrics.waiting = 4;
+  full = testing::with_info(full, [](PodInfo& i) {
+    i.metrics.kv_cache_usage = 0.9;
+    i.metrics.waiting = 4;
+  });
   Endpoint cached = with_prefix(predicted("cached", -10, -10, 3), 4, 4);
   auto got = score(*s, {full, cached});
   EXPECT_LT(got[0], got[1]);
@@ -250,18 +254,22 @@ TEST_F(LatencyScorerTest, PodWithoutPredictionIsNeverPositiveWithZeroHeadroom) {
 TEST_F(LatencyScorerTest, CompositeOnlyIgnoresPredictions) {
   auto s = make({{"headroomSelectionStrategy", "composite-only"}});
   Endpoint a = predicted("a", 100, 20, 0), b = predicted("b", 30, 5, 0);
-  a.metrics.kv_cache_usage = 0.2;
-  b.metrics.kv_cache_usage = 0.8;
-  b.metrics.waiting = 5;
+  a = testing::with_info(a, [](PodInfo& i) { i.metrics.kv_cache_usage = 0.2; });
+  b = testing::with_info(b, [](PodInfo& i) {
+    i.metrics.kv_cache_usage = 0.8;
+    i.metrics.waiting = 5;
+  });
   expect_scores(score(*s, {a, b}), {0.60, 0.07});
 }
 
 TEST_F(LatencyScorerTest, CompositeMostAndLeastScoreThePositiveBucket) {
   Endpoint a = predicted("a", 100, 20, 0), b = predicted("b", 30, 5, 0),
            c = predicted("c", -5, 1, 0);
-  a.metrics.kv_cache_usage = 0.2;
-  b.metrics.kv_cache_usage = 0.8;
-  b.metrics.waiting = 5;
+  a = testing::with_info(a, [](PodInfo& i) { i.metrics.kv_cache_usage = 0.2; });
+  b = testing::with_info(b, [](PodInfo& i) {
+    i.metrics.kv_cache_usage = 0.8;
+    i.metrics.waiting = 5;
+  });
   expect_scores(score(*make({{"headroomSelectionStrategy", "composite-most"}}), {a, b, c}),
                 {0.60, 0.07, 0.0});
   expect_scores(score(*make({{"headroomSelectionStrategy", "composite-least"}}), {a, b, c}),
