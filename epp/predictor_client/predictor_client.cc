@@ -291,13 +291,41 @@ struct PredictorClient::Impl {
     }
     const bool opens_window = coalescer.pending_callers() == 0;
     const Ticket ticket = coalescer.submit(std::move(rows), now, deadline);
-    const bool earliest = async_waiters.empty() || deadline < earliest_async_deadline();
     async_waiters.emplace(ticket, AsyncWaiter{std::move(done), now, deadline});
     async_deadlines.emplace(deadline, ticket);
-    // As in predict(); the dispatcher also wakes for the earliest async deadline.
-    if (opens_window || earliest || coalescer.next_due() <= Clock::now()) {
+    // A batch due at once (adaptive window, nothing in flight: the usual case below
+    // saturation) starts on this thread: waking the dispatcher for it would cost a futex wake
+    // and, on a busy host, a wait for a core, on every request.
+    std::vector<Batch> batches;
+    const auto due_now = Clock::now();
+    if (const auto due = coalescer.next_due(); due && *due <= due_now && room() > 0) {
+      batches = take_ready_locked(due_now);
+    }
+    // As in predict() for rows still pending; and the dispatcher wakes for a deadline before
+    // the time it sleeps until (it never sleeps past request_deadline, so callers with the
+    // usual deadline need no wake-up).
+    const bool pending = coalescer.pending_callers() > 0;
+    if ((pending && (opens_window || coalescer.next_due() <= Clock::now())) ||
+        deadline < dispatcher_sleeps_until) {
       dispatcher_cv.notify_one();
     }
+    if (!batches.empty()) {
+      lk.unlock();
+      for (auto& b : batches) {
+        start_dispatch(std::move(b));
+      }
+    }
+  }
+
+  // Under `mu`: takes the batches due at `now` that may start, counted as in flight; the
+  // caller starts each with start_dispatch() without `mu`.
+  std::vector<Batch> take_ready_locked(Clock::time_point now) {
+    auto batches = coalescer.take_ready(now, room());
+    for (auto& b : batches) {
+      in_flight_rows += b.rows.size();
+      ++in_progress;
+    }
+    return batches;
   }
 
   Clock::time_point earliest_async_deadline() const {
@@ -360,14 +388,9 @@ struct PredictorClient::Impl {
   void dispatcher_loop() {
     std::unique_lock lk(mu);
     while (!stopping) {
-      std::size_t capacity = room();
-      if (capacity > 0) {
-        auto batches = coalescer.take_ready(Clock::now(), capacity);
+      if (room() > 0) {
+        auto batches = take_ready_locked(Clock::now());
         if (!batches.empty()) {
-          for (auto& b : batches) {
-            in_flight_rows += b.rows.size();
-            ++in_progress;
-          }
           lk.unlock();
           for (auto& b : batches) {
             start_dispatch(std::move(b));
@@ -385,15 +408,17 @@ struct PredictorClient::Impl {
       if (due && room() > 0) {
         wake = std::min(wake, *due);
       }
-      if (wake == Clock::time_point::max()) {
-        dispatcher_cv.wait(lk);  // woken by a submission or by a dispatch freeing a slot
-      } else {
-        dispatcher_cv.wait_until(lk, wake);
-      }
+      // Never longer than the longest deadline a caller can have: a caller with the usual
+      // deadline then falls due after this wake-up and need not wake the dispatcher itself.
+      wake = std::min(wake, Clock::now() + config.request_deadline);
+      dispatcher_sleeps_until = wake;
+      dispatcher_cv.wait_until(lk, wake);  // or a submission, or a dispatch freeing a slot
+      dispatcher_sleeps_until = Clock::time_point::min();  // awake: it looks at every deadline
     }
   }
 
-  // Dispatcher thread, without `mu`: encodes the batch and starts its first attempt.
+  // The dispatcher or a predict_async caller, without `mu`: encodes the batch and starts its
+  // first attempt.
   void start_dispatch(Batch batch) {
     auto d = std::make_shared<Dispatch>();
     d->batch = std::move(batch);
@@ -412,7 +437,7 @@ struct PredictorClient::Impl {
   // Any thread, without `mu`: sends one attempt of a batch to the least outstanding healthy
   // replica (the retry avoids the first one), in the format that replica serves, or fails the
   // batch when none may go. The body is encoded here, outside the lock, the first time a
-  // format is needed (the first attempt runs on the dispatcher thread).
+  // format is needed (the first attempt runs where the batch started).
   void send_attempt(std::shared_ptr<Dispatch> d) {
     std::unique_lock lk(mu);
     if (stopping ||
@@ -549,7 +574,18 @@ struct PredictorClient::Impl {
     in_flight_rows -= d.batch.rows.size();
     run_ready(lk);
     // A freed slot (cap or window), or (adaptive window) the end of the last batch in flight,
-    // may let pending rows go now.
+    // may let pending rows go now: they start on this thread (as in predict_async, one wake-up
+    // fewer per batch); the dispatcher is woken only for rows that must still wait.
+    if (coalescer.pending_callers() > 0 && room() > 0) {
+      if (const auto due = coalescer.next_due(); due && *due <= Clock::now()) {
+        auto batches = take_ready_locked(Clock::now());
+        lk.unlock();
+        for (auto& b : batches) {
+          start_dispatch(std::move(b));
+        }
+        lk.lock();
+      }
+    }
     if (coalescer.pending_callers() > 0) {
       dispatcher_cv.notify_one();
     }
@@ -646,6 +682,9 @@ struct PredictorClient::Impl {
   std::vector<Clock::time_point> last_answer =
       std::vector<Clock::time_point>(config.replica_urls.size());  // guarded by mu
   // Per replica: true until it answers the columnar path 404/405; guarded by mu.
+  // When the dispatcher will next look at the async deadlines by itself (min while it is
+  // awake); guarded by mu.
+  Clock::time_point dispatcher_sleeps_until = Clock::time_point::min();
   std::vector<bool> columnar_replica = std::vector<bool>(config.replica_urls.size(), true);
   bool stopping = false;                         // guarded by mu
   std::size_t active_callers = 0;                // callers inside predict(); guarded by mu

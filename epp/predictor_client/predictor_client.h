@@ -92,7 +92,8 @@ class PredictorClient final : public PredictionSource {
       std::chrono::steady_clock::time_point deadline) override;
   // The same without blocking: `done` runs once on the transport's thread (the answer), on the
   // dispatcher thread (the deadline), or inline (no rows, deadline already past, shed,
-  // stopping).
+  // stopping, no replica to send to). A batch due at once is encoded and started on the
+  // calling thread.
   void predict_async(std::vector<features::FeatureInput> rows,
                      std::chrono::steady_clock::time_point deadline,
                      PredictionCallback done) override;

@@ -132,6 +132,7 @@ class FakeTransport final : public Transport {
     std::string method;
     std::string path;
     std::size_t rows;  // rows in the body (0 for GET)
+    std::thread::id started_on;  // the thread that called exchange_async
   };
   using Handler = std::function<TransportResponse(std::size_t replica, const std::string& path,
                                                   const std::vector<features::FeatureInput>& rows)>;
@@ -165,8 +166,8 @@ class FakeTransport final : public Transport {
                       ResponseCallback done) override {
     std::lock_guard lk(mu_);
     threads_.emplace_back([this, replica, m = std::string(method), p = std::string(path),
-                           b = body, done = std::move(done)] {
-      done(run(replica, m, p, b));
+                           b = body, from = std::this_thread::get_id(), done = std::move(done)] {
+      done(run(replica, m, p, b, from));
     });
   }
 
@@ -190,7 +191,7 @@ class FakeTransport final : public Transport {
 
  private:
   TransportResponse run(std::size_t replica, const std::string& method, const std::string& path,
-                        const std::string& body) {
+                        const std::string& body, std::thread::id from) {
     std::vector<features::FeatureInput> rows;
     if (method == "POST") {
       auto parsed =
@@ -204,7 +205,7 @@ class FakeTransport final : public Transport {
     }
     {
       std::lock_guard lk(mu_);
-      calls_.push_back(Call{replica, method, path, rows.size()});
+      calls_.push_back(Call{replica, method, path, rows.size(), from});
     }
     return handler_(replica, path, rows);
   }

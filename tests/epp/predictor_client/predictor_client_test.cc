@@ -126,6 +126,31 @@ TEST(PredictorClient, AdaptiveWindowSendsAtOnceWhenNothingIsInFlight) {
   EXPECT_EQ(transport->posts().size(), 3u);
 }
 
+// Below saturation the batch is due at once: it starts on the caller's thread (no wake-up of
+// the dispatcher on the way), while the answer still comes back on the transport's.
+TEST(PredictorClient, AnAsyncBatchDueAtOnceStartsOnTheCallersThread) {
+  prometheus::Registry registry;
+  auto transport = std::make_shared<FakeTransport>();
+  PredictorClient client(config(1), registry, transport);
+  const auto caller = std::this_thread::get_id();
+  for (int i = 0; i < 3; ++i) {
+    auto rows = make_rows(4, 10 * i);
+    std::promise<PredictionResult> got;
+    std::atomic<bool> inline_call{false};
+    client.predict_async(rows, std::chrono::steady_clock::now() + 60s, [&](PredictionResult r) {
+      inline_call = std::this_thread::get_id() == caller;
+      got.set_value(std::move(r));
+    });
+    expect_own_predictions(got.get_future().get(), rows);
+    EXPECT_FALSE(inline_call);
+  }
+  auto posts = transport->posts();
+  ASSERT_EQ(posts.size(), 3u);
+  for (const auto& p : posts) {
+    EXPECT_EQ(p.started_on, caller);
+  }
+}
+
 TEST(PredictorClient, WindowClosesABatchForASingleCaller) {
   prometheus::Registry registry;
   auto transport = std::make_shared<FakeTransport>();
