@@ -234,6 +234,7 @@ enum class EvKind : int {
   kReady = 5,    // a session's next turn may be sent (its previous turn ended)
   kArrival = 6,  // the next trace arrival
   kContinue = 7,  // what request flows posted (router queue wake-ups), at the time posted
+  kOutage = 8,    // a pod becomes unreachable: the streams it serves break
 };
 
 struct Ev {
@@ -274,8 +275,16 @@ class ClusterRun {
       pod_configs.push_back({p.name, p.name + ":8000", p.labels});
       pods_.push_back(std::move(p));
     }
-    // The EPP's pod table and in-flight bookkeeping, on the virtual clock. Scrapes never fail
-    // here, so staleness never excludes a pod (the scrape period is a scenario setting).
+    for (const auto& o : cfg.outages) {
+      if (o.pod < 0 || o.pod >= cfg.pool.num_pods || !(o.from_ms >= 0) || !(o.to_ms > o.from_ms)) {
+        throw std::invalid_argument("bad pod outage: pod " + std::to_string(o.pod) + " from " +
+                                    std::to_string(o.from_ms) + " to " +
+                                    std::to_string(o.to_ms) + " ms");
+      }
+    }
+    // The EPP's pod table and in-flight bookkeeping, on the virtual clock. Scrapes fail only
+    // during outages, so staleness never excludes a pod otherwise (the scrape period is a
+    // scenario setting).
     if (cfg.epp_replicas < 1 || cfg.epp_replicas > 64) {
       throw std::invalid_argument("epp_replicas must be in [1, 64]");
     }
@@ -383,6 +392,9 @@ class ClusterRun {
              EvKind::kScrape, static_cast<int64_t>(k));
       }
     }
+    for (const auto& o : cfg_.outages) {
+      push(o.from_ms, EvKind::kOutage, o.pod);
+    }
     if (!predictors_.empty()) {
       push(1000, EvKind::kFlush, 0);
       push(cfg_.retrain_interval_ms, EvKind::kRetrain, 0);
@@ -433,6 +445,7 @@ class ClusterRun {
           break;
         }
         case EvKind::kReady: dispatch(static_cast<std::size_t>(ev.id)); break;
+        case EvKind::kOutage: break_streams(static_cast<int>(ev.id)); break;
         case EvKind::kArrival: {
           const auto i = static_cast<std::size_t>(ev.id);
           if (i + 1 < n) {
@@ -564,10 +577,52 @@ class ClusterRun {
   void refresh_metrics(Replica& r) {
     std::vector<std::pair<std::string, epp::PodMetrics>> scrapes;
     scrapes.reserve(pods_.size());
-    for (const auto& p : pods_) {
-      scrapes.emplace_back(p.name, live_metrics(p, now_));
+    for (std::size_t i = 0; i < pods_.size(); ++i) {
+      if (!unreachable(static_cast<int>(i))) {
+        scrapes.emplace_back(pods_[i].name, live_metrics(pods_[i], now_));
+      }
     }
     r.registry.update_metrics(scrapes);  // one snapshot for the whole round
+    for (std::size_t i = 0; i < pods_.size(); ++i) {
+      if (unreachable(static_cast<int>(i))) {
+        r.registry.mark_scrape_failed(pods_[i].name);
+      }
+    }
+  }
+
+  bool unreachable(int pod) const {
+    for (const auto& o : cfg_.outages) {
+      if (o.pod == pod && o.from_ms <= now_ && now_ < o.to_ms) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // `pod` became unreachable: what it streams breaks mid-response (the connection resets; the
+  // client has its headers already, so there is no retry), as the proxy reports it.
+  void break_streams(int pod) {
+    Pod& p = pods_[static_cast<std::size_t>(pod)];
+    std::vector<sim::SimEvent> events;
+    p.engine.advance_to(now_, events);
+    handle_events(events);
+    std::vector<uint64_t> cut;
+    for (const auto& [id, f] : inflight_) {
+      if (f.pod == pod) {
+        cut.push_back(id);
+      }
+    }
+    std::sort(cut.begin(), cut.end());  // inflight_ is unordered: a run must repeat
+    for (const uint64_t id : cut) {
+      auto it = inflight_.find(id);
+      InFlight f = std::move(it->second);
+      inflight_.erase(it);
+      p.engine.abort(id);
+      f.flow->pod_failed(502, false);
+      ++result_.streams_broken;
+      fail(static_cast<std::size_t>(id), "stream broken: pod unreachable");
+    }
+    reschedule(pod);
   }
 
   // The registry's candidates now (exact metrics per decision when there is no scrape period).
@@ -856,7 +911,24 @@ class ClusterRun {
         most[3] = std::max(most[3], e.latency->predicted_tpot_ms / e.latency->model_tpot_ms);
       }
     }
-    f.picked = w.flow->ranked()[0];
+    // The attempts, as the proxy makes them: a pod that refuses the connection fails before any
+    // response byte, and the flow names the next one (one retry) or none.
+    const epp::Endpoint* target = w.flow->next_pod();
+    while (target != nullptr && unreachable(pod_index_.at(target->name()))) {
+      ++result_.attempts_refused;
+      w.flow->dispatch();
+      w.flow->pod_failed(502, true);
+      target = w.flow->next_pod();
+    }
+    if (target == nullptr) {
+      const auto failed = w.flow->exhausted();
+      fail(i, "HTTP " + std::to_string(failed.status) + ": " + failed.detail);
+      return;
+    }
+    if (w.flow->attempts() > 0) {
+      ++result_.retries;
+    }
+    f.picked = *target;
     const int pod = pod_index_.at(f.picked.name());
     if (cfg_.strategy != Strategy::kOracle && f.picked.latency) {
       r.predicted_ttft_ms = f.picked.latency->predicted_ttft_ms;
@@ -1063,6 +1135,44 @@ class ClusterRun {
 RunResult run_cluster(const workload::Trace& trace, const RunConfig& config) {
   ClusterRun run(trace, config);
   return run.run();
+}
+
+std::vector<RunConfig::PodOutage> parse_pod_outages(const std::string& spec) {
+  std::vector<RunConfig::PodOutage> out;
+  std::size_t start = 0;
+  while (start < spec.size()) {
+    const std::size_t end = std::min(spec.find(',', start), spec.size());
+    const std::string item = spec.substr(start, end - start);
+    start = end + 1;
+    const auto bad = [&item] {
+      return std::invalid_argument("bad pod outage '" + item +
+                                   "': expected POD:FROM-TO (pod index, virtual seconds)");
+    };
+    const auto colon = item.find(':');
+    const auto dash = item.find('-', colon == std::string::npos ? 0 : colon);
+    if (colon == std::string::npos || dash == std::string::npos) {
+      throw bad();
+    }
+    RunConfig::PodOutage o;
+    try {
+      std::size_t used = 0;
+      o.pod = std::stoi(item.substr(0, colon), &used);
+      if (used != colon) throw bad();
+      const std::string from = item.substr(colon + 1, dash - colon - 1);
+      const std::string to = item.substr(dash + 1);
+      o.from_ms = std::stod(from, &used) * 1000.0;
+      if (used != from.size()) throw bad();
+      o.to_ms = std::stod(to, &used) * 1000.0;
+      if (used != to.size()) throw bad();
+    } catch (const std::logic_error&) {
+      throw bad();
+    }
+    if (o.pod < 0 || !(o.from_ms >= 0) || !(o.to_ms > o.from_ms)) {
+      throw bad();
+    }
+    out.push_back(o);
+  }
+  return out;
 }
 
 // --- Aggregation -------------------------------------------------------------------------------

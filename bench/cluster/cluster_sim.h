@@ -108,7 +108,23 @@ struct RunConfig {
   // saturated a request waits, as in the EPP's RequestFlow (unset = no queue). The client's
   // timeout counts from the send, the wait included; the gate expires entries at scrapes.
   std::optional<epp::RouterQueueConfig> router_queue;
+  // Pods the EPP cannot reach for a while (a network partition; the engine keeps its state):
+  // from `from_ms` to `to_ms` of virtual time their scrapes fail, a dispatch to one fails
+  // before any response byte (the request flow retries once on the next ranked pod, and the
+  // failure counts towards the pod's outlier ejection), and the streams they were serving
+  // when it began break (the client gets an error). Empty: pods never fail, and a run is
+  // what it was before outages existed.
+  struct PodOutage {
+    int pod = 0;  // index into the pool
+    double from_ms = 0;
+    double to_ms = 0;
+  };
+  std::vector<PodOutage> outages;
 };
+
+// "POD:FROM-TO[,...]" (pod index, virtual seconds), e.g. "0:10-20,3:15-25". Throws
+// std::invalid_argument naming the bad entry.
+std::vector<RunConfig::PodOutage> parse_pod_outages(const std::string& spec);
 
 struct RequestResult {
   uint64_t index = 0;
@@ -180,6 +196,9 @@ struct RunResult {
   int64_t oracle_probes = 0;            // engine copies simulated
   int64_t oracle_truncated = 0;         // decisions where a probe cap applied
   int64_t token_events = 0;
+  int64_t attempts_refused = 0;  // dispatches to an unreachable pod (outages)
+  int64_t retries = 0;           // requests served by their second attempt
+  int64_t streams_broken = 0;    // requests cut off when their pod became unreachable
 };
 
 // Throws std::invalid_argument on a bad config or pipeline.

@@ -172,6 +172,71 @@ TEST_F(ClusterSimTest, TheRouterQueueHoldsRequestsWhileEveryPodIsSaturated) {
   EXPECT_EQ(per_pod, dispatched) << "a request that left the queue was never dispatched";
 }
 
+// The retry path of the EPP's request flow, driven by the simulator: pod 0 becomes
+// unreachable for a while. What it streamed breaks; what is sent to it before the next scrape
+// notices is refused and served by the next ranked pod; then it is left out until it answers
+// scrapes again, and is used again afterwards. A run with outages still repeats exactly.
+TEST_F(ClusterSimTest, AnUnreachablePodIsRetriedAroundAndUsedAgainAfterwards) {
+  const Scenario s = tiny("D", {{30, 12}}, 3, 0.05);
+  const auto trace = make_trace(s);
+  RunConfig c = make_run_config(s, Strategy::kLoadPrefix322, kEppConfig);
+  c.scrape_interval_ms = 500;  // scrapes at 3.0 and 3.5 s: the outage goes unnoticed between
+  c.outages = parse_pod_outages("0:3.1-6");
+  const RunResult r = run_cluster(trace, c);
+  ASSERT_EQ(r.requests.size(), trace.requests.size());
+  EXPECT_GT(r.attempts_refused, 0) << "a dispatch before the next scrape meets the outage";
+  EXPECT_GT(r.streams_broken, 0) << "pod 0 was serving when it became unreachable";
+  std::size_t broken = 0, refused_failed = 0, during = 0, after = 0;
+  for (const auto& q : r.requests) {
+    if (!q.ok) {
+      broken += q.error == "stream broken: pod unreachable" ? 1 : 0;
+      refused_failed += q.error.rfind("HTTP 502", 0) == 0 ? 1 : 0;
+      continue;
+    }
+    if (q.pod == 0 && q.sent_ms >= 3500 && q.sent_ms < 6000) {
+      ++during;  // a scrape period after the outage began, the pod is out of the candidates
+    }
+    if (q.pod == 0 && q.sent_ms >= 6500) {
+      ++after;
+    }
+  }
+  EXPECT_EQ(broken, static_cast<std::size_t>(r.streams_broken));
+  EXPECT_EQ(static_cast<int64_t>(refused_failed) + r.retries, r.attempts_refused)
+      << "every refused attempt is retried once or answered 502";
+  EXPECT_GT(r.retries, 0);
+  EXPECT_EQ(during, 0u);
+  EXPECT_GT(after, 0u) << "the pod answers scrapes again and is routed to";
+  // Deterministic with outages too.
+  const RunResult again = run_cluster(trace, c);
+  ASSERT_EQ(again.requests.size(), r.requests.size());
+  for (std::size_t i = 0; i < r.requests.size(); ++i) {
+    EXPECT_EQ(again.requests[i].pod, r.requests[i].pod);
+    EXPECT_EQ(again.requests[i].error, r.requests[i].error);
+    EXPECT_EQ(again.requests[i].ttft_ms, r.requests[i].ttft_ms);
+  }
+}
+
+TEST_F(ClusterSimTest, PodOutagesParseOrNameTheBadEntry) {
+  const auto o = parse_pod_outages("0:10-20,3:1.5-2.5");
+  ASSERT_EQ(o.size(), 2u);
+  EXPECT_EQ(o[1].pod, 3);
+  EXPECT_DOUBLE_EQ(o[1].from_ms, 1500);
+  EXPECT_DOUBLE_EQ(o[1].to_ms, 2500);
+  EXPECT_TRUE(parse_pod_outages("").empty());
+  for (const std::string bad : {"0:10", "x:1-2", "0:2-1", "-1:1-2", "0:1-2x", "0:1-2,,1:1-2"}) {
+    try {
+      parse_pod_outages(bad);
+      ADD_FAILURE() << bad << " parsed";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("POD:FROM-TO"), std::string::npos) << e.what();
+    }
+  }
+  const Scenario s = tiny("D", {{10, 1}}, 2);
+  RunConfig c = make_run_config(s, Strategy::kRoundRobin, kEppConfig);
+  c.outages = parse_pod_outages("2:0-1");  // no pod 2 in a 2-pod pool
+  EXPECT_THROW(run_cluster(make_trace(s), c), std::invalid_argument);
+}
+
 TEST_F(ClusterSimTest, MultiTurnSessionsKeepOrder) {
   const Scenario s = tiny("C", {{40, 4}});
   const auto trace = make_trace(s);

@@ -174,6 +174,7 @@ int main(int argc, char** argv) {
     ("replica-split", "How the gateway splits arrivals between EPP replicas: rr | random", cxxopts::value<std::string>()->default_value("rr"))
     ("replica-training", "Predicted-latency with several replicas: shared (one trainer fed by all) | own (one per replica)", cxxopts::value<std::string>()->default_value("shared"))
     ("replica-sharing", "What EPP replicas exchange of their in-flight work per pod and learned prefix blocks: none | scrape (each at its scrape) | decision (before every decision: the bound)", cxxopts::value<std::string>()->default_value("none"))
+    ("pod-outages", "Pods the EPP cannot reach for a while: POD:FROM-TO[,...] (pod index, virtual seconds), e.g. 0:10-20; scrapes fail, dispatches are retried on the next ranked pod, streams in progress break", cxxopts::value<std::string>()->default_value(""))
     ("no-report", "Print summaries only")
     ("h,help", "Help");
   // clang-format on
@@ -218,6 +219,13 @@ int main(int argc, char** argv) {
   const auto replica_sharing = sharing == "scrape"     ? RunConfig::ReplicaSharing::kAtScrape
                                : sharing == "decision" ? RunConfig::ReplicaSharing::kEveryDecision
                                                        : RunConfig::ReplicaSharing::kNone;
+  std::vector<RunConfig::PodOutage> outages;
+  try {
+    outages = parse_pod_outages(args["pod-outages"].as<std::string>());
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "--pod-outages: " << e.what() << "\n";
+    return 2;
+  }
   const std::string epp_dir = args["epp-config-dir"].as<std::string>();
   TimeBase time;
   time.scrape_real_ms = args["scrape-real-ms"].as<double>();
@@ -429,6 +437,7 @@ int main(int argc, char** argv) {
     cfg.replica_split = replica_split;
     cfg.shared_training = shared_training;
     cfg.replica_sharing = replica_sharing;
+    cfg.outages = outages;
     if (const auto lb = args["linear-base"].as<std::string>(); !lb.empty()) {
       cfg.linear_base = lb == "true";
     }

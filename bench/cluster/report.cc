@@ -448,6 +448,10 @@ std::string one_line(const Scenario& s, const RunResult& r, const Summary& t) {
     << " s";
   if (r.train_wall_s > 0) o << " (train " << fmt("%.1f", r.train_wall_s) << " s)";
   if (r.oracle_probes > 0) o << " probes " << r.oracle_probes;
+  if (r.attempts_refused > 0 || r.streams_broken > 0) {
+    o << " | outages: " << r.attempts_refused << " attempts refused, " << r.retries
+      << " served by a retry, " << r.streams_broken << " streams broken";
+  }
   return o.str();
 }
 
