@@ -191,6 +191,10 @@ void EppSchedulingPort::on_completed(const CompletedRequest& done) {
   if (done.success && !done.upstream_url && !done.continuation_prompt.empty()) {
     SchedulingRequest continued = done.request;
     continued.prompt_text = done.continuation_prompt;
+    if (done.prompt_tokens && *done.prompt_tokens > 0 && done.prompt_chars > 0) {
+      continued.measured_text =
+          SchedulingRequest::MeasuredText{done.prompt_chars, *done.prompt_tokens};
+    }
     director_.on_response_complete(continued, done.pod);
   }
   if (done.rule_id.empty() || done.client_aborted) {

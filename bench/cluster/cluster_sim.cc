@@ -1005,6 +1005,7 @@ class ClusterRun {
         facts.exact_e2e_ms = st.e2e_ms();
         facts.completion_tokens = st.output_tokens;
         facts.cached_tokens = st.cached_tokens;
+        facts.prompt_tokens = st.prompt_tokens;
         if (cfg_.strategy != Strategy::kOracle) {
           facts.continuation_prompt = continuation_text(f, st.output_tokens);
         }

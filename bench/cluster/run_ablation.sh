@@ -28,7 +28,7 @@ variants=(
   "composite-1-1-1|composite weights 3,2,2 -> 1,1,1|s/compositePrefixWeight: [0-9.]*/compositePrefixWeight: 1/;s/compositeQueueWeight: [0-9.]*/compositeQueueWeight: 1/;s/compositeKvWeight: [0-9.]*/compositeKvWeight: 1/"
   "no-exploration|gate exploration (1 %, the plugin default)|/    threshold: /a\\    explorationProbability: 0.0"
   "proportional-draw|score^100 / ^10 draws -> proportional|s/cachedRequestExponent: [0-9.]*/cachedRequestExponent: 1/;s/uncachedSloRequestExponent: [0-9.]*/uncachedSloRequestExponent: 1/"
-  "prefix-depth-256|prefix match depth 2048 -> 256 blocks|s/maxPrefixBlocksToMatch: [0-9]*/maxPrefixBlocksToMatch: 256/"
+  "fixed-depth-2048|measured index capacity -> 4 chars per token, depth 2048 blocks (the previous default)|s/measuredCapacity: true/maxPrefixBlocksToMatch: 2048/"
   "upstream-break|stickiness break 0.5 s -> 5 s|s/maxTTFTPenaltyMs: [0-9.]*/maxTTFTPenaltyMs: 5000/"
   # An addition, not a removal: a candidate component tried against the same baselines.
   "plus-late-first-token|(added) lateness of requests waiting for a first token|/sloBoundCalibration: true/a\\    lateFirstTokenCorrection: true"

@@ -27,6 +27,14 @@ struct SchedulingRequest {
   // x-llmd-debug (honoured only when the EPP runs with --allow-debug-header): the scheduler
   // fills a DecisionExplanation for this request and the proxy returns it in x-llmd-decision.
   bool explain = false;
+  // Set only on the prompt a finished response hands back to the producers: how many
+  // characters of prompt_text the pod counted how many tokens for (the request's own prompt and
+  // its usage.prompt_tokens). nullopt = unknown (no usage in the response).
+  struct MeasuredText {
+    int64_t chars = 0;
+    int64_t tokens = 0;
+  };
+  std::optional<MeasuredText> measured_text;
   bool sheddable() const { return priority < 0; }
   bool has_slo() const { return slo_ttft_ms.has_value() || slo_tpot_ms.has_value(); }
 };

@@ -107,6 +107,8 @@ struct CompletedRequest {
   // Usage's completion_tokens, or (a stream without usage) the content chunks counted.
   std::optional<int64_t> completion_tokens;
   std::optional<int64_t> cached_tokens;
+  std::optional<int64_t> prompt_tokens;  // usage's prompt_tokens (the pod's own count)
+  int64_t prompt_chars = 0;  // characters of the request's prompt text (the text is not kept)
   // The prompt text the pod's KV cache now holds: the request's prompt text followed by the
   // generated answer, in the form the conversation's next turn will send it ("" = unknown).
   // The prefix index learns it so the next turn matches the pod that holds the answer.

@@ -145,11 +145,13 @@ ResponseFacts response_facts(const ParsedRequest& parsed, const SseScanner& stre
       facts.completion_tokens = stream.content_chunks();  // no usage chunk: count the tokens
     }
     facts.cached_tokens = stream.cached_tokens();
+    facts.prompt_tokens = stream.prompt_tokens();
     facts.continuation_prompt = continuation_prompt(parsed, stream.generated_text());
   } else {
     Usage u = parse_usage(body);
     facts.completion_tokens = u.completion_tokens;
     facts.cached_tokens = u.cached_tokens;
+    facts.prompt_tokens = u.prompt_tokens;
     facts.ttft_is_e2e = true;
     facts.continuation_prompt = continuation_prompt(parsed, u.generated_text);
   }

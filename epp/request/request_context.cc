@@ -41,6 +41,7 @@ PodAttempt::PodAttempt(RequestContext& owner, const SchedulingRequest& request,
     : services_(&owner.services()), pool_(route.pool), max_tokens_(max_tokens),
       dispatched_(now) {
   done_.request = request;
+  done_.prompt_chars = static_cast<int64_t>(request.prompt_text.size());
   // The record does not keep the prompt: its readers want the continuation prompt (the prompt
   // followed by the answer), and a long prompt held for the whole response would be one more
   // copy of up to --max-body-bytes per request.
@@ -182,6 +183,7 @@ void PodAttempt::end(bool success, int status, TimePoint now, ResponseFacts&& fa
   }
   done_.completion_tokens = facts.completion_tokens;
   done_.cached_tokens = facts.cached_tokens;
+  done_.prompt_tokens = facts.prompt_tokens;
   done_.continuation_prompt = std::move(facts.continuation_prompt);
   done_.success = success;
   done_.status = status;

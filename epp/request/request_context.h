@@ -40,6 +40,7 @@ struct LifecycleServices {
 struct ResponseFacts {
   std::optional<int64_t> completion_tokens;  // usage, or a stream's content chunks counted
   std::optional<int64_t> cached_tokens;
+  std::optional<int64_t> prompt_tokens;  // usage's prompt_tokens
   std::string continuation_prompt;  // the prompt the pod now holds ("" = unknown)
   // A non-streamed answer: its first token arrived with the whole body, so TTFT = end-to-end.
   bool ttft_is_e2e = false;

@@ -193,6 +193,27 @@ TEST(SseScanner, FirstContentAndUsageAcrossArbitrarySplits) {
   EXPECT_EQ(*parse_usage(R"({"usage":{"completion_tokens":3}})").completion_tokens, 3);
 }
 
+TEST(ResponseFacts, CarryTheUsagesPromptTokens) {
+  ParsedRequest streamed;
+  ASSERT_FALSE(parse_openai_request("/v1/completions",
+                                    R"({"model":"m","prompt":"Once","stream":true})", {}, {},
+                                    streamed));
+  SseScanner s;
+  s.feed(
+      "data: {\"choices\":[{\"text\":\" upon\"}]}\n\n"
+      "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1}}\n\n");
+  EXPECT_EQ(response_facts(streamed, s, "").prompt_tokens, 5);
+  ParsedRequest whole;
+  ASSERT_FALSE(parse_openai_request("/v1/completions", R"({"model":"m","prompt":"Once"})", {}, {},
+                                    whole));
+  EXPECT_EQ(response_facts(whole, SseScanner{},
+                           R"({"choices":[{"text":" upon"}],"usage":{"prompt_tokens":7}})")
+                .prompt_tokens,
+            7);
+  EXPECT_FALSE(response_facts(whole, SseScanner{}, R"({"choices":[{"text":" upon"}]})")
+                   .prompt_tokens);
+}
+
 TEST(SseScanner, CountsContentChunksAndKeepsTheAnswerWithoutUsage) {
   const std::string stream =
       "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n"

@@ -153,6 +153,8 @@ TEST_F(RequestFlowTest, AStreamIsScannedTimedAndRecordedOnce) {
   EXPECT_DOUBLE_EQ(done.ttft_ms, 20);
   EXPECT_EQ(done.completion_tokens, 3) << "no usage chunk: the content chunks counted";
   EXPECT_EQ(done.continuation_prompt, "hi Hello! ");
+  EXPECT_EQ(done.prompt_chars, 3) << "the prompt's size is kept, not its text";
+  EXPECT_FALSE(done.prompt_tokens) << "no usage chunk: the pod's token count is unknown";
   ASSERT_TRUE(done.measured_tpot_ms());
   EXPECT_DOUBLE_EQ(*done.measured_tpot_ms(), 8);
   EXPECT_EQ(flow->attempt()->record().e2e_ms, 36) << "the record the sinks saw";

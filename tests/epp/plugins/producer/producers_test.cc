@@ -108,12 +108,90 @@ TEST_F(ApproxPrefixProducerTest, BlockSizeAndCapacityComeFromPodMetrics) {
   EXPECT_EQ(eps2[0].prefix->total_blocks, 4u);  // 16-character blocks
 }
 
+TEST_F(ApproxPrefixProducerTest, DepthZeroFollowsAPromptAsDeepAsThePodCanHoldIt) {
+  // 300 blocks of 64 characters: past upstream's 256.
+  SchedulingRequest req = testing::request(std::string(64 * 300, 'd'));
+  CycleContext ctx{req, rng_};
+  Endpoint big = testing::with_info(pod("big"), [](PodInfo& i) { i.metrics.num_gpu_blocks = 1000; });
+  Endpoint tiny = testing::with_info(pod("tiny"), [](PodInfo& i) { i.metrics.num_gpu_blocks = 100; });
+  std::vector<Endpoint> upstream = {big};
+  make()->produce(ctx, upstream);
+  EXPECT_EQ(upstream[0].prefix->total_blocks, 256u);  // the default depth
+
+  auto p = make({{"maxPrefixBlocksToMatch", 0}});
+  std::vector<Endpoint> eps = {big, tiny};
+  p->produce(ctx, eps);
+  EXPECT_EQ(eps[0].prefix->total_blocks, 300u);  // the whole prompt
+  EXPECT_EQ(eps[1].prefix->total_blocks, 100u);  // no deeper than the pod's cache
+  p->on_picked(ctx, eps[0]);
+  std::vector<Endpoint> again = {big};
+  p->produce(ctx, again);
+  EXPECT_DOUBLE_EQ(again[0].prefix->score(), 1.0);
+  EXPECT_EQ(services_.index.stats().blocks, 300u);
+}
+
+TEST_F(ApproxPrefixProducerTest, MeasuredCharsPerTokenSetsTheCapacityInTheIndexsBlocks) {
+  // A pod of 4 blocks of 16 tokens. Each prompt: 4 blocks of 64 characters.
+  Endpoint small = testing::with_info(pod("s"), [](PodInfo& i) { i.metrics.num_gpu_blocks = 4; });
+  const std::string first(64 * 4, 'f');
+  const std::string second(64 * 4, 's');
+  // The pods report 8 characters per token (twice the configured 4): a 16-token block of the
+  // pod holds 128 characters, two of the index's blocks, so the pod holds both prompts.
+  SchedulingRequest reported = testing::request(first);
+  reported.measured_text = SchedulingRequest::MeasuredText{800, 100};
+  auto run = [&](const ApproxPrefixCacheProducer& p) {
+    SchedulingRequest a = testing::request(first), b = testing::request(second);
+    CycleContext ca{a, rng_}, cb{b, rng_}, cr{reported, rng_};
+    p.on_response_complete(cr, small);  // the report, and `first` inserted
+    p.on_picked(cb, small);
+    std::vector<Endpoint> eps = {small};
+    p.produce(ca, eps);
+    return eps[0].prefix->matched_blocks;
+  };
+  auto measured = make({{"measuredCapacity", true}});
+  EXPECT_EQ(run(*measured), 4u);  // `first` is still there
+  EXPECT_DOUBLE_EQ(measured->chars_per_token(), 8.0);
+  EXPECT_EQ(measured->capacity(small), 8u);
+  EXPECT_EQ(measured->depth(small), 8u);
+
+  services_.index.remove_pod("s");
+  auto fixed = make({{"maxPrefixBlocksToMatch", 0}});
+  EXPECT_EQ(run(*fixed), 0u);  // capacity 4 index blocks: `second` evicted it
+  EXPECT_DOUBLE_EQ(fixed->chars_per_token(), 4.0);
+  EXPECT_EQ(fixed->capacity(small), 4u);
+}
+
+TEST_F(ApproxPrefixProducerTest, UntilThePodsReportTheConfiguredCharsPerTokenApplies) {
+  auto p = make({{"measuredCapacity", true}, {"maxPrefixBlocksToMatch", 256}});
+  EXPECT_EQ(p->config().maxPrefixBlocksToMatch, 256);  // an explicit depth still caps
+  EXPECT_EQ(make({{"measuredCapacity", true}})->config().maxPrefixBlocksToMatch, 0);
+  EXPECT_EQ(make({{"measuredCapacity", true}})->config().charsPerToken, 4);  // other defaults kept
+  EXPECT_DOUBLE_EQ(p->chars_per_token(), 4.0);
+  Endpoint e = testing::with_info(pod("e"), [](PodInfo& i) { i.metrics.num_gpu_blocks = 10; });
+  EXPECT_EQ(p->capacity(e), 10u);
+  // A response without usage reports nothing.
+  SchedulingRequest unreported = testing::request(std::string(64, 'u'));
+  CycleContext ctx{unreported, rng_};
+  p->on_response_complete(ctx, e);
+  EXPECT_DOUBLE_EQ(p->chars_per_token(), 4.0);
+  SchedulingRequest reported = unreported;
+  reported.measured_text = SchedulingRequest::MeasuredText{30, 10};
+  CycleContext ctx2{reported, rng_};
+  p->on_response_complete(ctx2, e);
+  EXPECT_DOUBLE_EQ(p->chars_per_token(), 3.0);
+  EXPECT_EQ(p->capacity(e), 7u);  // 10 x 3 / 4, whole blocks
+}
+
 TEST_F(ApproxPrefixProducerTest, RejectsBadParameters) {
   auto h = services_.handle();
   auto r = ApproxPrefixCacheProducer::create("p", {{"blockSizeTokens", 0}}, h);
   EXPECT_NE(r.error.find("blockSizeTokens"), std::string::npos);
   r = ApproxPrefixCacheProducer::create("p", {{"blockSizeTokens", 1.5}}, h);
   EXPECT_NE(r.error.find("must be an integer"), std::string::npos);
+  r = ApproxPrefixCacheProducer::create("p", {{"maxPrefixBlocksToMatch", -1}}, h);
+  EXPECT_NE(r.error.find("maxPrefixBlocksToMatch"), std::string::npos);
+  r = ApproxPrefixCacheProducer::create("p", {{"measuredCapacity", 1}}, h);
+  EXPECT_NE(r.error.find("measuredCapacity"), std::string::npos);
 }
 
 class PredictedLatencyProducerTest : public ::testing::Test {
