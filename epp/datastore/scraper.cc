@@ -92,7 +92,8 @@ void Scraper::sync(Clock::time_point due) {
   if (stopping_) {
     return;
   }
-  if (const uint64_t v = registry_.membership_version(); !membership_known_ || v != membership_seen_) {
+  const uint64_t v = registry_.membership_version();
+  if (!membership_known_ || v != membership_seen_) {
     membership_known_ = true;
     membership_seen_ = v;
     reconcile(due);

@@ -24,12 +24,14 @@ inline std::string vllm_exposition(int waiting = 2, int running = 5, double kv =
     out += fmt::format("python_gc_objects_collected_total{{generation=\"{}\"}} {}.0\n", gen,
                        12345 * (gen + 1));
   }
-  family("python_gc_collections_total", "counter", "Number of times this generation was collected");
+  family("python_gc_collections_total", "counter", "Times this generation was collected");
   for (int gen = 0; gen < 3; ++gen) {
-    out += fmt::format("python_gc_collections_total{{generation=\"{}\"}} {}.0\n", gen, 321 * (gen + 1));
+    out += fmt::format("python_gc_collections_total{{generation=\"{}\"}} {}.0\n", gen,
+                       321 * (gen + 1));
   }
   family("python_info", "gauge", "Python platform information");
-  out += "python_info{implementation=\"CPython\",major=\"3\",minor=\"12\",patchlevel=\"9\",version=\"3.12.9\"} 1.0\n";
+  out += "python_info{implementation=\"CPython\",major=\"3\",minor=\"12\",patchlevel=\"9\","
+         "version=\"3.12.9\"} 1.0\n";
   for (const char* p : {"process_virtual_memory_bytes", "process_resident_memory_bytes",
                         "process_start_time_seconds", "process_cpu_seconds_total",
                         "process_open_fds", "process_max_fds"}) {
