@@ -121,8 +121,15 @@ void Scraper::reconcile(Clock::time_point due) {
     pod->address = config.address;
     pod->url = pod_url(config.address);
     pod->phase = scrape_phase(arrivals_++, options_.interval, options_.slot);
-    // Its first turn is at its phase in this interval (`due` is the interval's start).
-    const auto first = due + pod->phase;
+    // Scraped at once, so that a pod that joins (at start, by discovery, by a reload) becomes
+    // routable without waiting for its slot; then at its slot, from the first one at least an
+    // interval away (`due` is this interval's start).
+    scrape(pod);
+    const auto now = Clock::now();
+    auto first = due + pod->phase;
+    while (first < now + options_.interval) {
+      first += options_.interval;
+    }
     io_->post_at(first, [this, pod, first] { fire(pod, first); });
     next.emplace(config.name, std::move(pod));
   }
@@ -137,11 +144,7 @@ void Scraper::fire(const PodPtr& pod, Clock::time_point due) {
     return;  // the pod left the pool: its timer ends here
   }
   if (!pod->in_flight) {
-    pod->in_flight = true;
-    ++outstanding_;
-    scrapes_.fetch_add(1, std::memory_order_relaxed);
-    io_->request(pod->url, "GET", "/metrics", {}, options_.timeout,
-                     [this, pod](http::AsyncResponse r) { answered(pod, r); });
+    scrape(pod);
   }
   // One interval after this turn began (not after the answer), keeping the pod's phase; a late
   // run skips the turns already past instead of firing them in a burst.
@@ -151,6 +154,14 @@ void Scraper::fire(const PodPtr& pod, Clock::time_point due) {
     next += options_.interval;
   }
   io_->post_at(next, [this, pod, next] { fire(pod, next); });
+}
+
+void Scraper::scrape(const PodPtr& pod) {
+  pod->in_flight = true;
+  ++outstanding_;
+  scrapes_.fetch_add(1, std::memory_order_relaxed);
+  io_->request(pod->url, "GET", "/metrics", {}, options_.timeout,
+               [this, pod](http::AsyncResponse r) { answered(pod, r); });
 }
 
 void Scraper::answered(const PodPtr& pod, const http::AsyncResponse& r) {

@@ -20,9 +20,10 @@
 //   O(pods^2) per interval; this is about one per slot, whatever the pod count. A failed or
 //   unparsable scrape marks the pod not ready in the next publish.
 // - Membership: at the start of every interval the scraper checks the registry's membership
-//   version (one atomic load) and only when it changed re-reads the pods: new ones get a timer,
-//   pods that left (or changed address) stop being scraped, and a late answer of theirs is
-//   dropped.
+//   version (one atomic load) and only when it changed re-reads the pods: new ones are scraped
+//   at once (a pod that joins is routable without waiting for its slot; at start-up that is
+//   one burst) and then get their timer; pods that left (or changed address) stop being
+//   scraped, and a late answer of theirs is dropped.
 //
 // Threads: no thread of its own. Everything after start() runs on the AsyncHttpClient's I/O
 // thread, which owns the per-pod state below (so it needs no lock): the timers (post_at), the
@@ -82,6 +83,7 @@ class Scraper {
   void sync(Clock::time_point due);
   void reconcile(Clock::time_point due);
   void fire(const PodPtr& pod, Clock::time_point due);
+  void scrape(const PodPtr& pod);
   void answered(const PodPtr& pod, const http::AsyncResponse& r);
   void schedule_publish();
   void publish();
