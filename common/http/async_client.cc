@@ -1,11 +1,14 @@
 #include "common/http/async_client.h"
 
+#include <list>
 #include <optional>
 #include <thread>
 
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/http/client_core.h"
@@ -43,6 +46,31 @@ struct AsyncHttpClient::Impl {
     });
   }
 
+  // I/O thread: arms a timer for `task`, kept in `timers` until it fires or is cancelled.
+  void arm(std::chrono::steady_clock::time_point at, std::function<void()> task) {
+    if (stopped) {
+      return;
+    }
+    auto it = timers.emplace(timers.end(), ioc);
+    it->expires_at(at);
+    it->async_wait([this, it, task = std::move(task)](const boost::system::error_code& ec) {
+      timers.erase(it);  // the handler was moved out of the timer: erasing it here is safe
+      if (!ec && !stopped) {
+        task();
+      }
+    });
+  }
+
+  // I/O thread: no task runs from now on, the timers pending are cancelled (their handlers
+  // then run with operation_aborted and drop their tasks), the exchanges in flight end.
+  void shutdown() {
+    stopped = true;
+    for (auto& t : timers) {
+      t.cancel();
+    }
+    core.shutdown();
+  }
+
   // The I/O thread: a callback that throws is logged, not allowed to end the process.
   void run() {
     while (true) {
@@ -59,6 +87,10 @@ struct AsyncHttpClient::Impl {
   asio::executor_work_guard<asio::io_context::executor_type> work;
   ClientCore core;  // after ioc: its connections go before the context
   const std::vector<Url> targets;
+  // Timers of post_at() not yet fired; the I/O thread's only. A list: each handler holds its
+  // timer's iterator.
+  std::list<asio::steady_timer> timers;
+  bool stopped = false;  // the I/O thread's only
   std::thread thread;
 };
 
@@ -70,7 +102,7 @@ AsyncHttpClient::AsyncHttpClient(std::vector<Url> targets, Options options)
 AsyncHttpClient::~AsyncHttpClient() {
   // On the I/O thread, where every exchange runs: none can start between the snapshot of those
   // in flight and their cancellation. Their callbacks run before the thread ends.
-  asio::post(impl_->ioc, [impl = impl_.get()] { impl->core.shutdown(); });
+  asio::post(impl_->ioc, [impl = impl_.get()] { impl->shutdown(); });
   impl_->work.reset();
   impl_->thread.join();  // returns once every exchange has called back
 }
@@ -91,6 +123,23 @@ void AsyncHttpClient::request(const Url& url, std::string_view method, std::stri
                               std::string body, std::chrono::milliseconds timeout,
                               Callback done) {
   impl_->start(url, method, path, std::move(body), timeout, std::move(done));
+}
+
+void AsyncHttpClient::post(std::function<void()> task) {
+  asio::post(impl_->ioc, [impl = impl_.get(), task = std::move(task)] {
+    if (!impl->stopped) {
+      task();
+    }
+  });
+}
+
+void AsyncHttpClient::post_at(std::chrono::steady_clock::time_point at,
+                              std::function<void()> task) {
+  // Inline when called on the I/O thread (a task re-arming itself), else posted there: the
+  // timer list is the I/O thread's.
+  asio::dispatch(impl_->ioc, [impl = impl_.get(), at, task = std::move(task)]() mutable {
+    impl->arm(at, std::move(task));
+  });
 }
 
 std::uint64_t AsyncHttpClient::connections_opened(std::size_t target) const {

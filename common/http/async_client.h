@@ -6,10 +6,16 @@
 // exchange, a kept-alive connection the peer closed meanwhile replaced and the request resent
 // once. Beast/Asio only in the .cc.
 //
-// Threads: request() is thread-safe and returns at once; `done` runs exactly once, on the
-// client's I/O thread (never inline), within the request's timeout (plus scheduling). The
-// destructor ends the exchanges still in flight (their callbacks run with an error before it
-// returns) and joins the thread; no request() may start once it has begun.
+// The same thread also runs its owner's timers and posted tasks (post(), post_at()), so a
+// component that needs periodic work next to its exchanges (the EPP's scraper: a timer per pod)
+// needs no thread of its own.
+//
+// Threads: request(), post() and post_at() are thread-safe and return at once; `done` runs
+// exactly once, on the client's I/O thread (never inline), within the request's timeout (plus
+// scheduling); tasks run there too. The destructor ends the exchanges still in flight (their
+// callbacks run with an error before it returns), drops the tasks not yet run and joins the
+// thread; no request() or post may start once it has begun, except from the I/O thread itself
+// (a callback or a task): what those start is then cancelled or dropped like the rest.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -53,6 +59,13 @@ class AsyncHttpClient {
   // its keep-alive pool is made on first use.
   void request(const Url& url, std::string_view method, std::string_view path, std::string body,
                std::chrono::milliseconds timeout, Callback done);
+
+  // Runs `task` on the I/O thread, never inline.
+  void post(std::function<void()> task);
+  // Runs `task` on the I/O thread at `at` (as soon as it can when `at` has passed), never
+  // inline. One timer per call, cancelled by the destructor: a task not yet due then is
+  // dropped without running, so an owner that destroys the client sees no task afterwards.
+  void post_at(std::chrono::steady_clock::time_point at, std::function<void()> task);
 
   // Connections opened to `target`'s origin so far (tests: keep-alive reuse). Thread-safe.
   std::uint64_t connections_opened(std::size_t target) const;

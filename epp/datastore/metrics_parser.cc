@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace llmd::epp {
@@ -13,10 +14,20 @@ std::optional<double> value_of(std::string_view line) {
   if (sp == std::string_view::npos) {
     return std::nullopt;
   }
-  std::string v(line.substr(sp + 1));
+  std::string_view v = line.substr(sp + 1);
+  if (v.starts_with('+')) {
+    v.remove_prefix(1);  // "+Inf"; from_chars takes no sign but '-'
+  }
+  double d = 0;
+  if (auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), d); ec == std::errc()) {
+    return d;
+  }
+  // What from_chars does not read (a value out of range, odd spellings) goes to strtod, which
+  // the parser used before: rare, so its copy does not matter.
+  std::string copy(v);
   char* end = nullptr;
-  double d = std::strtod(v.c_str(), &end);
-  if (end == v.c_str()) {
+  d = std::strtod(copy.c_str(), &end);
+  if (end == copy.c_str()) {
     return std::nullopt;
   }
   return d;
@@ -66,18 +77,34 @@ bool is_metric(std::string_view line, std::string_view name) {
 }  // namespace
 
 std::optional<PodMetrics> parse_vllm_metrics(std::string_view text) {
+  // A real pod's answer is ~40 KB, ~400 lines, of which five are read: a line is skipped on
+  // its first bytes (comments, python_ and process_ metrics by the first, the vLLM families
+  // not read by the sixth), so a scrape costs about one memchr over the body: 5.6 us instead
+  // of 20 (bench/metrics_parse_bench).
   PodMetrics m;
   std::optional<double> waiting, running, kv, gpu_kv;
-  std::size_t start = 0;
-  while (start < text.size()) {
-    std::size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) {
-      end = text.size();
+  const char* p = text.data();
+  const char* const end = p + text.size();
+  while (p < end) {
+    const auto* nl =
+        static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)));
+    if (nl == nullptr) {
+      nl = end;
     }
-    std::string_view line = text.substr(start, end - start);
-    start = end + 1;
-    if (line.empty() || line[0] == '#') {
+    const std::string_view line(p, static_cast<std::size_t>(nl - p));
+    p = nl + 1;
+    constexpr std::string_view kPrefix = "vllm:";
+    if (line.size() <= kPrefix.size() || line[0] != 'v' || !line.starts_with(kPrefix)) {
       continue;
+    }
+    switch (line[kPrefix.size()]) {
+      case 'n':
+      case 'k':
+      case 'g':
+      case 'c':
+        break;
+      default:
+        continue;  // time_*, e2e_*, request_*, iteration_*, prompt_*, prefix_*, ...
     }
     if (is_metric(line, "vllm:num_requests_waiting")) {
       waiting = value_of(line);

@@ -69,6 +69,7 @@ void PodRegistry::set_pods(const std::vector<PodConfig>& pods) {
   pool_count_ = pools.size();
   aligned_peers_.reset();
   publish_locked();
+  membership_version_.fetch_add(1);  // after the publish: pods() already shows the new set
 }
 
 std::vector<PodConfig> PodRegistry::pods() const {
@@ -86,18 +87,30 @@ void PodRegistry::update_metrics(const std::string& name, const PodMetrics& m) {
   update_metrics({&one, 1});
 }
 
+bool PodRegistry::scraped_locked(State& s, const PodMetrics& m) {
+  s.metrics = m;
+  s.scraped_ok = true;
+  s.ever_scraped = true;
+  remake_info(s);
+  refresh_entry_locked(s);
+  return true;
+}
+
+bool PodRegistry::scrape_failed_locked(State& s) {
+  if (!s.scraped_ok) {
+    return false;  // already not ready: nothing to publish
+  }
+  s.scraped_ok = false;
+  refresh_entry_locked(s);
+  return true;
+}
+
 void PodRegistry::update_metrics(std::span<const std::pair<std::string, PodMetrics>> scrapes) {
   std::lock_guard lock(mu_);
   bool changed = false;
   for (const auto& [name, m] : scrapes) {
-    auto it = pods_.find(name);
-    if (it != pods_.end()) {
-      it->second.metrics = m;
-      it->second.scraped_ok = true;
-      it->second.ever_scraped = true;
-      remake_info(it->second);
-      refresh_entry_locked(it->second);
-      changed = true;
+    if (auto it = pods_.find(name); it != pods_.end()) {
+      changed = scraped_locked(it->second, m) || changed;
     }
   }
   if (changed) {
@@ -108,9 +121,24 @@ void PodRegistry::update_metrics(std::span<const std::pair<std::string, PodMetri
 void PodRegistry::mark_scrape_failed(const std::string& name) {
   std::lock_guard lock(mu_);
   auto it = pods_.find(name);
-  if (it != pods_.end() && it->second.scraped_ok) {
-    it->second.scraped_ok = false;
-    refresh_entry_locked(it->second);
+  if (it != pods_.end() && scrape_failed_locked(it->second)) {
+    publish_locked();
+  }
+}
+
+void PodRegistry::apply_scrapes(std::span<const ScrapeResult> results) {
+  std::lock_guard lock(mu_);
+  bool changed = false;
+  for (const auto& r : results) {
+    auto it = pods_.find(r.name);
+    if (it == pods_.end()) {
+      continue;
+    }
+    changed = (r.metrics ? scraped_locked(it->second, *r.metrics)
+                         : scrape_failed_locked(it->second)) ||
+              changed;
+  }
+  if (changed) {
     publish_locked();
   }
 }
@@ -293,6 +321,7 @@ void PodRegistry::publish_locked() {
     std::lock_guard lock(snapshot_mu_);
     previous = std::exchange(snapshot_, std::move(next));
   }
+  publishes_.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace llmd::epp

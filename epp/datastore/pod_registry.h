@@ -10,12 +10,14 @@
 // listener is called after it is released). Per-request bookkeeping does not go through the
 // registry: a request books on the PodLive of the Endpoint it was given (epp/datastore/
 // pod_live.h), which the snapshot entries point to and which outlives the pod's removal.
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -46,11 +48,26 @@ class PodRegistry {
   // keeps its metrics and health, and its PodLive too unless its pool label changed.
   void set_pods(const std::vector<PodConfig>& pods);
   std::vector<PodConfig> pods() const;
+  // Changes with every set_pods() (lock-free): the scraper re-reads pods() only then.
+  uint64_t membership_version() const { return membership_version_.load(); }
 
   void update_metrics(const std::string& name, const PodMetrics& m);
   // Several pods' scrapes, published once (the simulator refreshes every pod per decision).
   void update_metrics(std::span<const std::pair<std::string, PodMetrics>> scrapes);
   void mark_scrape_failed(const std::string& name);
+  // One scrape's outcome: the pod's metrics, or nullopt when the scrape failed (the pod is
+  // then not ready until a scrape succeeds).
+  struct ScrapeResult {
+    std::string name;
+    std::optional<PodMetrics> metrics;
+  };
+  // Several outcomes, published as one snapshot when any changed the pool (the scraper
+  // collects the answers that arrive close together): the snapshot copies per second then do
+  // not grow with the square of the pod count. Names not in the pool are ignored.
+  void apply_scrapes(std::span<const ScrapeResult> results);
+
+  // Snapshots published so far (tests: how often the pool is copied). Lock-free.
+  uint64_t publishes() const { return publishes_.load(std::memory_order_relaxed); }
 
   // PoolSnapshot::candidates() of the current snapshot.
   std::vector<Endpoint> candidates(TimePoint now) const;
@@ -120,6 +137,9 @@ class PodRegistry {
     std::map<std::string, PodLoad> by_pod;
   };
   void remake_info(State& s);  // mu_ held
+  // Applies one scrape's metrics to `s`; mu_ held. Returns whether the pool changed.
+  bool scraped_locked(State& s, const PodMetrics& m);
+  bool scrape_failed_locked(State& s);
   // Brings the pod's entry in entries_ up to date with `s`; mu_ held.
   void refresh_entry_locked(const State& s);
   // Swaps in a snapshot of entries_ and the options; mu_ held.
@@ -142,6 +162,9 @@ class PodRegistry {
   // The peers aligned with the published pods: remade only when peers or membership change
   // (a scrape publishes a new snapshot with the same one). Guarded by mu_.
   std::shared_ptr<const std::vector<PoolSnapshot::Peer>> aligned_peers_;
+
+  std::atomic<uint64_t> membership_version_{0};  // written under mu_
+  std::atomic<uint64_t> publishes_{0};           // written under mu_
 
   mutable std::mutex snapshot_mu_;  // held only to copy or swap the pointer
   // Never null. Swapped under both mutexes, so a writer (mu_ held) may read it without

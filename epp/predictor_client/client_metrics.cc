@@ -28,7 +28,8 @@ ClientMetrics::ClientMetrics(prometheus::Registry& registry,
   auto& columnar = prometheus::BuildGauge()
                        .Name("llmd_epp_predictor_replica_columnar")
                        .Help("1 while batches to the predictor replica use /predict/bulk/columnar, "
-                             "0 once it answered 404/405 there and gets /predict/bulk/strict")
+                             "0 while it gets /predict/bulk/strict after a 404/405 there (until a "
+                             "periodic retry or its re-admission finds the path served)")
                        .Register(registry);
   const prometheus::Histogram::BucketBoundaries dispatch_buckets{
       0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 1};

@@ -26,8 +26,9 @@ struct ClientMetrics {
   prometheus::Histogram* batch_callers = nullptr;  // llmd_epp_predictor_batch_callers
   std::vector<prometheus::Histogram*> dispatch_seconds;  // {replica}
   std::vector<prometheus::Gauge*> replica_healthy;       // {replica}, 1 or 0
-  // {replica}: 1 while batches to the replica use the columnar path, 0 once it answered 404/405
-  // there (a reference predictor) and gets /predict/bulk/strict.
+  // {replica}: 1 while batches to the replica use the columnar path, 0 while it gets
+  // /predict/bulk/strict after a 404/405 there (a reference predictor); back to 1 when a retry
+  // or its re-admission finds the columnar path served (ColumnarPaths).
   std::vector<prometheus::Gauge*> replica_columnar;
   prometheus::Counter* bytes_sent = nullptr;      // llmd_epp_predictor_body_bytes_total{direction}
   prometheus::Counter* bytes_received = nullptr;

@@ -15,6 +15,7 @@
 #include "epp/predictor_client/call_limiter.h"
 #include "epp/predictor_client/client_metrics.h"
 #include "epp/predictor_client/coalescer.h"
+#include "epp/predictor_client/columnar_paths.h"
 #include "epp/predictor_client/replica_set.h"
 #include "epp/predictor_client/transport.h"
 #include "epp/predictor_client/wire.h"
@@ -60,6 +61,9 @@ struct Dispatch {
   ErrorKind last_error = ErrorKind::kNoReplica;
   int attempt = 0;  // 1 after a failed attempt (one retry)
   int sends = 0;    // exchanges started, including a resend on the strict path
+  // The columnar path was answered 404/405: every later attempt goes strict (a replica's
+  // columnar retry costs its batch one round trip, never a loop).
+  bool strict_only = false;
 };
 
 std::chrono::milliseconds attempt_timeout(std::chrono::milliseconds limit,
@@ -92,7 +96,8 @@ std::optional<std::string> PredictorClientConfig::validate() const {
       {"request_deadline", request_deadline},
       {"dispatch_timeout", dispatch_timeout},
       {"probe_interval", probe_interval},
-      {"probe_timeout", probe_timeout}};
+      {"probe_timeout", probe_timeout},
+      {"columnar_retry_interval", columnar_retry_interval}};
   for (const auto& [name, value] : durations) {
     if (value.count() <= 0) {
       return std::string(name) + ": must be > 0, got " + std::to_string(value.count()) + "ms";
@@ -452,7 +457,7 @@ struct PredictorClient::Impl {
       return fail_dispatch(lk, *d);
     }
     replicas.begin(*replica);
-    const bool columnar = columnar_replica[*replica];
+    const bool columnar = !d->strict_only && columnar_paths.use_columnar(*replica, Clock::now());
     lk.unlock();
     std::string& body = columnar ? d->columnar_body : d->strict_body;
     if (body.empty()) {
@@ -471,16 +476,33 @@ struct PredictorClient::Impl {
   }
 
   // Under `mu`: the replica answered the columnar path 404/405 (a reference predictor, which
-  // has only the strict one): from now on it gets /predict/bulk/strict. Not a failure: the
-  // replica stays healthy and the batch is sent again at once.
+  // has only the strict one): it gets /predict/bulk/strict until a retry or its re-admission
+  // finds the columnar path served (ColumnarPaths). Not a failure: the replica stays healthy
+  // and the batch is sent again at once.
   void fall_back_to_strict(std::size_t replica, int status) {
-    if (!columnar_replica[replica]) {
-      return;  // another batch in flight to it learned it first
+    if (!columnar_paths.not_served(replica, Clock::now())) {
+      // Strict already: another batch in flight to it learned it first, or a retry found the
+      // reference predictor again.
+      spdlog::debug("predictor replica {} still answers {} to {}", config.replica_urls[replica],
+                    status, kBulkColumnarPath);
+      return;
     }
-    columnar_replica[replica] = false;
     metrics.replica_columnar[replica]->Set(0);
-    spdlog::warn("predictor replica {} answered {} to {}: sending it {} from now on",
-                 config.replica_urls[replica], status, kBulkColumnarPath, kBulkStrictPath);
+    spdlog::warn("predictor replica {} answered {} to {}: sending it {} (columnar tried again in "
+                 "{} s, or when it is re-admitted after unhealthiness)",
+                 config.replica_urls[replica], status, kBulkColumnarPath, kBulkStrictPath,
+                 std::chrono::duration_cast<std::chrono::seconds>(config.columnar_retry_interval)
+                     .count());
+  }
+
+  // Under `mu`: a columnar batch to the replica was answered. A strict replica's retry found our
+  // predictor: back on the compact exchange.
+  void columnar_served(std::size_t replica) {
+    if (columnar_paths.served(replica)) {
+      metrics.replica_columnar[replica]->Set(1);
+      spdlog::info("predictor replica {} serves {} again: sending it the compact exchange",
+                   config.replica_urls[replica], kBulkColumnarPath);
+    }
   }
 
   // The transport's thread, without `mu`: parses the answer (outside the lock), completes the
@@ -500,6 +522,7 @@ struct PredictorClient::Impl {
         replicas.end(replica);
         fall_back_to_strict(replica, response.status);
         lk.unlock();
+        d->strict_only = true;
         return send_attempt(std::move(d));
       }
     }
@@ -533,6 +556,9 @@ struct PredictorClient::Impl {
     std::unique_lock lk(mu);
     replicas.end(replica);
     if (predictions) {
+      if (columnar) {
+        columnar_served(replica);
+      }
       replicas.on_answer(replica);
       record_rate(replica, d->batch.rows.size(), start, Clock::now());
       complete(coalescer.deliver(d->batch.id, *predictions));
@@ -652,6 +678,11 @@ struct PredictorClient::Impl {
         changed = replicas.mark_healthy(r);
         if (changed) {
           metrics.replica_healthy[r]->Set(1);
+          // It may be another predictor now (a restart, an upgrade): columnar again, as at
+          // start; a reference predictor's 404 puts it back on strict at its first batch.
+          if (columnar_paths.reset(r)) {
+            metrics.replica_columnar[r]->Set(1);
+          }
         }
       }
       if (changed) {
@@ -681,11 +712,11 @@ struct PredictorClient::Impl {
   std::vector<double> row_rate = std::vector<double>(config.replica_urls.size(), 0.0);
   std::vector<Clock::time_point> last_answer =
       std::vector<Clock::time_point>(config.replica_urls.size());  // guarded by mu
-  // Per replica: true until it answers the columnar path 404/405; guarded by mu.
   // When the dispatcher will next look at the async deadlines by itself (min while it is
   // awake); guarded by mu.
   Clock::time_point dispatcher_sleeps_until = Clock::time_point::min();
-  std::vector<bool> columnar_replica = std::vector<bool>(config.replica_urls.size(), true);
+  // Per replica: the columnar or the strict path; guarded by mu.
+  ColumnarPaths columnar_paths{config.replica_urls.size(), config.columnar_retry_interval};
   bool stopping = false;                         // guarded by mu
   std::size_t active_callers = 0;                // callers inside predict(); guarded by mu
   std::condition_variable callers_gone_cv;

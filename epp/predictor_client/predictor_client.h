@@ -19,7 +19,7 @@
 //   or retries once on another replica when the first attempt failed and the batch's latest
 //   caller deadline has not passed.
 // - prober (1): every probe_interval sends GET /readyz to each unhealthy replica; a 200 lets
-//   traffic back.
+//   traffic back (on the columnar path again: ColumnarPaths).
 // Shared state (Coalescer, ReplicaSet, CallLimiter, waiters, Rng) lives behind one mutex that
 // is never held across a network call, JSON encoding or parsing. Config and metrics are
 // immutable after construction. Async callbacks must not destroy the client.
@@ -66,6 +66,13 @@ struct PredictorClientConfig {
   std::chrono::milliseconds probe_interval{500};
   // Timeout of one /readyz probe. Default 200 ms; > 0.
   std::chrono::milliseconds probe_timeout{200};
+  // A replica switched to /predict/bulk/strict (it answered the columnar path 404/405) gets one
+  // batch on the columnar path again this often, so a rolling upgrade to our predictor behind
+  // the same URL brings the compact exchange back; it is also reset to columnar when it is
+  // re-admitted after unhealthiness. Default 2 min: an upgrade takes minutes, and a retry that
+  // finds the reference predictor again costs that one batch a round trip (it is resent strict
+  // at once, within its deadline): one batch in ~100,000 at 1,000 batches/s. > 0.
+  std::chrono::milliseconds columnar_retry_interval{120000};
 
   // nullopt when valid; otherwise a message naming the field and the bad value.
   std::optional<std::string> validate() const;

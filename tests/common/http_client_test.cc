@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <future>
+#include <mutex>
 #include <thread>
 #include <tuple>
 
@@ -258,6 +259,40 @@ TEST(AsyncHttpClient, TargetsNamedByUrlKeepTheirConnectionAlive) {
     EXPECT_TRUE(server.backlog_empty()) << "one connection served all ten";
   }
   EXPECT_EQ(server.served(), 10);
+}
+
+// Tasks run on the client's I/O thread in the order they fall due (a task may re-arm itself),
+// and the destructor drops those not yet due: it neither waits for them nor runs them.
+TEST(AsyncHttpClient, PostAtRunsTasksWhenDueAndTheDestructorDropsTheRest) {
+  std::mutex mu;
+  std::vector<int> ran;
+  std::promise<void> third;
+  std::atomic<bool> late_ran{false};
+  const auto now = std::chrono::steady_clock::now();
+  const auto started = now;
+  {
+    AsyncHttpClient client(std::vector<Url>{});
+    auto record = [&](int i) {
+      std::lock_guard lock(mu);
+      ran.push_back(i);
+    };
+    client.post_at(now + std::chrono::milliseconds(30), [&] { record(2); });
+    client.post_at(now + std::chrono::milliseconds(10), [&] {
+      record(1);
+      // From the I/O thread: armed inline, runs after the 30-ms task.
+      client.post_at(now + std::chrono::milliseconds(40), [&] {
+        record(3);
+        third.set_value();
+      });
+    });
+    client.post([&] { record(0); });
+    client.post_at(now + std::chrono::hours(1), [&] { late_ran = true; });
+    third.get_future().wait();
+  }
+  EXPECT_FALSE(late_ran.load());
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::minutes(30))
+      << "the destructor did not wait for the hour-long timer";
+  EXPECT_EQ(ran, (std::vector<int>{0, 1, 2, 3}));
 }
 
 TEST(DescriptorBudget, KeepsAReserveAndNeverGivesMoreThanItHas) {

@@ -185,6 +185,35 @@ TEST(PredictorClientHttp, AReferencePredictorGetsStrictBatchesAfterOne404) {
   EXPECT_EQ(reference.bad_requests.load() + ours.bad_requests.load(), 0);
 }
 
+// A rolling upgrade behind the same URL: the reference predictor is replaced by ours. The
+// replica's next columnar retry finds the path and it is back on the compact exchange.
+TEST(PredictorClientHttp, AReplicaUpgradedToOurPredictorGetsTheCompactExchangeBack) {
+  FakePredictor predictor;
+  predictor.columnar = false;
+  prometheus::Registry registry;
+  auto c = config({predictor.url()});
+  c.columnar_retry_interval = 1ms;
+  PredictorClient client(c, registry, std::make_shared<HttpTransport>(c.replica_urls));
+  auto rows = make_rows(20, 0);
+  expect_own_predictions(client.predict(rows), rows);
+  const std::string gauge = "llmd_epp_predictor_replica_columnar";
+  EXPECT_EQ(metric_value(registry, gauge, "replica", predictor.url()), 0);
+  EXPECT_EQ(predictor.strict_requests.load(), 1);
+  predictor.columnar = true;  // upgraded
+  const auto upgraded = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - upgraded < 5ms) {
+    std::this_thread::yield();  // past the retry interval
+  }
+  for (int i = 1; i <= 3; ++i) {
+    rows = make_rows(20, 1000 * i);
+    expect_own_predictions(client.predict(rows), rows);
+  }
+  EXPECT_EQ(predictor.strict_requests.load(), 1) << "the retry found the columnar path";
+  EXPECT_EQ(predictor.bulk_requests.load(), 4);
+  EXPECT_EQ(predictor.not_found.load(), 1);
+  EXPECT_EQ(metric_value(registry, gauge, "replica", predictor.url()), 1);
+}
+
 TEST(PredictorClientHttp, SlowReplicaTimesOutAndTheBatchMovesOn) {
   FakePredictor slow;
   FakePredictor fast;

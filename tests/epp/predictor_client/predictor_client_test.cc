@@ -336,6 +336,127 @@ TEST(PredictorClient, A404OnTheColumnarPathSwitchesThatReplicaToStrict) {
   EXPECT_TRUE(client.replica_healthy(1));
 }
 
+// A replica that the strict path served, upgraded to our predictor behind the same URL: while
+// its retry is not due, batches stay strict; the retry (one batch on the columnar path) finds
+// the path served and the replica is back on the compact exchange, gauge 1.
+TEST(PredictorClient, AStrictReplicaTriesTheColumnarPathAgainOncePerRetryInterval) {
+  std::atomic<bool> upgraded{false};
+  auto transport = std::make_shared<FakeTransport>(
+      [&upgraded](std::size_t replica, const std::string& path, const auto& rows) {
+        if (path == "/predict/bulk/columnar" && !upgraded) {
+          return TransportResponse::ok(404, R"({"detail":"Not Found"})");
+        }
+        return FakeTransport::healthy(replica, path, rows);
+      });
+  for (const auto retry : {std::chrono::milliseconds(1h), std::chrono::milliseconds(1)}) {
+    prometheus::Registry registry;
+    auto c = config(1);
+    c.columnar_retry_interval = retry;
+    upgraded = false;
+    const std::size_t before = transport->posts().size();
+    PredictorClient client(c, registry, transport);
+    auto rows = make_rows(4, 0);
+    expect_own_predictions(client.predict(rows), rows);  // columnar 404, then strict
+    EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_replica_columnar"), 0);
+    upgraded = true;
+    const auto fell_back = std::chrono::steady_clock::now();
+    wait_until([&] { return std::chrono::steady_clock::now() - fell_back > 5ms; });
+    for (int i = 1; i <= 3; ++i) {
+      rows = make_rows(4, 100 * i);
+      expect_own_predictions(client.predict(rows), rows);
+    }
+    auto posts = transport->posts();
+    posts.erase(posts.begin(), posts.begin() + static_cast<std::ptrdiff_t>(before));
+    ASSERT_EQ(posts.size(), 5u);
+    EXPECT_EQ(posts[0].path, "/predict/bulk/columnar");
+    EXPECT_EQ(posts[1].path, "/predict/bulk/strict");
+    if (retry == std::chrono::milliseconds(1h)) {
+      for (std::size_t i = 2; i < posts.size(); ++i) {
+        EXPECT_EQ(posts[i].path, "/predict/bulk/strict") << "no retry within the hour: " << i;
+      }
+      EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_replica_columnar"), 0);
+    } else {
+      for (std::size_t i = 2; i < posts.size(); ++i) {
+        EXPECT_EQ(posts[i].path, "/predict/bulk/columnar") << "the retry, then columnar: " << i;
+      }
+      EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_replica_columnar"), 1);
+    }
+    for (const char* kind : {"http", "bad_response", "deadline", "no_replica"}) {
+      EXPECT_EQ(errors(registry, kind), 0) << kind;
+    }
+  }
+}
+
+// A retry that finds the reference predictor again costs its batch one round trip: resent
+// strict at once, answered, no error; the replica stays strict (gauge 0) until the next retry.
+TEST(PredictorClient, AColumnarRetryAnswered404IsResentStrict) {
+  prometheus::Registry registry;
+  auto transport = std::make_shared<FakeTransport>(
+      [](std::size_t replica, const std::string& path, const auto& rows) {
+        if (path == "/predict/bulk/columnar") {
+          return TransportResponse::ok(404, R"({"detail":"Not Found"})");
+        }
+        return FakeTransport::healthy(replica, path, rows);
+      });
+  auto c = config(1);
+  c.columnar_retry_interval = 1ms;
+  PredictorClient client(c, registry, transport);
+  for (int i = 0; i < 3; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    wait_until([&] { return std::chrono::steady_clock::now() - start > 2ms; });
+    auto rows = make_rows(4, 100 * i);
+    expect_own_predictions(client.predict(rows), rows);
+  }
+  auto posts = transport->posts();
+  ASSERT_EQ(posts.size(), 6u) << "every batch: a columnar retry, then strict";
+  for (std::size_t i = 0; i < posts.size(); ++i) {
+    EXPECT_EQ(posts[i].path, i % 2 == 0 ? "/predict/bulk/columnar" : "/predict/bulk/strict") << i;
+  }
+  EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_replica_columnar"), 0);
+  for (const char* kind : {"http", "bad_response", "deadline", "no_replica"}) {
+    EXPECT_EQ(errors(registry, kind), 0) << kind;
+  }
+  EXPECT_TRUE(client.replica_healthy(0));
+}
+
+// A strict replica that becomes unhealthy and is re-admitted may be another predictor now: its
+// next batch goes to the columnar path (gauge 1 again), whatever the retry interval.
+TEST(PredictorClient, AReplicaReadmittedAfterUnhealthinessGetsTheColumnarPathAgain) {
+  std::atomic<int> phase{0};  // 0: reference predictor, 1: down, 2: our predictor
+  auto transport = std::make_shared<FakeTransport>(
+      [&phase](std::size_t replica, const std::string& path, const auto& rows) {
+        if (phase == 1) {
+          return TransportResponse::ok(503, R"({"detail":"Models not ready"})");
+        }
+        if (phase == 0 && path == "/predict/bulk/columnar") {
+          return TransportResponse::ok(404, R"({"detail":"Not Found"})");
+        }
+        return FakeTransport::healthy(replica, path, rows);
+      });
+  prometheus::Registry registry;
+  auto c = config(1);
+  c.columnar_retry_interval = std::chrono::hours(1);
+  PredictorClient client(c, registry, transport);
+  auto rows = make_rows(4, 0);
+  expect_own_predictions(client.predict(rows), rows);
+  EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_replica_columnar"), 0);
+  phase = 1;
+  EXPECT_FALSE(client.predict(make_rows(4, 100)).has_value());
+  EXPECT_FALSE(client.replica_healthy(0));
+  EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_replica_columnar"), 0);
+  phase = 2;
+  EXPECT_EQ(client.probe_now(), 1u);
+  EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_replica_columnar"), 1)
+      << "re-admitted: columnar again";
+  rows = make_rows(4, 200);
+  expect_own_predictions(client.predict(rows), rows);
+  auto posts = transport->posts();
+  ASSERT_EQ(posts.size(), 4u);
+  EXPECT_EQ(posts[2].path, "/predict/bulk/strict") << "the batch that found it down";
+  EXPECT_EQ(posts[3].path, "/predict/bulk/columnar");
+  EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_replica_columnar"), 1);
+}
+
 TEST(PredictorClient, AllReplicasDownGivesNulloptWithoutWaitingForTheDeadline) {
   prometheus::Registry registry;
   auto transport = std::make_shared<FakeTransport>(

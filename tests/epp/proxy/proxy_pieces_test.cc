@@ -8,6 +8,7 @@
 #include "epp/feedback/training_feedback.h"
 #include "epp/proxy/openai_request.h"
 #include "epp/proxy/sse_scanner.h"
+#include "tests/epp/datastore/vllm_exposition.h"
 #include "tests/epp/test_util.h"
 
 namespace llmd::epp {
@@ -284,6 +285,37 @@ TEST(VllmMetrics, BothKvNamesAndCacheConfig) {
       "vllm:gpu_cache_usage_perc 0.9\nvllm:kv_cache_usage_perc 0.5\n");
   EXPECT_DOUBLE_EQ(both->kv_cache_usage, 0.5);  // the new name wins
   EXPECT_FALSE(parse_vllm_metrics("vllm:num_requests_waiting 0\n"));
+}
+
+// A real pod's answer (402 lines): the five lines the EPP reads among the histograms, the
+// Python metrics and the comments.
+TEST(VllmMetrics, ARealPodsAnswer) {
+  auto m = parse_vllm_metrics(testing::vllm_exposition(4, 9, 0.625));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->waiting, 4);
+  EXPECT_EQ(m->running, 9);
+  EXPECT_DOUBLE_EQ(m->kv_cache_usage, 0.625);
+  EXPECT_EQ(m->block_size, 16);
+  EXPECT_EQ(m->num_gpu_blocks, 29127);
+  EXPECT_EQ(m->models, (std::vector<std::string>{"meta-llama/Llama-3.1-8B-Instruct"}));
+}
+
+TEST(VllmMetrics, OddValuesAndLineEndings) {
+  auto m = parse_vllm_metrics(
+      "vllm:num_requests_waiting{model_name=\"m\"} 1e1\r\n"
+      "vllm:num_requests_running{model_name=\"m\"} +3\r\n"
+      "vllm:kv_cache_usage_perc{model_name=\"m\"} 2.5e-1\r\n");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->waiting, 10);
+  EXPECT_EQ(m->running, 3);
+  EXPECT_DOUBLE_EQ(m->kv_cache_usage, 0.25);
+  EXPECT_FALSE(parse_vllm_metrics("vllm:num_requests_waiting x\nvllm:num_requests_running 1\n"
+                                  "vllm:kv_cache_usage_perc 0\n"))
+      << "an unreadable value is a missing gauge";
+  EXPECT_FALSE(parse_vllm_metrics("vllm:num_requests_waiting_total 1\n"
+                                  "vllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0\n"))
+      << "a longer name is another metric";
+  EXPECT_FALSE(parse_vllm_metrics(""));
 }
 
 CompletedRequest sample_request() {
