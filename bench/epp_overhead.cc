@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -59,6 +60,30 @@ double metric(const std::string& text, const std::string& name) {
     }
   }
   return total;
+}
+
+// Observations of histogram `name` above `bound_s` (summed over its label sets): its _count
+// minus its cumulative bucket whose le equals the bound.
+double above(const std::string& text, const std::string& name, double bound_s) {
+  const std::string bucket = name + "_bucket{";
+  double at_bound = 0;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(bucket, 0) != 0) {
+      continue;
+    }
+    const auto le = line.find("le=\"");
+    if (le == std::string::npos) {
+      continue;
+    }
+    const auto end = line.find('"', le + 4);
+    const std::string v = line.substr(le + 4, end - le - 4);
+    if (v != "+Inf" && std::fabs(std::stod(v) - bound_s) <= 1e-9) {
+      at_bound += std::stod(line.substr(line.rfind(' ') + 1));
+    }
+  }
+  return metric(text, name + "_count") - at_bound;
 }
 
 // A prompt that starts with the request's id (the fake pods key arrivals by it).
@@ -111,6 +136,30 @@ struct Target {
     const double used = delta("llmd_epp_scheduling_predictions_total");
     const double used_true = delta("llmd_epp_scheduling_predictions_total{used=\"true\"}");
     const double sent = static_cast<double>(std::max<uint64_t>(1, r.sent));
+    // Where the tail is spent: the share of requests over 2 and 5 ms end to end (the client's
+    // view) against the share whose EPP-internal phases took that long (arrival at the EPP ->
+    // dispatch to the pod; the scheduling cycle; one predictor round trip, per batch). What
+    // the client sees and no phase shows happened before the EPP read the request or after it
+    // dispatched it (the forward and the pod's accept).
+    auto share_over = [&](double ms) {
+      const auto n = std::count_if(r.latency_ms.begin(), r.latency_ms.end(),
+                                   [&](double x) { return x > ms; });
+      return r.latency_ms.empty() ? 0.0 : 100.0 * static_cast<double>(n) /
+                                              static_cast<double>(r.latency_ms.size());
+    };
+    auto phase_over = [&](const std::string& name, double s) {
+      const double n = delta(name + "_count");
+      return n > 0 ? 100.0 * (above(after, name, s) - above(before, name, s)) / n : 0.0;
+    };
+    Json tail{
+        {"client_over_2ms_pct", share_over(2)},
+        {"client_over_5ms_pct", share_over(5)},
+        {"dispatch_delay_over_2ms_pct", phase_over("llmd_epp_dispatch_delay_seconds", 0.002)},
+        {"dispatch_delay_over_5ms_pct", phase_over("llmd_epp_dispatch_delay_seconds", 0.005)},
+        {"scheduling_over_2_5ms_pct", phase_over("llmd_epp_scheduling_duration_seconds", 0.0025)},
+        {"scheduling_over_5ms_pct", phase_over("llmd_epp_scheduling_duration_seconds", 0.005)},
+        {"predictor_rtt_over_2ms_pct", phase_over("llmd_epp_predictor_dispatch_seconds", 0.002)},
+        {"predictor_rtt_over_5ms_pct", phase_over("llmd_epp_predictor_dispatch_seconds", 0.005)}};
     auto per_req = [&](double s) { return 1e6 * s / sent; };
     Json row{{"mode", mode}, {"pods", pods}, {"offered_rps", rate},
              {"achieved_rps", r.achieved_rps()},
@@ -119,6 +168,7 @@ struct Target {
              {"p99_ms", bench::percentile(r.latency_ms, 0.99)},
              {"errors", r.errors}, {"shed", r.shed}, {"unfinished", r.unfinished},
              {"client_late_p99_ms", r.late_p99_ms},
+             {"tail", tail},
              {"rows_per_batch", batches > 0 ? rows / batches : 0},
              {"callers_per_batch", batches > 0 ? delta("llmd_epp_predictor_batch_callers_sum") / batches : 0},
              {"predictions_used_pct", used > 0 ? 100.0 * used_true / used : 0},
@@ -140,6 +190,16 @@ struct Target {
         per_req(cpu.epp), per_req(cpu.predictors), bytes.received() / sent, bytes.sent() / sent,
         rows > 0 ? 100 * bytes.received() / rows : 0, rows > 0 ? 100 * bytes.sent() / rows : 0,
         used > 0 ? 100.0 * used_true / used : 0);
+    std::cerr << fmt::format(
+        "  tail: client >2 ms {:.2f}% >5 ms {:.2f}% | arrival->dispatch >2 ms {:.2f}% >5 ms "
+        "{:.2f}% | scheduling >2.5 ms {:.2f}% >5 ms {:.2f}% | predictor round trip >2 ms "
+        "{:.2f}% >5 ms {:.2f}%\n",
+        tail["client_over_2ms_pct"].get<double>(), tail["client_over_5ms_pct"].get<double>(),
+        tail["dispatch_delay_over_2ms_pct"].get<double>(),
+        tail["dispatch_delay_over_5ms_pct"].get<double>(),
+        tail["scheduling_over_2_5ms_pct"].get<double>(), tail["scheduling_over_5ms_pct"].get<double>(),
+        tail["predictor_rtt_over_2ms_pct"].get<double>(),
+        tail["predictor_rtt_over_5ms_pct"].get<double>());
     arrivals->clear();
     // Stragglers and the feedback flush; after an overloaded step the EPP may still be working
     // off requests the client gave up on, which would land on the next step.

@@ -53,6 +53,30 @@ inline std::string epp_overhead_markdown(const nlohmann::json& run) {
                       bytes["in"].get<double>(), bytes["out"].get<double>(),
                       s["epp_threads_idle"].get<int>(), s["epp_threads_peak"].get<int>());
   }
+  md +=
+      "\n### Where the tail is spent\n\n"
+      "Share of the counted requests over 2 and 5 ms from the client's send to the pod's receipt, "
+      "against the share of the EPP's internal phases over the same bounds (from its histograms): "
+      "arrival at the EPP (request read) -> dispatch to the pod, the scheduling cycle (with the "
+      "prediction wait), one predictor round trip (per batch). Client tail that no phase shows "
+      "was spent before the EPP had read the request or after it dispatched it.\n\n"
+      "| mode | pods | offered rps | client >2 ms | >5 ms | arrival->dispatch >2 ms | >5 ms | "
+      "scheduling >2.5 ms | >5 ms | predictor round trip >2 ms | >5 ms |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const Json& s : run["steps"]) {
+    if (!s.contains("tail")) {
+      continue;  // runs stored before the tail split existed
+    }
+    const Json& t = s["tail"];
+    md += fmt::format(
+        "| {} | {} | {:.0f} | {:.2f}% | {:.2f}% | {:.2f}% | {:.2f}% | {:.2f}% | {:.2f}% | {:.2f}% | "
+        "{:.2f}% |\n",
+        s["mode"].get<std::string>(), s["pods"].get<int>(), s["offered_rps"].get<double>(),
+        t["client_over_2ms_pct"].get<double>(), t["client_over_5ms_pct"].get<double>(),
+        t["dispatch_delay_over_2ms_pct"].get<double>(), t["dispatch_delay_over_5ms_pct"].get<double>(),
+        t["scheduling_over_2_5ms_pct"].get<double>(), t["scheduling_over_5ms_pct"].get<double>(),
+        t["predictor_rtt_over_2ms_pct"].get<double>(), t["predictor_rtt_over_5ms_pct"].get<double>());
+  }
   md += fmt::format(
       "\n## Capacity: the highest offered rate with p99 <= {} ms\n\n"
       "Doubling from the first rate while steps pass, then bisecting (to 100 req/s) between the "
