@@ -25,7 +25,8 @@ PluginOrError PrefixCacheAffinityFilter::create(const std::string& name,
   ParamReader r(params);
   r.get("threshold", c.threshold, "affinityThreshold")  // llm-d's spelling is accepted
       .get("explorationProbability", c.explorationProbability)
-      .get("maxTTFTPenaltyMs", c.maxTTFTPenaltyMs);
+      .get("maxTTFTPenaltyMs", c.maxTTFTPenaltyMs)
+      .get("queueEscape", c.queueEscape);
   if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
   }
@@ -50,10 +51,16 @@ std::vector<Endpoint> PrefixCacheAffinityFilter::filter(CycleContext& ctx,
   std::vector<bool> is_sticky(endpoints.size());
   std::optional<double> best_sticky, best_other;
   bool any_sticky = false, any_other = false;
+  bool sticky_all_queued = true, other_idle_queue = false;
   for (std::size_t i = 0; i < endpoints.size(); ++i) {
     const auto& e = endpoints[i];
     is_sticky[i] = (e.prefix ? e.prefix->score() : 0.0) >= config_.threshold;  // none -> 0
     (is_sticky[i] ? any_sticky : any_other) = true;
+    if (is_sticky[i]) {
+      sticky_all_queued = sticky_all_queued && e.metrics().waiting > 0;
+    } else {
+      other_idle_queue = other_idle_queue || e.metrics().waiting <= 0;
+    }
     if (e.latency) {
       auto& best = is_sticky[i] ? best_sticky : best_other;
       if (!best || e.latency->predicted_ttft_ms < *best) {
@@ -68,6 +75,9 @@ std::vector<Endpoint> PrefixCacheAffinityFilter::filter(CycleContext& ctx,
   // fallback values prefix hits too); the reference keeps all pods in that case.
   if (config_.maxTTFTPenaltyMs > 0 && best_sticky && best_other &&
       *best_sticky - *best_other > config_.maxTTFTPenaltyMs) {
+    return endpoints;
+  }
+  if (config_.queueEscape && sticky_all_queued && other_idle_queue) {
     return endpoints;
   }
   std::vector<Endpoint> sticky;

@@ -21,6 +21,11 @@ class PrefixCacheAffinityFilter final : public PluginBase<Filter> {
     double threshold = 0.80;               // [0, 1]; <= 0 disables the filter
     double explorationProbability = 0.01;  // [0, 1]: chance to skip the gate and keep all
     double maxTTFTPenaltyMs = 5000;        // >= 0; 0 = never break stickiness for load
+    // Ours: keep every pod when each sticky pod has requests waiting (scraped) and some other
+    // pod has none. A waiting request queues for a batch slot or KV blocks, not for prefill
+    // compute: its cache hit saves prefill it would not yet be doing, and a model trained
+    // below the pod's slot limit cannot predict that wait.
+    bool queueEscape = false;
     std::string validate() const;
   };
 

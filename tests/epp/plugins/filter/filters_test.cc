@@ -73,6 +73,25 @@ TEST_F(AffinityFilterTest, TtftPenaltyBreaksStickiness) {
   EXPECT_EQ(run(zero, {sticky_slow, other_fast}, rng), (Names{"sticky"}));
 }
 
+TEST_F(AffinityFilterTest, QueueEscapeKeepsAllWhenEveryStickyPodQueuesAndAnotherDoesNot) {
+  FixedRng rng;
+  PrefixCacheAffinityFilter::Config c{0.8, 0, 5000};
+  c.queueEscape = true;
+  PrefixCacheAffinityFilter f("aff", c);
+  // The sticky pods' predictions look fine (the model has not seen their slot limit): only the
+  // scraped queue says the cache hit would wait.
+  auto queued_a = with_prefix(pod("a", 0.3, 4), 10, 10);
+  auto queued_b = with_prefix(pod("b", 0.3, 1), 9, 10);
+  EXPECT_EQ(run(f, {queued_a, queued_b, pod("c", 0.3, 0)}, rng), (Names{"a", "b", "c"}));
+  // One sticky pod without a queue: stickiness stays.
+  EXPECT_EQ(run(f, {queued_a, with_prefix(pod("b", 0.3, 0), 9, 10), pod("c", 0.3, 0)}, rng),
+            (Names{"a", "b"}));
+  // Every other pod queues too: nothing is gained by leaving.
+  EXPECT_EQ(run(f, {queued_a, pod("c", 0.3, 2)}, rng), (Names{"a"}));
+  // Off (the default): the queue does not matter.
+  EXPECT_EQ(run(make(0.8), {queued_a, pod("c", 0.3, 0)}, rng), (Names{"a"}));
+}
+
 TEST_F(AffinityFilterTest, WithoutPredictionsStickinessStays) {
   FixedRng rng;
   EXPECT_EQ(run(make(0.8), {with_prefix(pod("a"), 10, 10), pod("b")}, rng), (Names{"a"}));
@@ -87,6 +106,10 @@ TEST_F(AffinityFilterTest, FactoryDefaultsAliasAndValidation) {
   EXPECT_DOUBLE_EQ(c.threshold, 0.99);
   EXPECT_DOUBLE_EQ(c.explorationProbability, 0.01);  // partial params keep the defaults
   EXPECT_DOUBLE_EQ(c.maxTTFTPenaltyMs, 5000);
+  EXPECT_FALSE(c.queueEscape);
+  auto qe = PrefixCacheAffinityFilter::create("x", {{"queueEscape", true}}, h);
+  ASSERT_TRUE(qe.plugin) << qe.error;
+  EXPECT_TRUE(std::dynamic_pointer_cast<const PrefixCacheAffinityFilter>(qe.plugin)->config().queueEscape);
   EXPECT_TRUE(PrefixCacheAffinityFilter::create("x", {{"affinityThreshold", 0.5}}, h).plugin);
   auto both = PrefixCacheAffinityFilter::create("x", {{"threshold", 0.5},
                                                       {"affinityThreshold", 0.5}}, h);
