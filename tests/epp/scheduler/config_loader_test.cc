@@ -89,7 +89,15 @@ TEST_F(ConfigLoaderTest, DefaultAndUpstreamPipelinesHaveTheContractShape) {
   EXPECT_EQ(rotation->config().nearBestBy, "predictedTTFT");
   auto strict = std::dynamic_pointer_cast<const PrefixCacheAffinityFilter>(
       d.pipeline->profiles[0].filters()[0].plugin);
-  EXPECT_DOUBLE_EQ(strict->config().maxTTFTPenaltyMs, 500);
+  // The gates are broken by a queue on every sticky pod (and none elsewhere), not by a
+  // predicted penalty: the model does not see a pod's slot limit.
+  EXPECT_DOUBLE_EQ(strict->config().maxTTFTPenaltyMs, 0);
+  EXPECT_TRUE(strict->config().queueEscape);
+  auto loose = std::dynamic_pointer_cast<const PrefixCacheAffinityFilter>(
+      d.pipeline->profiles[0].filters()[1].plugin);
+  ASSERT_TRUE(loose);
+  EXPECT_DOUBLE_EQ(loose->config().threshold, 0.70);
+  EXPECT_TRUE(loose->config().queueEscape);
   auto scorer = std::dynamic_pointer_cast<const LatencyScorer>(
       d.pipeline->profiles[0].scorers()[0].plugin);
   EXPECT_EQ(scorer->config().sloMissStrategy, "latency-composite");
