@@ -151,15 +151,10 @@ struct Target {
       const double n = delta(name + "_count");
       return n > 0 ? 100.0 * (above(after, name, s) - above(before, name, s)) / n : 0.0;
     };
-    Json tail{
-        {"client_over_2ms_pct", share_over(2)},
-        {"client_over_5ms_pct", share_over(5)},
-        {"dispatch_delay_over_2ms_pct", phase_over("llmd_epp_dispatch_delay_seconds", 0.002)},
-        {"dispatch_delay_over_5ms_pct", phase_over("llmd_epp_dispatch_delay_seconds", 0.005)},
-        {"scheduling_over_2_5ms_pct", phase_over("llmd_epp_scheduling_duration_seconds", 0.0025)},
-        {"scheduling_over_5ms_pct", phase_over("llmd_epp_scheduling_duration_seconds", 0.005)},
-        {"predictor_rtt_over_2ms_pct", phase_over("llmd_epp_predictor_dispatch_seconds", 0.002)},
-        {"predictor_rtt_over_5ms_pct", phase_over("llmd_epp_predictor_dispatch_seconds", 0.005)}};
+    Json tail;
+    for (const auto& c : bench::kTailColumns) {
+      tail[c.key] = *c.metric == '\0' ? share_over(c.bound_ms) : phase_over(c.metric, c.bound_ms / 1000.0);
+    }
     auto per_req = [&](double s) { return 1e6 * s / sent; };
     Json row{{"mode", mode}, {"pods", pods}, {"offered_rps", rate},
              {"achieved_rps", r.achieved_rps()},
@@ -190,16 +185,7 @@ struct Target {
         per_req(cpu.epp), per_req(cpu.predictors), bytes.received() / sent, bytes.sent() / sent,
         rows > 0 ? 100 * bytes.received() / rows : 0, rows > 0 ? 100 * bytes.sent() / rows : 0,
         used > 0 ? 100.0 * used_true / used : 0);
-    std::cerr << fmt::format(
-        "  tail: client >2 ms {:.2f}% >5 ms {:.2f}% | arrival->dispatch >2 ms {:.2f}% >5 ms "
-        "{:.2f}% | scheduling >2.5 ms {:.2f}% >5 ms {:.2f}% | predictor round trip >2 ms "
-        "{:.2f}% >5 ms {:.2f}%\n",
-        tail["client_over_2ms_pct"].get<double>(), tail["client_over_5ms_pct"].get<double>(),
-        tail["dispatch_delay_over_2ms_pct"].get<double>(),
-        tail["dispatch_delay_over_5ms_pct"].get<double>(),
-        tail["scheduling_over_2_5ms_pct"].get<double>(), tail["scheduling_over_5ms_pct"].get<double>(),
-        tail["predictor_rtt_over_2ms_pct"].get<double>(),
-        tail["predictor_rtt_over_5ms_pct"].get<double>());
+    std::cerr << "  tail:" << bench::tail_cells(tail, false) << "\n";
     arrivals->clear();
     // Stragglers and the feedback flush; after an overloaded step the EPP may still be working
     // off requests the client gave up on, which would land on the next step.

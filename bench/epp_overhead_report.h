@@ -1,12 +1,42 @@
 #pragma once
 // bench/epp_overhead's Markdown report, from the run's JSON (the same object that goes into
 // epp_overhead.json), so the two never disagree.
+#include <iterator>
 #include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace llmd::bench {
+
+// The tail split of a step (Json "tail"): the share of requests over a bound end to end and,
+// for the EPP's phases, the share of its histogram's observations over it. `metric` is empty
+// for the client's own view; the bound is a histogram bucket boundary for the others.
+struct TailColumn {
+  const char* key;
+  const char* label;
+  const char* metric;
+  double bound_ms;
+};
+inline constexpr TailColumn kTailColumns[] = {
+    {"client_over_2ms_pct", "client >2 ms", "", 2},
+    {"client_over_5ms_pct", ">5 ms", "", 5},
+    {"dispatch_delay_over_2ms_pct", "arrival->dispatch >2 ms", "llmd_epp_dispatch_delay_seconds", 2},
+    {"dispatch_delay_over_5ms_pct", ">5 ms", "llmd_epp_dispatch_delay_seconds", 5},
+    {"scheduling_over_2_5ms_pct", "scheduling >2.5 ms", "llmd_epp_scheduling_duration_seconds", 2.5},
+    {"scheduling_over_5ms_pct", ">5 ms", "llmd_epp_scheduling_duration_seconds", 5},
+    {"predictor_rtt_over_2ms_pct", "predictor round trip >2 ms", "llmd_epp_predictor_dispatch_seconds", 2},
+    {"predictor_rtt_over_5ms_pct", ">5 ms", "llmd_epp_predictor_dispatch_seconds", 5}};
+
+// "label x% label y% ..." or a Markdown row's cells "| x% | y% ..." of one step's tail.
+inline std::string tail_cells(const nlohmann::json& tail, bool markdown) {
+  std::string out;
+  for (const auto& c : kTailColumns) {
+    const double v = tail.at(c.key).get<double>();
+    out += markdown ? fmt::format(" {:.2f}% |", v) : fmt::format(" {} {:.2f}%", c.label, v);
+  }
+  return out;
+}
 
 inline std::string epp_overhead_markdown(const nlohmann::json& run) {
   using Json = nlohmann::json;
@@ -60,22 +90,22 @@ inline std::string epp_overhead_markdown(const nlohmann::json& run) {
       "arrival at the EPP (request read) -> dispatch to the pod, the scheduling cycle (with the "
       "prediction wait), one predictor round trip (per batch). Client tail that no phase shows "
       "was spent before the EPP had read the request or after it dispatched it.\n\n"
-      "| mode | pods | offered rps | client >2 ms | >5 ms | arrival->dispatch >2 ms | >5 ms | "
-      "scheduling >2.5 ms | >5 ms | predictor round trip >2 ms | >5 ms |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "| mode | pods | offered rps |";
+  for (const auto& c : kTailColumns) {
+    md += fmt::format(" {} |", c.label);
+  }
+  md += "\n|---|---|---|";
+  for (std::size_t i = 0; i < std::size(kTailColumns); ++i) {
+    md += "---|";
+  }
+  md += "\n";
   for (const Json& s : run["steps"]) {
     if (!s.contains("tail")) {
       continue;  // runs stored before the tail split existed
     }
-    const Json& t = s["tail"];
-    md += fmt::format(
-        "| {} | {} | {:.0f} | {:.2f}% | {:.2f}% | {:.2f}% | {:.2f}% | {:.2f}% | {:.2f}% | {:.2f}% | "
-        "{:.2f}% |\n",
-        s["mode"].get<std::string>(), s["pods"].get<int>(), s["offered_rps"].get<double>(),
-        t["client_over_2ms_pct"].get<double>(), t["client_over_5ms_pct"].get<double>(),
-        t["dispatch_delay_over_2ms_pct"].get<double>(), t["dispatch_delay_over_5ms_pct"].get<double>(),
-        t["scheduling_over_2_5ms_pct"].get<double>(), t["scheduling_over_5ms_pct"].get<double>(),
-        t["predictor_rtt_over_2ms_pct"].get<double>(), t["predictor_rtt_over_5ms_pct"].get<double>());
+    md += fmt::format("| {} | {} | {:.0f} |", s["mode"].get<std::string>(), s["pods"].get<int>(),
+                      s["offered_rps"].get<double>()) +
+          tail_cells(s["tail"], true) + "\n";
   }
   md += fmt::format(
       "\n## Capacity: the highest offered rate with p99 <= {} ms\n\n"

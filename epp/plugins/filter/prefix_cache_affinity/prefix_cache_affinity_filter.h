@@ -1,7 +1,8 @@
 #pragma once
 // prefix-cache-affinity-filter: narrows candidates to "sticky" pods whose prefix-cache score is
-// at least `threshold`, unless exploring or the sticky pods are predicted much slower. Used
-// twice in the default profile (strict 0.99 before the tier filter, loose 0.80 after it).
+// at least `threshold`, unless exploring, the sticky pods are predicted much slower, or (with
+// queueEscape) every sticky pod has a queue and another pod has none. Used twice in the default
+// profile (strict 0.99, then loose 0.70).
 // Stateless and immutable; randomness comes from the cycle's Rng.
 #include <string>
 #include <string_view>
