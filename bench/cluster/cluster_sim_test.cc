@@ -620,9 +620,12 @@ TEST_F(ClusterSimTest, ASlowerPodIsMeasuredAgainstTheModelAndItsPredictionsAreSc
   off.retrain_interval_ms = 2000;
   std::ifstream in(kEppConfig + "/default-pipeline.yaml");
   std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string on = "podResidualCorrection: true";
-  ASSERT_NE(yaml.find(on), std::string::npos);
-  off.pipeline_override = yaml.replace(yaml.find(on), on.size(), "podResidualCorrection: false");
+  // The correction is the producer's default: switch it off explicitly.
+  const std::string producer = "- type: predicted-latency-producer";
+  const auto at = yaml.find(producer);
+  ASSERT_NE(at, std::string::npos);
+  off.pipeline_override =
+      yaml.insert(yaml.find('\n', at) + 1, "  parameters:\n    podResidualCorrection: false\n");
   const RunResult u = run_cluster(trace, off);
   EXPECT_GT(u.pods[3].max_ttft_residual_factor, 1.25) << describe(u);
   for (const auto& p : u.pods) {

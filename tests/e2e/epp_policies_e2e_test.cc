@@ -223,18 +223,20 @@ TEST_F(PolicyStack, CompositeOnlyIgnoresADownPredictorWithoutErrors) {
 }
 
 // Where requests that no pod is predicted to meet (SLO 0.001 ms) go while earlier ones are still
-// in flight, under the shipped default pipeline with `sloMissStrategy` replaced.
+// in flight, under the shipped default pipeline with `sloMissStrategy` set.
 std::vector<std::string> hopeless_destinations(const TempDir& dir, std::unique_ptr<Stack>& stack,
                                                const std::string& miss_strategy) {
   std::ifstream in(LLMD_SOURCE_DIR "/epp/config/default-pipeline.yaml");
   std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string key = "sloMissStrategy: latency-composite";
+  // latency-composite brings sloMissStrategy: latency-composite unless it is set.
+  const std::string key = "headroomSelectionStrategy: latency-composite";
   const auto at = yaml.find(key);
   EXPECT_NE(at, std::string::npos);
   if (at == std::string::npos) {
     return {};
   }
-  yaml = yaml.substr(0, at) + "sloMissStrategy: " + miss_strategy + yaml.substr(at + key.size());
+  const auto eol = yaml.find('\n', at);
+  yaml.insert(eol + 1, "    sloMissStrategy: " + miss_strategy + "\n");
   const std::string pipeline = dir.file(miss_strategy + ".yaml");
   std::ofstream(pipeline) << yaml;
   StackOptions o;

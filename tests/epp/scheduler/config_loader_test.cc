@@ -102,6 +102,8 @@ TEST_F(ConfigLoaderTest, DefaultAndUpstreamPipelinesHaveTheContractShape) {
       d.pipeline->profiles[0].scorers()[0].plugin);
   EXPECT_EQ(scorer->config().sloMissStrategy, "latency-composite");
   EXPECT_EQ(scorer->config().indistinctPredictions, "prefill-work");
+  EXPECT_FALSE(scorer->config().preferIdlePods);
+  EXPECT_FALSE(rotation->config().rotateSloRequests);
   EXPECT_DOUBLE_EQ(scorer->config().compositePrefixWeight, 3);
   EXPECT_DOUBLE_EQ(scorer->config().compositeQueueWeight, 2);
   EXPECT_DOUBLE_EQ(scorer->config().compositeKvWeight, 2);
@@ -113,6 +115,19 @@ TEST_F(ConfigLoaderTest, DefaultAndUpstreamPipelinesHaveTheContractShape) {
       u.pipeline->profiles[0].picker().plugin);
   ASSERT_TRUE(weighted);
   EXPECT_DOUBLE_EQ(weighted->config().scoreExponent, 1);
+  // Our defaults that upstream does not have are switched off in the upstream pipeline.
+  auto up_producer = std::dynamic_pointer_cast<const PredictedLatencyProducer>(
+      u.pipeline->producers[1].plugin);
+  ASSERT_TRUE(up_producer);
+  EXPECT_FALSE(up_producer->config().podResidualCorrection);
+  EXPECT_FALSE(up_producer->config().stepPhaseCorrection);
+  EXPECT_FALSE(up_producer->config().sloBoundCalibration);
+  for (const auto& f : u.pipeline->profiles[0].filters()) {
+    if (auto gate = std::dynamic_pointer_cast<const PrefixCacheAffinityFilter>(f.plugin)) {
+      EXPECT_FALSE(gate->config().queueEscape);
+      EXPECT_DOUBLE_EQ(gate->config().maxTTFTPenaltyMs, 5000);
+    }
+  }
 }
 
 TEST_F(ConfigLoaderTest, PartialParametersKeepOtherDefaults) {
@@ -133,7 +148,7 @@ schedulingProfiles:
   ASSERT_TRUE(f);
   EXPECT_DOUBLE_EQ(f->config().threshold, 0.99);
   EXPECT_DOUBLE_EQ(f->config().explorationProbability, 0.01);
-  EXPECT_DOUBLE_EQ(f->config().maxTTFTPenaltyMs, 5000);
+  EXPECT_DOUBLE_EQ(f->config().maxTTFTPenaltyMs, 0);
   auto s = std::dynamic_pointer_cast<const LatencyScorer>(r.pipeline->plugin("latency-scorer"));
   ASSERT_TRUE(s);
   EXPECT_DOUBLE_EQ(s->config().ttftWeight, 2);

@@ -1,8 +1,8 @@
 #pragma once
 // prefix-cache-affinity-filter: narrows candidates to "sticky" pods whose prefix-cache score is
 // at least `threshold`, unless exploring, the sticky pods are predicted much slower, or (with
-// queueEscape) every sticky pod has a queue and another pod has none. Used twice in the default
-// profile (strict 0.99, then loose 0.70).
+// queueEscape, the default) every sticky pod has a queue and another pod has none. Used twice in
+// the default profile (strict 0.99, then loose 0.70).
 // Stateless and immutable; randomness comes from the cycle's Rng.
 #include <string>
 #include <string_view>
@@ -21,12 +21,14 @@ class PrefixCacheAffinityFilter final : public PluginBase<Filter> {
   struct Config {
     double threshold = 0.80;               // [0, 1]; <= 0 disables the filter
     double explorationProbability = 0.01;  // [0, 1]: chance to skip the gate and keep all
-    double maxTTFTPenaltyMs = 5000;        // >= 0; 0 = never break stickiness for load
+    // >= 0; 0 = never break stickiness on predictions (upstream: 5000). A model trained below
+    // a pod's slot limit cannot predict a slot queue, so the break fired late or at random;
+    // queueEscape reads the queue itself.
+    double maxTTFTPenaltyMs = 0;
     // Ours: keep every pod when each sticky pod has requests waiting (scraped) and some other
     // pod has none. A waiting request queues for a batch slot or KV blocks, not for prefill
-    // compute: its cache hit saves prefill it would not yet be doing, and a model trained
-    // below the pod's slot limit cannot predict that wait.
-    bool queueEscape = false;
+    // compute: its cache hit saves prefill it would not yet be doing. Upstream: false.
+    bool queueEscape = true;
     std::string validate() const;
   };
 

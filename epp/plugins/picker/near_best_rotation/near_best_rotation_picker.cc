@@ -42,6 +42,11 @@ PluginOrError NearBestRotationPicker::create(const std::string& name,
   if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
   }
+  // An exponent for uncached SLO requests only means something when SLO requests are drawn,
+  // so setting it draws them unless rotateSloRequests says otherwise.
+  if (c.uncachedSloRequestExponent > 0 && !(params.is_object() && params.contains("rotateSloRequests"))) {
+    c.rotateSloRequests = false;
+  }
   if (auto e = c.validate(); !e.empty()) {
     return PluginOrError::fail(e);
   }

@@ -50,7 +50,8 @@ class NearBestRotationPicker final : public PluginBase<Picker> {
     // pool of 8 fast + 4 slow pods with SLO headers: TTFT p95 +10 % when rotated).
     bool rotateSloRequests = true;
     // The k for requests with SLO headers that no candidate has cached (rotateSloRequests:
-    // false); 0 = cachedRequestExponent. Where a request goes decides a cached one's cost to
+    // false, which setting it > 0 implies unless rotateSloRequests is set); 0 =
+    // cachedRequestExponent. Where a request goes decides a cached one's cost to
     // the pool, so a sharp k pays there; uncached SLO traffic drawn that sharply piles close
     // arrivals onto the one pod the last scrape showed best.
     double uncachedSloRequestExponent = 0;

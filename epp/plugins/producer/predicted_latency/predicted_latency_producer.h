@@ -30,17 +30,19 @@ class PredictedLatencyProducer final : public PluginBase<DataProducer> {
     // false: the pool is trained without TPOT samples (non-streaming mode), so TPOT is
     // neutralised for every request, as it always is for non-streaming requests.
     bool streamingMode = true;
+    // The three corrections below are ours and on by default (upstream-pipeline.yaml turns them
+    // off); each is measured from this EPP's own requests and is a no-op until it has evidence.
     // Scale each pod's predicted TTFT and TPOT by its residual factors (PodResidual: how much
     // slower or faster than its pool's other pods it has been against the model).
-    bool podResidualCorrection = false;
+    bool podResidualCorrection = true;
     // Shift each pod's predicted TTFT by its step phase (StepTiming, from the streams this EPP
     // relays): the rest of the forward pass in progress minus the half step the model's average
     // includes. Only for requests without SLO headers, on pods this EPP has requests running on
     // and nothing queued or prefilling, where that wait is the first token's largest unknown.
-    bool stepPhaseCorrection = false;
+    bool stepPhaseCorrection = true;
     // SLO checks (headroom, validity) scale each bound by the factor that made the pool's
     // bounds hold 9 times in 10 on its latest requests (BoundCoverage); ranking is unchanged.
-    bool sloBoundCalibration = false;
+    bool sloBoundCalibration = true;
     // Add to each pod's predicted TTFT how far past its bound the pod's most overdue request
     // still waiting for a first token is (PodFirstTokenWaits): a queue running later than the
     // model predicted delays every request behind it, seconds before any completed request

@@ -95,6 +95,22 @@ PluginOrError LatencyScorer::create(const std::string& name, const nlohmann::jso
   if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
   }
+  if (c.headroomSelectionStrategy == "latency-composite") {
+    // One policy, not four switches: predictions rank the pods they tell apart and the pool's
+    // cost ranks the rest, for SLO misses too, with no idle bucket overriding the predictions
+    // and the prompt work ahead standing in for a model that tells no pod apart yet. Each can
+    // still be set on its own.
+    auto unset = [&](const char* key) { return !params.is_object() || !params.contains(key); };
+    if (unset("sloMissStrategy")) {
+      c.sloMissStrategy = "latency-composite";
+    }
+    if (unset("preferIdlePods")) {
+      c.preferIdlePods = false;
+    }
+    if (unset("indistinctPredictions")) {
+      c.indistinctPredictions = "prefill-work";
+    }
+  }
   if (auto e = c.validate(); !e.empty()) {
     return PluginOrError::fail(e);
   }

@@ -28,8 +28,9 @@ class AffinityFilterTest : public ::testing::Test {
     CycleContext ctx{req_, rng};
     return names(f.filter(ctx, std::move(eps)));
   }
+  // The gate alone: without the queue escape (its own test below).
   PrefixCacheAffinityFilter make(double threshold, double explore = 0, double penalty = 5000) {
-    return PrefixCacheAffinityFilter("aff", {threshold, explore, penalty});
+    return PrefixCacheAffinityFilter("aff", {threshold, explore, penalty, false});
   }
   SchedulingRequest req_ = testing::request();
 };
@@ -105,11 +106,13 @@ TEST_F(AffinityFilterTest, FactoryDefaultsAliasAndValidation) {
   const auto& c = std::dynamic_pointer_cast<const PrefixCacheAffinityFilter>(made.plugin)->config();
   EXPECT_DOUBLE_EQ(c.threshold, 0.99);
   EXPECT_DOUBLE_EQ(c.explorationProbability, 0.01);  // partial params keep the defaults
-  EXPECT_DOUBLE_EQ(c.maxTTFTPenaltyMs, 5000);
-  EXPECT_FALSE(c.queueEscape);
-  auto qe = PrefixCacheAffinityFilter::create("x", {{"queueEscape", true}}, h);
-  ASSERT_TRUE(qe.plugin) << qe.error;
-  EXPECT_TRUE(std::dynamic_pointer_cast<const PrefixCacheAffinityFilter>(qe.plugin)->config().queueEscape);
+  EXPECT_DOUBLE_EQ(c.maxTTFTPenaltyMs, 0);  // ours: no predicted break (upstream 5000)
+  EXPECT_TRUE(c.queueEscape);               // ours (upstream has none)
+  auto up = PrefixCacheAffinityFilter::create("x", {{"queueEscape", false}, {"maxTTFTPenaltyMs", 5000}}, h);
+  ASSERT_TRUE(up.plugin) << up.error;
+  const auto& uc = std::dynamic_pointer_cast<const PrefixCacheAffinityFilter>(up.plugin)->config();
+  EXPECT_FALSE(uc.queueEscape);
+  EXPECT_DOUBLE_EQ(uc.maxTTFTPenaltyMs, 5000);
   EXPECT_TRUE(PrefixCacheAffinityFilter::create("x", {{"affinityThreshold", 0.5}}, h).plugin);
   auto both = PrefixCacheAffinityFilter::create("x", {{"threshold", 0.5},
                                                       {"affinityThreshold", 0.5}}, h);

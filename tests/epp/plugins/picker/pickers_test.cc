@@ -359,6 +359,15 @@ TEST(NearBestRotationPickerTest, ToleranceIsValidated) {
   EXPECT_FALSE(NearBestRotationPicker::create("nb", {{"cachedRequestExponent", -1}}, h).plugin);
   EXPECT_TRUE(NearBestRotationPicker::create("nb", {{"tolerance", 0.25}}, h).plugin);
   EXPECT_TRUE(NearBestRotationPicker::create("nb", nullptr, h).plugin);
+  // An exponent for uncached SLO requests draws SLO requests, unless they are told to rotate.
+  auto drawn = NearBestRotationPicker::create(
+      "nb", {{"cachedRequestExponent", 100}, {"uncachedSloRequestExponent", 10}}, h);
+  ASSERT_TRUE(drawn.plugin) << drawn.error;
+  EXPECT_FALSE(std::dynamic_pointer_cast<const NearBestRotationPicker>(drawn.plugin)->config().rotateSloRequests);
+  auto rotated = NearBestRotationPicker::create(
+      "nb", {{"cachedRequestExponent", 100}, {"uncachedSloRequestExponent", 10}, {"rotateSloRequests", true}}, h);
+  ASSERT_TRUE(rotated.plugin) << rotated.error;
+  EXPECT_TRUE(std::dynamic_pointer_cast<const NearBestRotationPicker>(rotated.plugin)->config().rotateSloRequests);
 }
 
 TEST(PickerFactoriesTest, RejectUnknownParameters) {

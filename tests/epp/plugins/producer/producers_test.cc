@@ -318,8 +318,8 @@ TEST_F(PredictedLatencyProducerTest, PodResidualFactorsScalePredictionsAndHeadro
   EXPECT_DOUBLE_EQ(eps[0].latency->model_tpot_ms, 10);
   EXPECT_DOUBLE_EQ(eps[1].latency->predicted_ttft_ms, 90);
 
-  // Off (the plugin's default, as upstream): the model's values as they are.
-  eps = run(*make(), req, {slow, pod("fast")});
+  // Off (as upstream): the model's values as they are.
+  eps = run(*make({{"podResidualCorrection", false}}), req, {slow, pod("fast")});
   EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 100);
   EXPECT_TRUE(eps[0].latency->ttft_valid);
 
@@ -384,8 +384,8 @@ TEST_F(PredictedLatencyProducerTest, SloChecksScaleBoundsByThePoolsLiveCoverageW
   EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 120);
   EXPECT_DOUBLE_EQ(eps[0].latency->predicted_tpot_ms, 12);
 
-  // Off (the plugin's default): the bounds as they are.
-  eps = run(*make(), req, {calibrated("a"), calibrated("b")});
+  // Off (as upstream): the bounds as they are.
+  eps = run(*make({{"sloBoundCalibration", false}}), req, {calibrated("a"), calibrated("b")});
   EXPECT_DOUBLE_EQ(eps[0].latency->ttft_headroom_ms, 30);
   EXPECT_TRUE(eps[0].latency->ttft_valid && eps[0].latency->tpot_valid);
 
@@ -436,8 +436,8 @@ TEST_F(PredictedLatencyProducerTest, StepPhaseShiftsTtftOfBusyPodsWhoseStepEndsS
     EXPECT_DOUBLE_EQ(eps[i].latency->unphased_expected_ttft_ms, 16.0) << i;
   }
 
-  // Off by default, as upstream.
-  eps = run(*make(), req, pods);
+  // Off, as upstream.
+  eps = run(*make({{"stepPhaseCorrection", false}}), req, pods);
   EXPECT_DOUBLE_EQ(eps[0].latency->ttft_phase_ms, 0.0);
   EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 20.0);
 

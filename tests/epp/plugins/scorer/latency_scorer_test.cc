@@ -321,6 +321,21 @@ TEST_F(LatencyScorerTest, PartialParametersKeepOtherDefaults) {
   EXPECT_DOUBLE_EQ(s->config().ttftWeight, 0.8);
   EXPECT_EQ(s->config().headroomSelectionStrategy, "least");
   EXPECT_DOUBLE_EQ(s->config().compositeQueueWeight, 1.0);
+  EXPECT_EQ(s->config().sloMissStrategy, "least");  // upstream's behaviour under "least"
+  EXPECT_TRUE(s->config().preferIdlePods);
+  EXPECT_EQ(s->config().indistinctPredictions, "composite");
+}
+
+TEST_F(LatencyScorerTest, LatencyCompositeBringsItsPolicyUnlessSetExplicitly) {
+  auto s = make({{"headroomSelectionStrategy", "latency-composite"}});
+  EXPECT_EQ(s->config().sloMissStrategy, "latency-composite");
+  EXPECT_FALSE(s->config().preferIdlePods);
+  EXPECT_EQ(s->config().indistinctPredictions, "prefill-work");
+  auto t = make({{"headroomSelectionStrategy", "latency-composite"}, {"sloMissStrategy", "least"},
+                 {"preferIdlePods", true}, {"indistinctPredictions", "composite"}});
+  EXPECT_EQ(t->config().sloMissStrategy, "least");
+  EXPECT_TRUE(t->config().preferIdlePods);
+  EXPECT_EQ(t->config().indistinctPredictions, "composite");
 }
 
 TEST_F(LatencyScorerTest, InvalidParametersAreErrorsNamingTheParameter) {
