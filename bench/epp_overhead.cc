@@ -230,6 +230,7 @@ int main(int argc, char** argv) {
     o.add("capacity-duration", "", "5", "Seconds per capacity step");
     o.add("ext-proc-channels", "", "2", "gRPC connections to the ext_proc port");
     o.add("predictors", "", "2", "Predictor replicas");
+    o.add("pod-threads", "", "1", "io threads serving all the fake pods (one listener per pod)");
     o.add("label", "", "", "Run label in the results (e.g. quiet-host, noisy-validation)");
     o.add("binaries", "", "", "Directory holding epp/epp, predictor/predictor and trainer/trainer "
           "(default: this build's), e.g. a copy of another build's for an A/B run");
@@ -247,6 +248,7 @@ int main(int argc, char** argv) {
     const double capacity_duration = quick ? 1.5 : o.number("capacity-duration", 0.5, 60);
     const int bisections = quick ? 1 : static_cast<int>(o.integer("capacity-bisections", 0, 10));
     const std::string binaries = o.str("binaries");
+    const int pod_threads = static_cast<int>(o.integer("pod-threads", 1, 256));
     auto binary = [&](const std::string& relative) {
       return binaries.empty() ? testing::binary(relative) : binaries + "/" + relative;
     };
@@ -294,7 +296,7 @@ int main(int argc, char** argv) {
     uint64_t step_no = 0;
     for (double pods_d : all_pods) {
       const int pods = static_cast<int>(pods_d);
-      bench::FakePods fake(pods, arrivals);
+      bench::FakePods fake(pods, arrivals, pod_threads);
       std::ofstream pool(dir.file("pool.yaml"));
       pool << "pool:\n  pods:\n";
       for (int i = 0; i < pods; ++i) {
@@ -391,7 +393,7 @@ int main(int argc, char** argv) {
     }
     const std::string label = o.str("label").empty() ? "unlabelled" : o.str("label");
     Json run{{"label", label}, {"date", util::now_rfc3339()}, {"cpu", bench::cpu_model()},
-             {"cores", std::thread::hardware_concurrency()}, {"quick", quick},
+             {"cores", std::thread::hardware_concurrency()}, {"quick", quick}, {"pod_threads", pod_threads},
              {"predictors", predictors.size()}, {"step_s", duration},
              {"ext_proc_channels", o.integer("ext-proc-channels", 1, 64)},
              {"capacity_step_s", capacity_duration}, {"capacity_p99_ms", p99_limit},

@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/http/server.h"
+#include "common/http/stream_server.h"
 
 namespace llmd::bench {
 
@@ -50,51 +50,51 @@ class Arrivals {
   std::unordered_map<std::string, Clock::time_point> at_;
 };
 
+// Every fake pod is one listener of a single StreamServer, served by `threads` io threads (one
+// by default): 100 pods on 100 threads of their own made the benchmark's own wake-ups compete
+// with the EPP for the two cores.
 class FakePods {
  public:
-  FakePods(int n, Arrivals& arrivals) {
+  FakePods(int n, Arrivals& arrivals, int threads = 1) {
     const std::string metrics =
         "vllm:num_requests_waiting{model_name=\"m\"} 0\nvllm:num_requests_running{model_name=\"m\"} 1\n"
         "vllm:kv_cache_usage_perc{model_name=\"m\"} 0.1\n"
         "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"31250\"} 1\n";
     const std::string completion =
         R"({"id":"x","object":"text_completion","model":"m","choices":[{"index":0,"text":" a","finish_reason":"length"}],"usage":{"prompt_tokens":8,"completion_tokens":1,"total_tokens":9}})";
+    http::StreamServerOptions o;
+    o.host = "127.0.0.1";
+    o.io_threads = threads;
+    o.descriptors_per_connection = 0;
+    o.fresh_connections_idle = true;  // the EPP's pools open connections ahead of use
+    server_ = std::make_unique<http::StreamServer>(
+        o, [&arrivals, metrics, completion](std::size_t, http::Request&& r, http::ResponseStreamPtr out) {
+          if (r.path == "/metrics") {
+            out->respond(http::Response::text(200, metrics, "text/plain"));
+            return;
+          }
+          if (auto at = r.body.find("req-"); at != std::string::npos) {
+            arrivals.record(r.body.substr(at, r.body.find(' ', at) - at));
+          }
+          out->respond(http::Response::text(200, completion, "application/json"));
+        });
     for (int i = 0; i < n; ++i) {
-      http::ServerOptions o;
-      o.host = "127.0.0.1";
-      o.port = 0;
-      o.io_threads = 1;
-      auto server = std::make_unique<http::HttpServer>(o, [&arrivals, metrics, completion](http::Request& r) {
-        if (r.path == "/metrics") {
-          return http::Response::text(200, metrics, "text/plain");
-        }
-        if (auto at = r.body.find("req-"); at != std::string::npos) {
-          arrivals.record(r.body.substr(at, r.body.find(' ', at) - at));
-        }
-        return http::Response::text(200, completion, "application/json");
-      });
-      server->start();
-      ports_.push_back(server->port());
-      threads_.emplace_back([s = server.get()] {
-        pthread_setname_np(pthread_self(), kPodThreadName);
-        s->run(false);
-      });
-      servers_.push_back(std::move(server));
+      ports_.push_back(server_->port(server_->listen(0)));
     }
+    thread_ = std::thread([s = server_.get()] {
+      pthread_setname_np(pthread_self(), kPodThreadName);  // its io threads inherit the name
+      s->run(false);
+    });
   }
   ~FakePods() {
-    for (auto& s : servers_) {
-      s->stop();
-    }
-    for (auto& t : threads_) {
-      t.join();
-    }
+    server_->stop(std::chrono::milliseconds(0));
+    thread_.join();
   }
   const std::vector<uint16_t>& ports() const { return ports_; }
 
  private:
-  std::vector<std::unique_ptr<http::HttpServer>> servers_;
-  std::vector<std::thread> threads_;
+  std::unique_ptr<http::StreamServer> server_;
+  std::thread thread_;
   std::vector<uint16_t> ports_;
 };
 
