@@ -27,6 +27,9 @@ inline constexpr TailColumn kTailColumns[] = {
     {"scheduling_over_5ms_pct", ">5 ms", "llmd_epp_scheduling_duration_seconds", 5},
     {"predictor_rtt_over_2ms_pct", "predictor round trip >2 ms", "llmd_epp_predictor_dispatch_seconds", 2},
     {"predictor_rtt_over_5ms_pct", ">5 ms", "llmd_epp_predictor_dispatch_seconds", 5},
+    // A cycle's whole wait for its predictions (window, call slot, round trip).
+    {"prediction_wait_over_2ms_pct", "prediction wait >2 ms", "llmd_epp_predictor_wait_seconds", 2},
+    {"prediction_wait_over_5ms_pct", ">5 ms", "llmd_epp_predictor_wait_seconds", 5},
     // Arrival at the EPP to the pod's last byte (the duration histogram has no 2-ms bucket): it
     // holds the forward and the pod too, so what the client sees over 5 ms and this does not
     // happened before the EPP had read the request.
@@ -97,7 +100,8 @@ inline std::string epp_overhead_markdown(const nlohmann::json& run) {
       "Share of the counted requests over 2 and 5 ms from the client's send to the pod's receipt, "
       "against the share of the EPP's internal phases over the same bounds (from its histograms): "
       "arrival at the EPP (request read) -> dispatch to the pod, the scheduling cycle (with the "
-      "prediction wait), one predictor round trip (per batch), and arrival -> the pod's answer "
+      "prediction wait), one predictor round trip (per batch), a request's whole wait for its "
+      "predictions (coalescing window, call slot, round trip), and arrival -> the pod's answer "
       "(forward and pod included). Client tail over 5 ms that the last does not show was spent "
       "before the EPP had read the request.\n\n"
       "| mode | pods | offered rps |";

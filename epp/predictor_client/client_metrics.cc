@@ -33,6 +33,13 @@ ClientMetrics::ClientMetrics(prometheus::Registry& registry,
                        .Register(registry);
   const prometheus::Histogram::BucketBoundaries dispatch_buckets{
       0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 1};
+  wait_seconds = &prometheus::BuildHistogram()
+                      .Name("llmd_epp_predictor_wait_seconds")
+                      .Help("A scheduling request's wait from submitting its rows to its "
+                            "predictions: the coalescing window, the wait for a call slot and "
+                            "the round trip (answered requests only)")
+                      .Register(registry)
+                      .Add({}, dispatch_buckets);
   for (const auto& r : replicas) {
     dispatch_seconds.push_back(&dispatch.Add({{"replica", r}}, dispatch_buckets));
     auto* g = &healthy.Add({{"replica", r}});

@@ -243,6 +243,7 @@ struct PredictorClient::Impl {
   void settle(const Completion& c, Clock::time_point admitted, Clock::time_point deadline,
               Clock::time_point now) {
     if (c.predictions) {
+      metrics.wait_seconds->Observe(std::chrono::duration<double>(now - admitted).count());
       limiter.on_answer(now - admitted, deadline - admitted, now);
     } else if (c.error == ErrorKind::kTimeout || c.error == ErrorKind::kDeadline) {
       return limiter_miss(now);

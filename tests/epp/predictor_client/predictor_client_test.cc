@@ -240,6 +240,8 @@ TEST(PredictorClient, FailsOverWhenTheFirstReplicaTimesOut) {
   EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_dispatch_seconds", "replica",
                          "http://predictor-1:8001"),
             1);
+  // One caller, answered after the retry: one wait, the whole of it.
+  EXPECT_EQ(metric_value(registry, "llmd_epp_predictor_wait_seconds"), 1);
 }
 
 TEST(PredictorClient, AReplicaThatKeepsTimingOutIsTakenOut) {
