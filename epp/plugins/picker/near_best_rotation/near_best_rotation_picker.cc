@@ -44,7 +44,7 @@ PluginOrError NearBestRotationPicker::create(const std::string& name,
   }
   // An exponent for uncached SLO requests only means something when SLO requests are drawn,
   // so setting it draws them unless rotateSloRequests says otherwise.
-  if (c.uncachedSloRequestExponent > 0 && !(params.is_object() && params.contains("rotateSloRequests"))) {
+  if (c.uncachedSloRequestExponent > 0 && !r.has("rotateSloRequests")) {
     c.rotateSloRequests = false;
   }
   if (auto e = c.validate(); !e.empty()) {

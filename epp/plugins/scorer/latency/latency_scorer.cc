@@ -100,14 +100,13 @@ PluginOrError LatencyScorer::create(const std::string& name, const nlohmann::jso
     // cost ranks the rest, for SLO misses too, with no idle bucket overriding the predictions
     // and the prompt work ahead standing in for a model that tells no pod apart yet. Each can
     // still be set on its own.
-    auto unset = [&](const char* key) { return !params.is_object() || !params.contains(key); };
-    if (unset("sloMissStrategy")) {
+    if (!r.has("sloMissStrategy")) {
       c.sloMissStrategy = "latency-composite";
     }
-    if (unset("preferIdlePods")) {
+    if (!r.has("preferIdlePods")) {
       c.preferIdlePods = false;
     }
-    if (unset("indistinctPredictions")) {
+    if (!r.has("indistinctPredictions")) {
       c.indistinctPredictions = "prefill-work";
     }
   }
