@@ -22,12 +22,15 @@
 
 #include <cxxopts.hpp>
 #include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
 
 #include "bench/cluster/cluster_sim.h"
 #include "bench/cluster/report.h"
 #include "bench/cluster/report_metrics.h"
 #include "bench/cluster/scenarios.h"
 #include "bench/cluster/suite.h"
+#include "epp/queue/queue_config.h"
+#include "epp/scheduler/yaml_json.h"
 
 using namespace llmd;
 using namespace llmd::cluster;
@@ -164,6 +167,7 @@ int main(int argc, char** argv) {
     ("linear-base", "Ablation: trainer fits on a linear base (true/false; default: the trainer's)", cxxopts::value<std::string>()->default_value(""))
     ("objective", "Ablation: trainer objective quantile|mean (default: the trainer's)", cxxopts::value<std::string>()->default_value(""))
     ("pipeline-file", "Ablation: use this pipeline YAML instead of the strategies' own", cxxopts::value<std::string>()->default_value(""))
+    ("router-queue", "A YAML file holding the EPP config's routerQueue section: every strategy runs behind that router queue", cxxopts::value<std::string>()->default_value(""))
     ("suite", "Generalization suite: N random scenarios (bench/cluster/suite.h) instead of a scenario set; writes suite.md and suite.csv", cxxopts::value<int>())
     ("suite-seed", "Generalization suite: the seed scenarios are drawn from", cxxopts::value<uint64_t>()->default_value("1"))
     ("suite-quick", "Generalization suite: 20 smaller scenarios (unless --suite N), no oracle")
@@ -380,6 +384,22 @@ int main(int argc, char** argv) {
     ss << in.rdbuf();
     pipeline_override = ss.str();
   }
+  std::optional<epp::RouterQueueConfig> router_queue;
+  if (const std::string rq = args["router-queue"].as<std::string>(); !rq.empty()) {
+    try {
+      YAML::Node doc = YAML::LoadFile(rq);
+      auto parsed = epp::parse_router_queue_config(
+          epp::yaml_to_json(doc["routerQueue"] ? doc["routerQueue"] : doc));
+      if (auto* error = std::get_if<std::string>(&parsed)) {
+        std::cerr << rq << ": " << *error << "\n";
+        return 2;
+      }
+      router_queue = std::get<epp::RouterQueueConfig>(std::move(parsed));
+    } catch (const YAML::Exception& e) {
+      std::cerr << rq << ": " << e.what() << "\n";
+      return 2;
+    }
+  }
   // One entry per (scenario, seed), the seeds of a scenario next to each other.
   std::vector<ScenarioRuns> all;
   if (suite) {
@@ -433,6 +453,7 @@ int main(int argc, char** argv) {
     cfg.oracle_horizon_ms = args["oracle-horizon-ms"].as<double>();
     cfg.request_timeout_ms = args["timeout-s"].as<double>() * 1000.0;
     cfg.pipeline_override = pipeline_override;
+    cfg.router_queue = router_queue;
     cfg.epp_replicas = epp_replicas;
     cfg.replica_split = replica_split;
     cfg.shared_training = shared_training;

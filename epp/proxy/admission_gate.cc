@@ -262,7 +262,11 @@ void AdmissionGate::on_scheduled(const std::string& pool) {
   }
 }
 
-void AdmissionGate::on_finished(const std::string& pool) {
+void AdmissionGate::on_first_token(const std::string& pool) { wake(pool); }
+
+void AdmissionGate::on_finished(const std::string& pool) { wake(pool); }
+
+void AdmissionGate::wake(const std::string& pool) {
   std::vector<Woken> wakes;
   {
     std::lock_guard lock(mu_);

@@ -74,6 +74,9 @@ class AdmissionGate {
   void close(const std::string& detail);
 
   void on_scheduled(const std::string& pool);  // an admitted request was dispatched or refused
+  // A dispatched request's prefill is done: the prefill tokens the saturation thresholds count
+  // free here, long before the request finishes, so the queue drains at once, not a tick later.
+  void on_first_token(const std::string& pool);
   void on_finished(const std::string& pool);   // a dispatched request finished
   void tick(Clock::time_point now = Clock::now());
 
@@ -89,6 +92,7 @@ class AdmissionGate {
   void expire(PoolQueue& q, Clock::time_point now, std::vector<Woken>& wakes);  // mu_ held
   bool has_capacity(const std::string& pool, PoolQueue& q);  // mu_ held
   void update_metrics();  // mu_ held
+  void wake(const std::string& pool);  // drains `pool` if requests wait; takes mu_
 
   Candidates candidates_;
   std::unique_ptr<Metrics> metrics_;

@@ -118,6 +118,9 @@ void PodAttempt::first_token(TimePoint now) {
   if (services_->sink != nullptr) {
     services_->sink->on_first_token(done_);
   }
+  if (is_pod() && services_->gate != nullptr) {
+    services_->gate->on_first_token(pool_);
+  }
 }
 
 void PodAttempt::streamed(int64_t content_chunks, TimePoint now) {

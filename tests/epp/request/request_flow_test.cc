@@ -312,6 +312,32 @@ TEST_F(RequestFlowQueueTest, AWaiterIsAdmittedWhenASlotFreesAndTheSlotPassesToTh
   EXPECT_EQ(port_.picked_ids, (std::vector<std::string>{"one", "two", "three"}));
 }
 
+// Dynamo's threshold counts the prefill tokens in flight, which free at the first token: the
+// waiter is admitted then, not when the request in flight finishes (nor a tick later).
+TEST_F(RequestFlowQueueTest, APrefillThresholdAdmitsTheWaiterAtTheFirstTokenInFlight) {
+  RouterQueueConfig c;
+  c.saturation = SaturationThresholds{};
+  c.saturation.prefill_fraction = 1.0;
+  c.saturation.max_batched_tokens = 1;  // any prompt in prefill saturates the pod
+  gate_.configure(c);
+  auto first = make(&gate_);
+  first->start(kChatPath, kStreamedChat, headers("one"), [](const RequestFlow::Verdict&) {});
+  first->dispatch();
+  ASSERT_GT(pod("a").prefill_tokens_in_flight, 0);
+  std::optional<RequestFlow::Verdict> v2;
+  auto second = make(&gate_);
+  second->start(kChatPath, kStreamedChat, headers("two"),
+                [&](const RequestFlow::Verdict& v) { v2 = v; });
+  EXPECT_EQ(gate_.pending(), 1u) << "the pod's prompt is still in prefill";
+  first->response_bytes(sse("Hel"));
+  EXPECT_EQ(pod("a").prefill_tokens_in_flight, 0);
+  executor_.run();
+  ASSERT_TRUE(v2) << "admitted at the first token";
+  EXPECT_EQ(v2->status, 200);
+  EXPECT_EQ(gate_.pending(), 0u);
+  first->response_ended(200);
+}
+
 TEST_F(RequestFlowQueueTest, AnAdmissionRacingAClientThatLeftGivesItsSlotBackOnce) {
   auto busy = make(&gate_);
   busy->start(kChatPath, kStreamedChat, headers("busy"), [](const RequestFlow::Verdict&) {});
