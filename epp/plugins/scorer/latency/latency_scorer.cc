@@ -141,14 +141,16 @@ std::vector<double> LatencyScorer::score(CycleContext& ctx,
     switch (strategy_) {
       case Strategy::kCompositeMost: score_composite(endpoints, pos, false, out); break;
       case Strategy::kCompositeLeast: score_composite(endpoints, pos, true, out); break;
-      case Strategy::kLatencyComposite: score_latency_composite(endpoints, pos, out); break;
+      case Strategy::kLatencyComposite:
+        score_latency_composite(ctx.request, endpoints, pos, out);
+        break;
       default: score_bucket(ctx.request, endpoints, pos, strategy_ == Strategy::kMost, out);
     }
     return out;
   }
   if (config_.sloMissStrategy != "least" && ctx.request.has_slo()) {
     if (config_.sloMissStrategy == "latency-composite") {
-      score_latency_composite(endpoints, neg, out);
+      score_latency_composite(ctx.request, endpoints, neg, out);
     } else {
       // "concentrate": the inverted composite, so the misses pile onto the busiest pod.
       score_composite(endpoints, neg, config_.sloMissStrategy == "concentrate", out);
@@ -225,7 +227,8 @@ void LatencyScorer::score_bucket(const SchedulingRequest& request,
   }
 }
 
-void LatencyScorer::score_latency_composite(std::span<const Endpoint> endpoints,
+void LatencyScorer::score_latency_composite(const SchedulingRequest& request,
+                                            std::span<const Endpoint> endpoints,
                                             const std::vector<std::size_t>& idx,
                                             std::vector<double>& out) const {
   // The predictions decide between pods they tell apart; within the model's error the pool's
@@ -233,7 +236,7 @@ void LatencyScorer::score_latency_composite(std::span<const Endpoint> endpoints,
   std::vector<double> ratio(endpoints.size(), 0.0);
   const double sum = config_.ttftWeight + config_.tpotWeight;
   score_ratio(endpoints, idx, false, config_.ttftWeight / sum, config_.tpotWeight / sum, ratio);
-  score_composite(endpoints, idx, false, out);
+  score_composite(endpoints, idx, false, out, &request);
   for (std::size_t i : idx) {
     out[i] = std::clamp(out[i] * ratio[i], 0.0, 1.0);
   }
@@ -286,7 +289,8 @@ void LatencyScorer::score_prefill_work(const SchedulingRequest& request,
 
 void LatencyScorer::score_composite(std::span<const Endpoint> endpoints,
                                     const std::vector<std::size_t>& idx, bool invert,
-                                    std::vector<double>& out) const {
+                                    std::vector<double>& out,
+                                    const SchedulingRequest* worth_for) const {
   double sum = config_.compositeKvWeight + config_.compositeQueueWeight +
                config_.compositePrefixWeight;
   double wkv = config_.compositeKvWeight / sum, wq = config_.compositeQueueWeight / sum,
@@ -305,6 +309,13 @@ void LatencyScorer::score_composite(std::span<const Endpoint> endpoints,
     double rel_q = max_q > 0 ? static_cast<double>(max_q - queue(e)) / max_q : 1.0;
     double kv_free = std::clamp(1.0 - e.metrics().kv_cache_usage, 0.0, 1.0);
     double prefix = e.prefix ? e.prefix->score() : 0.0;
+    if (worth_for != nullptr && prefix > 0) {
+      // A hit is worth the prefill it saves against the prefill already queued on the pod.
+      const double hit =
+          prefix * static_cast<double>(std::max<int64_t>(0, worth_for->input_tokens));
+      const double ahead = static_cast<double>(std::max<int64_t>(0, e.prefill_tokens_in_flight));
+      prefix *= hit + ahead > 0 ? hit / (hit + ahead) : 1.0;
+    }
     double w = std::round(100.0 * (wkv * kv_free + wq * rel_q + wp * prefix));
     out[i] = std::clamp((invert ? 100.0 - w : w) / 100.0, 0.0, 1.0);
   }

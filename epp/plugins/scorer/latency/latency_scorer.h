@@ -95,10 +95,14 @@ class LatencyScorer final : public PluginBase<Scorer> {
                     std::vector<double>& out) const;
   void score_prefill_work(const SchedulingRequest& request, std::span<const Endpoint> endpoints,
                           const std::vector<std::size_t>& idx, std::vector<double>& out) const;
+  // `worth_for` (latency-composite): the prefix term weighs the hit the request would get by
+  // the prefill already queued on the pod (README); absent: upstream's plain prefix score.
   void score_composite(std::span<const Endpoint> endpoints, const std::vector<std::size_t>& idx,
-                       bool invert, std::vector<double>& out) const;
+                       bool invert, std::vector<double>& out,
+                       const SchedulingRequest* worth_for = nullptr) const;
   // latency-composite: the composite score times the latency ratio (score_ratio, not packing).
-  void score_latency_composite(std::span<const Endpoint> endpoints,
+  void score_latency_composite(const SchedulingRequest& request,
+                               std::span<const Endpoint> endpoints,
                                const std::vector<std::size_t>& idx,
                                std::vector<double>& out) const;
   // Ratio normalization: the blend (weights alpha, beta) of lowest prediction / prediction per

@@ -303,6 +303,31 @@ TEST_F(LatencyScorerTest, LatencyCompositeScalesTheCompositeByTheLatencyRatio) {
                   .plugin);
 }
 
+// latency-composite prices a cache hit against the pod's queue: the prompt tokens the hit saves
+// over those plus the prefill tokens already waiting there (the EPP's own bookkeeping). A hot
+// pod whose prefill queue outweighs the hit loses the hit's advantage, so one shared prefix
+// does not pile its traffic onto the pods holding it.
+TEST_F(LatencyScorerTest, LatencyCompositeWeighsAHitByThePrefillQueuedAhead) {
+  auto s = make({{"headroomSelectionStrategy", "latency-composite"}, {"tpotWeight", 0}});
+  req_.input_tokens = 1000;
+  auto cached = [](std::string name, int64_t prefill_ahead) {
+    Endpoint e = with_prefix(predicted(std::move(name), 150, 5, 0), 4, 4);
+    e.latency->predicted_ttft_ms = 50;
+    e.latency->predicted_tpot_ms = 10;
+    e.prefill_tokens_in_flight = prefill_ahead;
+    return e;
+  };
+  auto got = score(*s, {cached("idle", 0), cached("busy", 1000), cached("jammed", 99000)});
+  // Composite (equal weights; KV half used, no queue): 0.50 + a third of the prefix term.
+  EXPECT_NEAR(got[0], 0.83, 1e-9) << "nothing ahead: the whole hit";
+  EXPECT_NEAR(got[1], 0.67, 1e-9) << "as much prefill ahead as the hit saves: half of it";
+  EXPECT_NEAR(got[2], 0.50, 1e-9) << "a queue 99x the hit: as if uncached";
+  // The upstream composite strategies keep upstream's plain prefix score.
+  auto plain = score(*make({{"headroomSelectionStrategy", "composite-only"}}),
+                     {cached("idle", 0), cached("jammed", 99000)});
+  EXPECT_EQ(plain[0], plain[1]);
+}
+
 TEST_F(LatencyScorerTest, StrategyPrecedenceParamThenEnvThenLeast) {
   EXPECT_EQ(make()->strategy(), LatencyScorer::Strategy::kLeast);
   services_.env["HEADROOM_SELECTION_STRATEGY"] = "MOST";
