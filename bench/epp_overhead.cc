@@ -6,7 +6,8 @@
 // Fixed offered rates per pool size, then per mode a capacity search: the highest rate whose
 // p99 stays within --capacity-p99-ms, with the CPU each process spent per request (the load
 // generator shares the 2 cores, so its CPU is reported too). Load is open loop (bench/
-// epp_overhead_load.h). Starts a real trainer (synthetic samples), predictors and the EPP.
+// epp_overhead_load.h). Starts a real trainer (synthetic samples), predictors and the EPP
+// (--in-process: no predictor; the EPP predicts from the trainer's model files itself).
 //   epp_overhead [--quick] [--label name] [--modes proxy,ext_proc] [--rates ..] [--pods ..]
 #include <algorithm>
 #include <atomic>
@@ -230,6 +231,9 @@ int main(int argc, char** argv) {
     o.add("capacity-duration", "", "5", "Seconds per capacity step");
     o.add("ext-proc-channels", "", "2", "gRPC connections to the ext_proc port");
     o.add("predictors", "", "2", "Predictor replicas");
+    o.add("in-process", "", "false",
+          "The EPP predicts in process (--in-process-predictions, the trainer's model files as its "
+          "local copies) and no predictor runs");
     o.add("pod-threads", "", "1", "io threads serving all the fake pods (one listener per pod)");
     o.add("label", "", "", "Run label in the results (e.g. quiet-host, noisy-validation)");
     o.add("binaries", "", "", "Directory holding epp/epp, predictor/predictor and trainer/trainer "
@@ -268,7 +272,8 @@ int main(int argc, char** argv) {
     std::vector<pid_t> predictor_pids;
     std::vector<uint16_t> predictor_ports;
     std::string urls;
-    for (int i = 0; i < o.integer("predictors", 0, 8); ++i) {
+    const bool in_process = o.boolean("in-process");
+    for (int i = 0; i < (in_process ? 0 : o.integer("predictors", 0, 8)); ++i) {
       uint16_t p = testing::free_port();
       std::string d = dir.file("p" + std::to_string(i));
       predictors.push_back(std::make_unique<testing::Process>(binary("predictor/predictor"),
@@ -313,7 +318,15 @@ int main(int argc, char** argv) {
         uint16_t eport = testing::free_port(), hport = testing::free_port(), mport = testing::free_port();
         std::vector<std::string> args{"--config", dir.file("pool.yaml"), "--host", "127.0.0.1",
             "--port", std::to_string(eport), "--health-port", std::to_string(hport),
-            "--metrics-port", std::to_string(mport), "--prediction-server-url", urls, "--log-level", "warn"};
+            "--metrics-port", std::to_string(mport), "--log-level", "warn"};
+        if (in_process) {
+          // The trainer is gone: the EPP starts from the files it wrote, and syncs no more.
+          args.insert(args.end(), {"--in-process-predictions", "true", "--training-server-url",
+                                   "http://127.0.0.1:" + std::to_string(tport), "--local-model-dir",
+                                   dir.file("t"), "--model-sync-interval", "86400"});
+        } else {
+          args.insert(args.end(), {"--prediction-server-url", urls});
+        }
         uint16_t xport = 0;
         if (mode == "ext_proc") {
           xport = testing::free_port();
@@ -394,7 +407,7 @@ int main(int argc, char** argv) {
     const std::string label = o.str("label").empty() ? "unlabelled" : o.str("label");
     Json run{{"label", label}, {"date", util::now_rfc3339()}, {"cpu", bench::cpu_model()},
              {"cores", std::thread::hardware_concurrency()}, {"quick", quick}, {"pod_threads", pod_threads},
-             {"predictors", predictors.size()}, {"step_s", duration},
+             {"predictors", predictors.size()}, {"in_process", in_process}, {"step_s", duration},
              {"ext_proc_channels", o.integer("ext-proc-channels", 1, 64)},
              {"capacity_step_s", capacity_duration}, {"capacity_p99_ms", p99_limit},
              {"steps", steps}, {"capacity", capacity}, {"capacity_search", search}};

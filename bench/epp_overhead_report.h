@@ -64,7 +64,7 @@ inline std::string epp_overhead_markdown(const nlohmann::json& run) {
       "headers + body "
       "written -> the answer carrying `x-gateway-destination-endpoint` arrives. Then response "
       "headers and body are played so the EPP closes the request; no upstream in this path.\n\n"
-      "{} predictor replicas with a trained 200-tree model; a prediction for every candidate pod "
+      "{} with a trained 200-tree model; a prediction for every candidate pod "
       "of every request. Open loop: requests leave on schedule whatever the earlier ones do; the "
       "first 0.3 s of a step is sent but not counted. The load generator, the EPP, the predictors "
       "and the fake pods share the same cores. {} s per fixed-rate step.\n\n"
@@ -80,7 +80,11 @@ inline std::string epp_overhead_markdown(const nlohmann::json& run) {
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       run["label"].get<std::string>(), run["quick"].get<bool>() ? " (--quick)" : "",
       run["date"].get<std::string>(), run["cores"].get<unsigned>(), run["cpu"].get<std::string>(),
-      run["ext_proc_channels"].get<int>(), run["predictors"].get<std::size_t>(), run["step_s"].get<double>());
+      run["ext_proc_channels"].get<int>(),
+      run.value("in_process", false)
+          ? std::string("Predictions in the EPP (`--in-process-predictions`, no predictor)")
+          : fmt::format("{} predictor replicas", run["predictors"].get<std::size_t>()),
+      run["step_s"].get<double>());
   for (const Json& s : run["steps"]) {
     // Runs stored before the byte counts existed have none.
     const Json bytes = s.value("predictor_bytes_per_request", Json{{"in", 0.0}, {"out", 0.0}});

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "common/json/validation.h"
+#include "epp/predictor_client/in_process_predictions.h"
 #include "epp/feedback/training_feedback.h"
 
 namespace llmd::cluster {
@@ -40,16 +41,8 @@ std::optional<std::vector<epp::Prediction>> InProcessPredictor::predict(
   if (!serving_ || !serving_->ready()) {
     return std::nullopt;
   }
-  const std::size_t n = rows.size();
-  std::vector<double> ttft(n), tpot(n), ttft_point(n), tpot_point(n);
-  // The predictor's bulk path (predictor/routes.cc): one blocked forest walk per model.
-  serving_->ttft.predict_batch(rows.data(), n, ttft.data(), ttft_point.data());
-  serving_->tpot.predict_batch(rows.data(), n, tpot.data(), tpot_point.data());
-  std::vector<epp::Prediction> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    out[i] = {ttft[i], tpot[i], ttft_point[i], tpot_point[i]};
-  }
-  return out;
+  // The predictor's bulk path, as the EPP's in-process predictions run it.
+  return epp::predictor_client::predict_rows(*serving_, rows);
 }
 
 void InProcessPredictor::buffer(const nlohmann::json& j) {

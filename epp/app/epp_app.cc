@@ -24,6 +24,8 @@
 #include "epp/extproc/ext_proc_server.h"
 #include "epp/feedback/request_metrics.h"
 #include "epp/plugins/register.h"
+#include "epp/predictor_client/in_process_predictions.h"
+#include "epp/predictor_client/predictor_client.h"
 #include "epp/proxy/admission_gate.h"
 #include "epp/scheduler/config_loader.h"
 #include "epp/scheduler/director.h"
@@ -90,6 +92,18 @@ struct Periodic {
   const std::function<void()> fn;
 };
 
+// Predictor replicas, the models in process, or none (composite scoring).
+std::unique_ptr<PredictionSource> make_prediction_source(const EppOptions& o,
+                                                         prometheus::Registry& registry) {
+  if (o.in_process_predictions) {
+    return std::make_unique<predictor_client::InProcessPredictions>(o.in_process, registry);
+  }
+  if (!o.prediction_server_url.empty()) {
+    return std::make_unique<predictor_client::PredictorClient>(o.predictor, registry);
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 struct EppApp::Impl {
@@ -113,7 +127,7 @@ struct EppApp::Impl {
   prometheus::Registry registry;
   SchedulerMetrics sched_metrics{registry};
   PrefixIndex prefix_index;
-  std::unique_ptr<predictor_client::PredictorClient> predictions;
+  std::unique_ptr<PredictionSource> predictions;  // replicas, in process, or none
   PluginRegistry plugins;
   Handle handle{prefix_index, predictions.get(), nullptr, nullptr};
   const LoadResult loaded;
@@ -146,13 +160,12 @@ EppApp::Impl::Impl(const EppOptions& o)
     : options(o),
       pod_source(o.discover() ? PodSource::kKubernetes : PodSource::kConfig),
       file_cfg(load_epp_config(o.config_path, pod_source)),
-      predictions(o.prediction_server_url.empty()
-                      ? nullptr
-                      : std::make_unique<predictor_client::PredictorClient>(o.predictor, registry)),
+      predictions(make_prediction_source(o, registry)),
       loaded([this] {
         register_builtin_plugins(plugins);
         if (!predictions) {
-          spdlog::warn("no PREDICTION_SERVER_URL: scheduling with the composite fallback only");
+          spdlog::warn("no PREDICTION_SERVER_URL and no IN_PROCESS_PREDICTIONS: scheduling with "
+                       "the composite fallback only");
         }
         LoadResult l = load(file_cfg);
         if (!l.ok()) {
@@ -327,7 +340,9 @@ void EppApp::Impl::start() {
                "feedback {}",
                options.proxy.host, proxy->port(), options.health_host, health.port(),
                options.metrics_host, metrics_server.port(), file_cfg.pods.size(),
-               predictions ? options.prediction_server_url : "off",
+               options.in_process_predictions ? "in process"
+               : predictions                  ? options.prediction_server_url
+                                              : "off",
                options.feedback.trainer_url.empty() ? "off" : options.feedback.trainer_url);
   spdlog::info("policies: {} objectives, {} model-level routing rules, router queue {}",
                file_cfg.objectives->size(),

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "common/config/flag_table.h"
+#include "common/http/client.h"
 #include "epp/predictor_client/replica_set.h"
 
 namespace llmd::epp {
@@ -116,8 +117,26 @@ void add_flags(config::FlagTable& t, EppOptions& e, std::string& health_host,
   t.text("prediction-server-url", "PREDICTION_SERVER_URL", "",
          "Comma list of predictor URLs (empty: composite scoring only)",
          into(e.prediction_server_url));
-  t.text("training-server-url", "TRAINING_SERVER_URL", "", "Trainer URL for feedback (empty: off)",
+  t.text("training-server-url", "TRAINING_SERVER_URL", "",
+         "Trainer URL for feedback, and for the models with --in-process-predictions (empty: off)",
          into(e.feedback.trainer_url));
+  t.boolean("in-process-predictions", "IN_PROCESS_PREDICTIONS", "false",
+            "Predict in the EPP from the trainer's models (synced from --training-server-url as "
+            "a predictor does) instead of asking predictor replicas; excludes "
+            "--prediction-server-url",
+            into(e.in_process_predictions));
+  t.when([&e] { return e.in_process_predictions; });
+  t.number("model-sync-interval", "MODEL_SYNC_INTERVAL_SEC", "10",
+           "In-process predictions: seconds between model syncs", {0.05, 86400},
+           seconds_into(e.in_process.sync_interval));
+  t.number("model-sync-timeout", "MODEL_SYNC_TIMEOUT_SEC", "5",
+           "In-process predictions: seconds each call to the trainer may take", {0.1, 3600},
+           seconds_into(e.in_process.sync_timeout));
+  t.text("local-model-dir", "LOCAL_MODEL_DIR", "",
+         "In-process predictions: keep a copy of each model here, so that a restarted EPP "
+         "predicts before its first sync (empty: memory only)",
+         into(e.in_process.model_dir));
+  t.always();
   t.boolean("streaming-mode", "LATENCY_STREAMING_MODE", "true",
             "Training samples from SSE timings (TTFT + TPOT); false: TTFT := end-to-end",
             into(e.feedback.streaming_mode));
@@ -214,6 +233,20 @@ std::optional<EppOptions> parse_epp_options(int argc, char** argv) {
       throw std::invalid_argument("--prediction-server-url / PREDICTION_SERVER_URL: " + error);
     }
     e.predictor.replica_urls = std::move(*urls);
+  }
+  if (e.in_process_predictions) {
+    if (!e.prediction_server_url.empty()) {
+      throw std::invalid_argument(
+          "--in-process-predictions / IN_PROCESS_PREDICTIONS and --prediction-server-url / "
+          "PREDICTION_SERVER_URL exclude each other: predict in the EPP or ask predictors");
+    }
+    if (!http::parse_url(e.feedback.trainer_url)) {
+      throw std::invalid_argument(
+          "--in-process-predictions / IN_PROCESS_PREDICTIONS needs --training-server-url / "
+          "TRAINING_SERVER_URL (http://host:port): the models come from the trainer, got '" +
+          e.feedback.trainer_url + "'");
+    }
+    e.in_process.trainer_url = e.feedback.trainer_url;
   }
   if (auto error = e.outliers.validate(); !error.empty()) {
     throw std::invalid_argument(error);

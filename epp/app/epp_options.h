@@ -13,6 +13,7 @@
 #include "epp/discovery/leader_elector.h"
 #include "epp/discovery/pod_discovery.h"
 #include "epp/feedback/training_feedback.h"
+#include "epp/predictor_client/in_process_predictions.h"
 #include "epp/predictor_client/predictor_client.h"
 #include "epp/proxy/proxy_server.h"
 #include "epp/scheduler/decision_log.h"
@@ -40,6 +41,10 @@ struct EppOptions {
   // Predictions: predictor.replica_urls empty = off (composite scoring only).
   std::string prediction_server_url;  // as given, for the start-up log
   predictor_client::PredictorClientConfig predictor;
+  // Instead of replicas: the trainer's models synced and evaluated in the EPP (then
+  // prediction_server_url is empty and in_process.trainer_url is feedback.trainer_url).
+  bool in_process_predictions = false;
+  predictor_client::InProcessPredictionsConfig in_process;
   FeedbackOptions feedback;  // feedback.trainer_url empty = off
   OutlierDetectionOptions outliers;  // validated
   DecisionLogConfig decision_log;    // the flags' settings; the file's decisionLog overrides

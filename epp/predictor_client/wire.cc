@@ -87,6 +87,18 @@ struct MemberKey {
   static void append(std::string& s) { s.append(text.data(), text.size()); }
 };
 
+template <std::size_t... I>
+void accept_fields(features::FeatureInput& row, std::index_sequence<I...>) {
+  auto one = [&row](const FeatureField& f) {
+    if (f.kind == FieldKind::kUnit) {
+      row.*f.unit = unit(row.*f.unit);
+    } else if (f.kind == FieldKind::kCount) {
+      row.*f.count = std::max<int64_t>(row.*f.count, 0);
+    }
+  };
+  (one(features::kFeatureFields[I]), ...);
+}
+
 // Member I of a columnar body: a list of the rows' values, or their one value when they share
 // it. The first field is always a list: it states the row count.
 template <std::size_t I>
@@ -317,6 +329,11 @@ void append_row_json(std::string& out, const features::FeatureInput& row) {
     ((MemberKey<I>::append(out), append_value<I>(out, row)), ...);
   }(std::make_index_sequence<kFields>{});
   out.push_back('}');
+}
+
+features::FeatureInput accepted_row(features::FeatureInput row) {
+  accept_fields(row, std::make_index_sequence<kFields>{});
+  return row;
 }
 
 std::string encode_bulk_request(std::span<const features::FeatureInput> rows) {

@@ -22,6 +22,11 @@ inline constexpr std::string_view kBulkStrictPath = "/predict/bulk/strict";
 inline constexpr std::string_view kBulkColumnarPath = "/predict/bulk/columnar";
 inline constexpr std::string_view kReadyPath = "/readyz";
 
+// `row` as a predictor accepts it: non-finite -> 0, kv_cache_percentage and prefix_cache_score
+// clamped to [0,1], negative counts -> 0 (what the encoders below write). In-process
+// predictions apply the same rule, so they see the numbers a predictor would.
+features::FeatureInput accepted_row(features::FeatureInput row);
+
 // `{"requests":[{row},...]}`, one object per row with every field of kFeatureFields.
 // Values the predictor would reject with a 422 for the whole batch are made valid instead, so
 // one caller's odd row (e.g. a scraped KV usage of 1.0000001) cannot fail the other callers of

@@ -239,6 +239,58 @@ TEST_F(EppStack, PredictionsTravelOnTheColumnarPath) {
   EXPECT_GT(metric_value(m, "llmd_epp_predictor_body_bytes_total", {"direction=\"sent\""}), 0);
 }
 
+// Without predictors: the EPP syncs the trainer's models itself and predicts in process.
+class EppInProcessStack : public EppStack {
+  StackOptions options() override {
+    StackOptions o;
+    o.predictors = 0;
+    o.in_process_predictions = true;
+    return o;
+  }
+};
+
+TEST_F(EppInProcessStack, TheTrainersModelsArePredictedInTheEppWithoutAPredictor) {
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_EQ(stack_->complete(words(30 + i, "ip" + std::to_string(i)), 8, true).status, 200);
+  }
+  // The feedback trains a model (version 1 is the trainer's untrained default); the EPP's
+  // sync installs it. The bounds only guard against a hang.
+  auto version = [&](const std::string& name) {
+    return stack_->trainer->get_json("/model/" + name + "/info")["version"].get<int64_t>();
+  };
+  int64_t trained = 0;
+  for (int i = 0; i < 600 && trained <= 1; ++i) {  // hang guard: 60 s
+    trained = std::min(version("ttft"), version("tpot"));
+    if (trained <= 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  ASSERT_GT(trained, 1) << "hang guard (60 s): no model trained from the feedback";
+  auto installed = [&](const std::string& name) {
+    return metric_value(stack_->metrics(), "llmd_predictor_model_version",
+                        {"model=\"" + name + "\""});
+  };
+  for (int i = 0; i < 300 && (installed("ttft") < 2 || installed("tpot") < 2); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // hang guard: 30 s
+  }
+  ASSERT_GE(installed("ttft"), 2) << stack_->metrics();
+  ASSERT_GE(installed("tpot"), 2);
+  const std::string before = stack_->metrics();
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_EQ(stack_->complete(words(40, "after" + std::to_string(i)), 8, true).status, 200);
+  }
+  const std::string after = stack_->metrics();
+  const std::string used = "llmd_epp_scheduling_predictions_total";
+  EXPECT_EQ(metric_value(after, used, {"used=\"true\""}) -
+                metric_value(before, used, {"used=\"true\""}),
+            10)
+      << "every request scheduled with predictions";
+  EXPECT_GE(metric_sum(after, "llmd_epp_in_process_prediction_seconds_count") -
+                metric_sum(before, "llmd_epp_in_process_prediction_seconds_count"),
+            10);
+  EXPECT_EQ(metric_sum(after, "llmd_epp_predictor_batch_rows_count"), 0) << "no predictor asked";
+}
+
 // A stand-in for the reference (Python) predictor: /readyz and /predict/bulk/strict only, so
 // its /predict/bulk/columnar is 404 as there. Its law: ttft = 10 + running, tpot = 2.
 class ReferencePredictor {

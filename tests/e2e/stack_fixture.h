@@ -33,6 +33,9 @@ struct StackOptions {
   int pool_base_port = 0;
   // Set: the EPP asks these predictors (a comma list) instead of the stack's own.
   std::string prediction_server_url;
+  // The EPP predicts in process (models synced from the trainer every 0.5 s) and asks no
+  // predictor; the stack still starts `predictors` of them (for comparison).
+  bool in_process_predictions = false;
 };
 
 class Stack {
@@ -90,12 +93,18 @@ class Stack {
         urls += (urls.empty() ? "" : ",") + std::string("http://127.0.0.1:") + std::to_string(p);
       }
     }
+    if (options_.in_process_predictions) {
+      urls.clear();
+    }
     std::vector<std::string> args = {
         "--config", pool, "--host", "127.0.0.1", "--port", std::to_string(epp_port),
         "--health-port", std::to_string(health_port), "--metrics-port",
         std::to_string(metrics_port), "--prediction-server-url", urls, "--training-server-url",
         trainer_url, "--upstream-first-byte-timeout-ms",
         "2000", "--log-level", "debug"};
+    if (options_.in_process_predictions) {
+      args.insert(args.end(), {"--in-process-predictions", "true", "--model-sync-interval", "0.5"});
+    }
     args.insert(args.end(), options_.epp_args.begin(), options_.epp_args.end());
     epp = std::make_unique<Process>(binary("epp/epp"), args, std::vector<std::string>{},
                                     options_.epp_max_open_files);

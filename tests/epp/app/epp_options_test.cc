@@ -181,6 +181,35 @@ TEST(EppOptions, BadValuesNameTheFlagAndItsEnv) {
   EXPECT_EQ(error_of({}), "--io-threads / EPP_IO_THREADS: expected an integer, got 'two'");
 }
 
+TEST(EppOptions, InProcessPredictionsTakeTheTrainersUrlAndExcludeReplicas) {
+  ScopedEnv env(EnvVars{{"PREDICTION_SERVER_URL", std::nullopt},
+                        {"TRAINING_SERVER_URL", std::nullopt},
+                        {"IN_PROCESS_PREDICTIONS", std::nullopt},
+                        {"MODEL_SYNC_INTERVAL_SEC", std::nullopt},
+                        {"MODEL_SYNC_TIMEOUT_SEC", std::nullopt},
+                        {"LOCAL_MODEL_DIR", std::nullopt}});
+  const auto o = parse({"--in-process-predictions", "true", "--training-server-url",
+                        "http://t:8000", "--model-sync-interval", "0.5", "--local-model-dir",
+                        "/var/models"});
+  ASSERT_TRUE(o);
+  EXPECT_TRUE(o->in_process_predictions);
+  EXPECT_EQ(o->in_process.trainer_url, "http://t:8000");
+  EXPECT_EQ(o->in_process.sync_interval, milliseconds(500));
+  EXPECT_EQ(o->in_process.sync_timeout, milliseconds(5000));
+  EXPECT_EQ(o->in_process.model_dir, "/var/models");
+  EXPECT_NE(error_of({"--in-process-predictions", "true", "--training-server-url", "http://t:1",
+                      "--prediction-server-url", "http://p:1"})
+                .find("exclude each other"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--in-process-predictions", "true"}).find("needs --training-server-url"),
+            std::string::npos);
+  // Off: the sync flags are not checked.
+  EXPECT_TRUE(parse({"--model-sync-interval", "0"}));
+  EXPECT_EQ(error_of({"--model-sync-interval", "0", "--in-process-predictions", "true",
+                      "--training-server-url", "http://t:1"}),
+            "--model-sync-interval / MODEL_SYNC_INTERVAL_SEC: 0 is out of range [0.05, 86400]");
+}
+
 TEST(EppOptions, HelpParsesNothing) {
   testing::internal::CaptureStdout();
   const auto o = parse({"--help"});
