@@ -31,7 +31,8 @@ variants=(
   "no-exploration|gate exploration (1 %, upstream's default)|/    threshold: /a\    explorationProbability: 0.0"
   "no-rotation|near-best rotation (tolerance 0)|s/tolerance: [0-9.]*/tolerance: 0.0/"
   "composite-1-1-1|composite weights 3,2,2 -> 1,1,1|s/compositePrefixWeight: [0-9.]*/compositePrefixWeight: 1/;s/compositeQueueWeight: [0-9.]*/compositeQueueWeight: 1/;s/compositeKvWeight: [0-9.]*/compositeKvWeight: 1/"
-  "proportional-draw|score^100 / ^10 draws -> proportional|s/cachedRequestExponent: [0-9.]*/cachedRequestExponent: 1/;s/uncachedSloRequestExponent: [0-9.]*/uncachedSloRequestExponent: 1/"
+  "proportional-draw|score^100 draw of cached requests -> proportional|s/cachedRequestExponent: [0-9.]*/cachedRequestExponent: 1/"
+  "slo-draw|SLO requests no pod has cached drawn ~ score^10 instead of rotated (the previous default)|/cachedRequestExponent: /a\    uncachedSloRequestExponent: 10"
   "fixed-depth-2048|measured index capacity -> 4 chars per token, depth 2048 blocks (the previous default)|s/measuredCapacity: true/maxPrefixBlocksToMatch: 2048/"
 )
 for seed in "${seeds[@]}"; do

@@ -78,13 +78,14 @@ TEST_F(ConfigLoaderTest, DefaultAndUpstreamPipelinesHaveTheContractShape) {
   EXPECT_TRUE(producer->config().sloBoundCalibration);
   EXPECT_TRUE(producer->config().podResidualCorrection);
   EXPECT_TRUE(producer->config().stepPhaseCorrection);
-  // Requests some pod has cached are drawn ~ score^100 (SLO requests no pod has cached
-  // ~ score^10); the others rotate over the pods predicted within 5 % of the fastest.
+  // Requests some pod has cached are drawn ~ score^100; the others, with SLO headers or
+  // without, rotate over the pods predicted within 5 % of the fastest.
   auto rotation = std::dynamic_pointer_cast<const NearBestRotationPicker>(
       d.pipeline->profiles[0].picker().plugin);
   ASSERT_TRUE(rotation);
   EXPECT_DOUBLE_EQ(rotation->config().cachedRequestExponent, 100);
-  EXPECT_DOUBLE_EQ(rotation->config().uncachedSloRequestExponent, 10);
+  EXPECT_DOUBLE_EQ(rotation->config().uncachedSloRequestExponent, 0);
+  EXPECT_TRUE(rotation->config().rotateSloRequests);
   EXPECT_DOUBLE_EQ(rotation->config().tolerance, 0.05);
   EXPECT_EQ(rotation->config().nearBestBy, "predictedTTFT");
   auto strict = std::dynamic_pointer_cast<const PrefixCacheAffinityFilter>(
@@ -103,7 +104,6 @@ TEST_F(ConfigLoaderTest, DefaultAndUpstreamPipelinesHaveTheContractShape) {
   EXPECT_EQ(scorer->config().sloMissStrategy, "latency-composite");
   EXPECT_EQ(scorer->config().indistinctPredictions, "prefill-work");
   EXPECT_FALSE(scorer->config().preferIdlePods);
-  EXPECT_FALSE(rotation->config().rotateSloRequests);
   EXPECT_DOUBLE_EQ(scorer->config().compositePrefixWeight, 3);
   EXPECT_DOUBLE_EQ(scorer->config().compositeQueueWeight, 2);
   EXPECT_DOUBLE_EQ(scorer->config().compositeKvWeight, 2);
