@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   const sigset_t signals = shutdown_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   llmd::util::return_large_blocks_to_the_system();
+  llmd::util::serve_small_blocks_without_fastbins();
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <optional>
 #include <cctype>
 #include <condition_variable>
@@ -103,6 +104,24 @@ llmd::http::Response error_response(int status, const std::string& detail,
 // which reading resumes: memory per stream stays bounded whatever the client does.
 constexpr std::size_t kClientHighWater = 256 * 1024;
 constexpr std::size_t kClientLowWater = 64 * 1024;
+
+// The announced length of a response body small enough to answer whole (within the bytes a
+// streamed relay may hold for a slow client anyway); nullopt for event streams, chunked or
+// larger bodies.
+std::optional<std::size_t> small_body_length(const llmd::http::ClientResponse& res) {
+  const std::string_view type = res.header("content-type");
+  if (type.find("text/event-stream") != std::string_view::npos) {
+    return std::nullopt;
+  }
+  const std::string_view length = res.header("content-length");
+  std::size_t n = 0;
+  const auto [end, ec] = std::from_chars(length.data(), length.data() + length.size(), n);
+  if (length.empty() || ec != std::errc() || end != length.data() + length.size() ||
+      n > kClientLowWater) {
+    return std::nullopt;
+  }
+  return n;
+}
 
 // nginx's code for a request whose client went away before an answer.
 constexpr int kClientClosedRequest = 499;
@@ -472,8 +491,11 @@ struct ProxyServer::Impl {
       flow.client_gone();
       co_return Outcome::kClientGone;
     }
-    // Headers to the client; the body follows as it arrives (chunked; HTTP/1.0 clients get it
-    // unchunked, ended by the close, so a broken-off body is as visible as a missing chunk).
+    // A small body of known length (a non-streamed completion) is collected and answered in
+    // one write with its length: one send instead of three (headers, chunk, last chunk) on both
+    // sides. Anything else goes out as it arrives (chunked; HTTP/1.0 clients get it unchunked,
+    // ended by the close, so a broken-off body is as visible as a missing chunk).
+    const std::optional<std::size_t> whole_length = small_body_length(res);
     std::string content_type = "application/json";
     std::vector<llmd::http::Header> head;
     for (auto& field : res.headers) {  // names lower-case
@@ -496,7 +518,23 @@ struct ProxyServer::Impl {
     if (!decision.empty()) {
       head.push_back({kDecisionHeader, decision});
     }
-    client.begin_stream(res.status, content_type, std::move(head));
+    std::string collected;  // the body so far while `whole_length` holds
+    bool collecting = whole_length.has_value();
+    if (collecting) {
+      collected.reserve(*whole_length);
+    } else {
+      client.begin_stream(res.status, content_type, std::move(head));
+    }
+    // From collecting to streaming: what was collected goes first.
+    auto start_streaming = [&] {
+      if (collecting) {
+        collecting = false;
+        client.begin_stream(res.status, content_type, head);
+        if (!collected.empty()) {
+          client.write(std::move(collected));
+        }
+      }
+    };
     // The pod is read only when this loop asks: while the client is slow, TCP holds the pod
     // back. The connection goes back to the pool once the body was read to its end.
     const llmd::http::ClientCallPtr& stream = opened.body;
@@ -521,7 +559,12 @@ struct ProxyServer::Impl {
           flow.client_gone();
           co_return Outcome::kClientGone;
         }
-        client.write(std::string(piece.bytes));
+        if (collecting && collected.size() + piece.bytes.size() <= *whole_length) {
+          collected.append(piece.bytes);
+        } else {
+          start_streaming();  // the pod sent more than it announced
+          client.write(std::string(piece.bytes));
+        }
         if (client.buffered() > kClientHighWater) {
           // The client reads slower than the pod writes: stop reading the pod until it
           // catches up; the write timeout ends a client that stopped.
@@ -540,6 +583,7 @@ struct ProxyServer::Impl {
       }
     }
     if (!ok) {
+      start_streaming();
       // The pod failed after the response started. A clean end would pass a truncated answer
       // off as complete: a stream gets an error event, and neither kind of body gets its
       // terminating chunk, so every HTTP client reports an incomplete response.
@@ -552,7 +596,16 @@ struct ProxyServer::Impl {
       flow.pod_failed(502, false);
       co_return Outcome::kAborted;
     }
-    client.end();
+    if (collecting) {
+      llmd::http::Response whole;
+      whole.status = res.status;
+      whole.content_type = std::move(content_type);
+      whole.headers = std::move(head);
+      whole.body = std::move(collected);
+      client.respond(std::move(whole));
+    } else {
+      client.end();
+    }
     const int status = res.status;
     flow.response_ended(status);
     if (const PodAttempt* done = flow.attempt()) {

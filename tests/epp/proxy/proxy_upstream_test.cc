@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -112,6 +113,115 @@ class StreamingPod {
   std::atomic<int> requests_{0};
   std::thread thread_;
 };
+
+// A pod that answers every request with the same raw bytes, then closes the connection if
+// `close_after` (a body cut short when the bytes announce more than they hold).
+class RawAnswerPod {
+ public:
+  RawAnswerPod(std::string answer, bool close_after)
+      : answer_(std::move(answer)), close_after_(close_after) {
+    std::tie(listen_fd_, port_) = http::testing::listen_on_loopback();
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~RawAnswerPod() {
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void serve() {
+    while (true) {
+      const int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) {
+        return;
+      }
+      while (http::testing::read_request(fd) && http::testing::send_all(fd, answer_) &&
+             !close_after_) {
+      }
+      ::close(fd);
+    }
+  }
+  const std::string answer_;
+  const bool close_after_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+// The real proxy in front of one RawAnswerPod.
+class ProxyInFrontOf {
+ public:
+  explicit ProxyInFrontOf(const RawAnswerPod& pod) : port_(registry_) {
+    registry_.set_pods({{"a", pod.address(), {}}});
+    PodMetrics m;
+    m.scraped_at = Clock::now() + 1h;
+    registry_.update_metrics("a", m);
+    ProxyOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.default_prediction = false;
+    proxy_ = std::make_unique<ProxyServer>(o, port_, registry_, sink_);
+    proxy_->start();
+    thread_ = std::thread([this] { proxy_->run(); });
+  }
+  ~ProxyInFrontOf() {
+    proxy_->stop();
+    thread_.join();
+  }
+  uint16_t port() const { return proxy_->port(); }
+
+ private:
+  PodRegistry registry_;
+  FirstPodPort port_;
+  NullSink sink_;
+  std::unique_ptr<ProxyServer> proxy_;
+  std::thread thread_;
+};
+
+std::string completion_request() {
+  const std::string body = R"({"model":"m","prompt":"hi","max_tokens":4})";
+  return "POST /v1/completions HTTP/1.1\r\nHost: epp\r\nContent-Type: application/json\r\n"
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+TEST(ProxyWholeAnswer, ASmallBodyOfKnownLengthIsAnsweredWholeWithItsLength) {
+  const std::string body = R"({"id":"x","object":"text_completion","choices":[]})";
+  RawAnswerPod pod("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nx-pod-header: kept\r\n"
+                   "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
+                   false);
+  ProxyInFrontOf proxy(pod);
+  http::testing::RawSocket client(proxy.port(), 30);
+  for (int i = 0; i < 2; ++i) {  // the client's connection stays usable after a whole answer
+    ASSERT_TRUE(client.send_all(completion_request()));
+    const std::optional<std::string> got = client.read_response();
+    ASSERT_TRUE(got) << "request " << i;
+    EXPECT_NE(got->find("Content-Length: " + std::to_string(body.size()) + "\r\n"),
+              std::string::npos) << *got;
+    EXPECT_EQ(got->find("Transfer-Encoding"), std::string::npos) << *got;
+    EXPECT_NE(got->find("x-pod-header: kept\r\n"), std::string::npos) << *got;
+    EXPECT_NE(got->find("x-gateway-destination-endpoint: " + pod.address()), std::string::npos)
+        << *got;
+    EXPECT_TRUE(got->ends_with("\r\n\r\n" + body)) << *got;
+  }
+}
+
+TEST(ProxyWholeAnswer, ABodyCutShortOfItsLengthReachesTheClientAsAnIncompleteAnswer) {
+  RawAnswerPod pod("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n"
+                   "\r\n{\"id\":\"x\",",
+                   true);
+  ProxyInFrontOf proxy(pod);
+  http::testing::RawSocket client(proxy.port(), 30);
+  ASSERT_TRUE(client.send_all(completion_request()));
+  ASSERT_TRUE(client.wait_for_close() || !client.buffered().empty());
+  const std::string got = client.take();
+  // What the pod sent goes out, chunked and without the last chunk: every HTTP client sees the
+  // body broken off rather than a short but complete answer.
+  EXPECT_NE(got.find("Transfer-Encoding: chunked"), std::string::npos) << got;
+  EXPECT_NE(got.find("{\"id\":\"x\","), std::string::npos) << got;
+  EXPECT_FALSE(got.ends_with("0\r\n\r\n")) << got;
+}
 
 class ProxyUpstream : public ::testing::Test {
  protected:
