@@ -8,7 +8,6 @@
 #include <utility>
 
 #include <boost/asio/post.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include <absl/synchronization/mutex.h>
@@ -48,22 +47,69 @@ class StreamExecutors {
   net::thread_pool pool_;
 };
 
-// One stream's strand. Holds its StreamExecutors, which is destroyed (and with it the pool)
-// only after the strand: a strand must not outlive its pool.
-class StreamStrand {
+// One stream's strand: its functions run one at a time, in the order they were handed in.
+// A message from gRPC finds the strand idle most of the time and then runs at once on gRPC's
+// thread (claim + run_here): a hop to the pool and back costs context switches, which at
+// 1,500 req/s were ~9 % of the EPP's CPU. Work from elsewhere (a prediction, a router queue
+// wake-up) is posted to the pool. Holds its StreamExecutors, which is destroyed (and with it
+// the pool) only after the strand. Thread-safe.
+class StreamStrand : public std::enable_shared_from_this<StreamStrand> {
  public:
   explicit StreamStrand(std::shared_ptr<StreamExecutors> executors)
-      : executors_(std::move(executors)), strand_(net::make_strand(executors_->pool_)) {}
+      : executors_(std::move(executors)) {}
   void post(std::function<void()> fn) {
-    std::lock_guard lock(executors_->mu_);
-    if (executors_->open_) {
-      net::post(strand_, std::move(fn));
+    if (submit(std::move(fn))) {
+      std::lock_guard lock(executors_->mu_);
+      if (executors_->open_) {
+        net::post(executors_->pool_, [self = shared_from_this()] { self->drain(); });
+      }
     }
+  }
+  // For gRPC's reactor: queues `fn`; true when the strand was idle, and the caller must then
+  // call run_here() (after starting the next read: the order of messages is the queue's).
+  bool claim(std::function<void()> fn) { return submit(std::move(fn)); }
+  // Runs the queue on the calling thread until it is empty.
+  void run_here() {
+    {
+      std::lock_guard lock(executors_->mu_);
+      if (!executors_->open_) {
+        return;
+      }
+    }
+    drain();
   }
 
  private:
-  std::shared_ptr<StreamExecutors> executors_;  // declared first: destroyed after the strand
-  net::strand<net::thread_pool::executor_type> strand_;
+  // Queues `fn`; true when the strand was idle and the caller must now drain it.
+  bool submit(std::function<void()> fn) {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(fn));
+    if (busy_) {
+      return false;
+    }
+    busy_ = true;
+    return true;
+  }
+  void drain() {
+    while (true) {
+      std::function<void()> fn;
+      {
+        std::lock_guard lock(mu_);
+        if (queue_.empty()) {
+          busy_ = false;
+          return;
+        }
+        fn = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      fn();
+    }
+  }
+
+  std::shared_ptr<StreamExecutors> executors_;
+  std::mutex mu_;
+  std::deque<std::function<void()>> queue_;  // guarded by mu_
+  bool busy_ = false;  // guarded by mu_: a thread is draining (or about to)
 };
 
 constexpr char kServiceName[] = "envoy.service.ext_proc.v3.ExternalProcessor";
@@ -119,8 +165,15 @@ class ProcessReactor final
     // Swapped out, not copied: a buffered request body travels in one message.
     auto message = std::make_shared<pb::ProcessingRequest>();
     message->Swap(&incoming_);
-    strand_->post([stream = stream_, message] { stream->on_message(*message); });
+    // Queued before the next read can complete (order), run after it started (overlap). The
+    // strand is held by a local: once the read is started the reactor may finish and go.
+    std::shared_ptr<StreamStrand> strand = strand_;
+    const bool run_here =
+        strand->claim([stream = stream_, message] { stream->on_message(*message); });
     StartRead(&incoming_);
+    if (run_here) {
+      strand->run_here();
+    }
   }
 
   void OnWriteDone(bool ok) override {
