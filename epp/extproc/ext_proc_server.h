@@ -4,9 +4,11 @@
 // request) plus the gRPC health service (services "liveness", "readiness" and
 // "envoy.service.ext_proc.v3.ExternalProcessor", as the endpoint picker protocol names them).
 // Each stream is an ExtProcStream on gRPC's callback API: no thread waits for a stream, a
-// prediction or the router queue. Each stream runs on a strand of its own over a small pool
-// of threads: gRPC's callbacks, the predictor client's answers and the router queue's
-// wake-ups only post there, so no stream logic or scheduling runs on their threads.
+// prediction or the router queue. Each stream runs on a strand of its own: a message from
+// gRPC that finds its strand idle runs at once on gRPC's callback thread (no hop, no context
+// switch); everything else (a message behind a busy strand, the predictor client's answers,
+// the router queue's wake-ups) is posted to a small pool of threads, so no stream logic or
+// scheduling runs on the predictor client's or the gate's threads.
 // gRPC and Asio headers stay in ext_proc_server.cc.
 #include <chrono>
 #include <cstdint>
@@ -20,7 +22,7 @@ namespace llmd::epp::extproc {
 struct ExtProcServerOptions {
   std::string host = "0.0.0.0";
   uint16_t port = 9002;  // 0 = any free port (see port())
-  int threads = 2;       // run the streams' strands (parsing, scheduling, the protobuf mapping)
+  int threads = 2;       // run the strands' posted work (parsing, scheduling, the mapping)
   ExtProcOptions stream;
 };
 
