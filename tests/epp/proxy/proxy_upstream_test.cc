@@ -4,6 +4,7 @@
 // byte still arrives, and the connection to the pod is kept alive for the next request.
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -48,31 +49,24 @@ struct NullSink final : CompletionSink {
   void on_completed(const CompletedRequest&) override {}
 };
 
-// A pod that answers each request on a connection with a stream of `events` SSE events of
-// `event_bytes` each (then [DONE]), counting what its socket took.
-class StreamingPod {
+// A pod on loopback: takes one connection at a time and calls `answer(fd)` for each request
+// read on it; false from `answer` ends the connection.
+class LoopbackPod {
  public:
-  StreamingPod(std::size_t events, std::size_t event_bytes)
-      : events_(events), event_bytes_(event_bytes) {
+  explicit LoopbackPod(std::function<bool(int)> answer) : answer_(std::move(answer)) {
     std::tie(listen_fd_, port_) = http::testing::listen_on_loopback();
     thread_ = std::thread([this] { serve(); });
   }
-  ~StreamingPod() {
+  ~LoopbackPod() {
     ::shutdown(listen_fd_, SHUT_RDWR);
     thread_.join();
     ::close(listen_fd_);
   }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  std::size_t sent() const { return sent_; }
   int connections() const { return connections_; }
   int requests() const { return requests_; }
-  std::size_t body_bytes() const { return events_ * (event_bytes_ + kFrame) + kDone.size(); }
-  void set_events(std::size_t events) { events_ = events; }
 
  private:
-  static constexpr std::string_view kDone = "data: [DONE]\n\n";
-  static constexpr std::size_t kFrame = 8;  // "data: " + "\n\n"
-
   void serve() {
     while (true) {
       const int fd = ::accept(listen_fd_, nullptr, nullptr);
@@ -80,16 +74,40 @@ class StreamingPod {
         return;
       }
       ++connections_;
-      while (http::testing::read_request(fd) && answer(fd)) {
+      while (http::testing::read_request(fd) && (++requests_, answer_(fd))) {
       }
       ::close(fd);
     }
   }
+  const std::function<bool(int)> answer_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<int> connections_{0};
+  std::atomic<int> requests_{0};
+  std::thread thread_;
+};
+
+// A pod that answers each request on a connection with a stream of `events` SSE events of
+// `event_bytes` each (then [DONE]), counting what its socket took.
+class StreamingPod {
+ public:
+  StreamingPod(std::size_t events, std::size_t event_bytes)
+      : events_(events), event_bytes_(event_bytes) {}
+  std::string address() const { return pod_.address(); }
+  std::size_t sent() const { return sent_; }
+  int connections() const { return pod_.connections(); }
+  int requests() const { return pod_.requests(); }
+  std::size_t body_bytes() const { return events_ * (event_bytes_ + kFrame) + kDone.size(); }
+  void set_events(std::size_t events) { events_ = events; }
+
+ private:
+  static constexpr std::string_view kDone = "data: [DONE]\n\n";
+  static constexpr std::size_t kFrame = 8;  // "data: " + "\n\n"
+
   bool send_all(int fd, std::string_view data) {
     return http::testing::send_all(fd, data, &sent_);
   }
   bool answer(int fd) {
-    ++requests_;
     const std::string event = "data: " + std::string(event_bytes_, 'x') + "\n\n";
     const std::string length = std::to_string(body_bytes());
     if (!send_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: " +
@@ -106,12 +124,8 @@ class StreamingPod {
 
   std::atomic<std::size_t> events_;
   const std::size_t event_bytes_;
-  int listen_fd_ = -1;
-  uint16_t port_ = 0;
   std::atomic<std::size_t> sent_{0};
-  std::atomic<int> connections_{0};
-  std::atomic<int> requests_{0};
-  std::thread thread_;
+  LoopbackPod pod_{[this](int fd) { return answer(fd); }};  // last: serves the members above
 };
 
 // A pod that answers every request with the same raw bytes, then closes the connection if
@@ -119,44 +133,23 @@ class StreamingPod {
 class RawAnswerPod {
  public:
   RawAnswerPod(std::string answer, bool close_after)
-      : answer_(std::move(answer)), close_after_(close_after) {
-    std::tie(listen_fd_, port_) = http::testing::listen_on_loopback();
-    thread_ = std::thread([this] { serve(); });
-  }
-  ~RawAnswerPod() {
-    ::shutdown(listen_fd_, SHUT_RDWR);
-    thread_.join();
-    ::close(listen_fd_);
-  }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+      : answer_(std::move(answer)), close_after_(close_after) {}
+  std::string address() const { return pod_.address(); }
 
  private:
-  void serve() {
-    while (true) {
-      const int fd = ::accept(listen_fd_, nullptr, nullptr);
-      if (fd < 0) {
-        return;
-      }
-      while (http::testing::read_request(fd) && http::testing::send_all(fd, answer_) &&
-             !close_after_) {
-      }
-      ::close(fd);
-    }
-  }
   const std::string answer_;
   const bool close_after_;
-  int listen_fd_ = -1;
-  uint16_t port_ = 0;
-  std::thread thread_;
+  LoopbackPod pod_{
+      [this](int fd) { return http::testing::send_all(fd, answer_) && !close_after_; }};
 };
 
-// The real proxy in front of one RawAnswerPod.
+// The real proxy in front of the pod at `address`, which the scheduling port always picks.
 class ProxyInFrontOf {
  public:
-  explicit ProxyInFrontOf(const RawAnswerPod& pod) : port_(registry_) {
-    registry_.set_pods({{"a", pod.address(), {}}});
+  explicit ProxyInFrontOf(const std::string& address) : port_(registry_) {
+    registry_.set_pods({{"a", address, {}}});
     PodMetrics m;
-    m.scraped_at = Clock::now() + 1h;
+    m.scraped_at = Clock::now() + 1h;  // fresh for the whole test
     registry_.update_metrics("a", m);
     ProxyOptions o;
     o.host = "127.0.0.1";
@@ -171,6 +164,7 @@ class ProxyInFrontOf {
     thread_.join();
   }
   uint16_t port() const { return proxy_->port(); }
+  std::size_t idle_upstream_connections() const { return proxy_->idle_upstream_connections(); }
 
  private:
   PodRegistry registry_;
@@ -191,7 +185,7 @@ TEST(ProxyWholeAnswer, ASmallBodyOfKnownLengthIsAnsweredWholeWithItsLength) {
   RawAnswerPod pod("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nx-pod-header: kept\r\n"
                    "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
                    false);
-  ProxyInFrontOf proxy(pod);
+  ProxyInFrontOf proxy(pod.address());
   http::testing::RawSocket client(proxy.port(), 30);
   for (int i = 0; i < 2; ++i) {  // the client's connection stays usable after a whole answer
     ASSERT_TRUE(client.send_all(completion_request()));
@@ -211,7 +205,7 @@ TEST(ProxyWholeAnswer, ABodyCutShortOfItsLengthReachesTheClientAsAnIncompleteAns
   RawAnswerPod pod("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n"
                    "\r\n{\"id\":\"x\",",
                    true);
-  ProxyInFrontOf proxy(pod);
+  ProxyInFrontOf proxy(pod.address());
   http::testing::RawSocket client(proxy.port(), 30);
   ASSERT_TRUE(client.send_all(completion_request()));
   ASSERT_TRUE(client.wait_for_close() || !client.buffered().empty());
@@ -225,23 +219,7 @@ TEST(ProxyWholeAnswer, ABodyCutShortOfItsLengthReachesTheClientAsAnIncompleteAns
 
 class ProxyUpstream : public ::testing::Test {
  protected:
-  ProxyUpstream() : pod_(512, 64 * 1024 - 8), port_(registry_) {
-    registry_.set_pods({{"a", pod_.address(), {}}});
-    PodMetrics m;
-    m.scraped_at = Clock::now() + 1h;  // fresh for the whole test
-    registry_.update_metrics("a", m);
-    ProxyOptions o;
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.default_prediction = false;
-    proxy_ = std::make_unique<ProxyServer>(o, port_, registry_, sink_);
-    proxy_->start();
-    thread_ = std::thread([this] { proxy_->run(); });
-  }
-  ~ProxyUpstream() override {
-    proxy_->stop();
-    thread_.join();
-  }
+  ProxyUpstream() : pod_(512, 64 * 1024 - 8), proxy_(pod_.address()) {}
   static std::string request() {
     const std::string body = R"({"model":"m","prompt":"hi","stream":true,"max_tokens":4})";
     return "POST /v1/completions HTTP/1.1\r\nHost: epp\r\nContent-Type: application/json\r\n"
@@ -259,15 +237,11 @@ class ProxyUpstream : public ::testing::Test {
   }
 
   StreamingPod pod_;
-  PodRegistry registry_;
-  FirstPodPort port_;
-  NullSink sink_;
-  std::unique_ptr<ProxyServer> proxy_;
-  std::thread thread_;
+  ProxyInFrontOf proxy_;
 };
 
 TEST_F(ProxyUpstream, AClientThatDoesNotReadHoldsThePodBackAndLosesNoByte) {
-  http::testing::RawSocket client(proxy_->port(), 30);
+  http::testing::RawSocket client(proxy_.port(), 30);
   ASSERT_TRUE(client.connected());
   ASSERT_TRUE(client.send_all(request()));
   // Wait until the pod is stuck: what its socket took stops growing.
@@ -288,14 +262,14 @@ TEST_F(ProxyUpstream, AClientThatDoesNotReadHoldsThePodBackAndLosesNoByte) {
 
 TEST_F(ProxyUpstream, TheConnectionToThePodIsKeptForTheNextRequest) {
   pod_.set_events(4);
-  http::testing::RawSocket client(proxy_->port(), 30);
+  http::testing::RawSocket client(proxy_.port(), 30);
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(client.send_all(request()));
     ASSERT_GT(read_answer(client), pod_.body_bytes()) << "request " << i;
   }
   EXPECT_EQ(pod_.requests(), 3);
   EXPECT_EQ(pod_.connections(), 1);
-  EXPECT_EQ(proxy_->idle_upstream_connections(), 1u);
+  EXPECT_EQ(proxy_.idle_upstream_connections(), 1u);
 }
 
 }  // namespace
