@@ -58,16 +58,25 @@ class StreamStrand : public std::enable_shared_from_this<StreamStrand> {
   explicit StreamStrand(std::shared_ptr<StreamExecutors> executors)
       : executors_(std::move(executors)) {}
   void post(std::function<void()> fn) {
-    if (submit(std::move(fn))) {
+    if (claim(std::move(fn))) {
       std::lock_guard lock(executors_->mu_);
       if (executors_->open_) {
         net::post(executors_->pool_, [self = shared_from_this()] { self->drain(); });
       }
     }
   }
-  // For gRPC's reactor: queues `fn`; true when the strand was idle, and the caller must then
-  // call run_here() (after starting the next read: the order of messages is the queue's).
-  bool claim(std::function<void()> fn) { return submit(std::move(fn)); }
+  // Queues `fn`; true when the strand was idle and the caller must now drain it: gRPC's
+  // reactor calls run_here() (after starting the next read: the order of messages is the
+  // queue's), post() hands the drain to the pool.
+  bool claim(std::function<void()> fn) {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(fn));
+    if (busy_) {
+      return false;
+    }
+    busy_ = true;
+    return true;
+  }
   // Runs the queue on the calling thread until it is empty.
   void run_here() {
     {
@@ -80,16 +89,6 @@ class StreamStrand : public std::enable_shared_from_this<StreamStrand> {
   }
 
  private:
-  // Queues `fn`; true when the strand was idle and the caller must now drain it.
-  bool submit(std::function<void()> fn) {
-    std::lock_guard lock(mu_);
-    queue_.push_back(std::move(fn));
-    if (busy_) {
-      return false;
-    }
-    busy_ = true;
-    return true;
-  }
   void drain() {
     while (true) {
       std::function<void()> fn;

@@ -559,10 +559,9 @@ struct ProxyServer::Impl {
           flow.client_gone();
           co_return Outcome::kClientGone;
         }
-        if (collecting && collected.size() + piece.bytes.size() <= *whole_length) {
-          collected.append(piece.bytes);
+        if (collecting) {
+          collected.append(piece.bytes);  // the parser ends the body at its announced length
         } else {
-          start_streaming();  // the pod sent more than it announced
           client.write(std::string(piece.bytes));
         }
         if (client.buffered() > kClientHighWater) {
