@@ -70,6 +70,7 @@ std::string_view strategy_name(Strategy s) {
     case Strategy::kPredictedMost: return "predicted-latency(most)";
     case Strategy::kPredictedUpstream: return "predicted-latency(upstream)";
     case Strategy::kOracle: return "oracle";
+    case Strategy::kOracleCost: return "oracle(cost)";
   }
   return "?";
 }
@@ -83,6 +84,7 @@ std::string_view strategy_key(Strategy s) {
     case Strategy::kPredictedMost: return "pl_most";
     case Strategy::kPredictedUpstream: return "pl_upstream";
     case Strategy::kOracle: return "oracle";
+    case Strategy::kOracleCost: return "oracle_cost";
   }
   return "?";
 }
@@ -106,6 +108,8 @@ bool is_heuristic(Strategy s) {
          s == Strategy::kLoadPrefix322;
 }
 
+bool is_oracle(Strategy s) { return s == Strategy::kOracle || s == Strategy::kOracleCost; }
+
 std::optional<std::string> pipeline_yaml(Strategy s, const std::string& dir, std::string* error) {
   auto fail = [&](std::string msg) -> std::optional<std::string> {
     if (error != nullptr) {
@@ -121,7 +125,8 @@ std::optional<std::string> pipeline_yaml(Strategy s, const std::string& dir, std
     case Strategy::kPredictedLeast:
     case Strategy::kPredictedMost: file = "default-pipeline.yaml"; break;
     case Strategy::kPredictedUpstream: file = "upstream-pipeline.yaml"; break;
-    case Strategy::kOracle: return fail("the oracle has no pipeline");
+    case Strategy::kOracle:
+    case Strategy::kOracleCost: return fail("the oracle has no pipeline");
   }
   const std::string path = (std::filesystem::path(dir) / file).string();
   if (s == Strategy::kPredictedUpstream && !std::filesystem::exists(path)) {
@@ -288,7 +293,7 @@ class ClusterRun {
     if (cfg.epp_replicas < 1 || cfg.epp_replicas > 64) {
       throw std::invalid_argument("epp_replicas must be in [1, 64]");
     }
-    const int n_replicas = cfg.strategy == Strategy::kOracle ? 1 : cfg.epp_replicas;
+    const int n_replicas = is_oracle(cfg.strategy) ? 1 : cfg.epp_replicas;
     for (int k = 0; k < n_replicas; ++k) {
       replicas_.push_back(std::make_unique<Replica>());
       replicas_.back()->registry.set_pods(pod_configs);
@@ -311,7 +316,7 @@ class ClusterRun {
                      (trace.spec.shared_prefix || trace.spec.multi_turn ||
                       (trace.mix_spec &&
                        (trace.mix_spec->shared_prefix || trace.mix_spec->multi_turn))));
-    if (cfg.strategy != Strategy::kOracle) {
+    if (!is_oracle(cfg.strategy)) {
       std::string err;
       auto yaml = cfg.pipeline_override.empty()
                       ? pipeline_yaml(cfg.strategy, cfg.epp_config_dir, &err)
@@ -678,10 +683,7 @@ class ClusterRun {
     const auto m = p.engine.metrics();
     const double next = p.engine.next_event_time();
     const double wait_step = std::isfinite(next) ? std::max(0.0, next - now_) : 0.0;
-    const int64_t max_hit = (req.prompt_tokens - 1) / cfg.block_size;
-    const int64_t hits = p.engine.block_pool().cached_prefix(req.block_hashes, max_hit);
-    const int64_t mine = req.prompt_tokens - hits * cfg.block_size;
-    const double tokens = static_cast<double>(m.prefill_tokens_waiting + mine);
+    const double tokens = static_cast<double>(m.prefill_tokens_waiting + uncached_tokens(p, req));
     const double budget =
         std::max(1.0, static_cast<double>(cfg.max_num_batched_tokens - m.num_running));
     const double steps = std::max(1.0, std::ceil(tokens / budget));
@@ -692,15 +694,48 @@ class ClusterRun {
            tokens * prof.prefill_ms_per_token;
   }
 
+  // The prompt tokens `req` would have to prefill on `p` (the engine's cache, exactly).
+  int64_t uncached_tokens(const Pod& p, const sim::SimRequest& req) const {
+    const int64_t block = p.engine.config().block_size;
+    const int64_t hits = p.engine.block_pool().cached_prefix(req.block_hashes,
+                                                             (req.prompt_tokens - 1) / block);
+    return req.prompt_tokens - hits * block;
+  }
+
+  // What choosing a pod costs the requests after this one, for the non-myopic oracle (0 for the
+  // greedy one). vLLM serves its waiting queue first come, first served, so a request's own
+  // prefill delays every request that arrives at its pod while it waits; in a pool the router
+  // keeps even, about as many arrive during that wait as wait on a pod now (Little's law). The
+  // charge is its prefill time on that pod times the pool's mean waiting queue: nothing at low
+  // load (the greedy oracle), and in overload a cache hit is worth the prefill it spares
+  // everyone behind. No fitted constant.
+  std::vector<double> behind_cost(const sim::SimRequest& req) const {
+    std::vector<double> out(pods_.size(), 0.0);
+    if (cfg_.strategy != Strategy::kOracleCost || pods_.empty()) {
+      return out;
+    }
+    double waiting = 0;
+    for (const Pod& p : pods_) {
+      waiting += static_cast<double>(p.engine.metrics().num_waiting);
+    }
+    waiting /= static_cast<double>(pods_.size());
+    for (std::size_t i = 0; i < pods_.size(); ++i) {
+      out[i] = waiting * static_cast<double>(uncached_tokens(pods_[i], req)) *
+               pods_[i].engine.config().profile.prefill_ms_per_token;
+    }
+    return out;
+  }
+
   int oracle_pick(const sim::SimRequest& req) {
     const std::size_t n = pods_.size();
+    const std::vector<double> behind = behind_cost(req);
     std::vector<std::pair<double, std::size_t>> order;
     order.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
-      order.emplace_back(estimate_ttft(pods_[i], req), i);
+      order.emplace_back(estimate_ttft(pods_[i], req) + behind[i], i);
     }
     std::sort(order.begin(), order.end());
-    double best = kInf;
+    double best = kInf;  // the lowest cost probed: true TTFT + the charge for those behind
     std::size_t best_pod = order.front().second;
     int probes = 0;
     std::vector<sim::SimEvent> events;
@@ -710,9 +745,9 @@ class ClusterRun {
         break;
       }
       // Jitter (3% lognormal) and requests finishing at the current step can make the true TTFT
-      // lower than the estimate: only a pod estimated well above the best true TTFT found is
+      // lower than the estimate: only a pod estimated well above the best true cost found is
       // skipped unprobed.
-      if (std::isfinite(best) && 0.85 * est > best) {
+      if (std::isfinite(best) && 0.85 * (est - behind[i]) + behind[i] > best) {
         break;
       }
       ++probes;
@@ -723,7 +758,7 @@ class ClusterRun {
       if (!copy.submit(req).accepted) {
         continue;
       }
-      double limit = best;
+      double limit = best - behind[i];  // a TTFT above this cannot beat the best
       if (cfg_.oracle_horizon_ms > 0) {
         limit = std::min(limit, cfg_.oracle_horizon_ms);
       }
@@ -744,8 +779,8 @@ class ClusterRun {
           break;
         }
       }
-      if (ttft < best) {
-        best = ttft;
+      if (ttft + behind[i] < best) {
+        best = ttft + behind[i];
         best_pod = i;
       }
     }
@@ -825,7 +860,7 @@ class ClusterRun {
 
     ++result_.cycles;
     Replica& rep = next_replica();
-    const bool oracle = cfg_.strategy == Strategy::kOracle;
+    const bool oracle = is_oracle(cfg_.strategy);
     f.request.request_id = "req-" + std::to_string(tr.index);
     if (!oracle) {
       epp::SchedulingRequest req;
@@ -930,7 +965,7 @@ class ClusterRun {
     }
     f.picked = *target;
     const int pod = pod_index_.at(f.picked.name());
-    if (cfg_.strategy != Strategy::kOracle && f.picked.latency) {
+    if (!is_oracle(cfg_.strategy) && f.picked.latency) {
       r.predicted_ttft_ms = f.picked.latency->predicted_ttft_ms;
       r.predicted_tpot_ms = f.picked.latency->predicted_tpot_ms;
       r.expected_ttft_ms = f.picked.latency->expected_ttft_ms;
@@ -1006,7 +1041,7 @@ class ClusterRun {
         facts.completion_tokens = st.output_tokens;
         facts.cached_tokens = st.cached_tokens;
         facts.prompt_tokens = st.prompt_tokens;
-        if (cfg_.strategy != Strategy::kOracle) {
+        if (!is_oracle(cfg_.strategy)) {
           facts.continuation_prompt = continuation_text(f, st.output_tokens);
         }
         f.flow->response_ended(200, std::move(facts), vclock(e.time_ms));

@@ -32,11 +32,12 @@ enum class Strategy {
   kPredictedMost,    // the same with headroomSelectionStrategy: most
   kPredictedUpstream,  // epp/config/upstream-pipeline.yaml (the upstream-faithful pipeline)
   kOracle,           // lowest true TTFT, probed on engine copies
+  kOracleCost,       // lowest true TTFT plus the delay its prefill adds behind it (non-myopic)
 };
 inline constexpr std::array kAllStrategies = {
     Strategy::kRoundRobin,     Strategy::kLoadPrefix111,      Strategy::kLoadPrefix322,
     Strategy::kPredictedLeast, Strategy::kPredictedUpstream, Strategy::kPredictedMost,
-    Strategy::kOracle};
+    Strategy::kOracle,         Strategy::kOracleCost};
 // What the report runs unless --strategies says otherwise (predicted-latency(most) only on
 // request: without SLO headers it decides exactly like the default pipeline).
 inline constexpr std::array kDefaultStrategies = {
@@ -44,11 +45,12 @@ inline constexpr std::array kDefaultStrategies = {
     Strategy::kPredictedLeast, Strategy::kPredictedUpstream, Strategy::kOracle};
 
 std::string_view strategy_name(Strategy s);  // "round-robin", "load+prefix(1,1,1)", ...
-// File-safe: rr, lp111, lp322, pl_least, pl_upstream, pl_most, oracle
+// File-safe: rr, lp111, lp322, pl_least, pl_upstream, pl_most, oracle, oracle_cost
 std::string_view strategy_key(Strategy s);
 std::optional<Strategy> parse_strategy(std::string_view key);  // key or name
 bool uses_predictions(Strategy s);
 bool is_heuristic(Strategy s);  // round-robin and load+prefix
+bool is_oracle(Strategy s);     // decides by probing engine copies (no pipeline, no EPP)
 
 // The YAML pipeline of a strategy (null for the oracle), read from `epp_config_dir`; load+prefix
 // (3,2,2) and predicted-latency(most) are derived from the shipped files in code. A missing file

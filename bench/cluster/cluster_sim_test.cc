@@ -278,6 +278,35 @@ TEST_F(ClusterSimTest, OracleIsNotWorseThanRoundRobinWhenSaturated) {
   EXPECT_GT(oracle.oracle_probes, static_cast<int64_t>(trace.requests.size()));
 }
 
+// The cost-aware oracle charges a request's own prefill time times the pool's mean waiting
+// queue: with no queue it decides as the greedy oracle; past saturation it pays for cache
+// hits, so it keeps more of the prompts cached.
+TEST_F(ClusterSimTest, CostAwareOracleIsGreedyWithoutQueuesAndKeepsMoreCachedInOverload) {
+  const Scenario light = tiny("C", {{2, 4}}, 3, 0.1);
+  const auto light_trace = make_trace(light);
+  RunConfig greedy_cfg = make_run_config(light, Strategy::kOracle, kEppConfig);
+  RunConfig cost_cfg = make_run_config(light, Strategy::kOracleCost, kEppConfig);
+  const RunResult greedy_light = run_cluster(light_trace, greedy_cfg);
+  const RunResult cost_light = run_cluster(light_trace, cost_cfg);
+  ASSERT_EQ(greedy_light.requests.size(), cost_light.requests.size());
+  for (std::size_t i = 0; i < greedy_light.requests.size(); ++i) {
+    EXPECT_EQ(greedy_light.requests[i].pod, cost_light.requests[i].pod) << "request " << i;
+  }
+
+  const Scenario heavy = tiny("C", {{300, 3}}, 3, 0.1);
+  const auto trace = make_trace(heavy);
+  greedy_cfg = make_run_config(heavy, Strategy::kOracle, kEppConfig);
+  cost_cfg = make_run_config(heavy, Strategy::kOracleCost, kEppConfig);
+  const auto greedy = summarize(trace, run_cluster(trace, greedy_cfg)).back();
+  const auto cost = summarize(trace, run_cluster(trace, cost_cfg)).back();
+  ASSERT_EQ(greedy.ok, trace.requests.size());
+  ASSERT_EQ(cost.ok, trace.requests.size());
+  EXPECT_GT(greedy.ttft.p95, 200.0) << "the heavy stage must queue";
+  EXPECT_GT(cost.prefix_hit_rate, greedy.prefix_hit_rate);
+  std::cout << "hit rate greedy " << greedy.prefix_hit_rate << " cost " << cost.prefix_hit_rate
+            << ", TTFT p95 " << greedy.ttft.p95 << " / " << cost.ttft.p95 << " ms\n";
+}
+
 TEST_F(ClusterSimTest, PredictedLatencyTrainsOnItsOwnRequests) {
   const Scenario s = tiny("C", {{40, 3}, {60, 3}}, 3, 0.1);
   const auto trace = make_trace(s);

@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
     ("out-dir", "Output directory", cxxopts::value<std::string>()->default_value("bench/results/routing"))
     ("scenarios", "Comma list of scenario names, or 'all'", cxxopts::value<std::string>()->default_value("all"))
     ("holdout", "Run the hold-out pool shapes instead of the default set")
-    ("strategies", "Comma list (rr, lp111, lp322, pl_least, pl_upstream, pl_most, oracle), 'default' (all but pl_most) or 'all'", cxxopts::value<std::string>()->default_value("default"))
+    ("strategies", "Comma list (rr, lp111, lp322, pl_least, pl_upstream, pl_most, oracle, oracle_cost), 'default' (all but pl_most and oracle_cost; the suite adds oracle_cost) or 'all'", cxxopts::value<std::string>()->default_value("default"))
     ("threads", "Runs in parallel", cxxopts::value<int>()->default_value("2"))
     ("seeds", "Comma list of seeds (traces, engines and scheduling); one run per scenario, strategy and seed", cxxopts::value<std::string>()->default_value("1,2,3"))
     ("seed", "A single seed (replaces --seeds)", cxxopts::value<uint64_t>())
@@ -170,7 +170,8 @@ int main(int argc, char** argv) {
     ("router-queue", "A YAML file holding the EPP config's routerQueue section: every strategy runs behind that router queue", cxxopts::value<std::string>()->default_value(""))
     ("suite", "Generalization suite: N random scenarios (bench/cluster/suite.h) instead of a scenario set; writes suite.md and suite.csv", cxxopts::value<int>())
     ("suite-seed", "Generalization suite: the seed scenarios are drawn from", cxxopts::value<uint64_t>()->default_value("1"))
-    ("suite-quick", "Generalization suite: 20 smaller scenarios (unless --suite N), no oracle")
+    ("suite-quick", "Generalization suite: 20 smaller scenarios (unless --suite N), no oracle unless --suite-oracle-pods")
+    ("suite-oracle-pods", "Generalization suite: run the two oracles on pools up to this many pods (default: 12, 0 with --suite-quick)", cxxopts::value<int>())
     ("suite-only", "Generalization suite: run only these scenario indices (comma list)", cxxopts::value<std::string>()->default_value(""))
     ("suite-reseed", "Generalization suite: replace each scenario's trace seed by a new one (same shape, other arrivals); 0 = off", cxxopts::value<uint64_t>()->default_value("0"))
     ("suite-detail", "Generalization suite: also write the per-stage report (report.md, stages.csv) to <out-dir>/detail")
@@ -248,12 +249,17 @@ int main(int argc, char** argv) {
   const bool suite = args.count("suite") > 0 || args.count("suite-quick") > 0;
   const uint64_t suite_seed = args["suite-seed"].as<uint64_t>();
   std::vector<SuiteEntry> suite_entries;
+  int suite_oracle_max_pods = 0;
   double probe_wall_s = 0, probe_cpu_s = 0;
   if (suite) {
     // Draw, then probe each scenario's saturation with round-robin, then run the set below with
     // each scenario's own seed.
     set_name = "suite";
-    const SuiteOptions so = args.count("suite-quick") ? SuiteOptions::quick() : SuiteOptions{};
+    SuiteOptions so = args.count("suite-quick") ? SuiteOptions::quick() : SuiteOptions{};
+    if (args.count("suite-oracle-pods")) {
+      so.oracle_max_pods = args["suite-oracle-pods"].as<int>();
+    }
+    suite_oracle_max_pods = so.oracle_max_pods;
     const int n = args.count("suite") ? args["suite"].as<int>() : 20;
     std::vector<int> only;
     if (const std::string want = args["suite-only"].as<std::string>(); !want.empty()) {
@@ -353,6 +359,9 @@ int main(int argc, char** argv) {
     strategies.assign(kAllStrategies.begin(), kAllStrategies.end());
   } else if (want == "default") {
     strategies.assign(kDefaultStrategies.begin(), kDefaultStrategies.end());
+    if (suite) {  // the suite's gap is measured against the better of both oracles
+      strategies.push_back(Strategy::kOracleCost);
+    }
   } else {
     for (const auto& k : split(want, ',')) {
       auto s = parse_strategy(k);
@@ -367,7 +376,7 @@ int main(int argc, char** argv) {
   // fails here, before minutes of other runs.
   for (Strategy s : strategies) {
     std::string err;
-    if (s != Strategy::kOracle && !pipeline_yaml(s, epp_dir, &err)) {
+    if (!is_oracle(s) && !pipeline_yaml(s, epp_dir, &err)) {
       std::cerr << err << "\n";
       return 2;
     }
@@ -433,7 +442,7 @@ int main(int argc, char** argv) {
     for (std::size_t k = 0; k < strategies.size(); ++k) {
       const Strategy s = strategies[k];
       if (only.empty() || std::find(only.begin(), only.end(), s) != only.end()) {
-        jobs.push_back({i, k, tokens * (s == Strategy::kOracle ? 3 : uses_predictions(s) ? 2 : 1)});
+        jobs.push_back({i, k, tokens * (is_oracle(s) ? 3 : uses_predictions(s) ? 2 : 1)});
       }
     }
   }
@@ -516,6 +525,7 @@ int main(int argc, char** argv) {
   info.timeout_s = args["timeout-s"].as<double>();
   info.oracle_probes = args["oracle-probes"].as<int>();
   info.oracle_horizon_ms = args["oracle-horizon-ms"].as<double>();
+  info.suite_oracle_max_pods = suite_oracle_max_pods;
   std::cout << "total wall time " << info.total_wall_s << " s, CPU time " << info.total_cpu_s
             << " s\n";
   if (suite && !args.count("no-report")) {

@@ -37,6 +37,7 @@ struct ReportInfo {
   double timeout_s = 60;
   int oracle_probes = 0;
   double oracle_horizon_ms = 0;
+  int suite_oracle_max_pods = 0;  // the suite runs the oracles on pools up to this size
 };
 
 // Writes <dir>/stages.csv, <dir>/runs.csv, <dir>/data/* (gnuplot inputs) and <dir>/report.md.

@@ -132,7 +132,7 @@ bool probe_stage_saturated(const std::vector<Summary>& sums, std::size_t i);
 ProbeResult read_probe(const Scenario& probe, const std::vector<Summary>& sums);
 
 // The scenario to run: stages placed by the probe's saturation, SLOs from its base latencies,
-// the default strategies (the oracle only where `p.oracle`).
+// the default strategies (the two oracles only where `p.oracle`).
 Scenario suite_scenario(const SuiteParams& p, const ProbeResult& probe, const SuiteOptions& o);
 
 // --- Verdicts ---------------------------------------------------------------------------------
@@ -149,9 +149,11 @@ struct SuiteVerdict {
   bool has_slo = false;
   bool as_good = false;
   Strategy best = Strategy::kRoundRobin;  // best heuristic by g-mean TTFT p95
-  // (best - s) / (best - oracle), g-mean TTFT p95; NaN without an oracle run or when the
-  // oracle is not better than the best heuristic (then there is no gap to recover).
+  // (best - s) / (best - oracle), g-mean TTFT p95, where the oracle is the better of the
+  // greedy and the cost-aware one (kOracle, kOracleCost); NaN without an oracle run or when
+  // neither is better than the best heuristic (then there is no gap to recover).
   double gap_recovered = kNaN;
+  double oracle_rel = kNaN;  // that oracle / best heuristic - 1 (NaN without an oracle run)
   // Past saturation (issue 28 item 4), scenarios with overload stages only: how much worse
   // than the best heuristic there (best_heuristic_overload), positive = worse: the goodput
   // shortfall (1 - mine / best) with SLO headers, else the TTFT p95 excess (mine / best - 1).
@@ -160,6 +162,8 @@ struct SuiteVerdict {
   bool overload_ok() const { return !(overload_loss > kSuiteTtftTolerance); }
 };
 SuiteVerdict suite_verdict(const ScenarioRuns& sr, Strategy s);
+// A strategy's g-mean TTFT p95 over the scenario's stages (NaN when it did not run).
+double suite_ttft_p95(const ScenarioRuns& sr, Strategy s);
 
 // p-th quantile (0-1) of `v` by linear interpolation; NaN when empty.
 double quantile(std::vector<double> v, double p);

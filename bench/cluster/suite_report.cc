@@ -22,12 +22,13 @@ using namespace format;
 std::string fig(const char* f, double v) { return std::isfinite(v) ? fmt(f, v) : "-"; }
 
 constexpr std::array kJudged = {Strategy::kPredictedLeast, Strategy::kPredictedUpstream};
+// The report's columns: the default strategies and the cost-aware oracle.
+constexpr std::array kColumns = {Strategy::kRoundRobin,      Strategy::kLoadPrefix111,
+                                 Strategy::kLoadPrefix322,   Strategy::kPredictedLeast,
+                                 Strategy::kPredictedUpstream, Strategy::kOracle,
+                                 Strategy::kOracleCost};
 
-double figure_p95(const ScenarioRuns& sr, Strategy s) {
-  const int k = find_run(sr, s);
-  if (k < 0 || sr.summaries[static_cast<std::size_t>(k)].empty()) return kNaN;
-  return run_figures(sr.scenario, sr.summaries[static_cast<std::size_t>(k)]).ttft_p95;
-}
+double figure_p95(const ScenarioRuns& sr, Strategy s) { return suite_ttft_p95(sr, s); }
 double figure_slo(const ScenarioRuns& sr, Strategy s) {
   const int k = find_run(sr, s);
   if (k < 0 || sr.summaries[static_cast<std::size_t>(k)].empty()) return kNaN;
@@ -60,7 +61,7 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
     std::ofstream csv(dir + "/suite.csv");
     csv << "index,name,seed,pods,mid,slow,preset,mix_preset,mix_share,sharing,ladder,load,"
            "slo_share,slo_ttft_ms,slo_tpot_ms,length_scale,saturation_rps,probe_saturated";
-    for (Strategy s : kDefaultStrategies) {
+    for (Strategy s : kColumns) {
       csv << ",ttft_p95_" << strategy_key(s) << ",slo_" << strategy_key(s);
     }
     for (Strategy s : kJudged) {
@@ -83,7 +84,7 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
           << p.slo_share << ',' << (sc.slo_ttft_ms ? *sc.slo_ttft_ms : 0) << ','
           << (sc.slo_tpot_ms ? *sc.slo_tpot_ms : 0) << ',' << p.length_scale << ','
           << entries[i].probe.saturation_rps << ',' << (entries[i].probe.saturated ? 1 : 0);
-      for (Strategy s : kDefaultStrategies) {
+      for (Strategy s : kColumns) {
         csv << ',' << fig("%.3f", figure_p95(runs[i], s)) << ','
             << fig("%.2f", figure_slo(runs[i], s));
       }
@@ -117,7 +118,19 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
         "saturation rate): with SLO headers the goodput over those stages (requests meeting "
         "their SLOs per second) against the heuristic with the most, otherwise their g-mean "
         "TTFT p95 against the heuristic with the lowest; *worst* is the largest shortfall "
-        "(goodput) or excess (TTFT), positive = worse; within +0.5 % counts as not worse.\n\n";
+        "(goodput) or excess (TTFT), positive = worse; within +0.5 % counts as not worse. "
+        "*Gap to the oracle recovered* = (best heuristic - strategy) / (best heuristic - "
+        "oracle), g-mean TTFT p95, on the scenarios small enough to run the oracles (pools up "
+        "to "
+     << info.suite_oracle_max_pods
+     << " pods) where the oracle beats the best heuristic. The oracle is the better of two "
+        "that probe copies of the engines (at most "
+     << info.oracle_probes << " pods per request, the cheapest by an estimate first, up to "
+     << fig("%.0f", info.oracle_horizon_ms)
+     << " ms of simulated time per probe): the greedy one (lowest true TTFT) and the "
+        "cost-aware one (lowest true TTFT plus the request's own prefill time on that pod "
+        "times the pool's mean waiting queue: the delay it adds to the requests that queue "
+        "behind it).\n\n";
 
   md << "## Verdict\n\n| strategy | at least as good | delta p10 | median | p90 | worst | "
         "SLO scenarios: attainment delta p10 / median (points) | gap to the oracle recovered, "
@@ -158,6 +171,23 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
     md << "\nBest heuristic by g-mean TTFT p95:";
     for (const auto& [name, count] : best) md << " " << name << " " << count << ";";
     md << "\n";
+    std::vector<double> oracle;
+    int greedy_better = 0, beaten = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!verdicts[i][0].present || std::isnan(verdicts[i][0].oracle_rel)) continue;
+      oracle.push_back(verdicts[i][0].oracle_rel);
+      beaten += verdicts[i][0].oracle_rel >= 0 ? 1 : 0;
+      greedy_better += figure_p95(runs[i], Strategy::kOracle) <=
+                               figure_p95(runs[i], Strategy::kOracleCost)
+                           ? 1
+                           : 0;
+    }
+    if (!oracle.empty()) {
+      md << "\nThe oracles ran on " << oracle.size() << " scenarios; the better of the two is "
+         << rel(quantile(oracle, 0.5)) << " against the best heuristic in the median one (p90 "
+         << rel(quantile(oracle, 0.9)) << "), the greedy one is the better in " << greedy_better
+         << ", and a heuristic is at least as fast as both in " << beaten << ".\n";
+    }
   }
 
   // The default pipeline's worst scenarios: losses first (by delta), then the largest deltas.
@@ -196,7 +226,7 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
   }
 
   md << "\n## Every scenario\n\n| scenario | parameters | sat. (req/s) | SLO (ms) | best "
-        "heuristic | g-mean TTFT p95 (ms): rr / lp111 / lp322 / default / upstream / oracle | "
+        "heuristic | g-mean TTFT p95 (ms): rr / lp111 / lp322 / default / upstream / oracle / oracle(cost) | "
         "default delta | upstream delta | CPU s |\n|---|---|---|---|---|---|---|---|---|\n";
   for (std::size_t i = 0; i < n; ++i) {
     const Scenario& sc = runs[i].scenario;
@@ -205,7 +235,7 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
       slo = fig("%.0f", *sc.slo_ttft_ms) + (sc.slo_tpot_ms ? " / " + fig("%.1f", *sc.slo_tpot_ms) : "");
     }
     std::string p95s;
-    for (Strategy s : kDefaultStrategies) {
+    for (Strategy s : kColumns) {
       if (!p95s.empty()) p95s += " / ";
       p95s += fig("%.1f", figure_p95(runs[i], s));
     }

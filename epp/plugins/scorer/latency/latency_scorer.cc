@@ -30,6 +30,7 @@ std::optional<LatencyScorer::Strategy> LatencyScorer::parse_strategy(std::string
   if (lower == "composite-most") return Strategy::kCompositeMost;
   if (lower == "composite-only") return Strategy::kCompositeOnly;
   if (lower == "latency-composite") return Strategy::kLatencyComposite;
+  if (lower == "latency-cost") return Strategy::kLatencyCost;
   return std::nullopt;
 }
 
@@ -53,9 +54,10 @@ std::string LatencyScorer::Config::validate() const {
     return "parameter 'normalization' must be minmax or ratio, got '" + normalization + "'";
   }
   if (sloMissStrategy != "least" && sloMissStrategy != "composite" &&
-      sloMissStrategy != "latency-composite" && sloMissStrategy != "concentrate") {
-    return "parameter 'sloMissStrategy' must be least, composite, latency-composite or "
-           "concentrate, got '" + sloMissStrategy + "'";
+      sloMissStrategy != "latency-composite" && sloMissStrategy != "latency-cost" &&
+      sloMissStrategy != "concentrate") {
+    return "parameter 'sloMissStrategy' must be least, composite, latency-composite, "
+           "latency-cost or concentrate, got '" + sloMissStrategy + "'";
   }
   if (indistinctPredictions != "composite" && indistinctPredictions != "prefill-work") {
     return "parameter 'indistinctPredictions' must be composite or prefill-work, got '" +
@@ -63,7 +65,7 @@ std::string LatencyScorer::Config::validate() const {
   }
   if (!parse_strategy(headroomSelectionStrategy)) {
     return "parameter 'headroomSelectionStrategy' must be least, most, composite-least, "
-           "composite-most, composite-only or latency-composite, got '" +
+           "composite-most, composite-only, latency-composite or latency-cost, got '" +
            headroomSelectionStrategy + "'";
   }
   return {};
@@ -77,7 +79,7 @@ PluginOrError LatencyScorer::create(const std::string& name, const nlohmann::jso
     if (!parse_strategy(*env)) {
       return PluginOrError::fail(std::string(kStrategyEnv) + "='" + *env +
                                  "' is not least, most, composite-least, composite-most, "
-                                 "composite-only or latency-composite");
+                                 "composite-only, latency-composite or latency-cost");
     }
     c.headroomSelectionStrategy = *env;
   }
@@ -95,13 +97,14 @@ PluginOrError LatencyScorer::create(const std::string& name, const nlohmann::jso
   if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
   }
-  if (c.headroomSelectionStrategy == "latency-composite") {
+  if (c.headroomSelectionStrategy == "latency-composite" ||
+      c.headroomSelectionStrategy == "latency-cost") {
     // One policy, not four switches: predictions rank the pods they tell apart and the pool's
     // cost ranks the rest, for SLO misses too, with no idle bucket overriding the predictions
     // and the prompt work ahead standing in for a model that tells no pod apart yet. Each can
     // still be set on its own.
     if (!r.has("sloMissStrategy")) {
-      c.sloMissStrategy = "latency-composite";
+      c.sloMissStrategy = c.headroomSelectionStrategy;
     }
     if (!r.has("preferIdlePods")) {
       c.preferIdlePods = false;
@@ -135,6 +138,13 @@ std::vector<double> LatencyScorer::score(CycleContext& ctx,
     score_composite(endpoints, all, false, out);
     return out;
   }
+  if (strategy_ == Strategy::kLatencyCost && !ctx.request.has_slo()) {
+    // Without SLO headers every headroom is -predicted (all "negative"): the cost ranks them.
+    std::vector<std::size_t> predicted = pos;
+    predicted.insert(predicted.end(), neg.begin(), neg.end());
+    score_latency_cost(ctx.request, endpoints, predicted, out);
+    return out;
+  }
   // We improve on the reference: a pod without a prediction is in no bucket (score 0) instead
   // of being "positive with 0 headroom".
   if (!pos.empty()) {
@@ -144,6 +154,7 @@ std::vector<double> LatencyScorer::score(CycleContext& ctx,
       case Strategy::kLatencyComposite:
         score_latency_composite(ctx.request, endpoints, pos, out);
         break;
+      case Strategy::kLatencyCost: score_latency_cost(ctx.request, endpoints, pos, out); break;
       default: score_bucket(ctx.request, endpoints, pos, strategy_ == Strategy::kMost, out);
     }
     return out;
@@ -151,6 +162,8 @@ std::vector<double> LatencyScorer::score(CycleContext& ctx,
   if (config_.sloMissStrategy != "least" && ctx.request.has_slo()) {
     if (config_.sloMissStrategy == "latency-composite") {
       score_latency_composite(ctx.request, endpoints, neg, out);
+    } else if (config_.sloMissStrategy == "latency-cost") {
+      score_latency_cost(ctx.request, endpoints, neg, out);
     } else {
       // "concentrate": the inverted composite, so the misses pile onto the busiest pod.
       score_composite(endpoints, neg, config_.sloMissStrategy == "concentrate", out);
@@ -239,6 +252,42 @@ void LatencyScorer::score_latency_composite(const SchedulingRequest& request,
   score_composite(endpoints, idx, false, out, &request);
   for (std::size_t i : idx) {
     out[i] = std::clamp(out[i] * ratio[i], 0.0, 1.0);
+  }
+}
+
+void LatencyScorer::score_latency_cost(const SchedulingRequest& request,
+                                       std::span<const Endpoint> endpoints,
+                                       const std::vector<std::size_t>& idx,
+                                       std::vector<double>& out) const {
+  // vLLM serves its waiting queue first come, first served: the request's own prefill delays
+  // every request that arrives at the pod while it waits, and in a pool kept even about as
+  // many arrive during that wait as wait on a pod now (Little's law: the candidates' mean
+  // scraped queue). Its own prefill is its share of the predicted wait, its uncached tokens
+  // against the prefill already queued there (the EPP's bookkeeping). So a pod costs
+  // TTFT x (1 + queue x own / (own + ahead)): the prediction alone when nothing queues; in
+  // overload a prefix hit is worth the prefill it spares everyone behind.
+  double queue = 0;
+  for (std::size_t i : idx) {
+    queue += static_cast<double>(std::max<int64_t>(0, endpoints[i].metrics().waiting));
+  }
+  queue /= static_cast<double>(std::max<std::size_t>(1, idx.size()));
+  std::vector<double> cost(endpoints.size(), 0.0);
+  double lo = std::numeric_limits<double>::max();
+  for (std::size_t i : idx) {
+    const Endpoint& e = endpoints[i];
+    const double own = static_cast<double>(std::max<int64_t>(0, uncached_prompt_tokens(request, e)));
+    const double ahead = static_cast<double>(std::max<int64_t>(0, e.prefill_tokens_in_flight));
+    const double ttft = std::max(0.0, e.latency->predicted_ttft_ms);
+    cost[i] = ttft * (1.0 + (own + ahead > 0 ? queue * own / (own + ahead) : 0.0));
+    lo = std::min(lo, cost[i]);
+  }
+  std::vector<double> ratio(endpoints.size(), 0.0);
+  const double sum = config_.ttftWeight + config_.tpotWeight;
+  const double alpha = config_.ttftWeight / sum, beta = config_.tpotWeight / sum;
+  score_ratio(endpoints, idx, false, 0.0, 1.0, ratio);  // the TPOT ratio alone
+  for (std::size_t i : idx) {
+    const double share = cost[i] > kEps ? std::max(lo, 0.0) / cost[i] : 1.0;
+    out[i] = std::clamp(alpha * share + beta * ratio[i], 0.01, 1.0);
   }
 }
 

@@ -26,7 +26,8 @@ class LatencyScorer final : public PluginBase<Scorer> {
     kCompositeLeast,
     kCompositeMost,
     kCompositeOnly,
-    kLatencyComposite
+    kLatencyComposite,
+    kLatencyCost
   };
   static std::optional<Strategy> parse_strategy(std::string_view s);  // case-insensitive
 
@@ -37,8 +38,10 @@ class LatencyScorer final : public PluginBase<Scorer> {
     // latency-composite (ours): the positive bucket scored by the composite load/prefix score
     // times the latency ratio (lowest prediction / the pod's, blended by the weights), so the
     // predictions rank pods they tell apart and the pool's cost (prefix hit, queue, KV) ranks
-    // pods within the model's error. Default: env HEADROOM_SELECTION_STRATEGY when set, else
-    // "least".
+    // pods within the model's error. latency-cost (ours): the pods ranked by what the request
+    // costs everyone, lowest / the pod's: its predicted TTFT plus the delay its own prefill adds
+    // to the requests that arrive behind it (score_latency_cost); no weights. Default: env
+    // HEADROOM_SELECTION_STRATEGY when set, else "least".
     std::string headroomSelectionStrategy = "least";
     double compositeKvWeight = 1;      // >= 0; composite weights are normalised, sum > 0
     double compositeQueueWeight = 1;   // >= 0
@@ -105,6 +108,9 @@ class LatencyScorer final : public PluginBase<Scorer> {
                                std::span<const Endpoint> endpoints,
                                const std::vector<std::size_t>& idx,
                                std::vector<double>& out) const;
+  // latency-cost: the blend of lowest cost / the pod's (TTFT) and the TPOT ratio.
+  void score_latency_cost(const SchedulingRequest& request, std::span<const Endpoint> endpoints,
+                          const std::vector<std::size_t>& idx, std::vector<double>& out) const;
   // Ratio normalization: the blend (weights alpha, beta) of lowest prediction / prediction per
   // dimension, or prediction / highest prediction when packing; in [0.01, 1].
   void score_ratio(std::span<const Endpoint> endpoints, const std::vector<std::size_t>& idx,

@@ -11,6 +11,7 @@ namespace {
 using testing::FixedRng;
 using testing::pod;
 using testing::predicted;
+using testing::with_info;
 using testing::with_prefix;
 
 class LatencyScorerTest : public ::testing::Test {
@@ -326,6 +327,46 @@ TEST_F(LatencyScorerTest, LatencyCompositeWeighsAHitByThePrefillQueuedAhead) {
   auto plain = score(*make({{"headroomSelectionStrategy", "composite-only"}}),
                      {cached("idle", 0), cached("jammed", 99000)});
   EXPECT_EQ(plain[0], plain[1]);
+}
+
+// latency-cost: a pod costs the request's predicted TTFT plus the delay its own prefill adds to
+// the requests arriving behind it, about the candidates' mean waiting queue of them. With no
+// queue that is the prediction alone; with one, a cache hit is worth the prefill it spares.
+TEST_F(LatencyScorerTest, LatencyCostChargesOwnPrefillToTheRequestsQueuedBehind) {
+  auto s = make({{"headroomSelectionStrategy", "latency-cost"}, {"tpotWeight", 0}});
+  EXPECT_EQ(s->config().sloMissStrategy, "latency-cost");
+  req_.input_tokens = 1000;
+  auto candidate = [](std::string name, double ttft_ms, int64_t waiting, std::size_t cached_of_4,
+                      int64_t prefill_ahead) {
+    Endpoint e = with_prefix(predicted(std::move(name), -ttft_ms, 0, 0), cached_of_4, 4);
+    e = with_info(e, [&](PodInfo& info) { info.metrics.waiting = waiting; });
+    e.latency->predicted_tpot_ms = 10;
+    e.prefill_tokens_in_flight = prefill_ahead;
+    return e;
+  };
+  // No request waits anywhere: the predictions alone, whatever is cached.
+  auto idle = score(*s, {candidate("fast", 50, 0, 0, 0), candidate("cached", 60, 0, 3, 0)});
+  EXPECT_NEAR(idle[0], 1.0, 1e-9);
+  EXPECT_NEAR(idle[1], 50.0 / 60.0, 1e-9);
+  // Two requests wait on each pod: the uncached pod costs 50 x (1 + 2 x 1000 / 1000) = 150, the
+  // cached one (250 tokens of its own, 250 ahead) 60 x (1 + 2 x 250 / 500) = 120.
+  auto busy = score(*s, {candidate("fast", 50, 2, 0, 0), candidate("cached", 60, 2, 3, 250)});
+  EXPECT_NEAR(busy[0], 120.0 / 150.0, 1e-9);
+  EXPECT_NEAR(busy[1], 1.0, 1e-9);
+  // With an SLO that both meet, the positive bucket is ranked the same way.
+  req_.slo_ttft_ms = 500;
+  auto meets = [](Endpoint e) {
+    e.latency->ttft_headroom_ms = 500 - e.latency->predicted_ttft_ms;
+    e.latency->ttft_valid = true;
+    return e;
+  };
+  auto with_slo =
+      score(*s, {meets(candidate("fast", 50, 2, 0, 0)), meets(candidate("cached", 60, 2, 3, 250))});
+  EXPECT_NEAR(with_slo[0], 120.0 / 150.0, 1e-9);
+  EXPECT_NEAR(with_slo[1], 1.0, 1e-9);
+  EXPECT_FALSE(LatencyScorer::create("l", {{"sloMissStrategy", "latency-costs"}},
+                                     services_.handle())
+                   .plugin);
 }
 
 TEST_F(LatencyScorerTest, StrategyPrecedenceParamThenEnvThenLeast) {
