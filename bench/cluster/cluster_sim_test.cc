@@ -413,7 +413,7 @@ TEST_F(ClusterSimTest, PipelinesOfEveryStrategyLoad) {
       std::filesystem::exists(kEppConfig + "/upstream-pipeline.yaml");
   for (Strategy st : kAllStrategies) {
     const bool expected =
-        st != Strategy::kOracle && (st != Strategy::kPredictedUpstream || upstream_file);
+        !is_oracle(st) && (st != Strategy::kPredictedUpstream || upstream_file);
     auto y = pipeline_yaml(st, kEppConfig, &err);
     EXPECT_EQ(y.has_value(), expected) << strategy_name(st) << ": " << err;
     EXPECT_EQ(parse_strategy(strategy_key(st)), st);

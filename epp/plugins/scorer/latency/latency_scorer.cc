@@ -100,16 +100,17 @@ PluginOrError LatencyScorer::create(const std::string& name, const nlohmann::jso
   if (c.headroomSelectionStrategy == "latency-composite" ||
       c.headroomSelectionStrategy == "latency-cost") {
     // One policy, not four switches: predictions rank the pods they tell apart and the pool's
-    // cost ranks the rest, for SLO misses too, with no idle bucket overriding the predictions
-    // and the prompt work ahead standing in for a model that tells no pod apart yet. Each can
-    // still be set on its own.
+    // cost ranks the rest, for SLO misses too, with no idle bucket overriding the predictions;
+    // under latency-composite the prompt work ahead stands in for a model that tells no pod
+    // apart, under latency-cost the composite (the load the predictions would have seen). Each
+    // can still be set on its own.
     if (!r.has("sloMissStrategy")) {
       c.sloMissStrategy = c.headroomSelectionStrategy;
     }
     if (!r.has("preferIdlePods")) {
       c.preferIdlePods = false;
     }
-    if (!r.has("indistinctPredictions")) {
+    if (!r.has("indistinctPredictions") && c.headroomSelectionStrategy == "latency-composite") {
       c.indistinctPredictions = "prefill-work";
     }
   }
@@ -262,13 +263,36 @@ void LatencyScorer::score_latency_cost(const SchedulingRequest& request,
   // vLLM serves its waiting queue first come, first served: the request's own prefill delays
   // every request that arrives at the pod while it waits, and in a pool kept even about as
   // many arrive during that wait as wait on a pod now (Little's law: the candidates' mean
-  // scraped queue). Its own prefill is its share of the predicted wait, its uncached tokens
-  // against the prefill already queued there (the EPP's bookkeeping). So a pod costs
-  // TTFT x (1 + queue x own / (own + ahead)): the prediction alone when nothing queues; in
-  // overload a prefix hit is worth the prefill it spares everyone behind.
-  double queue = 0;
+  // scraped queue). Its own prefill is its uncached tokens (the prefix index) at the pool's
+  // prefill rate: the least time per prompt token any candidate is predicted to take for the
+  // tokens ahead of its first token (its own and the prefill queued there, the EPP's
+  // bookkeeping), the candidate whose prediction the queue inflates least. So a pod costs
+  // TTFT + queue x own tokens x rate: the prediction alone when nothing queues; in overload a
+  // prefix hit is worth the prefill it spares everyone behind.
+  double lo_t = std::numeric_limits<double>::max(), hi_t = -lo_t;
   for (std::size_t i : idx) {
-    queue += static_cast<double>(std::max<int64_t>(0, endpoints[i].metrics().waiting));
+    lo_t = std::min(lo_t, endpoints[i].latency->predicted_ttft_ms);
+    hi_t = std::max(hi_t, endpoints[i].latency->predicted_ttft_ms);
+  }
+  if (idx.size() > 1 && hi_t - lo_t <= kEps) {
+    // Predictions that tell no pod apart (a model not trained yet, or pods whose features fall
+    // in the same leaves) know nothing of the load: the composite load and prefix score does.
+    if (config_.indistinctPredictions == "prefill-work") {
+      score_prefill_work(request, endpoints, idx, out);
+    } else {
+      score_composite(endpoints, idx, false, out);
+    }
+    return;
+  }
+  double queue = 0;
+  double rate = std::numeric_limits<double>::max();  // ms per prompt token
+  for (std::size_t i : idx) {
+    const Endpoint& e = endpoints[i];
+    queue += static_cast<double>(std::max<int64_t>(0, e.metrics().waiting));
+    const double tokens =
+        static_cast<double>(std::max<int64_t>(0, uncached_prompt_tokens(request, e)) +
+                            std::max<int64_t>(0, e.prefill_tokens_in_flight));
+    rate = std::min(rate, std::max(0.0, e.latency->predicted_ttft_ms) / std::max(1.0, tokens));
   }
   queue /= static_cast<double>(std::max<std::size_t>(1, idx.size()));
   std::vector<double> cost(endpoints.size(), 0.0);
@@ -276,9 +300,7 @@ void LatencyScorer::score_latency_cost(const SchedulingRequest& request,
   for (std::size_t i : idx) {
     const Endpoint& e = endpoints[i];
     const double own = static_cast<double>(std::max<int64_t>(0, uncached_prompt_tokens(request, e)));
-    const double ahead = static_cast<double>(std::max<int64_t>(0, e.prefill_tokens_in_flight));
-    const double ttft = std::max(0.0, e.latency->predicted_ttft_ms);
-    cost[i] = ttft * (1.0 + (own + ahead > 0 ? queue * own / (own + ahead) : 0.0));
+    cost[i] = std::max(0.0, e.latency->predicted_ttft_ms) + queue * own * rate;
     lo = std::min(lo, cost[i]);
   }
   std::vector<double> ratio(endpoints.size(), 0.0);

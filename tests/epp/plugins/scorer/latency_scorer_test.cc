@@ -330,11 +330,15 @@ TEST_F(LatencyScorerTest, LatencyCompositeWeighsAHitByThePrefillQueuedAhead) {
 }
 
 // latency-cost: a pod costs the request's predicted TTFT plus the delay its own prefill adds to
-// the requests arriving behind it, about the candidates' mean waiting queue of them. With no
-// queue that is the prediction alone; with one, a cache hit is worth the prefill it spares.
+// the requests arriving behind it: about the candidates' mean waiting queue of them, each
+// delayed by its uncached tokens at the pool's prefill rate (the least predicted time per token
+// ahead of a first token). With no queue that is the prediction alone; with one, a cache hit
+// is worth the prefill it spares.
 TEST_F(LatencyScorerTest, LatencyCostChargesOwnPrefillToTheRequestsQueuedBehind) {
   auto s = make({{"headroomSelectionStrategy", "latency-cost"}, {"tpotWeight", 0}});
   EXPECT_EQ(s->config().sloMissStrategy, "latency-cost");
+  EXPECT_FALSE(s->config().preferIdlePods);
+  EXPECT_EQ(s->config().indistinctPredictions, "composite");
   req_.input_tokens = 1000;
   auto candidate = [](std::string name, double ttft_ms, int64_t waiting, std::size_t cached_of_4,
                       int64_t prefill_ahead) {
@@ -348,11 +352,17 @@ TEST_F(LatencyScorerTest, LatencyCostChargesOwnPrefillToTheRequestsQueuedBehind)
   auto idle = score(*s, {candidate("fast", 50, 0, 0, 0), candidate("cached", 60, 0, 3, 0)});
   EXPECT_NEAR(idle[0], 1.0, 1e-9);
   EXPECT_NEAR(idle[1], 50.0 / 60.0, 1e-9);
-  // Two requests wait on each pod: the uncached pod costs 50 x (1 + 2 x 1000 / 1000) = 150, the
-  // cached one (250 tokens of its own, 250 ahead) 60 x (1 + 2 x 250 / 500) = 120.
+  // Two requests wait on each pod. Rate: min(50 ms / 1000 tokens, 60 ms / (250 + 250)) = 0.05
+  // ms per token. The uncached pod costs 50 + 2 x 1000 x 0.05 = 150, the cached one (250
+  // tokens of its own) 60 + 2 x 250 x 0.05 = 85.
   auto busy = score(*s, {candidate("fast", 50, 2, 0, 0), candidate("cached", 60, 2, 3, 250)});
-  EXPECT_NEAR(busy[0], 120.0 / 150.0, 1e-9);
+  EXPECT_NEAR(busy[0], 85.0 / 150.0, 1e-9);
   EXPECT_NEAR(busy[1], 1.0, 1e-9);
+  // Predictions that tell no pod apart know nothing of the load: the composite decides.
+  const std::vector<Endpoint> tied = {candidate("fast", 10, 2, 0, 0),
+                                      candidate("cached", 10, 2, 3, 250)};
+  expect_scores(score(*s, tied),
+                score(*make({{"headroomSelectionStrategy", "composite-only"}}), tied));
   // With an SLO that both meet, the positive bucket is ranked the same way.
   req_.slo_ttft_ms = 500;
   auto meets = [](Endpoint e) {
@@ -362,7 +372,7 @@ TEST_F(LatencyScorerTest, LatencyCostChargesOwnPrefillToTheRequestsQueuedBehind)
   };
   auto with_slo =
       score(*s, {meets(candidate("fast", 50, 2, 0, 0)), meets(candidate("cached", 60, 2, 3, 250))});
-  EXPECT_NEAR(with_slo[0], 120.0 / 150.0, 1e-9);
+  EXPECT_NEAR(with_slo[0], 85.0 / 150.0, 1e-9);
   EXPECT_NEAR(with_slo[1], 1.0, 1e-9);
   EXPECT_FALSE(LatencyScorer::create("l", {{"sloMissStrategy", "latency-costs"}},
                                      services_.handle())
