@@ -223,9 +223,11 @@ TEST_F(PolicyStack, CompositeOnlyIgnoresADownPredictorWithoutErrors) {
 }
 
 // Where requests that no pod is predicted to meet (SLO 0.001 ms) go while earlier ones are still
-// in flight, under the shipped default pipeline with `sloMissStrategy` set.
+// in flight, under the shipped default pipeline with `sloMissStrategy` set (and the latency
+// scorer's strategy replaced by `strategy` when given).
 std::vector<std::string> hopeless_destinations(const TempDir& dir, std::unique_ptr<Stack>& stack,
-                                               const std::string& miss_strategy) {
+                                               const std::string& miss_strategy,
+                                               const std::string& strategy = "") {
   std::ifstream in(LLMD_SOURCE_DIR "/epp/config/default-pipeline.yaml");
   std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   // latency-composite brings sloMissStrategy: latency-composite unless it is set.
@@ -237,6 +239,9 @@ std::vector<std::string> hopeless_destinations(const TempDir& dir, std::unique_p
   }
   const auto eol = yaml.find('\n', at);
   yaml.insert(eol + 1, "    sloMissStrategy: " + miss_strategy + "\n");
+  if (!strategy.empty()) {
+    yaml.replace(at, key.size(), "headroomSelectionStrategy: " + strategy);
+  }
   const std::string pipeline = dir.file(miss_strategy + ".yaml");
   std::ofstream(pipeline) << yaml;
   StackOptions o;
@@ -292,6 +297,17 @@ TEST_F(PolicyStack, SloMissesSpreadByDefaultAndConcentrateOnOnePodWhenConfigured
     most = std::max(most, n);
   }
   EXPECT_GE(most, 3) << packed[0] << " " << packed[1] << " " << packed[2] << " " << packed[3];
+}
+
+// latency-cost through the real binaries: the pipeline loads with the scorer's other strategy,
+// every request is served, and misses spread as under latency-composite (each one's predicted
+// TTFT grows with the requests in flight on its pod, and no queue waits yet to weigh a hit).
+TEST_F(PolicyStack, LatencyCostServesAndSpreadsMisses) {
+  TempDir dir;
+  auto spread = hopeless_destinations(dir, stack_, "latency-cost", "latency-cost");
+  ASSERT_EQ(spread.size(), 4u);
+  EXPECT_EQ(std::set<std::string>(spread.begin(), spread.begin() + 3).size(), 3u)
+      << spread[0] << " " << spread[1] << " " << spread[2];
 }
 
 }  // namespace
