@@ -118,19 +118,24 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
         "saturation rate): with SLO headers the goodput over those stages (requests meeting "
         "their SLOs per second) against the heuristic with the most, otherwise their g-mean "
         "TTFT p95 against the heuristic with the lowest; *worst* is the largest shortfall "
-        "(goodput) or excess (TTFT), positive = worse; within +0.5 % counts as not worse. "
-        "*Gap to the oracle recovered* = (best heuristic - strategy) / (best heuristic - "
-        "oracle), g-mean TTFT p95, on the scenarios small enough to run the oracles (pools up "
-        "to "
-     << info.suite_oracle_max_pods
-     << " pods) where the oracle beats the best heuristic. The oracle is the better of two "
-        "that probe copies of the engines (at most "
-     << info.oracle_probes << " pods per request, the cheapest by an estimate first, up to "
-     << fig("%.0f", info.oracle_horizon_ms)
-     << " ms of simulated time per probe): the greedy one (lowest true TTFT) and the "
-        "cost-aware one (lowest true TTFT plus the request's own prefill time on that pod "
-        "times the pool's mean waiting queue: the delay it adds to the requests that queue "
-        "behind it).\n\n";
+        "(goodput) or excess (TTFT), positive = worse; within +0.5 % counts as not worse.";
+  if (info.suite_oracle_max_pods > 0) {
+    md << " *Gap to the oracle recovered* = (best heuristic - strategy) / (best heuristic - "
+          "oracle), g-mean TTFT p95, on the scenarios small enough to run the oracles (pools "
+          "up to "
+       << info.suite_oracle_max_pods
+       << " pods) where the oracle beats the best heuristic. The oracle is the better of two "
+          "that probe copies of the engines (at most "
+       << info.oracle_probes << " pods per request, the cheapest by an estimate first, up to "
+       << fig("%.0f", info.oracle_horizon_ms)
+       << " ms of simulated time per probe): the greedy one (lowest true TTFT) and the "
+          "cost-aware one (lowest true TTFT plus the request's own prefill time on that pod "
+          "times the pool's mean waiting queue: the delay it adds to the requests that queue "
+          "behind it).";
+  } else {
+    md << " The oracles did not run (`--suite-oracle-pods`), so there is no gap to report.";
+  }
+  md << "\n\n";
 
   md << "## Verdict\n\n| strategy | at least as good | delta p10 | median | p90 | worst | "
         "SLO scenarios: attainment delta p10 / median (points) | gap to the oracle recovered, "
