@@ -28,7 +28,6 @@ constexpr std::array kColumns = {Strategy::kRoundRobin,      Strategy::kLoadPref
                                  Strategy::kPredictedUpstream, Strategy::kOracle,
                                  Strategy::kOracleCost};
 
-double figure_p95(const ScenarioRuns& sr, Strategy s) { return suite_ttft_p95(sr, s); }
 double figure_slo(const ScenarioRuns& sr, Strategy s) {
   const int k = find_run(sr, s);
   if (k < 0 || sr.summaries[static_cast<std::size_t>(k)].empty()) return kNaN;
@@ -85,7 +84,7 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
           << (sc.slo_tpot_ms ? *sc.slo_tpot_ms : 0) << ',' << p.length_scale << ','
           << entries[i].probe.saturation_rps << ',' << (entries[i].probe.saturated ? 1 : 0);
       for (Strategy s : kColumns) {
-        csv << ',' << fig("%.3f", figure_p95(runs[i], s)) << ','
+        csv << ',' << fig("%.3f", suite_ttft_p95(runs[i], s)) << ','
             << fig("%.2f", figure_slo(runs[i], s));
       }
       for (std::size_t j = 0; j < kJudged.size(); ++j) {
@@ -182,8 +181,8 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
       if (!verdicts[i][0].present || std::isnan(verdicts[i][0].oracle_rel)) continue;
       oracle.push_back(verdicts[i][0].oracle_rel);
       beaten += verdicts[i][0].oracle_rel >= 0 ? 1 : 0;
-      greedy_better += figure_p95(runs[i], Strategy::kOracle) <=
-                               figure_p95(runs[i], Strategy::kOracleCost)
+      greedy_better += suite_ttft_p95(runs[i], Strategy::kOracle) <=
+                               suite_ttft_p95(runs[i], Strategy::kOracleCost)
                            ? 1
                            : 0;
     }
@@ -221,8 +220,8 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
     }();
     md << "| " << entries[i].params.name() << " | " << entries[i].params.describe() << " | "
        << fig("%.4g", entries[i].probe.saturation_rps) << " | " << strategy_name(v.best) << " | "
-       << fig("%.1f", figure_p95(runs[i], v.best)) << " | "
-       << fig("%.1f", figure_p95(runs[i], Strategy::kPredictedLeast)) << " | " << rel(v.ttft_rel)
+       << fig("%.1f", suite_ttft_p95(runs[i], v.best)) << " | "
+       << fig("%.1f", suite_ttft_p95(runs[i], Strategy::kPredictedLeast)) << " | " << rel(v.ttft_rel)
        << " | "
        << (v.has_slo ? fig("%.1f", figure_slo(runs[i], Strategy::kPredictedLeast)) + " / " +
                            fig("%.1f", best_slo)
@@ -242,7 +241,7 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
     std::string p95s;
     for (Strategy s : kColumns) {
       if (!p95s.empty()) p95s += " / ";
-      p95s += fig("%.1f", figure_p95(runs[i], s));
+      p95s += fig("%.1f", suite_ttft_p95(runs[i], s));
     }
     auto verdict = [&](const SuiteVerdict& v) {
       std::string out = rel(v.ttft_rel);

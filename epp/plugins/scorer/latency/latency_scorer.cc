@@ -286,21 +286,20 @@ void LatencyScorer::score_latency_cost(const SchedulingRequest& request,
   }
   double queue = 0;
   double rate = std::numeric_limits<double>::max();  // ms per prompt token
+  std::vector<double> own(endpoints.size(), 0.0);    // uncached prompt tokens per pod
   for (std::size_t i : idx) {
     const Endpoint& e = endpoints[i];
     queue += static_cast<double>(std::max<int64_t>(0, e.metrics().waiting));
-    const double tokens =
-        static_cast<double>(std::max<int64_t>(0, uncached_prompt_tokens(request, e)) +
-                            std::max<int64_t>(0, e.prefill_tokens_in_flight));
-    rate = std::min(rate, std::max(0.0, e.latency->predicted_ttft_ms) / std::max(1.0, tokens));
+    own[i] = static_cast<double>(std::max<int64_t>(0, uncached_prompt_tokens(request, e)));
+    const double ahead = static_cast<double>(std::max<int64_t>(0, e.prefill_tokens_in_flight));
+    rate = std::min(rate,
+                    std::max(0.0, e.latency->predicted_ttft_ms) / std::max(1.0, own[i] + ahead));
   }
   queue /= static_cast<double>(std::max<std::size_t>(1, idx.size()));
   std::vector<double> cost(endpoints.size(), 0.0);
   double lo = std::numeric_limits<double>::max();
   for (std::size_t i : idx) {
-    const Endpoint& e = endpoints[i];
-    const double own = static_cast<double>(std::max<int64_t>(0, uncached_prompt_tokens(request, e)));
-    cost[i] = std::max(0.0, e.latency->predicted_ttft_ms) + queue * own * rate;
+    cost[i] = std::max(0.0, endpoints[i].latency->predicted_ttft_ms) + queue * own[i] * rate;
     lo = std::min(lo, cost[i]);
   }
   std::vector<double> ratio(endpoints.size(), 0.0);
