@@ -1,6 +1,9 @@
 #include "common/http/async_client.h"
 
+#include <condition_variable>
 #include <list>
+#include <mutex>
+#include <unordered_map>
 #include <optional>
 #include <thread>
 
@@ -12,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/http/client_core.h"
+#include "common/http/io_workers.h"
 
 namespace llmd::http {
 
@@ -20,7 +24,7 @@ namespace asio = boost::asio;
 struct AsyncHttpClient::Impl {
   Impl(std::vector<Url> urls, Options options)
       : work(asio::make_work_guard(ioc)), core(ioc.get_executor(), core_options(options)),
-        targets(std::move(urls)) {}
+        targets(std::move(urls)), options(options) {}
 
   static ClientCore::Options core_options(const Options& o) {
     ClientCore::Options c;
@@ -41,9 +45,41 @@ struct AsyncHttpClient::Impl {
     req.body = std::move(body);
     ClientTimeouts timeouts;
     timeouts.total = timeout;
-    core.fetch(url, std::move(req), timeouts, [done = std::move(done)](ClientResponse r) {
-      done(AsyncResponse{r.status, std::move(r.body), std::move(r.error), r.timed_out});
-    });
+    ClientCore* worker = on_caller_worker ? worker_core() : nullptr;
+    if (worker == nullptr) {
+      core.fetch(url, std::move(req), timeouts, [done = std::move(done)](ClientResponse r) {
+        done(AsyncResponse{r.status, std::move(r.body), std::move(r.error), r.timed_out});
+      });
+      return;
+    }
+    {
+      std::lock_guard lock(worker_mu);
+      ++on_workers;
+    }
+    worker->fetch(url, std::move(req), timeouts,
+                  [this, done = std::move(done)](ClientResponse r) {
+                    done(AsyncResponse{r.status, std::move(r.body), std::move(r.error),
+                                       r.timed_out});
+                    std::lock_guard lock(worker_mu);
+                    if (--on_workers == 0) {
+                      worker_cv.notify_all();
+                    }
+                  });
+  }
+
+  // The calling worker's pool (made on its first exchange there), or nullptr when the caller
+  // is not an I/O worker's thread.
+  ClientCore* worker_core() {
+    asio::io_context* worker = IoWorkers::current_context();
+    if (worker == nullptr) {
+      return nullptr;
+    }
+    std::lock_guard lock(worker_mu);
+    auto& c = worker_cores[worker];
+    if (!c) {
+      c = std::make_unique<ClientCore>(worker->get_executor(), core_options(options));
+    }
+    return c.get();
   }
 
   // I/O thread: arms a timer for `task`, kept in `timers` until it fires or is cancelled.
@@ -87,6 +123,14 @@ struct AsyncHttpClient::Impl {
   asio::executor_work_guard<asio::io_context::executor_type> work;
   ClientCore core;  // after ioc: its connections go before the context
   const std::vector<Url> targets;
+  const Options options;
+  const bool on_caller_worker = options.on_caller_worker;
+  // A pool per caller's worker, and the exchanges running there, which the destructor waits
+  // for before it drops the pools.
+  std::mutex worker_mu;
+  std::condition_variable worker_cv;
+  std::unordered_map<asio::io_context*, std::unique_ptr<ClientCore>> worker_cores;
+  std::size_t on_workers = 0;  // guarded by worker_mu
   // Timers of post_at() not yet fired; the I/O thread's only. A list: each handler holds its
   // timer's iterator.
   std::list<asio::steady_timer> timers;
@@ -105,6 +149,8 @@ AsyncHttpClient::~AsyncHttpClient() {
   asio::post(impl_->ioc, [impl = impl_.get()] { impl->shutdown(); });
   impl_->work.reset();
   impl_->thread.join();  // returns once every exchange has called back
+  std::unique_lock lock(impl_->worker_mu);
+  impl_->worker_cv.wait(lock, [this] { return impl_->on_workers == 0; });
 }
 
 void AsyncHttpClient::request(std::size_t target, std::string_view method,

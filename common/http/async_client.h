@@ -11,8 +11,8 @@
 // needs no thread of its own.
 //
 // Threads: request(), post() and post_at() are thread-safe and return at once; `done` runs
-// exactly once, on the client's I/O thread (never inline), within the request's timeout (plus
-// scheduling); tasks run there too. The destructor ends the exchanges still in flight (their
+// exactly once, on the client's I/O thread (or the caller's worker, see on_caller_worker; never
+// inline), within the request's timeout (plus scheduling); tasks run there too. The destructor ends the exchanges still in flight (their
 // callbacks run with an error before it returns), drops the tasks not yet run and joins the
 // thread; no request() or post may start once it has begun, except from the I/O thread itself
 // (a callback or a task): what those start is then cancelled or dropped like the rest.
@@ -41,6 +41,11 @@ class AsyncHttpClient {
   struct Options {
     std::size_t max_idle_per_target = 64;
     std::uint64_t response_body_limit = 256ull * 1024 * 1024;
+    // A request started on a worker thread (io_workers.h) runs on that worker's own client core
+    // and calls back there, not on this client's thread: the EPP's prediction call then costs
+    // no wake-up of another thread on the way out nor on the way back. Those workers must keep
+    // running until every such exchange has called back (the destructor waits for them).
+    bool on_caller_worker = false;
   };
 
   explicit AsyncHttpClient(std::vector<Url> targets) : AsyncHttpClient(std::move(targets), {}) {}

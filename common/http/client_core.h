@@ -3,7 +3,7 @@
 // every binary goes through it: the blocking HttpClient (model sync, training feedback, the
 // Kubernetes API client, tests, tools) and the asynchronous AsyncHttpClient (metric scrapes,
 // predictor calls) drive it, differing only in who runs the event loop; the EPP's proxy runs
-// its exchanges to the pods on its own I/O threads, each on its request's strand.
+// its exchanges to the pods on its workers (io_workers.h), a core per worker.
 //
 // - Connections: a keep-alive pool per origin (scheme, host, port; common/http/idle_pool.h); a
 //   connection carries one exchange at a time and goes back to the pool once its response was

@@ -3,7 +3,9 @@
 // Beast implementation lives in common/http/stream_server.cc). Every method is thread-safe: calls are
 // forwarded to the connection's strand and applied in call order. A request is answered exactly
 // once: respond() (a whole response) or begin_stream() + write()* + end() (chunked transfer);
-// calls after the answer finished, or after the connection died, are ignored.
+// calls after the answer finished, or after the connection died, are ignored. A handler that
+// keeps a stream drops it before the server is destroyed (the connection belongs to one of the
+// server's workers).
 #include <cstddef>
 #include <functional>
 #include <memory>

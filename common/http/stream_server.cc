@@ -1,12 +1,14 @@
 #include "common/http/stream_server.h"
 
 #include "common/http/descriptor_budget.h"
+#include "common/http/io_workers.h"
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <future>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -112,21 +114,35 @@ struct StreamServer::Impl {
   class Session;
   struct Listener {
     Listener(asio::io_context& ioc, std::size_t i)
-        : strand(asio::make_strand(ioc)), acceptor(strand), index(i) {}
-    StrandExecutor strand;
+        : strand(ioc.get_executor()), acceptor(strand), index(i) {}
+    asio::io_context::executor_type strand;  // a worker's executor: its own strand
     tcp::acceptor acceptor;
     std::size_t index;
     uint16_t port = 0;
     std::chrono::milliseconds backoff{0};  // accept retry pause; on the listener's strand
   };
 
-  Impl(StreamServerOptions o, Handler h, asio::io_context* external)
+  Impl(StreamServerOptions o, Handler h, IoWorkers* external)
       : options(std::move(o)),
         handler(std::move(h)),
         error_response(options.error_response ? options.error_response : default_error),
-        own_ioc(external ? nullptr
-                         : std::make_unique<asio::io_context>(std::max(1, options.io_threads))),
-        ioc(external ? *external : *own_ioc) {}
+        worker_connections(external ? external->size()
+                                    : static_cast<std::size_t>(std::max(1, options.io_threads))),
+        own_workers(external ? nullptr
+                             : std::make_unique<IoWorkers>(options.io_threads, options.server_name)),
+        workers(external ? *external : *own_workers) {}
+
+  // The worker a new connection goes to: the one with the fewest (Envoy balances the same way
+  // when asked for exact balance), so that kept-alive client pools spread over the cores.
+  std::size_t pick_worker() const {
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < worker_connections.size(); ++i) {
+      if (worker_connections[i].load() < worker_connections[best].load()) {
+        best = i;
+      }
+    }
+    return best;
+  }
 
   // Reserves `n` body bytes, or answers false when that would pass the budget.
   bool reserve_body(std::size_t n) {
@@ -170,8 +186,11 @@ struct StreamServer::Impl {
   std::atomic<std::size_t> connections{0};
 
   std::atomic<std::size_t> body_bytes{0};
-  std::unique_ptr<asio::io_context> own_ioc;  // null when the caller owns the io_context
-  asio::io_context& ioc;
+  // Before the workers: sessions still queued in a loop when it is destroyed count down here.
+  std::vector<std::atomic<std::size_t>> worker_connections;  // live sessions per worker
+  std::atomic<std::size_t> next_strand{0};
+  std::unique_ptr<IoWorkers> own_workers;  // null when the caller owns the workers
+  IoWorkers& workers;
   std::vector<std::unique_ptr<Listener>> listeners;
   std::optional<asio::signal_set> signals;
 };
@@ -181,16 +200,18 @@ struct StreamServer::Impl {
 class StreamServer::Impl::Session final : public ResponseStream,
                                           public std::enable_shared_from_this<Session> {
  public:
-  Session(Impl& server, uint64_t id, std::size_t listener, tcp::socket socket)
+  Session(Impl& server, uint64_t id, std::size_t listener, std::size_t worker, tcp::socket socket)
       : server_(server),
         id_(id),
         listener_(listener),
+        worker_(worker),
         socket_(std::move(socket)),
         timer_(socket_.get_executor()),
         write_timer_(socket_.get_executor()) {}
 
   ~Session() override {
     release_reservation();
+    server_.worker_connections[worker_].fetch_sub(1);
     server_.connections.fetch_sub(1);
     DescriptorBudget::process().give_back(server_.descriptors_per_connection());
     server_.unregister_session(id_);
@@ -675,6 +696,7 @@ class StreamServer::Impl::Session final : public ResponseStream,
   Impl& server_;
   const uint64_t id_;
   const std::size_t listener_;
+  const std::size_t worker_;
   tcp::socket socket_;
   asio::steady_timer timer_;
   asio::steady_timer write_timer_;
@@ -744,8 +766,9 @@ void StreamServer::Impl::accept(Listener& l) {
                         std::to_string(budget.capacity()) + ")");
     return;
   }
-  l.acceptor.async_accept(asio::make_strand(ioc), [this, &l, &budget, fds](beast::error_code ec,
-                                                                         tcp::socket socket) {
+  const std::size_t worker = pick_worker();
+  l.acceptor.async_accept(workers.at(worker), [this, &l, &budget, fds, worker](
+                                                  beast::error_code ec, tcp::socket socket) {
     if (stopping || !l.acceptor.is_open()) {
       budget.give_back(fds);
       return;
@@ -773,7 +796,8 @@ void StreamServer::Impl::accept(Listener& l) {
       std::lock_guard lock(mu);
       id = next_id++;
     }
-    auto session = std::make_shared<Session>(*this, id, l.index, std::move(socket));
+    worker_connections[worker].fetch_add(1);
+    auto session = std::make_shared<Session>(*this, id, l.index, worker, std::move(socket));
     if (register_session(id, session)) {
       asio::post(session->socket_executor(), [session] { session->start(); });
     }
@@ -813,17 +837,17 @@ std::vector<std::shared_ptr<StreamServer::Impl::Session>> StreamServer::Impl::li
 StreamServer::StreamServer(StreamServerOptions options, Handler handler)
     : impl_(std::make_unique<Impl>(std::move(options), std::move(handler), nullptr)) {}
 
-StreamServer::StreamServer(StreamServerOptions options, Handler handler, asio::io_context& ioc)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(handler), &ioc)) {}
+StreamServer::StreamServer(StreamServerOptions options, Handler handler, IoWorkers& workers)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(handler), &workers)) {}
 
 StreamServer::~StreamServer() = default;
 
 std::size_t StreamServer::listen(uint16_t port) {
   auto& s = *impl_;
-  auto l = std::make_unique<Impl::Listener>(s.ioc, s.listeners.size());
+  auto l = std::make_unique<Impl::Listener>(s.workers.at(0), s.listeners.size());
   const std::string where = s.options.host + ":" + std::to_string(port);
   try {
-    tcp::resolver resolver(s.ioc);
+    tcp::resolver resolver(s.workers.at(0));
     const auto results = resolver.resolve(s.options.host, std::to_string(port),
                                           tcp::resolver::passive | tcp::resolver::numeric_service);
     const tcp::endpoint endpoint = results.begin()->endpoint();
@@ -841,7 +865,12 @@ std::size_t StreamServer::listen(uint16_t port) {
 
 uint16_t StreamServer::port(std::size_t listener) const { return impl_->listeners.at(listener)->port; }
 
-StrandPtr StreamServer::make_strand() { return std::make_unique<StrandImpl>(impl_->ioc); }
+StrandPtr StreamServer::make_strand() {
+  auto& s = *impl_;
+  return std::make_unique<StrandImpl>(s.workers.at(s.next_strand++ % s.workers.size()));
+}
+
+IoWorkers& StreamServer::workers() { return impl_->workers; }
 
 void StreamServer::run(bool handle_signals) {
   auto& s = *impl_;
@@ -849,7 +878,7 @@ void StreamServer::run(bool handle_signals) {
     asio::post(l->strand, [&s, lp = l.get()] { s.accept(*lp); });
   }
   if (handle_signals) {
-    s.signals.emplace(s.ioc, SIGINT, SIGTERM);
+    s.signals.emplace(s.workers.at(0), SIGINT, SIGTERM);
     s.signals->async_wait([this](beast::error_code ec, int signo) {
       if (!ec) {
         spdlog::info("http: signal {}, shutting down", signo);
@@ -857,20 +886,7 @@ void StreamServer::run(bool handle_signals) {
       }
     });
   }
-  auto work = asio::make_work_guard(s.ioc);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < std::max(1, s.options.io_threads); ++i) {
-    threads.emplace_back([&s] {
-      while (true) {
-        try {
-          s.ioc.run();
-          return;
-        } catch (const std::exception& e) {
-          spdlog::error("http: io thread caught: {}", e.what());
-        }
-      }
-    });
-  }
+  s.workers.start();  // idempotent: an owner may have started them
   {
     std::unique_lock lock(s.mu);
     s.cv.wait(lock, [&s] { return s.stop_requested; });
@@ -914,18 +930,24 @@ void StreamServer::run(bool handle_signals) {
     }
   }
   if (s.signals) {
-    asio::post(s.ioc, [&s] {
+    asio::post(s.workers.at(0), [&s] {
       beast::error_code ec;
       s.signals->cancel(ec);
     });
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the closes run
-  work.reset();
-  s.ioc.stop();
-  for (auto& t : threads) {
-    t.join();
+  if (s.own_workers) {
+    s.own_workers->stop();
+    s.signals.reset();  // restores the default SIGINT/SIGTERM disposition
+  } else if (s.signals) {
+    // The owner's loops go on: the set is destroyed on its own worker.
+    std::promise<void> reset;
+    asio::post(s.workers.at(0), [&s, &reset] {
+      s.signals.reset();
+      reset.set_value();
+    });
+    reset.get_future().wait();
   }
-  s.signals.reset();  // restores the default SIGINT/SIGTERM disposition
 }
 
 void StreamServer::stop(std::optional<std::chrono::milliseconds> drain) {

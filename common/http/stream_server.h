@@ -4,8 +4,9 @@
 // for SSE), at once or later and from any thread. HttpServer (server.h) is this core with a
 // plain request -> response handler; modelsim serves its pods with it directly.
 //
-// Threads: run() drives `io_threads` threads on one io_context. Each connection lives on its own
-// strand; the handler is called there and must not block.
+// Threads: Envoy's worker model (io_workers.h): `io_threads` workers, each an io_context with one
+// thread. A connection is placed on the worker with the fewest and lives there; the handler is
+// called on that worker's thread (IoWorkers::current() says which) and must not block.
 // Bounds (like a production server): request body limit (413, read to the end first so the
 // client sees it), header limit (431), header and body read timeouts, keep-alive idle timeout,
 // a write timeout while the peer does not read, a cap on open connections (new ones beyond it
@@ -25,11 +26,9 @@
 #include "common/http/message.h"
 #include "common/http/response_stream.h"
 
-namespace boost::asio {
-class io_context;
-}
-
 namespace llmd::http {
+
+class IoWorkers;  // io_workers.h
 
 struct StreamServerOptions {
   std::string host = "127.0.0.1";
@@ -85,9 +84,10 @@ class StreamServer {
       std::function<void(std::size_t listener, Request&& request, ResponseStreamPtr stream)>;
 
   StreamServer(StreamServerOptions options, Handler handler);
-  // The same on an io_context the caller owns (e.g. the EPP proxy runs its upstream clients
-  // on it); run() still drives its `io_threads` threads.
-  StreamServer(StreamServerOptions options, Handler handler, boost::asio::io_context& ioc);
+  // The same on workers the caller owns (the EPP's proxy runs its exchanges with the pods on
+  // them); `io_threads` is then theirs. run() starts them if they are not running and leaves
+  // them running.
+  StreamServer(StreamServerOptions options, Handler handler, IoWorkers& workers);
   ~StreamServer();
   StreamServer(const StreamServer&) = delete;
   StreamServer& operator=(const StreamServer&) = delete;
@@ -97,7 +97,9 @@ class StreamServer {
   std::size_t listen(uint16_t port);
   uint16_t port(std::size_t listener) const;
 
+  // A strand on the next worker in turn.
   StrandPtr make_strand();
+  IoWorkers& workers();
 
   // Runs the io threads until stop() or SIGINT/SIGTERM (when handle_signals). Blocks.
   void run(bool handle_signals = true);

@@ -14,6 +14,7 @@
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
+#include "common/http/io_workers.h"
 #include "common/http/router.h"
 #include "common/http/server.h"
 #include "common/metrics/exposition.h"
@@ -125,6 +126,9 @@ struct EppApp::Impl {
   const PodSource pod_source;
   const EppFileConfig file_cfg;  // as loaded at start-up
   prometheus::Registry registry;
+  // The proxy's event loops. Before the prediction source: the predictor client calls back on
+  // the worker that asked, so the workers run until it is gone (destroyed after it).
+  http::IoWorkers workers{options.proxy.io_threads, "epp-worker"};
   SchedulerMetrics sched_metrics{registry};
   PrefixIndex prefix_index;
   std::unique_ptr<PredictionSource> predictions;  // replicas, in process, or none
@@ -212,7 +216,7 @@ EppApp::Impl::Impl(const EppOptions& o)
   po.not_serving = [this] { return standby(); };
   po.upstream_opened = &epp_metrics.upstream_opened();
   po.upstream_reused = &epp_metrics.upstream_reused();
-  proxy = std::make_unique<ProxyServer>(po, port, pods, sinks, &gate);
+  proxy = std::make_unique<ProxyServer>(po, port, pods, sinks, &gate, &workers);
   if (o.ext_proc_port > 0) {
     extproc::ExtProcServerOptions eo;
     eo.host = o.ext_proc_host;
@@ -303,6 +307,7 @@ void EppApp::Impl::start() {
                                                  : "InferencePool " + options.discovery.pool_name);
   }
   proxy->start();
+  workers.start();
   if (ext_proc) {
     ext_proc->start();
     spdlog::info("gateway mode: ext_proc gRPC on {}:{}", options.ext_proc_host, ext_proc->port());

@@ -153,7 +153,7 @@ void add_flags(config::FlagTable& t, EppOptions& e, std::string& health_host,
             "Send a batch at once while none is in flight (the window runs only while one is)",
             into(e.predictor.adaptive_coalescing));
   t.always();
-  t.integer("io-threads", "EPP_IO_THREADS", "2", "Proxy I/O threads", {1, 64},
+  t.integer("io-threads", "EPP_IO_THREADS", "2", "Proxy workers: event loops of one thread each, connections spread over them", {1, 64},
             cast_into(p.io_threads));
   t.integer("header-timeout-ms", "EPP_HEADER_TIMEOUT_MS", "10000",
             "Time a client has to send a request's headers once it started", {1, 3600000},

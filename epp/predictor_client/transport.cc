@@ -33,8 +33,20 @@ std::vector<http::Url> parse_targets(const std::vector<std::string>& replica_url
 
 }  // namespace
 
+namespace {
+http::AsyncHttpClient::Options client_options() {
+  http::AsyncHttpClient::Options o;
+  // Called from the EPP's proxy workers, a batch goes out and its answer comes back on the
+  // caller's thread (io_workers.h); the owner keeps those workers running until the client
+  // is gone.
+  o.on_caller_worker = true;
+  return o;
+}
+}  // namespace
+
 HttpTransport::HttpTransport(const std::vector<std::string>& replica_urls)
-    : client_(std::make_unique<http::AsyncHttpClient>(parse_targets(replica_urls))) {}
+    : client_(std::make_unique<http::AsyncHttpClient>(parse_targets(replica_urls),
+                                                      client_options())) {}
 
 HttpTransport::~HttpTransport() = default;
 

@@ -2,7 +2,7 @@
 // How the predictor client reaches its replicas. A Transport starts exchanges and calls back
 // when they end; no thread of the client waits on the network. Tests implement it with a fake;
 // production uses HttpTransport (common/http's AsyncHttpClient: one I/O thread, a keep-alive
-// connection pool per replica).
+// connection pool per replica; a call from an I/O worker runs on that worker).
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -55,7 +55,9 @@ class Transport {
 };
 
 // HTTP/1.1 over http::AsyncHttpClient. Throws std::invalid_argument for a URL that parse_url
-// rejects. Destruction ends the exchanges in flight (their callbacks run first).
+// rejects. Destruction ends the exchanges in flight (their callbacks run first). An exchange
+// started on an I/O worker's thread (common/http/io_workers.h) runs and calls back there: its
+// workers must outlive the transport.
 class HttpTransport final : public Transport {
  public:
   explicit HttpTransport(const std::vector<std::string>& replica_urls);

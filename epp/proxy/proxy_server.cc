@@ -21,6 +21,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/http/client_core.h"
+#include "common/http/io_workers.h"
 #include "common/http/stream_server.h"
 #include "epp/features/feature_row.h"
 #include "epp/proxy/admission_gate.h"
@@ -158,18 +159,29 @@ SchedulingPort::Resume resume_on(Executor executor) {
 }  // namespace
 
 struct ProxyServer::Impl {
-  Impl(ProxyOptions o, SchedulingPort& s, PodRegistry& r, CompletionSink& k, AdmissionGate* g)
+  Impl(ProxyOptions o, SchedulingPort& s, PodRegistry& r, CompletionSink& k, AdmissionGate* g,
+       llmd::http::IoWorkers* external)
       : options(std::move(o)), scheduler(s), registry(r), sink(k), gate(g),
-        ioc(options.io_threads),
+        own_workers(external ? nullptr
+                             : std::make_unique<llmd::http::IoWorkers>(options.io_threads,
+                                                                        "epp-worker")),
+        workers(external ? *external : *own_workers),
         core(core_options(options, k),
              [this](std::size_t, llmd::http::Request&& request,
                     llmd::http::ResponseStreamPtr stream) {
-               // One coroutine per request on a strand of its own; the connection's bytes stay
-               // with the core (ResponseStream is thread-safe).
-               net::co_spawn(net::make_strand(ioc), handle(std::move(request), std::move(stream)),
+               // One coroutine per request on its connection's worker, which is its strand;
+               // the connection's bytes stay with the core (ResponseStream is thread-safe).
+               const std::size_t w = workers.current();
+               net::co_spawn(workers.at(w).get_executor(),
+                             handle(std::move(request), std::move(stream), *upstream[w]),
                              net::detached);
              },
-             ioc) {}
+             workers) {
+    for (std::size_t w = 0; w < workers.size(); ++w) {
+      upstream.push_back(std::make_unique<llmd::http::ClientCore>(
+          workers.at(w).get_executor(), upstream_options(options)));
+    }
+  }
 
   // The client side (listener, sessions, limits, drain) is the project's one server core.
   static llmd::http::StreamServerOptions core_options(const ProxyOptions& o, CompletionSink& sink) {
@@ -237,11 +249,14 @@ struct ProxyServer::Impl {
   PodRegistry& registry;
   CompletionSink& sink;
   AdmissionGate* gate;  // null: no router queue
-  net::io_context ioc;  // client connections (the core) and upstream connections
+  // Client connections (the core) and upstream connections: a request, its connection and its
+  // exchanges with the pods share one worker thread.
+  std::unique_ptr<llmd::http::IoWorkers> own_workers;  // null: the owner's
+  llmd::http::IoWorkers& workers;
   llmd::http::StreamServer core;
-  // Connections to the pods: the project's client core on the same I/O threads, a keep-alive
-  // pool per pod; each exchange runs on its request's strand.
-  llmd::http::ClientCore upstream{ioc.get_executor(), upstream_options(options)};
+  // Connections to the pods: a keep-alive pool per pod on each worker (as Envoy's per-worker
+  // connection pools), so that a pooled connection is only ever used on its own thread.
+  std::vector<std::unique_ptr<llmd::http::ClientCore>> upstream;
   const llmd::http::ClientTimeouts upstream_timeouts = make_upstream_timeouts(options);
   std::atomic<bool> draining{false};  // no new requests; those in flight finish
   std::atomic<int> active{0};         // requests between their read and their last byte
@@ -275,16 +290,18 @@ struct ProxyServer::Impl {
     std::function<void()> on_gone;  // set and cleared on the request's strand
   };
 
-  net::awaitable<void> handle(llmd::http::Request req, llmd::http::ResponseStreamPtr client) {
+  net::awaitable<void> handle(llmd::http::Request req, llmd::http::ResponseStreamPtr client,
+                              llmd::http::ClientCore& pods) {
     try {
-      co_await serve(std::move(req), client);
+      co_await serve(std::move(req), client, pods);
     } catch (const std::exception& e) {
       spdlog::error("proxy request error: {}", e.what());
       client->respond(error_response(500, "Internal error in the EPP"));
     }
   }
 
-  net::awaitable<void> serve(llmd::http::Request req, llmd::http::ResponseStreamPtr client) {
+  net::awaitable<void> serve(llmd::http::Request req, llmd::http::ResponseStreamPtr client,
+                             llmd::http::ClientCore& pods) {
     ActiveRequest counted(active);
     auto executor = co_await net::this_coro::executor;
     // Owns the request's slots and tickets: whatever path this coroutine leaves by (including
@@ -358,7 +375,7 @@ struct ProxyServer::Impl {
       co_return;
     }
     while (const Endpoint* pod = flow->next_pod()) {
-      auto outcome = co_await forward(*client, *watch, req, *flow, *pod, verdict.decision);
+      auto outcome = co_await forward(pods, *client, *watch, req, *flow, *pod, verdict.decision);
       if (outcome != Outcome::kRetryable) {
         co_return;
       }
@@ -410,7 +427,8 @@ struct ProxyServer::Impl {
   // One attempt on `pod` (the flow's next_pod()): bytes both ways through the client core (a
   // kept-alive connection first; one the pod closed meanwhile is replaced and the request sent
   // once more); the flow is told what happens and keeps the bookkeeping.
-  net::awaitable<Outcome> forward(llmd::http::ResponseStream& client, ClientWatch& watch,
+  net::awaitable<Outcome> forward(llmd::http::ClientCore& pods, llmd::http::ResponseStream& client,
+                                  ClientWatch& watch,
                                   const llmd::http::Request& req, RequestFlow& flow,
                                   const Endpoint& pod, const std::string& decision) {
     const std::string& request_id = flow.request_id();
@@ -462,8 +480,8 @@ struct ProxyServer::Impl {
       llmd::http::ClientResponse head;
       llmd::http::ClientCallPtr body;
     };
-    auto open = [this, &call, &origin, &up, &executor](auto done) {
-      call = upstream.open(*origin, std::move(up), upstream_timeouts, executor,
+    auto open = [this, &pods, &call, &origin, &up, &executor](auto done) {
+      call = pods.open(*origin, std::move(up), upstream_timeouts, executor,
                            [done](llmd::http::ClientResponse head,
                                   llmd::http::ClientCallPtr body) mutable {
                              done(Opened{std::move(head), std::move(body)});
@@ -618,13 +636,24 @@ struct ProxyServer::Impl {
 };
 
 ProxyServer::ProxyServer(ProxyOptions options, SchedulingPort& scheduler, PodRegistry& registry,
-                         CompletionSink& sink, AdmissionGate* gate)
-    : impl_(std::make_unique<Impl>(std::move(options), scheduler, registry, sink, gate)) {}
+                         CompletionSink& sink, AdmissionGate* gate, llmd::http::IoWorkers* workers)
+    : impl_(std::make_unique<Impl>(std::move(options), scheduler, registry, sink, gate,
+                                   workers)) {}
 
 ProxyServer::~ProxyServer() {
   stop();
   std::unique_lock lock(impl_->run_mu);
   impl_->run_cv.wait(lock, [this] { return !impl_->running; });
+  lock.unlock();
+  if (!impl_->own_workers && impl_->workers.running()) {
+    // The owner's workers go on: a request cut by the drain still ends there (its client is
+    // gone, its prediction or pod exchange calls back within its timeout) and must not find
+    // this server gone.
+    const auto give_up = Clock::now() + std::chrono::seconds(60);
+    while (impl_->active > 0 && Clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
 }
 
 void ProxyServer::start() {
@@ -638,7 +667,13 @@ void ProxyServer::start() {
 
 uint16_t ProxyServer::port() const { return impl_->core.port(0); }
 
-std::size_t ProxyServer::idle_upstream_connections() const { return impl_->upstream.idle(); }
+std::size_t ProxyServer::idle_upstream_connections() const {
+  std::size_t idle = 0;
+  for (const auto& pods : impl_->upstream) {
+    idle += pods->idle();
+  }
+  return idle;
+}
 
 void ProxyServer::run() {
   {
@@ -646,6 +681,9 @@ void ProxyServer::run() {
     impl_->running = true;
   }
   impl_->core.run(false);
+  if (impl_->own_workers) {
+    impl_->own_workers->stop();  // the drain is over: no handler runs after this
+  }
   std::lock_guard lock(impl_->run_mu);
   impl_->running = false;
   impl_->run_cv.notify_all();

@@ -10,10 +10,11 @@
 // idle timeouts, a body read only as fast as the client takes it) is its one client core
 // (common/http/client_core.h). Beast/Asio stay in the .cc files.
 //
-// Threading: `io_threads` run one io_context for both sides; each request is a coroutine on a
-// strand of its own, which also runs its scheduling: waiting for predictions suspends it (the
-// predictor client's callback posts the cycle back), so no thread blocks on a predictor. Each
-// request's slots and tickets belong to its RequestFlow.
+// Threading: `io_threads` workers (common/http/io_workers.h), each an io_context with one thread,
+// serve both sides; a request is a coroutine on its connection's worker, which also runs its
+// scheduling and its exchange with the pod (a keep-alive pool per pod on each worker): waiting
+// for predictions suspends it (the predictor client's callback posts the cycle back), so no
+// thread blocks on a predictor. Each request's slots and tickets belong to its RequestFlow.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -26,6 +27,10 @@
 
 namespace prometheus {
 class Counter;
+}
+
+namespace llmd::http {
+class IoWorkers;  // common/http/io_workers.h
 }
 
 namespace llmd::epp {
@@ -62,9 +67,12 @@ class AdmissionGate;  // epp/proxy/admission_gate.h
 
 class ProxyServer {
  public:
-  // `gate` (may be null: no router queue) outlives the server.
+  // `gate` (may be null: no router queue) outlives the server. `workers` (null: the server's
+  // own, `io_threads` of them) are the owner's, who keeps them running until the server is
+  // destroyed (e.g. because the predictor client calls back on them too).
   ProxyServer(ProxyOptions options, SchedulingPort& scheduler, PodRegistry& registry,
-              CompletionSink& sink, AdmissionGate* gate = nullptr);
+              CompletionSink& sink, AdmissionGate* gate = nullptr,
+              llmd::http::IoWorkers* workers = nullptr);
   ~ProxyServer();
   void start();          // binds; throws std::runtime_error
   uint16_t port() const;

@@ -32,6 +32,15 @@ class FakeLeaseApi {
           handle(std::move(req), std::move(stream));
         });
   }
+  // The held answers are dropped while the server still runs: a stream must not outlive its
+  // server (its connection lives on one of the server's workers).
+  ~FakeLeaseApi() {
+    std::vector<http::ResponseStreamPtr> held;
+    {
+      std::lock_guard lock(mu_);
+      held.swap(held_);
+    }
+  }
   uint16_t port() const { return server_->port(); }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port()); }
 

@@ -40,11 +40,14 @@ class FakeApi {
                               {"body", req.body}};
           stream->respond(http::Response::json(200, echo));
         }) {}
+  // The watches end and are dropped while the server still runs: a stream must not outlive its
+  // server (its connection lives on one of the server's workers).
   ~FakeApi() {
     std::lock_guard lock(mu_);
     for (auto& w : watches_) {
       w->end();
     }
+    watches_.clear();
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(server_.port()); }
 
