@@ -90,6 +90,7 @@ int run(int argc, char** argv) {
   server_opts.io_threads = static_cast<int>(o.integer("workers", 1, 256));
   http::apply_server_limit_flags(o, server_opts);
   server_opts.server_name = "llmd-predictor";
+  server_opts.thread_name = "predictor-io";
 
   prometheus::Registry registry;
   predictor::ModelStore store;

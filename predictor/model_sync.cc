@@ -1,5 +1,7 @@
 #include "predictor/model_sync.h"
 
+#include "common/util/thread_name.h"
+
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
@@ -209,6 +211,7 @@ void ModelSync::start() {
     return;
   }
   thread_ = std::thread([this] {
+    name_this_thread("model-sync");
     const auto interval = std::chrono::duration<double>(config_.interval_sec);
     std::unique_lock lock(stop_mu_);
     while (!stopping_) {

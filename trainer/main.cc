@@ -113,6 +113,7 @@ int run(int argc, char** argv) {
   server_opts.io_threads = static_cast<int>(o.integer("io-threads", 1, 64));
   http::apply_server_limit_flags(o, server_opts);
   server_opts.server_name = "llmd-trainer";
+  server_opts.thread_name = "trainer-io";
   trainer::RouteLimits limits;
   limits.max_bulk_entries = static_cast<std::size_t>(o.integer("max-bulk-entries", 1));
   limits.admin_token = o.str("admin-token");

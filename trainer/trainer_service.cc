@@ -1,5 +1,7 @@
 #include "trainer/trainer_service.h"
 
+#include "common/util/thread_name.h"
+
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -660,8 +662,14 @@ bool TrainerService::snapshot_locked(bool force) {
 }
 
 void TrainerService::start_background() {
-  training_thread_ = std::thread([this] { training_loop(); });
-  snapshot_thread_ = std::thread([this] { snapshot_loop(); });
+  training_thread_ = std::thread([this] {
+    name_this_thread("trainer-train");
+    training_loop();
+  });
+  snapshot_thread_ = std::thread([this] {
+    name_this_thread("trainer-snap");
+    snapshot_loop();
+  });
 }
 
 void TrainerService::stop_background() {

@@ -16,6 +16,7 @@
 
 #include "common/http/client_core.h"
 #include "common/http/io_workers.h"
+#include "common/util/thread_name.h"
 
 namespace llmd::http {
 
@@ -140,7 +141,10 @@ struct AsyncHttpClient::Impl {
 
 AsyncHttpClient::AsyncHttpClient(std::vector<Url> targets, Options options)
     : impl_(std::make_unique<Impl>(std::move(targets), options)) {
-  impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+  impl_->thread = std::thread([impl = impl_.get(), name = options.thread_name] {
+    name_this_thread(name);
+    impl->run();
+  });
 }
 
 AsyncHttpClient::~AsyncHttpClient() {

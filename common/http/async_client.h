@@ -46,6 +46,7 @@ class AsyncHttpClient {
     // no wake-up of another thread on the way out nor on the way back. Those workers must keep
     // running until every such exchange has called back (the destructor waits for them).
     bool on_caller_worker = false;
+    std::string thread_name = "http-client";  // its I/O thread's name (top -H)
   };
 
   explicit AsyncHttpClient(std::vector<Url> targets) : AsyncHttpClient(std::move(targets), {}) {}

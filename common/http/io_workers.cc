@@ -1,13 +1,13 @@
 #include "common/http/io_workers.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <optional>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <spdlog/spdlog.h>
+
+#include "common/util/thread_name.h"
 
 namespace llmd::http {
 
@@ -48,8 +48,8 @@ void IoWorkers::start() {
       tl_workers = this;
       tl_index = i;
       tl_context = &loop.ioc;
-      const std::string thread_name = (name_ + "-" + std::to_string(i)).substr(0, 15);
-      pthread_setname_np(pthread_self(), thread_name.c_str());
+      const std::string thread_name = name_ + "-" + std::to_string(i);
+      name_this_thread(thread_name);
       while (true) {
         try {
           loop.ioc.run();

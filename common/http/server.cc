@@ -32,6 +32,7 @@ struct HttpServer::Impl {
     c.write_timeout = o.body_timeout;
     c.drain_timeout = o.drain_timeout;
     c.server_name = o.server_name;
+    c.thread_name = o.thread_name;
     c.max_connections = o.max_connections;
     c.descriptors_per_connection = o.descriptors_per_connection;
     return c;

@@ -1,8 +1,8 @@
 #pragma once
 // HTTP/1.1 server with a plain request -> response handler: the project's one server core
 // (stream_server.h, Beast/Asio only in its .cc) with a handler that answers at once.
-// One io_context runs on `io_threads` threads; each connection lives on its own strand, so a
-// connection's handlers never overlap. The handler is called on an io thread and must not block
+// `io_threads` workers (io_workers.h), each an event loop on one thread; a connection lives on
+// one of them, so a connection's handlers never overlap. The handler is called on an io thread and must not block
 // for long (no training, no network calls). Every read is bounded: body limit -> 413, header
 // limit -> 431, header read timeout and keep-alive idle timeout close the connection. stop()
 // stops accepting, lets in-flight requests finish (bounded by drain_timeout), runs the
@@ -30,6 +30,7 @@ struct ServerOptions {
   std::chrono::milliseconds body_timeout{30000};
   std::chrono::milliseconds drain_timeout{5000};
   std::string server_name = "llmd";
+  std::string thread_name;  // the workers' names, "<name>-<i>" (top -H); "" = server_name
   // See StreamServerOptions: health and metrics listeners take 0 descriptors from the process's
   // budget and a small max_connections.
   std::size_t max_connections = 8192;

@@ -129,7 +129,10 @@ struct StreamServer::Impl {
         worker_connections(external ? external->size()
                                     : static_cast<std::size_t>(std::max(1, options.io_threads))),
         own_workers(external ? nullptr
-                             : std::make_unique<IoWorkers>(options.io_threads, options.server_name)),
+                             : std::make_unique<IoWorkers>(options.io_threads,
+                                                           options.thread_name.empty()
+                                                               ? options.server_name
+                                                               : options.thread_name)),
         workers(external ? *external : *own_workers) {}
 
   // The worker a new connection goes to: the one with the fewest (Envoy balances the same way

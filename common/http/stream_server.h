@@ -50,6 +50,7 @@ struct StreamServerOptions {
   // silent new connection is dropped as fast as a slow header).
   bool fresh_connections_idle = false;
   std::string server_name = "llmd";
+  std::string thread_name;  // its own workers' names, "<name>-<i>" (top -H); "" = server_name
   // The body of the server's own error answers (400, 413, 431, 500). Default: the sidecars'
   // {"detail": ...}; modelsim answers in vLLM's error shape.
   std::function<Response(int status, const std::string& message)> error_response;

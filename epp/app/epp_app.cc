@@ -18,6 +18,7 @@
 #include "common/http/router.h"
 #include "common/http/server.h"
 #include "common/metrics/exposition.h"
+#include "common/util/thread_name.h"
 #include "epp/app/config_reloader.h"
 #include "epp/app/epp_metrics.h"
 #include "epp/datastore/prefix_index.h"
@@ -63,8 +64,9 @@ discovery::LeaderElectionConfig resolve_leader_election(const EppOptions& o) {
 }
 
 // The health and the metrics server: one thread each, answering /healthz, /readyz, /metrics.
-http::ServerOptions admin_server(const std::string& host, uint16_t port) {
+http::ServerOptions admin_server(const std::string& host, uint16_t port, std::string thread) {
   http::ServerOptions ho;
+  ho.thread_name = std::move(thread);
   ho.io_threads = 1;
   // Probes and scrapes are answered even while clients hold every descriptor the proxy may use.
   ho.max_connections = 64;
@@ -193,9 +195,9 @@ EppApp::Impl::Impl(const EppOptions& o)
       epp_metrics(registry, EppMetricSources{pods, prefix_index, gate, port,
                                          [this] { return proxy->idle_upstream_connections(); },
                                          [this] { return !standby(); }}),
-      health(admin_server(o.health_host, o.health_port),
+      health(admin_server(o.health_host, o.health_port, "epp-health"),
              [this](http::Request& r) { return admin.route(r); }),
-      metrics_server(admin_server(o.metrics_host, o.metrics_port),
+      metrics_server(admin_server(o.metrics_host, o.metrics_port, "epp-metrics"),
                      [this](http::Request& r) { return admin.route(r); }) {
   if (const auto d = decision_log.config(); d.sample_rate > 0) {
     spdlog::info("decision log: sample rate {}, at most {} lines/s", d.sample_rate,
@@ -319,8 +321,15 @@ void EppApp::Impl::start() {
     elector->start();
   }
   feedback.start();
-  health_thread = std::thread([this] { health.run(false); });
-  metrics_thread = std::thread([this] { metrics_server.run(false); });
+  // These wait for the stop; the servers' workers (epp-health-0, epp-metrics-0) answer.
+  health_thread = std::thread([this] {
+    name_this_thread("epp-health-run");
+    health.run(false);
+  });
+  metrics_thread = std::thread([this] {
+    name_this_thread("epp-metrics-run");
+    metrics_server.run(false);
+  });
 
   reloader = std::make_unique<ConfigReloader>(
       options.config_path, pod_source, file_cfg,
@@ -339,7 +348,10 @@ void EppApp::Impl::start() {
       }
     });
   }
-  timer_thread = std::thread([this] { timer_io.run(); });
+  timer_thread = std::thread([this] {
+    name_this_thread("epp-timers");
+    timer_io.run();
+  });
 
   spdlog::info("epp proxy on {}:{}, health {}:{}, metrics {}:{}; {} pods; predictions {}; "
                "feedback {}",
@@ -354,7 +366,10 @@ void EppApp::Impl::start() {
                file_cfg.load_balancing ? file_cfg.load_balancing->rules.size() : 0,
                file_cfg.router_queue ? std::string(to_string(file_cfg.router_queue->queue.policy))
                                      : std::string("off"));
-  proxy_thread = std::thread([this] { proxy->run(); });
+  proxy_thread = std::thread([this] {
+    name_this_thread("epp-proxy");  // waits for the drain; the workers serve
+    proxy->run();
+  });
 }
 
 void EppApp::Impl::drain() {

@@ -71,7 +71,9 @@ void Scraper::start() {
   stopping_ = false;
   epoch_ = Clock::now();
   membership_known_ = false;
-  client_ = std::make_unique<http::AsyncHttpClient>(std::vector<http::Url>{});
+  http::AsyncHttpClient::Options o;
+  o.thread_name = "epp-scraper";
+  client_ = std::make_unique<http::AsyncHttpClient>(std::vector<http::Url>{}, o);
   io_ = client_.get();
   io_->post([this] { sync(epoch_); });
 }

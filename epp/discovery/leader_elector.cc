@@ -1,5 +1,7 @@
 #include "epp/discovery/leader_elector.h"
 
+#include "common/util/thread_name.h"
+
 #include <ctime>
 #include <random>
 #include <stdexcept>
@@ -221,7 +223,10 @@ void LeaderElector::start() {
                "s, retry period {} s)",
                c.identity, c.lease_namespace, c.lease_name, c.lease_duration.count(),
                seconds(c.renew_deadline), seconds(c.retry_period));
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    name_this_thread("epp-leader");
+    loop();
+  });
 }
 
 void LeaderElector::stop() {

@@ -1,5 +1,7 @@
 #include "epp/discovery/pod_discovery.h"
 
+#include "common/util/thread_name.h"
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -525,9 +527,15 @@ void PodDiscovery::start() {
     return;
   }
   if (impl_->pool_api) {
-    impl_->pool_thread = std::thread([this] { impl_->pool_loop(); });
+    impl_->pool_thread = std::thread([this] {
+      name_this_thread("epp-pool-watch");
+      impl_->pool_loop();
+    });
   }
-  impl_->pod_thread = std::thread([this] { impl_->pod_loop(); });
+  impl_->pod_thread = std::thread([this] {
+    name_this_thread("epp-pod-watch");
+    impl_->pod_loop();
+  });
 }
 
 void PodDiscovery::stop() {

@@ -1,5 +1,7 @@
 #include "epp/feedback/training_feedback.h"
 
+#include "common/util/thread_name.h"
+
 #include <algorithm>
 #include <random>
 
@@ -154,6 +156,7 @@ void TrainingFeedback::start() {
     return;
   }
   thread_ = std::thread([this] {
+    name_this_thread("epp-feedback");
     std::unique_lock lock(mu_);
     while (!cv_.wait_for(lock, options_.interval, [this] { return stopping_; })) {
       lock.unlock();

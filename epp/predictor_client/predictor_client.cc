@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/http/client.h"
+#include "common/util/thread_name.h"
 #include "epp/predictor_client/call_limiter.h"
 #include "epp/predictor_client/client_metrics.h"
 #include "epp/predictor_client/coalescer.h"
@@ -117,8 +118,14 @@ struct PredictorClient::Impl {
         replicas(config.replica_urls.size()),
         rng(r ? std::move(r) : std::make_unique<Rng>(std::random_device{}())) {
     metrics.call_limit->Set(limiter.limit());  // then on every change (settle)
-    dispatcher = std::thread([this] { dispatcher_loop(); });
-    prober = std::thread([this] { prober_loop(); });
+    dispatcher = std::thread([this] {
+      name_this_thread("epp-coalescer");
+      dispatcher_loop();
+    });
+    prober = std::thread([this] {
+      name_this_thread("epp-pred-probe");
+      prober_loop();
+    });
   }
 
   ~Impl() {

@@ -40,6 +40,7 @@ http::AsyncHttpClient::Options client_options() {
   // caller's thread (io_workers.h); the owner keeps those workers running until the client
   // is gone.
   o.on_caller_worker = true;
+  o.thread_name = "epp-predict-io";
   return o;
 }
 }  // namespace

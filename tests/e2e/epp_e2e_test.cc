@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -237,6 +238,56 @@ TEST_F(EppStack, PredictionsTravelOnTheColumnarPath) {
   EXPECT_EQ(metric_value(m, "llmd_epp_predictor_replica_columnar"), 2) << "both replicas";
   EXPECT_GE(metric_value(m, "llmd_epp_scheduling_predictions_total", {"used=\"true\""}), 10);
   EXPECT_GT(metric_value(m, "llmd_epp_predictor_body_bytes_total", {"direction=\"sent\""}), 0);
+}
+
+// Each thread of the EPP (and the predictor) has a name an operator can find in top -H, and the
+// proxy works as Envoy's workers do: a request's prediction call goes out and is answered on
+// the worker that read it, so the predictor client's own I/O thread stays idle.
+std::map<std::string, long> thread_switches(pid_t pid) {
+  std::map<std::string, long> by_name;  // name -> voluntary context switches, summed
+  for (const auto& entry : std::filesystem::directory_iterator(
+           "/proc/" + std::to_string(pid) + "/task")) {
+    std::ifstream comm(entry.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    std::ifstream status(entry.path() / "status");
+    long switches = 0;
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) {
+        switches = std::stol(line.substr(line.find(':') + 1));
+      }
+    }
+    by_name[name] += switches;
+  }
+  return by_name;
+}
+
+TEST_F(EppStack, ThreadsAreNamedAndPredictionCallsRunOnTheProxyWorkers) {
+  ASSERT_EQ(stack_->complete(words(20, "warm"), 2).status, 200);
+  const auto before = thread_switches(stack_->epp->pid());
+  for (const char* name : {"epp-worker-0", "epp-worker-1", "epp-scraper", "epp-coalescer",
+                           "epp-predict-io", "epp-pred-probe", "epp-timers", "epp-proxy",
+                           "epp-health-0", "epp-metrics-0"}) {
+    EXPECT_EQ(before.count(name), 1u) << name;
+  }
+  const auto predictor = thread_switches(stack_->predictors.at(0)->pid());
+  EXPECT_EQ(predictor.count("predictor-io-0"), 1u);
+  EXPECT_EQ(predictor.count("model-sync"), 1u);
+  constexpr int kRequests = 40;
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_EQ(stack_->complete(words(20, "t" + std::to_string(i)), 2).status, 200);
+  }
+  const auto after = thread_switches(stack_->epp->pid());
+  const std::string m = stack_->metrics();
+  EXPECT_GE(metric_value(m, "llmd_epp_scheduling_predictions_total", {"used=\"true\""}),
+            kRequests);
+  const long workers = after.at("epp-worker-0") + after.at("epp-worker-1") -
+                       before.at("epp-worker-0") - before.at("epp-worker-1");
+  const long predict_io = after.at("epp-predict-io") - before.at("epp-predict-io");
+  EXPECT_GE(workers, kRequests) << "the workers sleep between requests";
+  // Through the client's own thread, every batch would wake it at least once; the prober's
+  // /readyz checks of an unhealthy replica (none here) are all it may do.
+  EXPECT_LT(predict_io, kRequests / 4) << "prediction calls went through epp-predict-io";
 }
 
 // Without predictors: the EPP syncs the trainer's models itself and predicts in process.
