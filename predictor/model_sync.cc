@@ -210,8 +210,7 @@ void ModelSync::start() {
     spdlog::warn("no training server URL: serving local models only");
     return;
   }
-  thread_ = std::thread([this] {
-    name_this_thread("model-sync");
+  thread_ = named_thread("model-sync", [this] {
     const auto interval = std::chrono::duration<double>(config_.interval_sec);
     std::unique_lock lock(stop_mu_);
     while (!stopping_) {

@@ -662,14 +662,8 @@ bool TrainerService::snapshot_locked(bool force) {
 }
 
 void TrainerService::start_background() {
-  training_thread_ = std::thread([this] {
-    name_this_thread("trainer-train");
-    training_loop();
-  });
-  snapshot_thread_ = std::thread([this] {
-    name_this_thread("trainer-snap");
-    snapshot_loop();
-  });
+  training_thread_ = named_thread("trainer-train", [this] { training_loop(); });
+  snapshot_thread_ = named_thread("trainer-snap", [this] { snapshot_loop(); });
 }
 
 void TrainerService::stop_background() {

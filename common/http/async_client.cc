@@ -46,7 +46,7 @@ struct AsyncHttpClient::Impl {
     req.body = std::move(body);
     ClientTimeouts timeouts;
     timeouts.total = timeout;
-    ClientCore* worker = on_caller_worker ? worker_core() : nullptr;
+    ClientCore* worker = options.on_caller_worker ? worker_core() : nullptr;
     if (worker == nullptr) {
       core.fetch(url, std::move(req), timeouts, [done = std::move(done)](ClientResponse r) {
         done(AsyncResponse{r.status, std::move(r.body), std::move(r.error), r.timed_out});
@@ -125,7 +125,6 @@ struct AsyncHttpClient::Impl {
   ClientCore core;  // after ioc: its connections go before the context
   const std::vector<Url> targets;
   const Options options;
-  const bool on_caller_worker = options.on_caller_worker;
   // A pool per caller's worker, and the exchanges running there, which the destructor waits
   // for before it drops the pools.
   std::mutex worker_mu;
@@ -141,10 +140,7 @@ struct AsyncHttpClient::Impl {
 
 AsyncHttpClient::AsyncHttpClient(std::vector<Url> targets, Options options)
     : impl_(std::make_unique<Impl>(std::move(targets), options)) {
-  impl_->thread = std::thread([impl = impl_.get(), name = options.thread_name] {
-    name_this_thread(name);
-    impl->run();
-  });
+  impl_->thread = named_thread(options.thread_name, [impl = impl_.get()] { impl->run(); });
 }
 
 AsyncHttpClient::~AsyncHttpClient() {

@@ -44,12 +44,11 @@ void IoWorkers::start() {
     Loop& loop = *loops_[i];
     loop.ioc.restart();
     loop.work.emplace(loop.ioc.get_executor());
-    threads_.emplace_back([this, i, &loop] {
+    const std::string thread_name = name_ + "-" + std::to_string(i);
+    threads_.push_back(named_thread(thread_name, [this, i, &loop, thread_name] {
       tl_workers = this;
       tl_index = i;
       tl_context = &loop.ioc;
-      const std::string thread_name = name_ + "-" + std::to_string(i);
-      name_this_thread(thread_name);
       while (true) {
         try {
           loop.ioc.run();
@@ -59,7 +58,7 @@ void IoWorkers::start() {
           spdlog::error("{}: handler threw: {}", thread_name, e.what());
         }
       }
-    });
+    }));
   }
 }
 

@@ -873,7 +873,6 @@ StrandPtr StreamServer::make_strand() {
   return std::make_unique<StrandImpl>(s.workers.at(s.next_strand++ % s.workers.size()));
 }
 
-IoWorkers& StreamServer::workers() { return impl_->workers; }
 
 void StreamServer::run(bool handle_signals) {
   auto& s = *impl_;

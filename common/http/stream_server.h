@@ -100,7 +100,6 @@ class StreamServer {
 
   // A strand on the next worker in turn.
   StrandPtr make_strand();
-  IoWorkers& workers();
 
   // Runs the io threads until stop() or SIGINT/SIGTERM (when handle_signals). Blocks.
   void run(bool handle_signals = true);

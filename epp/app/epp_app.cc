@@ -322,14 +322,8 @@ void EppApp::Impl::start() {
   }
   feedback.start();
   // These wait for the stop; the servers' workers (epp-health-0, epp-metrics-0) answer.
-  health_thread = std::thread([this] {
-    name_this_thread("epp-health-run");
-    health.run(false);
-  });
-  metrics_thread = std::thread([this] {
-    name_this_thread("epp-metrics-run");
-    metrics_server.run(false);
-  });
+  health_thread = named_thread("epp-health-run", [this] { health.run(false); });
+  metrics_thread = named_thread("epp-metrics-run", [this] { metrics_server.run(false); });
 
   reloader = std::make_unique<ConfigReloader>(
       options.config_path, pod_source, file_cfg,
@@ -348,10 +342,7 @@ void EppApp::Impl::start() {
       }
     });
   }
-  timer_thread = std::thread([this] {
-    name_this_thread("epp-timers");
-    timer_io.run();
-  });
+  timer_thread = named_thread("epp-timers", [this] { timer_io.run(); });
 
   spdlog::info("epp proxy on {}:{}, health {}:{}, metrics {}:{}; {} pods; predictions {}; "
                "feedback {}",
@@ -366,10 +357,8 @@ void EppApp::Impl::start() {
                file_cfg.load_balancing ? file_cfg.load_balancing->rules.size() : 0,
                file_cfg.router_queue ? std::string(to_string(file_cfg.router_queue->queue.policy))
                                      : std::string("off"));
-  proxy_thread = std::thread([this] {
-    name_this_thread("epp-proxy");  // waits for the drain; the workers serve
-    proxy->run();
-  });
+  // It waits for the drain; the workers serve.
+  proxy_thread = named_thread("epp-proxy", [this] { proxy->run(); });
 }
 
 void EppApp::Impl::drain() {

@@ -223,10 +223,7 @@ void LeaderElector::start() {
                "s, retry period {} s)",
                c.identity, c.lease_namespace, c.lease_name, c.lease_duration.count(),
                seconds(c.renew_deadline), seconds(c.retry_period));
-  thread_ = std::thread([this] {
-    name_this_thread("epp-leader");
-    loop();
-  });
+  thread_ = named_thread("epp-leader", [this] { loop(); });
 }
 
 void LeaderElector::stop() {

@@ -527,15 +527,9 @@ void PodDiscovery::start() {
     return;
   }
   if (impl_->pool_api) {
-    impl_->pool_thread = std::thread([this] {
-      name_this_thread("epp-pool-watch");
-      impl_->pool_loop();
-    });
+    impl_->pool_thread = named_thread("epp-pool-watch", [this] { impl_->pool_loop(); });
   }
-  impl_->pod_thread = std::thread([this] {
-    name_this_thread("epp-pod-watch");
-    impl_->pod_loop();
-  });
+  impl_->pod_thread = named_thread("epp-pod-watch", [this] { impl_->pod_loop(); });
 }
 
 void PodDiscovery::stop() {

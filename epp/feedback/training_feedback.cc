@@ -155,8 +155,7 @@ void TrainingFeedback::start() {
     spdlog::warn("no training server URL: training feedback is off");
     return;
   }
-  thread_ = std::thread([this] {
-    name_this_thread("epp-feedback");
+  thread_ = named_thread("epp-feedback", [this] {
     std::unique_lock lock(mu_);
     while (!cv_.wait_for(lock, options_.interval, [this] { return stopping_; })) {
       lock.unlock();

@@ -118,14 +118,8 @@ struct PredictorClient::Impl {
         replicas(config.replica_urls.size()),
         rng(r ? std::move(r) : std::make_unique<Rng>(std::random_device{}())) {
     metrics.call_limit->Set(limiter.limit());  // then on every change (settle)
-    dispatcher = std::thread([this] {
-      name_this_thread("epp-coalescer");
-      dispatcher_loop();
-    });
-    prober = std::thread([this] {
-      name_this_thread("epp-pred-probe");
-      prober_loop();
-    });
+    dispatcher = named_thread("epp-coalescer", [this] { dispatcher_loop(); });
+    prober = named_thread("epp-pred-probe", [this] { prober_loop(); });
   }
 
   ~Impl() {
