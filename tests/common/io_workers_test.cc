@@ -4,6 +4,7 @@
 
 #include <future>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -83,6 +84,18 @@ TEST(IoWorkers, AServerSpreadsConnectionsOverItsWorkersAndKeepsEachOnOne) {
       workers);
   const uint16_t port = server.port(server.listen(0));
   std::thread runner([&] { server.run(false); });
+  // Stopped and joined whatever the assertions below do.
+  struct StopOnExit {
+    StopOnExit(StreamServer& s, std::thread& r) : server(s), runner(r) {}
+    ~StopOnExit() {
+      server.stop(std::chrono::milliseconds(0));
+      runner.join();
+    }
+    StreamServer& server;
+    std::thread& runner;
+  };
+  std::optional<StopOnExit> stop_on_exit;
+  stop_on_exit.emplace(server, runner);
   {
     // Two kept-alive connections, used in turn: the second lands on the other worker and each
     // stays where it landed.
@@ -93,8 +106,7 @@ TEST(IoWorkers, AServerSpreadsConnectionsOverItsWorkersAndKeepsEachOnOne) {
       ASSERT_EQ(second.get("/").status, 200);
     }
   }
-  server.stop(std::chrono::milliseconds(0));
-  runner.join();
+  stop_on_exit.reset();
   EXPECT_TRUE(workers.running()) << "the owner's workers outlive the server's run()";
   ASSERT_EQ(seen.size(), 6u);
   for (std::size_t i = 0; i < 6; i += 2) {
