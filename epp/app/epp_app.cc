@@ -228,6 +228,7 @@ EppApp::Impl::Impl(const EppOptions& o)
     eo.stream.forward_priority = po.forward_priority;
     eo.stream.not_serving = po.not_serving;
     eo.stream.allow_debug_header = po.allow_debug_header;
+    eo.workers = &workers;
     ext_proc = std::make_unique<extproc::ExtProcServer>(
         eo, extproc::ExtProcServices{&port, &pods, &sinks, &gate});
   }

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 
@@ -16,6 +19,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include "common/http/io_workers.h"
 #include "epp/extproc/external_processor.grpc.pb.h"
 
 namespace llmd::epp::extproc {
@@ -23,48 +27,86 @@ namespace {
 
 namespace net = boost::asio;
 
-// The streams' threads and the only way onto them. A prediction or a router queue wake-up can
-// come back after the server is gone (the predictor client outlives it): a post then finds
-// the pool closed and drops the continuation, whose stream ends as a client that went away.
-// Thread-safe.
+// The streams' threads and the only way onto them: the EPP's I/O workers when it has them
+// (each stream is placed on one for its life, as a proxy connection is), else a pool of its own.
+// A prediction or a router queue wake-up can come back after the server is gone (the predictor
+// client outlives it): a post then finds the executors closed and drops the continuation, whose
+// stream ends as a client that went away. Thread-safe.
 class StreamExecutors {
  public:
-  explicit StreamExecutors(int threads)
-      : pool_(static_cast<std::size_t>(std::max(1, threads))) {}
-  // Runs what was posted before, then stops the threads; later posts are dropped.
-  void close() {
-    {
-      std::lock_guard lock(mu_);
-      open_ = false;
+  StreamExecutors(int threads, http::IoWorkers* workers) : workers_(workers) {
+    if (workers_ == nullptr) {
+      pool_.emplace(static_cast<std::size_t>(std::max(1, threads)));
     }
-    pool_.join();
+  }
+  // The worker a new stream lives on (round robin), or 0 with a pool.
+  std::size_t place() {
+    return workers_ == nullptr ? 0 : next_.fetch_add(1, std::memory_order_relaxed) % workers_->size();
+  }
+  bool on_workers() const { return workers_ != nullptr; }
+  // Runs what was posted before, then drops later posts. With a pool its threads stop; the
+  // workers are the EPP's and keep running, so this waits for the drains queued on them (they
+  // call the services the server was given, which the owner destroys after it).
+  void close() {
+    std::unique_lock lock(mu_);
+    open_ = false;
+    if (pool_) {
+      lock.unlock();
+      pool_->join();
+      return;
+    }
+    drained_.wait(lock, [this] { return queued_ == 0; });
   }
 
  private:
   friend class StreamStrand;
+  // mu_ held, open_.
+  void post_locked(std::size_t worker, std::function<void()> fn) {
+    if (pool_) {
+      net::post(*pool_, std::move(fn));
+      return;
+    }
+    ++queued_;
+    net::post(workers_->at(worker), [this, fn = std::move(fn)] {
+      fn();
+      std::lock_guard lock(mu_);
+      if (--queued_ == 0) {
+        drained_.notify_all();
+      }
+    });
+  }
+
+  http::IoWorkers* const workers_;
+  std::atomic<std::size_t> next_{0};
   std::mutex mu_;
-  bool open_ = true;  // guarded by mu_
-  net::thread_pool pool_;
+  std::condition_variable drained_;
+  bool open_ = true;        // guarded by mu_
+  std::size_t queued_ = 0;  // guarded by mu_: drains posted to a worker, not yet run
+  std::optional<net::thread_pool> pool_;
 };
 
 // One stream's strand: its functions run one at a time, in the order they were handed in.
 // A message from gRPC finds the strand idle most of the time and then runs at once on gRPC's
 // thread (claim + run_here): a hop to the pool and back costs context switches, which at
 // 1,500 req/s were ~9 % of the EPP's CPU. Work from elsewhere (a prediction, a router queue
-// wake-up) is posted to the pool. Holds its StreamExecutors, which is destroyed (and with it
-// the pool) only after the strand. Thread-safe.
+// wake-up) is posted to the stream's worker (or the pool). On a worker, the message that starts
+// scheduling is posted too: its prediction call then goes out from the worker and answers
+// there (the predictor client's per-worker pools), so the answer continues the stream on the
+// same thread instead of waking the client's I/O thread and then another. Holds its
+// StreamExecutors, which is destroyed (and with it the pool) only after the strand. Thread-safe.
 class StreamStrand : public std::enable_shared_from_this<StreamStrand> {
  public:
   explicit StreamStrand(std::shared_ptr<StreamExecutors> executors)
-      : executors_(std::move(executors)) {}
+      : executors_(std::move(executors)), worker_(executors_->place()) {}
   void post(std::function<void()> fn) {
     if (claim(std::move(fn))) {
       std::lock_guard lock(executors_->mu_);
       if (executors_->open_) {
-        net::post(executors_->pool_, [self = shared_from_this()] { self->drain(); });
+        executors_->post_locked(worker_, [self = shared_from_this()] { self->drain(); });
       }
     }
   }
+  bool on_worker() const { return executors_->on_workers(); }
   // Queues `fn`; true when the strand was idle and the caller must now drain it: gRPC's
   // reactor calls run_here() (after starting the next read: the order of messages is the
   // queue's), post() hands the drain to the pool.
@@ -106,6 +148,7 @@ class StreamStrand : public std::enable_shared_from_this<StreamStrand> {
   }
 
   std::shared_ptr<StreamExecutors> executors_;
+  const std::size_t worker_;
   std::mutex mu_;
   std::deque<std::function<void()>> queue_;  // guarded by mu_
   bool busy_ = false;  // guarded by mu_: a thread is draining (or about to)
@@ -167,8 +210,13 @@ class ProcessReactor final
     // Queued before the next read can complete (order), run after it started (overlap). The
     // strand is held by a local: once the read is started the reactor may finish and go.
     std::shared_ptr<StreamStrand> strand = strand_;
-    const bool run_here =
-        strand->claim([stream = stream_, message] { stream->on_message(*message); });
+    auto run = [stream = stream_, message] { stream->on_message(*message); };
+    if (strand->on_worker() && starts_scheduling(*message)) {
+      strand->post(std::move(run));
+      StartRead(&incoming_);
+      return;
+    }
+    const bool run_here = strand->claim(std::move(run));
     StartRead(&incoming_);
     if (run_here) {
       strand->run_here();
@@ -239,6 +287,13 @@ class ProcessReactor final
     }
   }
 
+  // The message whose handling asks for predictions: the request's last body chunk, or headers
+  // with no body to follow. Later phases (the response) only map and relay.
+  static bool starts_scheduling(const pb::ProcessingRequest& m) {
+    return (m.has_request_body() && m.request_body().end_of_stream()) ||
+           (m.has_request_headers() && m.request_headers().end_of_stream());
+  }
+
   std::atomic<int>& active_;
   std::shared_ptr<StreamLock> lock_;
   std::shared_ptr<StreamStrand> strand_;
@@ -275,7 +330,8 @@ class Service final : public pb::ExternalProcessor::CallbackService {
 
 struct ExtProcServer::Impl {
   Impl(ExtProcServerOptions o, ExtProcServices s)
-      : options(std::move(o)), executors(std::make_shared<StreamExecutors>(options.threads)),
+      : options(std::move(o)),
+        executors(std::make_shared<StreamExecutors>(options.threads, options.workers)),
         service(options.stream, s, active, executors) {}
   // The server has stopped (~ExtProcServer): what the streams posted runs, then the threads
   // end, while the services the streams call are still alive.

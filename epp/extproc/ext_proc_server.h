@@ -7,8 +7,8 @@
 // prediction or the router queue. Each stream runs on a strand of its own: a message from
 // gRPC that finds its strand idle runs at once on gRPC's callback thread (no hop, no context
 // switch); everything else (a message behind a busy strand, the predictor client's answers,
-// the router queue's wake-ups) is posted to a small pool of threads, so no stream logic or
-// scheduling runs on the predictor client's or the gate's threads.
+// the router queue's wake-ups) is posted to the EPP's I/O workers (or a small pool of threads),
+// so no stream logic or scheduling runs on the predictor client's or the gate's threads.
 // gRPC and Asio headers stay in ext_proc_server.cc.
 #include <chrono>
 #include <cstdint>
@@ -17,12 +17,19 @@
 
 #include "epp/extproc/ext_proc_stream.h"
 
+namespace llmd::http {
+class IoWorkers;
+}
+
 namespace llmd::epp::extproc {
 
 struct ExtProcServerOptions {
   std::string host = "0.0.0.0";
   uint16_t port = 9002;  // 0 = any free port (see port())
   int threads = 2;       // run the strands' posted work (parsing, scheduling, the mapping)
+  // The EPP's I/O workers: set, the strands run on them instead of `threads` of their own (a
+  // stream stays on one worker), and must outlive the server.
+  http::IoWorkers* workers = nullptr;
   ExtProcOptions stream;
 };
 

@@ -243,25 +243,6 @@ TEST_F(EppStack, PredictionsTravelOnTheColumnarPath) {
 // Each thread of the EPP (and the predictor) has a name an operator can find in top -H, and the
 // proxy works as Envoy's workers do: a request's prediction call goes out and is answered on
 // the worker that read it, so the predictor client's own I/O thread stays idle.
-std::map<std::string, long> thread_switches(pid_t pid) {
-  std::map<std::string, long> by_name;  // name -> voluntary context switches, summed
-  for (const auto& entry : std::filesystem::directory_iterator(
-           "/proc/" + std::to_string(pid) + "/task")) {
-    std::ifstream comm(entry.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    std::ifstream status(entry.path() / "status");
-    long switches = 0;
-    for (std::string line; std::getline(status, line);) {
-      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) {
-        switches = std::stol(line.substr(line.find(':') + 1));
-      }
-    }
-    by_name[name] += switches;
-  }
-  return by_name;
-}
-
 TEST_F(EppStack, ThreadsAreNamedAndPredictionCallsRunOnTheProxyWorkers) {
   ASSERT_EQ(stack_->complete(words(20, "warm"), 2).status, 200);
   const auto before = thread_switches(stack_->epp->pid());

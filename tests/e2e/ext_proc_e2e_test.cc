@@ -286,6 +286,53 @@ TEST_F(ExtProcStack, BufferedCompletionsGetThePickWithTheBodyAnswer) {
   EXPECT_EQ(metric_sum(stack_->metrics(), "llmd_epp_requests_total{code=\"200\""), 1);
 }
 
+// Gateway mode runs its streams on the EPP's workers, as the proxy runs its connections: the
+// message that starts scheduling is handed to the stream's worker, its prediction call goes out
+// and is answered there, and the pick continues on the same thread. The predictor client's own
+// I/O thread stays idle, and the ext_proc streams need no threads of their own.
+TEST_F(ExtProcStack, PredictionCallsRunOnTheEppWorkersInGatewayMode) {
+  start_gateway_mode();
+  auto one = [&](const std::string& text) {
+    const std::string body =
+        Json{{"model", stack_->model}, {"prompt", text}, {"max_tokens", 2}}.dump();
+    GatewayExchange x(*stub_);
+    EXPECT_TRUE(x.send(request_headers("/v1/completions", false)));
+    EXPECT_TRUE(x.receive());
+    EXPECT_TRUE(x.send(body_chunk(body, true)));
+    auto answer = x.receive();
+    EXPECT_TRUE(answer && answer->has_request_body());
+    const std::string destination =
+        answer ? mutation_value(answer->request_body().response().header_mutation(),
+                                "x-gateway-destination-endpoint")
+               : std::string();
+    EXPECT_FALSE(destination.empty());
+    auto pod = forward(destination, "/v1/completions", body);
+    EXPECT_EQ(pod.status, 200) << pod.body;
+    EXPECT_TRUE(x.send(response_headers(200, destination.substr(0, destination.find(',')))));
+    EXPECT_TRUE(x.receive());
+    EXPECT_TRUE(x.send(body_chunk(pod.body, true, true)));
+    EXPECT_TRUE(x.receive());
+    EXPECT_TRUE(x.finish().ok());
+  };
+  one(words(20, "warm"));
+  const auto before = thread_switches(stack_->epp->pid());
+  const std::string m0 = stack_->metrics();
+  constexpr int kRequests = 40;
+  for (int i = 0; i < kRequests; ++i) {
+    one(words(20, "x" + std::to_string(i)));
+  }
+  const auto after = thread_switches(stack_->epp->pid());
+  const std::string used = "llmd_epp_scheduling_predictions_total";
+  EXPECT_GE(metric_value(stack_->metrics(), used, {"used=\"true\""}) -
+                metric_value(m0, used, {"used=\"true\""}),
+            kRequests);
+  const long workers = after.at("epp-worker-0") + after.at("epp-worker-1") -
+                       before.at("epp-worker-0") - before.at("epp-worker-1");
+  const long predict_io = after.at("epp-predict-io") - before.at("epp-predict-io");
+  EXPECT_GE(workers, kRequests) << "the workers sleep between requests";
+  EXPECT_LT(predict_io, kRequests / 4) << "prediction calls went through epp-predict-io";
+}
+
 // x-llmd-debug (allowed by the flag) through the gateway: the decision comes back as a header
 // mutation of the response headers, naming the pod the gateway was sent to.
 TEST_F(ExtProcStack, TheDebugHeaderComesBackAsAResponseHeaderMutation) {

@@ -3,7 +3,9 @@
 // binaries on free ports, always stopped. Used by the EPP end-to-end tests.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -269,6 +271,26 @@ inline std::vector<DispatchResult> send_while_earlier_in_flight(
     t.join();
   }
   return out;
+}
+
+// Voluntary context switches of each thread of `pid`, summed by thread name (/proc).
+inline std::map<std::string, long> thread_switches(pid_t pid) {
+  std::map<std::string, long> by_name;  // name -> voluntary context switches, summed
+  for (const auto& entry : std::filesystem::directory_iterator(
+           "/proc/" + std::to_string(pid) + "/task")) {
+    std::ifstream comm(entry.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    std::ifstream status(entry.path() / "status");
+    long switches = 0;
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) {
+        switches = std::stol(line.substr(line.find(':') + 1));
+      }
+    }
+    by_name[name] += switches;
+  }
+  return by_name;
 }
 
 inline std::string words(int n, const std::string& seed) {
