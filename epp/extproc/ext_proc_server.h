@@ -28,7 +28,8 @@ struct ExtProcServerOptions {
   uint16_t port = 9002;  // 0 = any free port (see port())
   int threads = 2;       // run the strands' posted work (parsing, scheduling, the mapping)
   // The EPP's I/O workers: set, the strands run on them instead of `threads` of their own (a
-  // stream stays on one worker), and must outlive the server.
+  // stream stays on one worker). They must run until the server is destroyed: its destructor
+  // waits for the work its streams queued there.
   http::IoWorkers* workers = nullptr;
   ExtProcOptions stream;
 };
