@@ -41,7 +41,8 @@ class StreamExecutors {
   }
   // The worker a new stream lives on (round robin), or 0 with a pool.
   std::size_t place() {
-    return workers_ == nullptr ? 0 : next_.fetch_add(1, std::memory_order_relaxed) % workers_->size();
+    return workers_ == nullptr ? 0
+                               : next_.fetch_add(1, std::memory_order_relaxed) % workers_->size();
   }
   bool on_workers() const { return workers_ != nullptr; }
   // Runs what was posted before, then drops later posts. With a pool its threads stop; the
