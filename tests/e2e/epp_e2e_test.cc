@@ -262,13 +262,7 @@ TEST_F(EppStack, ThreadsAreNamedAndPredictionCallsRunOnTheProxyWorkers) {
   const std::string m = stack_->metrics();
   EXPECT_GE(metric_value(m, "llmd_epp_scheduling_predictions_total", {"used=\"true\""}),
             kRequests);
-  const long workers = after.at("epp-worker-0") + after.at("epp-worker-1") -
-                       before.at("epp-worker-0") - before.at("epp-worker-1");
-  const long predict_io = after.at("epp-predict-io") - before.at("epp-predict-io");
-  EXPECT_GE(workers, kRequests) << "the workers sleep between requests";
-  // Through the client's own thread, every batch would wake it at least once; the prober's
-  // /readyz checks of an unhealthy replica (none here) are all it may do.
-  EXPECT_LT(predict_io, kRequests / 4) << "prediction calls went through epp-predict-io";
+  expect_prediction_calls_on_workers(before, after, kRequests);
 }
 
 // Without predictors: the EPP syncs the trainer's models itself and predicts in process.

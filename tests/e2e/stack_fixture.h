@@ -293,6 +293,21 @@ inline std::map<std::string, long> thread_switches(pid_t pid) {
   return by_name;
 }
 
+// Between two thread_switches() samples of the EPP around `requests` requests with predictions:
+// the workers (epp-worker-0/1) woke for them and the predictor client's own I/O thread did not,
+// so the prediction calls went out and were answered on the workers. Through the client's own
+// thread every batch would wake it at least once; the prober's /readyz checks of an unhealthy
+// replica (none in these stacks) are all it may do.
+inline void expect_prediction_calls_on_workers(const std::map<std::string, long>& before,
+                                               const std::map<std::string, long>& after,
+                                               int requests) {
+  const long workers = after.at("epp-worker-0") + after.at("epp-worker-1") -
+                       before.at("epp-worker-0") - before.at("epp-worker-1");
+  const long predict_io = after.at("epp-predict-io") - before.at("epp-predict-io");
+  EXPECT_GE(workers, requests) << "the workers sleep between requests";
+  EXPECT_LT(predict_io, requests / 4) << "prediction calls went through epp-predict-io";
+}
+
 inline std::string words(int n, const std::string& seed) {
   std::string out;
   for (int i = 0; i < n; ++i) {
