@@ -71,6 +71,7 @@ std::string_view strategy_name(Strategy s) {
     case Strategy::kPredictedUpstream: return "predicted-latency(upstream)";
     case Strategy::kOracle: return "oracle";
     case Strategy::kOracleCost: return "oracle(cost)";
+    case Strategy::kOracleSlo: return "oracle(slo)";
   }
   return "?";
 }
@@ -85,6 +86,7 @@ std::string_view strategy_key(Strategy s) {
     case Strategy::kPredictedUpstream: return "pl_upstream";
     case Strategy::kOracle: return "oracle";
     case Strategy::kOracleCost: return "oracle_cost";
+    case Strategy::kOracleSlo: return "oracle_slo";
   }
   return "?";
 }
@@ -108,7 +110,9 @@ bool is_heuristic(Strategy s) {
          s == Strategy::kLoadPrefix322;
 }
 
-bool is_oracle(Strategy s) { return s == Strategy::kOracle || s == Strategy::kOracleCost; }
+bool is_oracle(Strategy s) {
+  return s == Strategy::kOracle || s == Strategy::kOracleCost || s == Strategy::kOracleSlo;
+}
 
 std::optional<std::string> pipeline_yaml(Strategy s, const std::string& dir, std::string* error) {
   auto fail = [&](std::string msg) -> std::optional<std::string> {
@@ -126,7 +130,8 @@ std::optional<std::string> pipeline_yaml(Strategy s, const std::string& dir, std
     case Strategy::kPredictedMost: file = "default-pipeline.yaml"; break;
     case Strategy::kPredictedUpstream: file = "upstream-pipeline.yaml"; break;
     case Strategy::kOracle:
-    case Strategy::kOracleCost: return fail("the oracle has no pipeline");
+    case Strategy::kOracleCost:
+    case Strategy::kOracleSlo: return fail("the oracle has no pipeline");
   }
   const std::string path = (std::filesystem::path(dir) / file).string();
   if (s == Strategy::kPredictedUpstream && !std::filesystem::exists(path)) {
@@ -726,6 +731,24 @@ class ClusterRun {
     return out;
   }
 
+  // The goodput oracle (kOracleSlo): a request with a TTFT SLO that no probed pod meets in
+  // truth misses it wherever it goes, so it joins the longest waiting queue, behind requests
+  // that miss anyway, and leaves the other pods' queues to requests that can still meet theirs
+  // (round-robin's accident past saturation, done on purpose with perfect knowledge).
+  int oracle_pick(const sim::SimRequest& req, std::optional<double> slo_ttft_ms) {
+    const int greedy = oracle_pick(req);
+    if (cfg_.strategy != Strategy::kOracleSlo || !slo_ttft_ms || last_oracle_ttft_ <= *slo_ttft_ms) {
+      return greedy;
+    }
+    std::size_t longest = 0;
+    for (std::size_t i = 1; i < pods_.size(); ++i) {
+      if (pods_[i].engine.metrics().num_waiting > pods_[longest].engine.metrics().num_waiting) {
+        longest = i;
+      }
+    }
+    return static_cast<int>(longest);
+  }
+
   int oracle_pick(const sim::SimRequest& req) {
     const std::size_t n = pods_.size();
     const std::vector<double> behind = behind_cost(req);
@@ -784,8 +807,10 @@ class ClusterRun {
         best_pod = i;
       }
     }
+    last_oracle_ttft_ = best;  // behind is 0 unless kOracleCost
     return static_cast<int>(best_pod);
   }
+  double last_oracle_ttft_ = 0;  // the true TTFT of the last oracle pick (kInf: none probed)
 
   void fail(std::size_t i, std::string error) {
     auto& r = result_.requests[i];
@@ -1138,7 +1163,7 @@ class ClusterRun {
   epp::PickResult oracle_result(const std::string& request_id) {
     const Waiting& w = waiting_.at(request_id);
     epp::PickResult out;
-    const int pod = oracle_pick(w.sreq);
+    const int pod = oracle_pick(w.sreq, result_.requests[w.index].slo_ttft_ms);
     for (auto& e : candidates(*w.replica)) {
       if (e.name() == pods_[static_cast<std::size_t>(pod)].name) {
         out.ranked.push_back(std::move(e));

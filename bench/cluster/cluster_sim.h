@@ -33,11 +33,13 @@ enum class Strategy {
   kPredictedUpstream,  // epp/config/upstream-pipeline.yaml (the upstream-faithful pipeline)
   kOracle,           // lowest true TTFT, probed on engine copies
   kOracleCost,       // lowest true TTFT plus the delay its prefill adds behind it (non-myopic)
+  kOracleSlo,        // goodput: the greedy oracle, but a request whose TTFT SLO no probed pod
+                     // meets goes to the pod with the longest waiting queue (only on request)
 };
 inline constexpr std::array kAllStrategies = {
     Strategy::kRoundRobin,     Strategy::kLoadPrefix111,      Strategy::kLoadPrefix322,
     Strategy::kPredictedLeast, Strategy::kPredictedUpstream, Strategy::kPredictedMost,
-    Strategy::kOracle,         Strategy::kOracleCost};
+    Strategy::kOracle,         Strategy::kOracleCost,         Strategy::kOracleSlo};
 // What the report runs unless --strategies says otherwise (predicted-latency(most) only on
 // request: without SLO headers it decides exactly like the default pipeline).
 inline constexpr std::array kDefaultStrategies = {

@@ -307,6 +307,28 @@ TEST_F(ClusterSimTest, CostAwareOracleIsGreedyWithoutQueuesAndKeepsMoreCachedInO
             << ", TTFT p95 " << greedy.ttft.p95 << " / " << cost.ttft.p95 << " ms\n";
 }
 
+// The goodput oracle is the greedy one until a request's TTFT SLO cannot be met on any probed
+// pod; such a request joins the longest queue, so past saturation more requests meet their SLO
+// than under the greedy oracle, and the ones sacrificed wait longer (suite discussion part 17).
+TEST_F(ClusterSimTest, GoodputOracleSendsHopelessSloRequestsToTheLongestQueue) {
+  Scenario heavy = tiny("D", {{20, 2}, {90, 4}}, 2, 0.1);
+  heavy.slo_ttft_ms = 150;
+  heavy.slo_share = 1;
+  const auto trace = make_trace(heavy);
+  RunConfig greedy_cfg = make_run_config(heavy, Strategy::kOracle, kEppConfig);
+  RunConfig slo_cfg = make_run_config(heavy, Strategy::kOracleSlo, kEppConfig);
+  const auto greedy = summarize(trace, run_cluster(trace, greedy_cfg));
+  const auto slo = summarize(trace, run_cluster(trace, slo_cfg));
+  ASSERT_EQ(greedy.back().ok, trace.requests.size());
+  ASSERT_EQ(slo.back().ok, trace.requests.size());
+  EXPECT_LT(greedy.back().slo_attainment, 0.9) << "the heavy stage must miss SLOs";
+  EXPECT_GT(slo.back().slo_attainment, greedy.back().slo_attainment);
+  EXPECT_GT(slo.back().ttft.p99, greedy.back().ttft.p99) << "the sacrificed wait longer";
+  std::cout << "attainment greedy " << greedy.back().slo_attainment << " goodput "
+            << slo.back().slo_attainment << ", TTFT p99 " << greedy.back().ttft.p99 << " / "
+            << slo.back().ttft.p99 << " ms\n";
+}
+
 TEST_F(ClusterSimTest, PredictedLatencyTrainsOnItsOwnRequests) {
   const Scenario s = tiny("C", {{40, 3}, {60, 3}}, 3, 0.1);
   const auto trace = make_trace(s);

@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
     ("out-dir", "Output directory", cxxopts::value<std::string>()->default_value("bench/results/routing"))
     ("scenarios", "Comma list of scenario names, or 'all'", cxxopts::value<std::string>()->default_value("all"))
     ("holdout", "Run the hold-out pool shapes instead of the default set")
-    ("strategies", "Comma list (rr, lp111, lp322, pl_least, pl_upstream, pl_most, oracle, oracle_cost), 'default' (all but pl_most and oracle_cost; the suite adds oracle_cost) or 'all'", cxxopts::value<std::string>()->default_value("default"))
+    ("strategies", "Comma list (rr, lp111, lp322, pl_least, pl_upstream, pl_most, oracle, oracle_cost, oracle_slo), 'default' (all but pl_most, oracle_cost and oracle_slo; the suite adds oracle_cost) or 'all'", cxxopts::value<std::string>()->default_value("default"))
     ("threads", "Runs in parallel", cxxopts::value<int>()->default_value("2"))
     ("seeds", "Comma list of seeds (traces, engines and scheduling); one run per scenario, strategy and seed", cxxopts::value<std::string>()->default_value("1,2,3"))
     ("seed", "A single seed (replaces --seeds)", cxxopts::value<uint64_t>())

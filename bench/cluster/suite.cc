@@ -368,6 +368,7 @@ Scenario suite_scenario(const SuiteParams& p, const ProbeResult& probe, const Su
   if (p.oracle) {
     s.strategies.push_back(Strategy::kOracle);
     s.strategies.push_back(Strategy::kOracleCost);
+    s.strategies.push_back(Strategy::kOracleSlo);  // runs only when --strategies names it
   }
   s.note = probe.saturated ? "" : "no probe stage saturated: saturation extrapolated";
   return s;
