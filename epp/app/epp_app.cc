@@ -192,9 +192,15 @@ EppApp::Impl::Impl(const EppOptions& o)
                                                              o.discovery.token_file,
                                                              o.discovery.ca_file})
                              : nullptr),
-      epp_metrics(registry, EppMetricSources{pods, prefix_index, gate, port,
-                                         [this] { return proxy->idle_upstream_connections(); },
-                                         [this] { return !standby(); }}),
+      epp_metrics(registry,
+                  EppMetricSources{pods, prefix_index, gate, port,
+                                   [this] { return proxy->idle_upstream_connections(); },
+                                   [this] { return !standby(); },
+                                   [this] { return proxy->active_requests(); },
+                                   o.ext_proc_port > 0
+                                       ? std::function<int()>(
+                                             [this] { return ext_proc->active_streams(); })
+                                       : nullptr}),
       health(admin_server(o.health_host, o.health_port, "epp-health"),
              [this](http::Request& r) { return admin.route(r); }),
       metrics_server(admin_server(o.metrics_host, o.metrics_port, "epp-metrics"),

@@ -47,6 +47,17 @@ EppMetrics::EppMetrics(prometheus::Registry& registry, EppMetricSources sources)
   ejected_ = &pool.Add({{"stat", "ejected_pods"}});
   panic_ = &pool.Add({{"stat", "panic_mode"}});
   idle_upstream_ = &pool.Add({{"stat", "idle_upstream_connections"}});
+  auto& in_progress =
+      BuildGauge()
+          .Name("llmd_epp_requests_in_progress")
+          .Help("Client requests the EPP has read and not yet answered in full, by ingress: "
+                "proxy (its OpenAI port) or ext_proc (the gateway's streams open), as Envoy's "
+                "downstream_rq_active; a drain ends when both are 0")
+          .Register(registry);
+  proxy_in_progress_ = &in_progress.Add({{"ingress", "proxy"}});
+  if (sources_.ext_proc_streams) {
+    ext_proc_in_progress_ = &in_progress.Add({{"ingress", "ext_proc"}});
+  }
   auto& ejections = BuildCounter()
                         .Name("llmd_epp_pod_ejections_total")
                         .Help("Outlier ejections of a pod after consecutive failed requests")
@@ -99,6 +110,10 @@ std::string EppMetrics::collect() {
   ejected_->Set(static_cast<double>(health.ejected));
   panic_->Set(health.panic ? 1 : 0);
   idle_upstream_->Set(static_cast<double>(sources_.idle_upstream_connections()));
+  proxy_in_progress_->Set(sources_.proxy_requests ? sources_.proxy_requests() : 0);
+  if (ext_proc_in_progress_ != nullptr) {
+    ext_proc_in_progress_->Set(sources_.ext_proc_streams());
+  }
   for (const auto& p : pods.pod_health(now)) {
     pod_ejected_->Add({{"pod", p.name}}).Set(p.ejected ? 1 : 0);
   }

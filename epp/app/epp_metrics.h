@@ -34,6 +34,10 @@ struct EppMetricSources {
   const EppSchedulingPort& port;
   std::function<std::size_t()> idle_upstream_connections;
   std::function<bool()> serving;  // this replica leads (or there is no election)
+  // Client requests read and not yet answered in full, per ingress (the gateway's: its ext_proc
+  // streams open); null: that ingress is off.
+  std::function<int()> proxy_requests;
+  std::function<int()> ext_proc_streams;
 };
 
 class EppMetrics {
@@ -64,6 +68,8 @@ class EppMetrics {
   prometheus::Gauge* ejected_;
   prometheus::Gauge* panic_;
   prometheus::Gauge* idle_upstream_;
+  prometheus::Gauge* proxy_in_progress_;
+  prometheus::Gauge* ext_proc_in_progress_ = nullptr;
   prometheus::Family<prometheus::Gauge>* pod_ejected_;
   prometheus::Family<prometheus::Gauge>* in_flight_;
   prometheus::Family<prometheus::Gauge>* residual_;

@@ -510,6 +510,10 @@ TEST_F(EppSheddingStack, UnreachableSloShedsSheddableRequestButServesNormalOne) 
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_GE(in_flight, 10) << "hang guard (30 s): the long requests never ran";
+  // The proxy counts them as requests in progress (the operator's downstream_rq_active).
+  EXPECT_GE(metric_value(stack_->metrics(), "llmd_epp_requests_in_progress",
+                         {"ingress=\"proxy\""}),
+            10);
   std::vector<http::Header> slo = {{"x-slo-ttft-ms", "0.001"}, {"x-slo-tpot-ms", "0.001"}};
   Json sheddable = {{"nvext", {{"agent_hints", {{"priority", -1}}}}}};
   http::ClientResponse shed;
@@ -536,6 +540,14 @@ TEST_F(EppSheddingStack, UnreachableSloShedsSheddableRequestButServesNormalOne) 
   EXPECT_TRUE(shed_error["param"].is_null());
   EXPECT_EQ(shed.header("retry-after"), "1");
   EXPECT_EQ(normal.status, 200) << normal.body;
+  double in_progress = -1;
+  for (int i = 0; i < 100 && (in_progress = metric_value(stack_->metrics(),
+                                                         "llmd_epp_requests_in_progress",
+                                                         {"ingress=\"proxy\""})) != 0;
+       ++i) {  // hang guard: 10 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(in_progress, 0) << "every request answered in full";
 }
 
 // A pod of a slower class among identical ones (modelsim --slow-pods 1: pod-3 computes ~2x

@@ -329,6 +329,39 @@ TEST_F(ExtProcStack, PredictionCallsRunOnTheEppWorkersInGatewayMode) {
   expect_prediction_calls_on_workers(before, after, kRequests);
 }
 
+// An open gateway stream is a request in progress (the ext_proc ingress of the gauge an
+// operator watches during a drain), until its exchange ends.
+TEST_F(ExtProcStack, AnOpenStreamIsARequestInProgressUntilItEnds) {
+  start_gateway_mode();
+  auto in_progress = [&](const std::string& ingress) {
+    return metric_value(stack_->metrics(), "llmd_epp_requests_in_progress",
+                        {"ingress=\"" + ingress + "\""});
+  };
+  EXPECT_EQ(in_progress("ext_proc"), 0);
+  {
+    GatewayExchange x(*stub_);
+    ASSERT_TRUE(x.send(request_headers("/v1/completions", false)));
+    ASSERT_TRUE(x.receive());  // BUFFERED: the headers are answered; the body has not come
+    EXPECT_EQ(in_progress("ext_proc"), 1);
+    EXPECT_EQ(in_progress("proxy"), 0);
+    const std::string body =
+        Json{{"model", stack_->model}, {"prompt", words(8, "open")}, {"max_tokens", 2}}.dump();
+    ASSERT_TRUE(x.send(body_chunk(body, true)));
+    auto answer = x.receive();
+    ASSERT_TRUE(answer && answer->has_request_body());
+    ASSERT_TRUE(x.send(response_headers(200, stack_->pod_address(0))));
+    ASSERT_TRUE(x.receive());
+    ASSERT_TRUE(x.send(body_chunk(R"({"choices":[]})", true, true)));
+    ASSERT_TRUE(x.receive());
+    EXPECT_TRUE(x.finish().ok());
+  }
+  double open = -1;
+  for (int i = 0; i < 100 && (open = in_progress("ext_proc")) != 0; ++i) {  // hang guard: 10 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(open, 0) << "the stream ended";
+}
+
 // x-llmd-debug (allowed by the flag) through the gateway: the decision comes back as a header
 // mutation of the response headers, naming the pod the gateway was sent to.
 TEST_F(ExtProcStack, TheDebugHeaderComesBackAsAResponseHeaderMutation) {
