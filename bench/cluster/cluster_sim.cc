@@ -736,9 +736,9 @@ class ClusterRun {
   // that miss anyway, and leaves the other pods' queues to requests that can still meet theirs
   // (round-robin's accident past saturation, done on purpose with perfect knowledge).
   int oracle_pick(const sim::SimRequest& req, std::optional<double> slo_ttft_ms) {
-    const int greedy = oracle_pick(req);
-    if (cfg_.strategy != Strategy::kOracleSlo || !slo_ttft_ms || last_oracle_ttft_ <= *slo_ttft_ms) {
-      return greedy;
+    const ProbedPick best = probe_best(req);
+    if (cfg_.strategy != Strategy::kOracleSlo || !slo_ttft_ms || best.cost <= *slo_ttft_ms) {
+      return best.pod;
     }
     std::size_t longest = 0;
     for (std::size_t i = 1; i < pods_.size(); ++i) {
@@ -749,7 +749,13 @@ class ClusterRun {
     return static_cast<int>(longest);
   }
 
-  int oracle_pick(const sim::SimRequest& req) {
+  // The pod the probes found cheapest, and its cost there: the true TTFT (plus, for
+  // kOracleCost, the charge for those behind).
+  struct ProbedPick {
+    int pod = 0;
+    double cost = kInf;
+  };
+  ProbedPick probe_best(const sim::SimRequest& req) {
     const std::size_t n = pods_.size();
     const std::vector<double> behind = behind_cost(req);
     std::vector<std::pair<double, std::size_t>> order;
@@ -807,10 +813,8 @@ class ClusterRun {
         best_pod = i;
       }
     }
-    last_oracle_ttft_ = best;  // behind is 0 unless kOracleCost
-    return static_cast<int>(best_pod);
+    return {static_cast<int>(best_pod), best};
   }
-  double last_oracle_ttft_ = 0;  // the true TTFT of the last oracle pick (kInf: none probed)
 
   void fail(std::size_t i, std::string error) {
     auto& r = result_.requests[i];
