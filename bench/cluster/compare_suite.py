@@ -7,7 +7,9 @@ A variant run (`cluster_sim --suite ... --strategies pl_least --pipeline-file F`
 heuristic columns; the heuristics do not depend on the default pipeline, so the baseline's are
 reused. Per scenario: the best heuristic by TTFT p95, the variant's TTFT delta against it, SLO
 attainment points against the heuristics' best, and the suite's verdict (within +0.5 % and,
-with SLO headers, within 0.5 points). One line per scenario when one variant is given.
+with SLO headers, within 0.5 points). The summary adds the median share of the gap between the
+best heuristic and the baseline's better oracle that the variant recovers (the suite's
+moonshot), where the baseline ran the oracles. One line per scenario when one variant is given.
 
     bench/cluster/compare_suite.py --oracles SUITE/suite.csv
 
@@ -74,13 +76,20 @@ def main(argv):
     base = {r['name']: r for r in csv.DictReader(open(argv[1]))}
     for path in argv[2:]:
         var = {r['name']: r for r in csv.DictReader(open(path))}
-        rels, good, lines = [], 0, []
+        rels, good, lines, gaps = [], 0, [], []
         for name in sorted(base):
             if name not in var:
                 continue
             best, rel, pts, ok = judge(base[name], var[name])
             rels.append(rel)
             good += ok
+            # The share of the gap between the best heuristic and the better oracle of the
+            # baseline run that the variant recovers (where the oracles ran and beat it).
+            b = num(base[name]['ttft_p95_' + best])
+            o = min(num(base[name].get('ttft_p95_oracle', '-')),
+                    num(base[name].get('ttft_p95_oracle_cost', '-')))
+            if o < b:
+                gaps.append((b - num(var[name]['ttft_p95_pl_least'])) / (b - o))
             lines.append(f"  {name} {best:6s} {rel * 100:+7.1f}% {pts:+6.1f} pts "
                          f"{'ok' if ok else 'LOSS'}")
         if not rels:
@@ -88,9 +97,11 @@ def main(argv):
             continue
         rels.sort()
         p90 = rels[min(len(rels) - 1, int(0.9 * len(rels)))]
+        gap = (f"; gap to the oracle recovered, median {statistics.median(gaps) * 100:.0f} % "
+               f"({len(gaps)} scenarios)" if gaps else "")
         print(f"{path}: {good} of {len(rels)} at least as good; median "
               f"{statistics.median(rels) * 100:+.1f}%, p90 {p90 * 100:+.1f}%, "
-              f"worst {rels[-1] * 100:+.1f}%")
+              f"worst {rels[-1] * 100:+.1f}%{gap}")
         if len(argv) == 3:
             print('\n'.join(lines))
 
