@@ -3,9 +3,9 @@
 #include <condition_variable>
 #include <list>
 #include <mutex>
-#include <unordered_map>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>

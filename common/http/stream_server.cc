@@ -873,7 +873,6 @@ StrandPtr StreamServer::make_strand() {
   return std::make_unique<StrandImpl>(s.workers.at(s.next_strand++ % s.workers.size()));
 }
 
-
 void StreamServer::run(bool handle_signals) {
   auto& s = *impl_;
   for (auto& l : s.listeners) {

@@ -428,9 +428,9 @@ struct ProxyServer::Impl {
   // kept-alive connection first; one the pod closed meanwhile is replaced and the request sent
   // once more); the flow is told what happens and keeps the bookkeeping.
   net::awaitable<Outcome> forward(llmd::http::ClientCore& pods, llmd::http::ResponseStream& client,
-                                  ClientWatch& watch,
-                                  const llmd::http::Request& req, RequestFlow& flow,
-                                  const Endpoint& pod, const std::string& decision) {
+                                  ClientWatch& watch, const llmd::http::Request& req,
+                                  RequestFlow& flow, const Endpoint& pod,
+                                  const std::string& decision) {
     const std::string& request_id = flow.request_id();
     flow.dispatch();
     const std::string& body = flow.forwarded_body() ? *flow.forwarded_body() : req.body;
@@ -482,10 +482,10 @@ struct ProxyServer::Impl {
     };
     auto open = [this, &pods, &call, &origin, &up, &executor](auto done) {
       call = pods.open(*origin, std::move(up), upstream_timeouts, executor,
-                           [done](llmd::http::ClientResponse head,
-                                  llmd::http::ClientCallPtr body) mutable {
-                             done(Opened{std::move(head), std::move(body)});
-                           });
+                       [done](llmd::http::ClientResponse head,
+                              llmd::http::ClientCallPtr body) mutable {
+                         done(Opened{std::move(head), std::move(body)});
+                       });
     };
     Opened opened = co_await await_callback<Opened>(open);
     llmd::http::ClientResponse& res = opened.head;
