@@ -27,6 +27,7 @@
 #include "bench/epp_overhead_load.h"
 #include "bench/epp_overhead_pods.h"
 #include "bench/epp_overhead_report.h"
+#include "bench/tcp_byte_meter.h"
 #include "bench/train_synthetic.h"
 #include "common/config/options.h"
 #include "common/http/async_client.h"

@@ -11,13 +11,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <map>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -131,79 +128,6 @@ inline double threads_cpu_seconds(const std::string& prefix) {
   }
   return total;
 }
-
-// Bytes through the TCP connections of the servers listening on `ports` over a step, from the
-// kernel's per-connection counters (`ss -ti`: bytes_received, bytes_sent). For the predictors
-// that is their traffic with the EPP: prediction requests in, answers out, HTTP headers
-// included. Sampled repeatedly because the EPP's connection pool opens and closes connections
-// under load: a connection that closes keeps what it had at its last sample, one that opens
-// during the step counts from 0. Not thread-safe: one thread samples at a time.
-class TcpByteMeter {
- public:
-  explicit TcpByteMeter(std::vector<uint16_t> ports) : ports_(std::move(ports)) {}
-
-  void sample() {
-    if (ports_.empty()) {
-      return;
-    }
-    std::string filter;
-    for (uint16_t p : ports_) {
-      filter += (filter.empty() ? "sport = :" : " or sport = :") + std::to_string(p);
-    }
-    const std::string command = "ss -tinH state established '( " + filter + " )' 2>/dev/null";
-    FILE* out = ::popen(command.c_str(), "r");
-    if (out == nullptr) {
-      return;
-    }
-    char buf[4096];
-    std::string connection;
-    while (std::fgets(buf, sizeof(buf), out) != nullptr) {
-      const std::string line = buf;
-      if (!line.empty() && line[0] != ' ' && line[0] != '\t') {
-        // "Recv-Q Send-Q local peer": the queues change from sample to sample.
-        std::istringstream fields(line);
-        std::string recv_q, send_q, local, peer;
-        fields >> recv_q >> send_q >> local >> peer;
-        connection = local + " " + peer;
-        continue;
-      }
-      Counts c;
-      std::istringstream words(line);
-      std::string w;
-      while (words >> w) {
-        if (w.rfind("bytes_sent:", 0) == 0) {
-          c.sent = std::stod(w.substr(11));
-        } else if (w.rfind("bytes_received:", 0) == 0) {
-          c.received = std::stod(w.substr(15));
-        }
-      }
-      if (!started_) {
-        first_[connection] = c;
-      }
-      last_[connection] = c;
-    }
-    ::pclose(out);
-    started_ = true;
-  }
-  double received() const { return total(&Counts::received); }
-  double sent() const { return total(&Counts::sent); }
-
- private:
-  struct Counts {
-    double received = 0, sent = 0;
-  };
-  double total(double Counts::*field) const {
-    double sum = 0;
-    for (const auto& [connection, c] : last_) {
-      auto it = first_.find(connection);
-      sum += c.*field - (it == first_.end() ? 0.0 : it->second.*field);
-    }
-    return sum;
-  }
-  std::vector<uint16_t> ports_;
-  bool started_ = false;
-  std::map<std::string, Counts> first_, last_;
-};
 
 // Who used the cores during a step: the EPP, the predictors, the fake pods (threads of this
 // process) and the load generator (the rest of this process).
