@@ -12,7 +12,7 @@ PKGS=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   zlib1g-dev
-  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev openssl
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libnghttp2-dev libssl-dev openssl
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -18,7 +18,7 @@ FROM debian:12-slim
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libyaml-cpp0.7 libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 \
-      libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libc-ares2 libre2-9 libssl3 zlib1g \
+      libnghttp2-14 libprotobuf32 libssl3 zlib1g \
       libxgboost0 \
  && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 65532 llmd \

@@ -2,348 +2,243 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
-#include <stdexcept>
 #include <utility>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/thread_pool.hpp>
-
-#include <absl/synchronization/mutex.h>
-#include <fmt/format.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <spdlog/spdlog.h>
+#include <vector>
 
 #include "common/http/io_workers.h"
-#include "epp/extproc/external_processor.grpc.pb.h"
+#include "epp/extproc/grpc_server.h"
 
 namespace llmd::epp::extproc {
 namespace {
 
-namespace net = boost::asio;
-
-// The streams' threads and the only way onto them: the EPP's I/O workers when it has them
-// (each stream is placed on one for its life, as a proxy connection is), else a pool of its own.
-// A prediction or a router queue wake-up can come back after the server is gone (the predictor
-// client outlives it): a post then finds the executors closed and drops the continuation, whose
-// stream ends as a client that went away. Thread-safe.
-class StreamExecutors {
- public:
-  StreamExecutors(int threads, http::IoWorkers* workers) : workers_(workers) {
-    if (workers_ == nullptr) {
-      pool_.emplace(static_cast<std::size_t>(std::max(1, threads)));
-    }
-  }
-  // The worker a new stream lives on (round robin), or 0 with a pool.
-  std::size_t place() {
-    return workers_ == nullptr ? 0
-                               : next_.fetch_add(1, std::memory_order_relaxed) % workers_->size();
-  }
-  bool on_workers() const { return workers_ != nullptr; }
-  // Runs what was posted before, then drops later posts. With a pool its threads stop; the
-  // workers are the EPP's and keep running, so this waits for the drains queued on them (they
-  // call the services the server was given, which the owner destroys after it).
-  void close() {
-    std::unique_lock lock(mu_);
-    open_ = false;
-    if (pool_) {
-      lock.unlock();
-      pool_->join();
-      return;
-    }
-    drained_.wait(lock, [this] { return queued_ == 0; });
-  }
-
- private:
-  friend class StreamStrand;
-  // mu_ held, open_.
-  void post_locked(std::size_t worker, std::function<void()> fn) {
-    if (pool_) {
-      net::post(*pool_, std::move(fn));
-      return;
-    }
-    ++queued_;
-    net::post(workers_->at(worker), [this, fn = std::move(fn)] {
-      fn();
-      std::lock_guard lock(mu_);
-      if (--queued_ == 0) {
-        drained_.notify_all();
-      }
-    });
-  }
-
-  http::IoWorkers* const workers_;
-  std::atomic<std::size_t> next_{0};
-  std::mutex mu_;
-  std::condition_variable drained_;
-  bool open_ = true;        // guarded by mu_
-  std::size_t queued_ = 0;  // guarded by mu_: drains posted to a worker, not yet run
-  std::optional<net::thread_pool> pool_;
-};
-
-// One stream's strand: its functions run one at a time, in the order they were handed in.
-// A message from gRPC finds the strand idle most of the time and then runs at once on gRPC's
-// thread (claim + run_here): a hop to the pool and back costs context switches, which at
-// 1,500 req/s were ~9 % of the EPP's CPU. Work from elsewhere (a prediction, a router queue
-// wake-up) is posted to the stream's worker (or the pool). On a worker, the message that starts
-// scheduling is posted too: its prediction call then goes out from the worker and answers
-// there (the predictor client's per-worker pools), so the answer continues the stream on the
-// same thread instead of waking the client's I/O thread and then another. Holds its
-// StreamExecutors, which is destroyed (and with it the pool) only after the strand. Thread-safe.
-class StreamStrand : public std::enable_shared_from_this<StreamStrand> {
- public:
-  explicit StreamStrand(std::shared_ptr<StreamExecutors> executors)
-      : executors_(std::move(executors)), worker_(executors_->place()) {}
-  void post(std::function<void()> fn) {
-    if (claim(std::move(fn))) {
-      std::lock_guard lock(executors_->mu_);
-      if (executors_->open_) {
-        executors_->post_locked(worker_, [self = shared_from_this()] { self->drain(); });
-      }
-    }
-  }
-  bool on_worker() const { return executors_->on_workers(); }
-  // Queues `fn`; true when the strand was idle and the caller must now drain it: gRPC's
-  // reactor calls run_here() (after starting the next read: the order of messages is the
-  // queue's), post() hands the drain to the pool.
-  bool claim(std::function<void()> fn) {
-    std::lock_guard lock(mu_);
-    queue_.push_back(std::move(fn));
-    if (busy_) {
-      return false;
-    }
-    busy_ = true;
-    return true;
-  }
-  // Runs the queue on the calling thread until it is empty.
-  void run_here() {
-    {
-      std::lock_guard lock(executors_->mu_);
-      if (!executors_->open_) {
-        return;
-      }
-    }
-    drain();
-  }
-
- private:
-  void drain() {
-    while (true) {
-      std::function<void()> fn;
-      {
-        std::lock_guard lock(mu_);
-        if (queue_.empty()) {
-          busy_ = false;
-          return;
-        }
-        fn = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      fn();
-    }
-  }
-
-  std::shared_ptr<StreamExecutors> executors_;
-  const std::size_t worker_;
-  std::mutex mu_;
-  std::deque<std::function<void()>> queue_;  // guarded by mu_
-  bool busy_ = false;  // guarded by mu_: a thread is draining (or about to)
-};
-
 constexpr char kServiceName[] = "envoy.service.ext_proc.v3.ExternalProcessor";
+constexpr char kProcessPath[] = "/envoy.service.ext_proc.v3.ExternalProcessor/Process";
+constexpr char kHealthCheckPath[] = "/grpc.health.v1.Health/Check";
+constexpr char kHealthWatchPath[] = "/grpc.health.v1.Health/Watch";
 
-// What the stream's strand shares with the reactor (gRPC's threads): the reactor's own state
-// and the way out (null once the reactor is gone).
-struct StreamLock {
-  std::mutex mu;
-  class ProcessReactor* reactor = nullptr;  // guarded by mu
-};
-
-class ProcessReactor final
-    : public grpc::ServerBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse> {
+// One Process call: the gateway's messages in, the ExtProcStream's answers out. Everything runs
+// on the call's worker: the messages, the continuations the stream posts (predictions, router
+// queue wake-ups), and its answers.
+class ProcessCall final : public GrpcCallHandler {
  public:
-  // The stream lives on `strand`: every call into it is posted there, in arrival order.
-  ProcessReactor(const ExtProcOptions& options, const ExtProcServices& services,
-                 std::atomic<int>& active, std::shared_ptr<StreamStrand> strand)
-      : active_(active), lock_(std::make_shared<StreamLock>()), strand_(std::move(strand)) {
+  ProcessCall(const ExtProcOptions& options, const ExtProcServices& services,
+              std::atomic<int>& active, std::shared_ptr<GrpcCall> call)
+      : active_(active), call_(call) {
     ++active_;
-    lock_->reactor = this;
-    std::weak_ptr<StreamLock> weak = lock_;
     stream_ = std::make_shared<ExtProcStream>(
         options, services,
-        // Called on the strand.
-        [weak](pb::ProcessingResponse r) {
-          if (auto l = weak.lock()) {
-            std::lock_guard guard(l->mu);
-            if (l->reactor != nullptr) {
-              l->reactor->enqueue(std::move(r));
-            }
-          }
-        },
-        [strand = strand_](std::function<void()> fn) { strand->post(std::move(fn)); });
-    StartRead(&incoming_);
+        [call](pb::ProcessingResponse r) { call->send(r.SerializeAsString()); },
+        [call](std::function<void()> fn) { call->post(std::move(fn)); });
   }
+  ~ProcessCall() override { --active_; }
 
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      // The gateway half-closed (the exchange is over) or the stream broke. Finishing waits
-      // for the messages already posted to the strand, whose answers go out first.
-      end_reads(grpc::Status::OK);
+  void on_message(std::string bytes) override {
+    pb::ProcessingRequest message;
+    if (!message.ParseFromString(bytes) ||
+        message.request_case() == pb::ProcessingRequest::REQUEST_NOT_SET) {
+      // Nothing this EPP can answer (another protocol or version): an error status, so the
+      // gateway applies its failure mode instead of waiting for a response that never comes.
+      stream_->cancel();
+      call_->finish({GrpcCode::kInvalidArgument,
+                     "ProcessingRequest carries no request_headers, request_body, "
+                     "response_headers, response_body or trailers"});
       return;
     }
-    if (incoming_.request_case() == pb::ProcessingRequest::REQUEST_NOT_SET) {
-      // Nothing this EPP can answer (bytes that decoded to no known request, e.g. another
-      // protocol or version): an error status, so the gateway applies its failure mode
-      // instead of waiting for a response that never comes.
-      end_reads(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                             "ProcessingRequest carries no request_headers, request_body, "
-                             "response_headers, response_body or trailers"));
-      return;
-    }
-    // Swapped out, not copied: a buffered request body travels in one message.
-    auto message = std::make_shared<pb::ProcessingRequest>();
-    message->Swap(&incoming_);
-    // Queued before the next read can complete (order), run after it started (overlap). The
-    // strand is held by a local: once the read is started the reactor may finish and go.
-    std::shared_ptr<StreamStrand> strand = strand_;
-    auto run = [stream = stream_, message] { stream->on_message(*message); };
-    if (strand->on_worker() && starts_scheduling(*message)) {
-      strand->post(std::move(run));
-      StartRead(&incoming_);
-      return;
-    }
-    const bool run_here = strand->claim(std::move(run));
-    StartRead(&incoming_);
-    if (run_here) {
-      strand->run_here();
-    }
+    stream_->on_message(message);
   }
-
-  void OnWriteDone(bool ok) override {
-    std::lock_guard guard(lock_->mu);
-    writing_ = false;
-    if (!ok) {
-      outgoing_.clear();
-      strand_->post([stream = stream_] { stream->cancel(); });
-      reads_done_ = true;
-    } else {
-      outgoing_.pop_front();
-    }
-    write_next();
-    maybe_finish();
+  // The gateway half-closed: the exchange is over. The answers sent so far go out first.
+  void on_half_close() override {
+    stream_->cancel();
+    call_->finish({});
   }
-
-  void OnCancel() override {
-    strand_->post([stream = stream_] { stream->cancel(); });
-  }
-
-  void OnDone() override {
-    {
-      std::lock_guard guard(lock_->mu);
-      lock_->reactor = nullptr;
-    }
-    strand_->post([stream = std::move(stream_)] { stream->cancel(); });
-    --active_;
-    delete this;
-  }
-
-  // lock_->mu held.
-  void enqueue(pb::ProcessingResponse r) {
-    if (finished_) {
-      return;
-    }
-    outgoing_.push_back(std::move(r));
-    write_next();
-  }
+  void on_cancel() override { stream_->cancel(); }
 
  private:
-  void write_next() {
-    if (!writing_ && !outgoing_.empty() && !finished_) {
-      writing_ = true;
-      StartWrite(&outgoing_.front());
-    }
-  }
-  // On the strand, after the messages read before: cancel the stream, then finish the RPC once
-  // the answers queued so far are written.
-  void end_reads(grpc::Status status) {
-    strand_->post([stream = stream_, lock = lock_, status = std::move(status)] {
-      stream->cancel();
-      std::lock_guard guard(lock->mu);
-      if (lock->reactor != nullptr) {
-        lock->reactor->reads_done_ = true;
-        lock->reactor->error_ = status;
-        lock->reactor->maybe_finish();
-      }
-    });
-  }
-  void maybe_finish() {
-    if (reads_done_ && !writing_ && outgoing_.empty() && !finished_) {
-      finished_ = true;
-      Finish(error_);
-    }
-  }
-
-  // The message whose handling asks for predictions: the request's last body chunk, or headers
-  // with no body to follow. Later phases (the response) only map and relay.
-  static bool starts_scheduling(const pb::ProcessingRequest& m) {
-    return (m.has_request_body() && m.request_body().end_of_stream()) ||
-           (m.has_request_headers() && m.request_headers().end_of_stream());
-  }
-
   std::atomic<int>& active_;
-  std::shared_ptr<StreamLock> lock_;
-  std::shared_ptr<StreamStrand> strand_;
-  std::shared_ptr<ExtProcStream> stream_;  // used on strand_ only
-  pb::ProcessingRequest incoming_;         // gRPC's read buffer (reads are sequential)
-  std::deque<pb::ProcessingResponse> outgoing_;  // guarded by lock_->mu; front() is on the wire
-  bool writing_ = false;                         // guarded by lock_->mu
-  bool reads_done_ = false;                      // guarded by lock_->mu
-  bool finished_ = false;                        // guarded by lock_->mu
-  grpc::Status error_ = grpc::Status::OK;        // guarded by lock_->mu; the stream's status
+  std::shared_ptr<GrpcCall> call_;
+  std::shared_ptr<ExtProcStream> stream_;
 };
 
-class Service final : public pb::ExternalProcessor::CallbackService {
- public:
-  Service(const ExtProcOptions& options, const ExtProcServices& services,
-          std::atomic<int>& active, std::shared_ptr<StreamExecutors> executors)
-      : options_(options), services_(services), active_(active),
-        executors_(std::move(executors)) {}
+// grpc.health.v1 by hand: HealthCheckRequest is {string service = 1}, HealthCheckResponse is
+// {ServingStatus status = 1}; two fields do not need generated code.
+enum ServingStatus { kServing = 1, kNotServing = 2, kServiceUnknown = 3 };
 
-  grpc::ServerBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse>* Process(
-      grpc::CallbackServerContext*) override {
-    return new ProcessReactor(options_, services_, active_,
-                              std::make_shared<StreamStrand>(executors_));
+std::optional<std::string> parse_service(const std::string& bytes) {
+  std::string service;
+  std::size_t i = 0;
+  auto varint = [&](uint64_t& v) {
+    v = 0;
+    for (int shift = 0; i < bytes.size() && shift < 64; shift += 7) {
+      const auto b = static_cast<unsigned char>(bytes[i++]);
+      v |= uint64_t{b & 0x7fu} << shift;
+      if ((b & 0x80) == 0) {
+        return true;
+      }
+    }
+    return false;
+  };
+  while (i < bytes.size()) {
+    uint64_t key = 0, v = 0;
+    if (!varint(key)) {
+      return std::nullopt;
+    }
+    switch (key & 7) {
+      case 0:
+        if (!varint(v)) {
+          return std::nullopt;
+        }
+        break;
+      case 1:
+      case 5:
+        i += (key & 7) == 1 ? 8 : 4;
+        break;
+      case 2:
+        if (!varint(v) || v > bytes.size() - i) {
+          return std::nullopt;
+        }
+        if ((key >> 3) == 1) {
+          service = bytes.substr(i, v);
+        }
+        i += v;
+        break;
+      default:
+        return std::nullopt;
+    }
+  }
+  if (i > bytes.size()) {
+    return std::nullopt;
+  }
+  return service;
+}
+
+std::string health_response(int status) { return {char{0x08}, static_cast<char>(status)}; }
+
+// The services' statuses and the Watch calls that follow them. Thread-safe.
+class HealthStatuses : public std::enable_shared_from_this<HealthStatuses> {
+ public:
+  struct Watcher {
+    std::shared_ptr<GrpcCall> call;
+    std::string service;
+    int last = 0;  // on the call's worker
+  };
+  std::optional<int> get(const std::string& service) {
+    std::lock_guard lock(mu_);
+    auto it = statuses_.find(service);
+    return it == statuses_.end() ? std::nullopt : std::optional<int>(it->second);
+  }
+  void set(const std::string& service, bool serving) {
+    std::vector<std::shared_ptr<Watcher>> watchers;
+    {
+      std::lock_guard lock(mu_);
+      statuses_[service] = serving ? kServing : kNotServing;
+      watchers = watchers_;
+    }
+    for (auto& w : watchers) {
+      if (w->service == service) {
+        w->call->post([self = shared_from_this(), w] { self->update(*w); });
+      }
+    }
+  }
+  // On the watcher's worker: sends its service's status when it changed.
+  void update(Watcher& w) {
+    const int now = get(w.service).value_or(kServiceUnknown);
+    if (!w.call->ended() && now != w.last) {
+      w.last = now;
+      w.call->send(health_response(now));
+    }
+  }
+  void add(std::shared_ptr<Watcher> w) {
+    std::lock_guard lock(mu_);
+    watchers_.push_back(std::move(w));
+  }
+  void remove(const Watcher* w) {
+    std::lock_guard lock(mu_);
+    std::erase_if(watchers_, [w](const auto& x) { return x.get() == w; });
   }
 
  private:
-  ExtProcOptions options_;
-  ExtProcServices services_;
-  std::atomic<int>& active_;
-  std::shared_ptr<StreamExecutors> executors_;
+  std::mutex mu_;
+  std::map<std::string, int> statuses_;               // guarded by mu_
+  std::vector<std::shared_ptr<Watcher>> watchers_;    // guarded by mu_
+};
+
+// Check (unary; an unknown service is NOT_FOUND) and Watch (the status now, then every change;
+// an unknown service is SERVICE_UNKNOWN, as gRPC's own health service answers).
+class HealthCall final : public GrpcCallHandler {
+ public:
+  HealthCall(std::shared_ptr<HealthStatuses> statuses, std::shared_ptr<GrpcCall> call, bool watch)
+      : statuses_(std::move(statuses)), call_(std::move(call)), watch_(watch) {}
+  ~HealthCall() override {
+    if (watcher_) {
+      statuses_->remove(watcher_.get());
+    }
+  }
+  void on_message(std::string bytes) override {
+    const auto service = parse_service(bytes);
+    if (!service || got_request_) {
+      call_->finish({GrpcCode::kInvalidArgument, "expected one HealthCheckRequest"});
+      return;
+    }
+    got_request_ = true;
+    if (watch_) {
+      watcher_ = std::make_shared<HealthStatuses::Watcher>(
+          HealthStatuses::Watcher{call_, *service, 0});
+      statuses_->add(watcher_);
+      statuses_->update(*watcher_);
+    } else {
+      service_ = *service;
+    }
+  }
+  void on_half_close() override {
+    if (watch_) {
+      return;  // a Watch runs until the client cancels it
+    }
+    if (!got_request_) {
+      call_->finish({GrpcCode::kInvalidArgument, "expected one HealthCheckRequest"});
+    } else if (const auto status = statuses_->get(service_)) {
+      call_->send(health_response(*status));
+      call_->finish({});
+    } else {
+      call_->finish({GrpcCode::kNotFound, "unknown service " + service_});
+    }
+  }
+  void on_cancel() override {}
+
+ private:
+  std::shared_ptr<HealthStatuses> statuses_;
+  std::shared_ptr<GrpcCall> call_;
+  const bool watch_;
+  bool got_request_ = false;
+  std::string service_;
+  std::shared_ptr<HealthStatuses::Watcher> watcher_;
 };
 
 }  // namespace
 
 struct ExtProcServer::Impl {
-  Impl(ExtProcServerOptions o, ExtProcServices s)
-      : options(std::move(o)),
-        executors(std::make_shared<StreamExecutors>(options.threads, options.workers)),
-        service(options.stream, s, active, executors) {}
-  // The server has stopped (~ExtProcServer): what the streams posted runs, then the threads
-  // end, while the services the streams call are still alive.
-  ~Impl() { executors->close(); }
+  Impl(ExtProcServerOptions o, ExtProcServices s) : options(std::move(o)), services(s) {
+    if (options.workers == nullptr) {
+      own_workers = std::make_unique<http::IoWorkers>(std::max(1, options.threads), "epp-extproc");
+    }
+  }
+  ~Impl() {
+    server.reset();  // before the workers it runs on
+    if (own_workers) {
+      own_workers->stop();
+    }
+  }
+  http::IoWorkers& workers() { return options.workers != nullptr ? *options.workers : *own_workers; }
+
   ExtProcServerOptions options;
+  ExtProcServices services;
+  std::unique_ptr<http::IoWorkers> own_workers;
   std::atomic<int> active{0};
-  std::shared_ptr<StreamExecutors> executors;
-  Service service;
+  std::shared_ptr<HealthStatuses> health = std::make_shared<HealthStatuses>();
   std::mutex mu;  // guards `server` (readiness and shutdown come from different threads)
-  std::unique_ptr<grpc::Server> server;
-  int port = 0;
+  std::unique_ptr<GrpcServer> server;
 };
 
 ExtProcServer::ExtProcServer(ExtProcServerOptions options, ExtProcServices services)
@@ -352,56 +247,46 @@ ExtProcServer::ExtProcServer(ExtProcServerOptions options, ExtProcServices servi
 ExtProcServer::~ExtProcServer() { shutdown(std::chrono::milliseconds(0)); }
 
 void ExtProcServer::start() {
-  // Debian's Abseil is built without NDEBUG, so every absl::Mutex gRPC takes records a stack
-  // trace and updates a lock-order graph (deadlock detection): ~2 % of the EPP's CPU in
-  // gateway mode (perf, 1,000 req/s). A debugging aid, not wanted in production.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  const std::string address = fmt::format("{}:{}", impl_->options.host, impl_->options.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl_->port);
-  builder.RegisterService(&impl_->service);
+  Impl& s = *impl_;
+  GrpcServerOptions o;
+  o.host = s.options.host;
+  o.port = s.options.port;
   // A request body travels in one message in BUFFERED mode: allow the EPP's body limit.
-  builder.SetMaxReceiveMessageSize(
-      static_cast<int>(std::min<std::size_t>(impl_->options.stream.body_limit + 65536,
-                                             std::numeric_limits<int>::max())));
-  auto server = builder.BuildAndStart();
-  if (!server || impl_->port == 0) {
-    throw std::runtime_error("cannot serve ext_proc on " + address);
+  o.max_message_bytes = s.options.stream.body_limit + 65536;
+  auto server = std::make_unique<GrpcServer>(o, s.workers());
+  server->add_method(kProcessPath, [&s](std::shared_ptr<GrpcCall> call) {
+    return std::make_unique<ProcessCall>(s.options.stream, s.services, s.active, std::move(call));
+  });
+  for (const bool watch : {false, true}) {
+    server->add_method(watch ? kHealthWatchPath : kHealthCheckPath,
+                       [health = s.health, watch](std::shared_ptr<GrpcCall> call) {
+                         return std::make_unique<HealthCall>(health, std::move(call), watch);
+                       });
   }
-  server->GetHealthCheckService()->SetServingStatus("liveness", true);
-  {
-    std::lock_guard lock(impl_->mu);
-    impl_->server = std::move(server);
-  }
+  s.health->set("liveness", true);
   set_ready(false);
+  server->start();
+  std::lock_guard lock(s.mu);
+  s.server = std::move(server);
 }
 
-uint16_t ExtProcServer::port() const { return static_cast<uint16_t>(impl_->port); }
+uint16_t ExtProcServer::port() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->server ? impl_->server->port() : 0;
+}
 
 void ExtProcServer::set_ready(bool ready) {
-  std::lock_guard lock(impl_->mu);
-  if (!impl_->server) {
-    return;
+  for (const char* service : {"readiness", kServiceName, ""}) {
+    impl_->health->set(service, ready);
   }
-  auto* health = impl_->server->GetHealthCheckService();
-  health->SetServingStatus("readiness", ready);
-  health->SetServingStatus(kServiceName, ready);
-  health->SetServingStatus("", ready);
 }
 
 void ExtProcServer::shutdown(std::chrono::milliseconds timeout) {
   set_ready(false);
-  std::unique_ptr<grpc::Server> server;
-  {
-    std::lock_guard lock(impl_->mu);
-    server = std::move(impl_->server);
+  std::lock_guard lock(impl_->mu);
+  if (impl_->server) {
+    impl_->server->shutdown(timeout);
   }
-  if (!server) {
-    return;
-  }
-  server->Shutdown(std::chrono::system_clock::now() + timeout);
-  server->Wait();
 }
 
 int ExtProcServer::active_streams() const { return impl_->active.load(); }

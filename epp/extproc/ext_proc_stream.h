@@ -25,9 +25,9 @@
 // the fallback, SSE scanning, timing, feedback) is the RequestFlow's (epp/request); this class
 // is only the protobuf mapping.
 //
-// Threading: owned by the stream's strand: on_message() and cancel() are called there, and
-// `post` runs continuations (predictions, queue wake-ups) there, never on the predictor
-// client's or the gate's thread. `emit` is called on the strand.
+// Threading: owned by the stream's strand (its gateway connection's worker): on_message() and
+// cancel() are called there, and `post` runs continuations (predictions, queue wake-ups)
+// there, never on the predictor client's or the gate's thread. `emit` is called on the strand.
 #include <chrono>
 #include <functional>
 #include <memory>

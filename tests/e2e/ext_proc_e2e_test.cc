@@ -286,10 +286,10 @@ TEST_F(ExtProcStack, BufferedCompletionsGetThePickWithTheBodyAnswer) {
   EXPECT_EQ(metric_sum(stack_->metrics(), "llmd_epp_requests_total{code=\"200\""), 1);
 }
 
-// Gateway mode runs its streams on the EPP's workers, as the proxy runs its connections: the
-// message that starts scheduling is handed to the stream's worker, its prediction call goes out
-// and is answered there, and the pick continues on the same thread. The predictor client's own
-// I/O thread stays idle, and the ext_proc streams need no threads of their own.
+// Gateway mode runs its streams on the EPP's workers, as the proxy runs its connections: a
+// gateway connection lives on one worker, its streams' prediction calls go out and are answered
+// there, and the pick continues on the same thread. The predictor client's own I/O thread stays
+// idle, and the ext_proc streams need no threads of their own.
 TEST_F(ExtProcStack, PredictionCallsRunOnTheEppWorkersInGatewayMode) {
   start_gateway_mode();
   auto one = [&](const std::string& text) {

@@ -1,0 +1,119 @@
+#pragma once
+// GrpcServer: the EPP's gRPC server core, HTTP/2 (nghttp2, cleartext with prior knowledge, as
+// Envoy's ext_proc cluster speaks it) on the EPP's own I/O workers.
+//
+// Why not the gRPC library's server: in gateway mode it ran every stream's messages through its
+// own polling and executor threads (8-12 of them) and handed each to an EPP worker and back;
+// perf put half of the EPP's CPU in those threads, most of it in the kernel (wake-ups). Here a
+// connection lives on one worker, as a proxy connection does: its frames are read, its calls
+// run, their prediction calls go out and come back, and their answers are written, all on that
+// one thread. Envoy's own ext_proc client is a few HTTP/2 connections with one stream per
+// HTTP request, so the streams spread over the workers with the connections.
+//
+// The protocol is gRPC over HTTP/2 as specified (PROTOCOL-HTTP2.md): POST, content-type
+// application/grpc, length-prefixed messages, status in trailers (trailers-only for a call that
+// ends before any message), grpc-timeout as the call's deadline. Messages are not compressed
+// (the server announces grpc-accept-encoding: identity; a compressed message ends the call
+// with UNIMPLEMENTED).
+//
+// Bounds: a message over `max_message_bytes` ends its call with RESOURCE_EXHAUSTED before it is
+// buffered; `max_concurrent_streams` per connection (SETTINGS); connections take their
+// descriptor from the process's DescriptorBudget (at the budget the listener waits, as the HTTP
+// server does); unknown methods end with UNIMPLEMENTED; bytes that are not HTTP/2 close the
+// connection.
+//
+// Threads: a call's handler and the GrpcCall it is given are used on the call's worker only
+// (GrpcCall::post gets there from any thread). start(), shutdown() and the destructor are the
+// owner's (not a worker thread); the workers must run until the destructor returns.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace llmd::http {
+class IoWorkers;
+}
+
+namespace llmd::epp::extproc {
+
+// gRPC status codes used here (grpc/status.h numbering).
+enum class GrpcCode : int {
+  kOk = 0,
+  kCancelled = 1,
+  kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
+  kNotFound = 5,
+  kResourceExhausted = 8,
+  kUnimplemented = 12,
+  kInternal = 13,
+  kUnavailable = 14,
+};
+
+struct GrpcStatus {
+  GrpcCode code = GrpcCode::kOk;
+  std::string message;
+};
+
+// One call (one HTTP/2 stream) as its handler sees it. On the call's worker only, except post().
+class GrpcCall {
+ public:
+  virtual ~GrpcCall() = default;
+  // Queues one serialized message to the peer; dropped once the call has ended.
+  virtual void send(std::string message) = 0;
+  // Ends the call with `status` after the messages sent before it. Later sends are dropped.
+  virtual void finish(GrpcStatus status) = 0;
+  // True once the call has ended (finished, cancelled, reset or its connection gone).
+  virtual bool ended() const = 0;
+  // Runs `fn` on the call's worker (from any thread); dropped once the server is destroyed.
+  virtual void post(std::function<void()> fn) = 0;
+};
+
+// What the server tells a call's handler, on the call's worker, in the order it happened.
+class GrpcCallHandler {
+ public:
+  virtual ~GrpcCallHandler() = default;
+  virtual void on_message(std::string message) = 0;
+  // The client sent its last message.
+  virtual void on_half_close() = 0;
+  // The call ended without the handler's finish(): reset by the client, its deadline passed,
+  // a bad message, the connection went away or the server shut down. Nothing sent goes out.
+  virtual void on_cancel() = 0;
+};
+
+struct GrpcServerOptions {
+  std::string host = "0.0.0.0";
+  uint16_t port = 0;  // 0 = any free port (see port())
+  std::size_t max_message_bytes = 4 * 1024 * 1024;
+  uint32_t max_concurrent_streams = 10000;  // per connection
+};
+
+class GrpcServer {
+ public:
+  // Creates the call's handler; it is destroyed when the call has ended and been told so.
+  using Method = std::function<std::unique_ptr<GrpcCallHandler>(std::shared_ptr<GrpcCall>)>;
+
+  GrpcServer(GrpcServerOptions options, http::IoWorkers& workers);
+  ~GrpcServer();  // shutdown(0), then waits for the work posted to the workers
+  GrpcServer(const GrpcServer&) = delete;
+  GrpcServer& operator=(const GrpcServer&) = delete;
+
+  // `path` is "/package.Service/Method". Before start().
+  void add_method(const std::string& path, Method method);
+  // Binds and accepts on the workers (started here if they are not running). Throws
+  // std::runtime_error naming the address.
+  void start();
+  uint16_t port() const;
+  // Stops accepting and tells every connection to start no new calls (GOAWAY); calls in flight
+  // run for up to `timeout`, then are cancelled and the connections closed. Blocks; idempotent.
+  void shutdown(std::chrono::milliseconds timeout);
+  // Calls open now (all methods).
+  int open_calls() const;
+
+  struct Impl;  // grpc_server.cc's; the connections and calls hold it
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace llmd::epp::extproc

@@ -1,0 +1,301 @@
+// The EPP's own gRPC server (epp/extproc/grpc_server.cc) against the gRPC library's client, as
+// a gateway and a health checker use it: the protocol's edges (unknown methods, health Check
+// and Watch, a message over the limit, bytes that are not HTTP/2, many streams on one
+// connection). The server is an ExtProcServer on a free port with a scheduling port that picks
+// at once.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "epp/extproc/ext_proc_server.h"
+#include "epp/extproc/external_processor.grpc.pb.h"
+#include "tests/epp/extproc/ext_proc_messages.h"
+
+namespace llmd::epp::extproc {
+namespace {
+
+using testing::header;
+using testing::mutation_value;
+
+// Picks pod "a" at once, on the calling thread.
+class ImmediatePort final : public SchedulingPort {
+ public:
+  SchedulingGenerationPtr generation() override { return generation_; }
+  Route route(const SchedulingRequest&, const SchedulingGeneration&) override { return {}; }
+  void pick_async(const SchedulingRequest&, const Route&, const SchedulingGeneration&, Rng&,
+                  Resume, std::function<void(PickResult)> done) override {
+    PickResult r;
+    PodInfo pod;
+    pod.name = "a";
+    pod.address = "10.0.0.1:8000";
+    r.ranked.push_back(Endpoint::of(std::move(pod)));
+    done(std::move(r));
+  }
+  void estimate_service_ms_async(const SchedulingRequest&, int64_t, Resume,
+                                 std::function<void(double)> done) override {
+    done(0);
+  }
+
+ private:
+  SchedulingGenerationPtr generation_ = std::make_shared<const SchedulingGeneration>();
+};
+
+std::chrono::system_clock::time_point in(std::chrono::milliseconds d) {
+  return std::chrono::system_clock::now() + d;
+}
+
+// One call through the library's generic stub on a completion queue, driven step by step.
+class GenericCall {
+ public:
+  GenericCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& method)
+      : stub_(channel) {
+    context_.set_deadline(in(std::chrono::seconds(30)));
+    call_ = stub_.PrepareCall(&context_, method, &cq_);
+    call_->StartCall(tag(1));
+    EXPECT_TRUE(next(1));
+  }
+  ~GenericCall() {
+    cq_.Shutdown();
+    void* t = nullptr;
+    bool ok = false;
+    while (cq_.Next(&t, &ok)) {
+    }
+  }
+  bool write(const std::string& bytes) {
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer buffer(&slice, 1);
+    call_->Write(buffer, tag(2));
+    return next(2);
+  }
+  bool writes_done() {
+    call_->WritesDone(tag(3));
+    return next(3);
+  }
+  // The next message, or false when the stream ended or nothing came within `wait`.
+  bool read(std::string& bytes, std::chrono::milliseconds wait = std::chrono::seconds(10)) {
+    grpc::ByteBuffer buffer;
+    call_->Read(&buffer, tag(4));
+    if (!next(4, wait)) {
+      return false;
+    }
+    std::vector<grpc::Slice> slices;
+    (void)buffer.Dump(&slices);
+    bytes.clear();
+    for (const auto& s : slices) {
+      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    return true;
+  }
+  void cancel() { context_.TryCancel(); }
+  grpc::Status finish() {
+    grpc::Status status;
+    call_->Finish(&status, tag(5));
+    next(5);
+    return status;
+  }
+
+ private:
+  static void* tag(intptr_t i) { return reinterpret_cast<void*>(i); }
+  bool next(intptr_t expected, std::chrono::milliseconds wait = std::chrono::seconds(10)) {
+    void* t = nullptr;
+    bool ok = false;
+    const auto r = cq_.AsyncNext(&t, &ok, in(wait));
+    if (r != grpc::CompletionQueue::GOT_EVENT) {
+      return false;
+    }
+    EXPECT_EQ(t, tag(expected));
+    return ok;
+  }
+
+  grpc::GenericStub stub_;
+  grpc::ClientContext context_;
+  grpc::CompletionQueue cq_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
+};
+
+// grpc.health.v1 on the wire: HealthCheckRequest{service = 1}, HealthCheckResponse{status = 1}.
+std::string health_request(const std::string& service) {
+  return std::string{0x0a, static_cast<char>(service.size())} + service;
+}
+std::string health_status(int status) { return {0x08, static_cast<char>(status)}; }
+constexpr int kServing = 1, kNotServing = 2, kServiceUnknown = 3;
+
+class GrpcServerTest : public ::testing::Test {
+ protected:
+  void start(std::size_t body_limit = 16 * 1024 * 1024) {
+    ExtProcServerOptions options;
+    options.host = "127.0.0.1";
+    options.port = 0;
+    options.stream.body_limit = body_limit;
+    server_ = std::make_unique<ExtProcServer>(options, ExtProcServices{&port_, nullptr, nullptr, nullptr});
+    server_->start();
+    channel_ = new_channel();
+  }
+  void TearDown() override {
+    if (server_) {
+      server_->shutdown(std::chrono::milliseconds(0));
+    }
+  }
+  std::shared_ptr<grpc::Channel> new_channel() {
+    return grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                               grpc::InsecureChannelCredentials());
+  }
+  // One buffered completion on `channel`: the pick comes back and the stream ends OK.
+  static bool pick(const std::shared_ptr<grpc::Channel>& channel) {
+    auto stub = pb::ExternalProcessor::NewStub(channel);
+    grpc::ClientContext context;
+    context.set_deadline(in(std::chrono::seconds(30)));
+    auto stream = stub->Process(&context);
+    pb::ProcessingRequest headers;
+    auto* h = headers.mutable_request_headers();
+    *h->mutable_headers()->add_headers() = header(":method", "POST");
+    *h->mutable_headers()->add_headers() = header(":path", "/v1/completions");
+    pb::ProcessingResponse answer;
+    if (!stream->Write(headers) || !stream->Read(&answer)) {
+      return false;
+    }
+    pb::ProcessingRequest body;
+    body.mutable_request_body()->set_body(R"({"model":"m","prompt":"hello"})");
+    body.mutable_request_body()->set_end_of_stream(true);
+    if (!stream->Write(body) || !stream->Read(&answer)) {
+      return false;
+    }
+    const bool picked = mutation_value(answer.request_body().response().header_mutation(),
+                                       "x-gateway-destination-endpoint") == "10.0.0.1:8000";
+    stream->WritesDone();
+    while (stream->Read(&answer)) {
+    }
+    return stream->Finish().ok() && picked;
+  }
+
+  ImmediatePort port_;
+  std::unique_ptr<ExtProcServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+TEST_F(GrpcServerTest, AnUnknownMethodEndsWithUnimplemented) {
+  start();
+  GenericCall call(channel_, "/no.Such/Method");
+  call.write("x");
+  call.writes_done();
+  const grpc::Status status = call.finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << status.error_message();
+  EXPECT_TRUE(pick(channel_)) << "the connection serves on";
+}
+
+TEST_F(GrpcServerTest, HealthCheckAnswersEachServiceAndNotFoundForOthers) {
+  start();
+  auto check = [&](const std::string& service, std::string& answer) {
+    GenericCall call(channel_, "/grpc.health.v1.Health/Check");
+    call.write(health_request(service));
+    call.writes_done();
+    answer.clear();
+    call.read(answer);
+    return call.finish();
+  };
+  std::string answer;
+  EXPECT_TRUE(check("liveness", answer).ok());
+  EXPECT_EQ(answer, health_status(kServing));
+  EXPECT_TRUE(check("readiness", answer).ok());
+  EXPECT_EQ(answer, health_status(kNotServing)) << "not ready until the owner says so";
+  server_->set_ready(true);
+  EXPECT_TRUE(check("envoy.service.ext_proc.v3.ExternalProcessor", answer).ok());
+  EXPECT_EQ(answer, health_status(kServing));
+  EXPECT_EQ(check("no-such-service", answer).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(GrpcServerTest, HealthWatchSendsTheStatusNowAndThenEveryChange) {
+  start();
+  GenericCall watch(channel_, "/grpc.health.v1.Health/Watch");
+  ASSERT_TRUE(watch.write(health_request("readiness")));
+  ASSERT_TRUE(watch.writes_done());
+  std::string answer;
+  ASSERT_TRUE(watch.read(answer));
+  EXPECT_EQ(answer, health_status(kNotServing));
+  server_->set_ready(true);
+  ASSERT_TRUE(watch.read(answer));
+  EXPECT_EQ(answer, health_status(kServing));
+  server_->set_ready(false);
+  ASSERT_TRUE(watch.read(answer));
+  EXPECT_EQ(answer, health_status(kNotServing));
+  watch.cancel();
+  EXPECT_EQ(watch.finish().error_code(), grpc::StatusCode::CANCELLED);
+
+  GenericCall unknown(channel_, "/grpc.health.v1.Health/Watch");
+  ASSERT_TRUE(unknown.write(health_request("no-such-service")));
+  ASSERT_TRUE(unknown.read(answer));
+  EXPECT_EQ(answer, health_status(kServiceUnknown)) << "a Watch of an unknown service stays open";
+  unknown.cancel();
+  unknown.finish();
+}
+
+TEST_F(GrpcServerTest, AMessageOverTheLimitEndsItsCallWithResourceExhausted) {
+  start(/*body_limit=*/1024);  // messages up to 1 KiB + 64 KiB
+  auto stub = pb::ExternalProcessor::NewStub(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(in(std::chrono::seconds(30)));
+  auto stream = stub->Process(&context);
+  pb::ProcessingRequest body;
+  body.mutable_request_body()->set_body(std::string(200 * 1024, 'x'));
+  body.mutable_request_body()->set_end_of_stream(true);
+  stream->Write(body);
+  stream->WritesDone();
+  pb::ProcessingResponse answer;
+  while (stream->Read(&answer)) {
+  }
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(pick(channel_)) << "the connection serves on";
+}
+
+TEST_F(GrpcServerTest, BytesThatAreNotHttp2CloseTheirConnectionOnly) {
+  start();
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(server_->port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const std::string request = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  timeval hang_guard{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &hang_guard, sizeof(hang_guard));
+  char buffer[4096];
+  ssize_t n = 0;
+  while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) {
+  }
+  EXPECT_EQ(n, 0) << "the server closes the connection (not a timeout)";
+  ::close(fd);
+  EXPECT_TRUE(pick(channel_));
+}
+
+TEST_F(GrpcServerTest, ManyStreamsAtOnceOnOneConnectionAllGetTheirPick) {
+  start();
+  std::atomic<int> picked{0};
+  std::vector<std::thread> gateways;
+  for (int i = 0; i < 16; ++i) {
+    gateways.emplace_back([&] {
+      for (int j = 0; j < 10; ++j) {
+        picked += pick(channel_) ? 1 : 0;
+      }
+    });
+  }
+  for (auto& t : gateways) {
+    t.join();
+  }
+  EXPECT_EQ(picked.load(), 160);
+  EXPECT_EQ(server_->active_streams(), 0);
+}
+
+}  // namespace
+}  // namespace llmd::epp::extproc
