@@ -70,7 +70,7 @@ inline std::string epp_overhead_markdown(const nlohmann::json& run) {
       "and the fake pods share the same cores. {} s per fixed-rate step.\n\n"
       "*CPU us/req*: utime+stime from `/proc/<pid>/stat` before and after the step, over the "
       "requests sent; *client* is the load generator's process minus the fake pods' threads. "
-      "*predictor bytes/req*: what the predictors' connections received / sent (`ss -ti`) over "
+      "*predictor bytes/req*: what the predictors' connections received / sent (the kernel's tcp_info, read over NETLINK_SOCK_DIAG in the load generator) over "
       "the requests sent: the prediction exchange with its HTTP headers. "
       "*EPP threads*: `/proc/<epp pid>/task`, idle before the step / the most seen during it.\n\n"
       "## Fixed rates\n\n"
