@@ -237,8 +237,9 @@ struct ExtProcServer::Impl {
   std::unique_ptr<http::IoWorkers> own_workers;
   std::atomic<int> active{0};
   std::shared_ptr<HealthStatuses> health = std::make_shared<HealthStatuses>();
-  std::mutex mu;  // guards `server` (readiness and shutdown come from different threads)
+  std::mutex mu;  // guards `server` (start and shutdown come from different threads)
   std::unique_ptr<GrpcServer> server;
+  std::atomic<uint16_t> port{0};
 };
 
 ExtProcServer::ExtProcServer(ExtProcServerOptions options, ExtProcServices services)
@@ -266,14 +267,12 @@ void ExtProcServer::start() {
   s.health->set("liveness", true);
   set_ready(false);
   server->start();
+  s.port.store(server->port());
   std::lock_guard lock(s.mu);
   s.server = std::move(server);
 }
 
-uint16_t ExtProcServer::port() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->server ? impl_->server->port() : 0;
-}
+uint16_t ExtProcServer::port() const { return impl_->port.load(); }
 
 void ExtProcServer::set_ready(bool ready) {
   for (const char* service : {"readiness", kServiceName, ""}) {
@@ -283,9 +282,13 @@ void ExtProcServer::set_ready(bool ready) {
 
 void ExtProcServer::shutdown(std::chrono::milliseconds timeout) {
   set_ready(false);
-  std::lock_guard lock(impl_->mu);
-  if (impl_->server) {
-    impl_->server->shutdown(timeout);
+  GrpcServer* server = nullptr;
+  {
+    std::lock_guard lock(impl_->mu);
+    server = impl_->server.get();  // reset only by ~Impl
+  }
+  if (server != nullptr) {
+    server->shutdown(timeout);  // blocks: not under the lock, port() and readiness go on
   }
 }
 

@@ -125,6 +125,7 @@ struct GrpcServer::Impl : std::enable_shared_from_this<GrpcServer::Impl> {
   std::mutex mu;
   std::condition_variable cv;
   bool shut_down = false;                                   // guarded by mu
+  bool shutdown_over = false;                               // guarded by mu
   std::map<const Connection*, std::weak_ptr<Connection>> connections;  // guarded by mu
   bool open = true;                                         // guarded by mu: posts accepted
   std::size_t queued = 0;                                   // guarded by mu
@@ -219,6 +220,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void open(int32_t id, Stream& s);
   // Ends a call the server gives up on: its status goes out, its handler hears on_cancel().
   void end_call(Stream& s, GrpcStatus status);
+  // The stream is gone (closed, or the connection is): a call that had not ended is cancelled
+  // for its handler, and the call stops counting.
+  void release(Stream& s);
   void read();
   void flush();
 
@@ -372,16 +376,7 @@ void Connection::close() {
   closed_ = true;
   dispatching_ = true;  // the handlers' reactions below write nothing
   for (auto& [id, s] : streams_) {
-    if (s.handler) {
-      server_->calls.fetch_sub(1);
-      if (!s.call->ended_) {
-        s.call->ended_ = true;
-        s.handler->on_cancel();
-      }
-    }
-    if (s.call) {
-      s.call->deadline_.reset();
-    }
+    release(s);
   }
   streams_.clear();
   events_.clear();
@@ -581,16 +576,7 @@ void Connection::dispatch() {
         end_call(s, {e.code, e.message});
         break;
       case EventKind::kClosed:
-        if (s.handler) {
-          server_->calls.fetch_sub(1);
-          if (!s.call->ended_) {
-            s.call->ended_ = true;
-            s.handler->on_cancel();
-          }
-        }
-        if (s.call) {
-          s.call->deadline_.reset();  // the timer must not outlive the workers with the call
-        }
+        release(s);
         streams_.erase(it);
         break;
     }
@@ -632,6 +618,19 @@ void Connection::open(int32_t id, Stream& s) {
         self->end_call(it->second, {GrpcCode::kDeadlineExceeded, "deadline exceeded"});
       }
     });
+  }
+}
+
+void Connection::release(Stream& s) {
+  if (s.handler) {
+    server_->calls.fetch_sub(1);
+    if (!s.call->ended_) {
+      s.call->ended_ = true;
+      s.handler->on_cancel();
+    }
+  }
+  if (s.call) {
+    s.call->deadline_.reset();  // the timer must not outlive the workers with the call
   }
 }
 
@@ -742,8 +741,10 @@ int GrpcServer::open_calls() const { return impl_->calls.load(); }
 void GrpcServer::shutdown(std::chrono::milliseconds timeout) {
   Impl& s = *impl_;
   {
-    std::lock_guard lock(s.mu);
+    std::unique_lock lock(s.mu);
     if (s.shut_down) {
+      // Another thread's shutdown is under way: this one returns once it is over.
+      s.cv.wait(lock, [&s] { return s.shutdown_over; });
       return;
     }
     s.shut_down = true;
@@ -774,6 +775,8 @@ void GrpcServer::shutdown(std::chrono::milliseconds timeout) {
   // The connections go once their pending reads and writes have returned (a few ms).
   std::unique_lock lock(s.mu);
   s.cv.wait_for(lock, std::chrono::seconds(10), [&s] { return s.connections.empty(); });
+  s.shutdown_over = true;
+  s.cv.notify_all();
 }
 
 }  // namespace llmd::epp::extproc

@@ -13,6 +13,7 @@
 
 #include "epp/extproc/external_processor.grpc.pb.h"
 #include "health.grpc.pb.h"
+#include "tests/common/http_test_util.h"
 #include "tests/e2e/fake_lease_api.h"
 #include "tests/epp/extproc/ext_proc_messages.h"
 #include "tests/e2e/stack_fixture.h"
@@ -588,6 +589,46 @@ TEST_F(ExtProcStack, AStandbyIsNotServingOverGrpcAndPicksOnceItLeads) {
   EXPECT_FALSE(mutation_value(r->request_headers().response().header_mutation(),
                               "x-gateway-destination-endpoint")
                    .empty());
+}
+
+// A 1,024-descriptor limit and 1,100 idle connections to the ext_proc port: the EPP's gRPC
+// server stops accepting at the process's descriptor budget instead of running out, the
+// gateway's open connection keeps serving, and new connections are accepted once the idle ones
+// are gone.
+TEST_F(ExtProcStack, IdleConnectionsBeyondTheDescriptorLimitLeaveTheGatewayServing) {
+  StackOptions o;
+  o.pods = 2;
+  o.epp_max_open_files = 1024;
+  start_gateway_mode(o);
+  std::vector<std::unique_ptr<http::testing::RawSocket>> idle;
+  for (int i = 0; i < 1100; ++i) {
+    idle.push_back(std::make_unique<http::testing::RawSocket>(ext_proc_port_, 1));
+  }
+  // Hang guard: the listener reaches the budget within a few hundred connections.
+  for (int i = 0; i < 200 && stack_->epp->log().find("grpc: connections hold the descriptors") ==
+                                 std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(stack_->epp->log().find("grpc: connections hold the descriptors"), std::string::npos)
+      << stack_->epp->log();
+  EXPECT_FALSE(streamed_chat("while the idle connections hold the budget").empty());
+  EXPECT_TRUE(stack_->epp->running()) << stack_->epp->log();
+  idle.clear();
+  // A channel with a subchannel of its own: a new connection, not the gateway's.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto fresh = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(ext_proc_port_),
+                                         grpc::InsecureChannelCredentials(), args);
+  EXPECT_TRUE(fresh->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
+  auto stub = grpc::health::v1::Health::NewStub(fresh);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service("liveness");
+  grpc::health::v1::HealthCheckResponse res;
+  EXPECT_TRUE(stub->Check(&ctx, req, &res).ok());
+  EXPECT_EQ(res.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
 }  // namespace

@@ -10,14 +10,12 @@
 #include <thread>
 
 #include "common/http/io_workers.h"
-#include "epp/extproc/external_processor.grpc.pb.h"
-#include "tests/epp/extproc/ext_proc_messages.h"
+#include "tests/epp/extproc/buffered_exchange.h"
+#include "tests/epp/extproc/pick_of_pod_a.h"
 
 namespace llmd::epp::extproc {
 namespace {
 
-using testing::header;
-using testing::mutation_value;
 
 // Answers every pick from a thread of its own, as the predictor client's single I/O thread
 // does, through the `resume` the stream gave; records which thread ran the continuation.
@@ -45,12 +43,7 @@ class PredictorThreadPort final : public SchedulingPort {
           continuation_thread = std::this_thread::get_id();
           continuation_worker = http::IoWorkers::current_context();
         }
-        PickResult r;
-        PodInfo pod;
-        pod.name = "a";
-        pod.address = "10.0.0.1:8000";
-        r.ranked.push_back(Endpoint::of(std::move(pod)));
-        done(std::move(r));
+        done(testing::pick_of_pod_a());
       });
     });
   }
@@ -73,34 +66,11 @@ class PredictorThreadPort final : public SchedulingPort {
 
 // One buffered completion through `server`, as a gateway sends it; the stream ends cleanly.
 void pick_one(ExtProcServer& server) {
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server.port()),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = pb::ExternalProcessor::NewStub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  auto stream = stub->Process(&context);
-
-  pb::ProcessingRequest headers;
-  auto* h = headers.mutable_request_headers();
-  *h->mutable_headers()->add_headers() = header(":method", "POST");
-  *h->mutable_headers()->add_headers() = header(":path", "/v1/completions");
-  ASSERT_TRUE(stream->Write(headers));
-  pb::ProcessingResponse answer;
-  ASSERT_TRUE(stream->Read(&answer));
-  EXPECT_TRUE(answer.has_request_headers()) << "BUFFERED: the headers are answered at once";
-  pb::ProcessingRequest body;
-  body.mutable_request_body()->set_body(R"({"model":"m","prompt":"hello"})");
-  body.mutable_request_body()->set_end_of_stream(true);
-  ASSERT_TRUE(stream->Write(body));
-  ASSERT_TRUE(stream->Read(&answer));
-  ASSERT_TRUE(answer.has_request_body()) << answer.DebugString();
-  EXPECT_EQ(mutation_value(answer.request_body().response().header_mutation(),
-                           "x-gateway-destination-endpoint"),
-            "10.0.0.1:8000");
-  stream->WritesDone();
-  while (stream->Read(&answer)) {
-  }
-  EXPECT_TRUE(stream->Finish().ok());
+  testing::BufferedExchange x(grpc::CreateChannel("127.0.0.1:" + std::to_string(server.port()),
+                                                  grpc::InsecureChannelCredentials()));
+  ASSERT_TRUE(x.headers()) << "BUFFERED: the headers are answered at once";
+  EXPECT_EQ(x.body(), "10.0.0.1:8000");
+  EXPECT_TRUE(x.finish().ok());
 }
 
 ExtProcServerOptions local_options() {

@@ -20,13 +20,12 @@
 
 #include "epp/extproc/ext_proc_server.h"
 #include "epp/extproc/external_processor.grpc.pb.h"
-#include "tests/epp/extproc/ext_proc_messages.h"
+#include "tests/epp/extproc/buffered_exchange.h"
+#include "tests/epp/extproc/pick_of_pod_a.h"
 
 namespace llmd::epp::extproc {
 namespace {
 
-using testing::header;
-using testing::mutation_value;
 
 // Picks pod "a" at once, on the calling thread.
 class ImmediatePort final : public SchedulingPort {
@@ -35,12 +34,7 @@ class ImmediatePort final : public SchedulingPort {
   Route route(const SchedulingRequest&, const SchedulingGeneration&) override { return {}; }
   void pick_async(const SchedulingRequest&, const Route&, const SchedulingGeneration&, Rng&,
                   Resume, std::function<void(PickResult)> done) override {
-    PickResult r;
-    PodInfo pod;
-    pod.name = "a";
-    pod.address = "10.0.0.1:8000";
-    r.ranked.push_back(Endpoint::of(std::move(pod)));
-    done(std::move(r));
+    done(testing::pick_of_pod_a());
   }
   void estimate_service_ms_async(const SchedulingRequest&, int64_t, Resume,
                                  std::function<void(double)> done) override {
@@ -152,31 +146,10 @@ class GrpcServerTest : public ::testing::Test {
                                grpc::InsecureChannelCredentials());
   }
   // One buffered completion on `channel`: the pick comes back and the stream ends OK.
-  static bool pick(const std::shared_ptr<grpc::Channel>& channel) {
-    auto stub = pb::ExternalProcessor::NewStub(channel);
-    grpc::ClientContext context;
-    context.set_deadline(in(std::chrono::seconds(30)));
-    auto stream = stub->Process(&context);
-    pb::ProcessingRequest headers;
-    auto* h = headers.mutable_request_headers();
-    *h->mutable_headers()->add_headers() = header(":method", "POST");
-    *h->mutable_headers()->add_headers() = header(":path", "/v1/completions");
-    pb::ProcessingResponse answer;
-    if (!stream->Write(headers) || !stream->Read(&answer)) {
-      return false;
-    }
-    pb::ProcessingRequest body;
-    body.mutable_request_body()->set_body(R"({"model":"m","prompt":"hello"})");
-    body.mutable_request_body()->set_end_of_stream(true);
-    if (!stream->Write(body) || !stream->Read(&answer)) {
-      return false;
-    }
-    const bool picked = mutation_value(answer.request_body().response().header_mutation(),
-                                       "x-gateway-destination-endpoint") == "10.0.0.1:8000";
-    stream->WritesDone();
-    while (stream->Read(&answer)) {
-    }
-    return stream->Finish().ok() && picked;
+  static bool pick(const std::shared_ptr<grpc::Channel>& channel,
+                   const std::string& json = R"({"model":"m","prompt":"hello"})") {
+    testing::BufferedExchange x(channel);
+    return x.headers() && x.body(json) == "10.0.0.1:8000" && x.finish().ok();
   }
 
   ImmediatePort port_;
@@ -258,6 +231,14 @@ TEST_F(GrpcServerTest, AMessageOverTheLimitEndsItsCallWithResourceExhausted) {
   EXPECT_TRUE(pick(channel_)) << "the connection serves on";
 }
 
+// A BUFFERED body travels in one message: 12 MiB is three times the stream's flow-control
+// window, so it arrives only if the server keeps opening the window as it reads.
+TEST_F(GrpcServerTest, ABodyLargerThanTheFlowControlWindowsArrivesWhole) {
+  start();
+  const std::string prompt(12 * 1024 * 1024, 'x');
+  EXPECT_TRUE(pick(channel_, R"({"model":"m","prompt":")" + prompt + R"("})"));
+}
+
 TEST_F(GrpcServerTest, BytesThatAreNotHttp2CloseTheirConnectionOnly) {
   start();
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -294,6 +275,33 @@ TEST_F(GrpcServerTest, ManyStreamsAtOnceOnOneConnectionAllGetTheirPick) {
     t.join();
   }
   EXPECT_EQ(picked.load(), 160);
+  EXPECT_EQ(server_->active_streams(), 0);
+}
+
+// A drain: the listener closes and every connection gets a GOAWAY, but a call already open runs
+// to its end (here: it sends its body after the shutdown began and still gets its pick).
+TEST_F(GrpcServerTest, ShutdownLetsTheCallsInFlightFinishAndTakesNoNewConnections) {
+  start();
+  testing::BufferedExchange x(channel_);
+  ASSERT_TRUE(x.headers());  // the call is open on the server
+
+  std::thread stopper([&] { server_->shutdown(std::chrono::seconds(20)); });
+  struct Join {
+    std::thread& t;
+    ~Join() { t.join(); }  // also when an assertion below ends the test
+  } join{stopper};
+  bool refused = false;
+  for (int i = 0; i < 100 && !refused; ++i) {  // hang guard: the listener closes at once
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto fresh = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                           grpc::InsecureChannelCredentials(), args);
+    refused = !fresh->WaitForConnected(in(std::chrono::milliseconds(100)));
+  }
+  EXPECT_TRUE(refused) << "new connections are not taken once the shutdown began";
+
+  EXPECT_EQ(x.body(), "10.0.0.1:8000");
+  EXPECT_TRUE(x.finish().ok());
   EXPECT_EQ(server_->active_streams(), 0);
 }
 
