@@ -532,11 +532,19 @@ void Connection::frame_messages(int32_t id, Stream& s) {
       s.in.reserve(s.in_pos + kPrefix + length);  // a large message grows the buffer once
       break;
     }
+    if (s.in_pos == 0 && s.in.size() == kPrefix + length) {
+      // The buffer is exactly this message (a BUFFERED body of up to 16 MiB): moved, not copied.
+      std::string message = std::move(s.in);
+      message.erase(0, kPrefix);
+      events_.push_back({id, EventKind::kMessage, std::move(message)});
+      s.in = std::string();
+      return;
+    }
     events_.push_back({id, EventKind::kMessage, s.in.substr(s.in_pos + kPrefix, length)});
     s.in_pos += kPrefix + length;
   }
   if (s.dead || s.in_pos == s.in.size()) {
-    s.in.clear();
+    s.in = std::string();  // a large message's capacity goes with it
     s.in_pos = 0;
   }
 }
