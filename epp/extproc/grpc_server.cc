@@ -166,7 +166,8 @@ class CallImpl final : public GrpcCall {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(std::shared_ptr<GrpcServer::Impl> server, tcp::socket socket, std::size_t worker)
-      : server_(std::move(server)), socket_(std::move(socket)), worker_(worker) {}
+      : server_(std::move(server)), socket_(std::move(socket)), worker_(worker),
+        handshake_(socket_.get_executor()) {}
   ~Connection() {
     if (session_ != nullptr) {
       nghttp2_session_del(session_);
@@ -237,6 +238,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool writing_ = false;
   bool dispatching_ = false;  // handlers are running: flush once they are done
   bool closed_ = false;
+  net::steady_timer handshake_;  // closes a connection that never sends a byte
+  bool heard_ = false;           // the peer has sent something
 };
 
 void CallImpl::send(std::string message) {
@@ -289,6 +292,12 @@ void Connection::start() {
   };
   nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
   nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
+  handshake_.expires_after(server_->options.handshake_timeout);
+  handshake_.async_wait([weak = weak_from_this()](error_code ec) {
+    if (auto self = weak.lock(); self && !ec && !self->heard_) {
+      self->close();
+    }
+  });
   flush();
   read();
 }
@@ -302,6 +311,10 @@ void Connection::read() {
         if (ec) {
           self->close();
           return;
+        }
+        if (!self->heard_) {
+          self->heard_ = true;
+          self->handshake_.cancel();
         }
         const ssize_t rv = nghttp2_session_mem_recv(self->session_, self->read_buffer_.data(), n);
         self->dispatch();
@@ -380,6 +393,7 @@ void Connection::close() {
   }
   streams_.clear();
   events_.clear();
+  handshake_.cancel();
   error_code ignored;
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);

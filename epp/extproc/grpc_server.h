@@ -17,7 +17,7 @@
 // with UNIMPLEMENTED).
 //
 // Bounds: a message over `max_message_bytes` ends its call with RESOURCE_EXHAUSTED before it is
-// buffered; `max_concurrent_streams` per connection (SETTINGS); connections take their
+// buffered; a connection silent from the start is closed after `handshake_timeout`; `max_concurrent_streams` per connection (SETTINGS); connections take their
 // descriptor from the process's DescriptorBudget (at the budget the listener waits, as the HTTP
 // server does); unknown methods end with UNIMPLEMENTED; bytes that are not HTTP/2 close the
 // connection.
@@ -86,6 +86,8 @@ struct GrpcServerOptions {
   uint16_t port = 0;  // 0 = any free port (see port())
   std::size_t max_message_bytes = 4 * 1024 * 1024;
   uint32_t max_concurrent_streams = 10000;  // per connection
+  // A new connection that sends no byte within this is closed (its descriptor is the budget's).
+  std::chrono::milliseconds handshake_timeout{10000};
 };
 
 class GrpcServer {

@@ -18,7 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/http/io_workers.h"
 #include "epp/extproc/ext_proc_server.h"
+#include "epp/extproc/grpc_server.h"
 #include "epp/extproc/external_processor.grpc.pb.h"
 #include "tests/epp/extproc/buffered_exchange.h"
 #include "tests/epp/extproc/pick_of_pod_a.h"
@@ -117,6 +119,31 @@ class GenericCall {
   grpc::CompletionQueue cq_;
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
 };
+
+// A blocking loopback connection to `port` (-1 on failure).
+int connect_loopback(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Reads until the peer closes (true) or 10 s pass without it (false: a hang guard).
+bool closed_by_peer(int fd) {
+  timeval hang_guard{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &hang_guard, sizeof(hang_guard));
+  char buffer[4096];
+  ssize_t n = 0;
+  while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) {
+  }
+  return n == 0;
+}
 
 // grpc.health.v1 on the wire: HealthCheckRequest{service = 1}, HealthCheckResponse{status = 1}.
 std::string health_request(const std::string& service) {
@@ -241,21 +268,11 @@ TEST_F(GrpcServerTest, ABodyLargerThanTheFlowControlWindowsArrivesWhole) {
 
 TEST_F(GrpcServerTest, BytesThatAreNotHttp2CloseTheirConnectionOnly) {
   start();
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(server_->port());
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const int fd = connect_loopback(server_->port());
+  ASSERT_GE(fd, 0);
   const std::string request = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
   ASSERT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
-  timeval hang_guard{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &hang_guard, sizeof(hang_guard));
-  char buffer[4096];
-  ssize_t n = 0;
-  while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) {
-  }
-  EXPECT_EQ(n, 0) << "the server closes the connection (not a timeout)";
+  EXPECT_TRUE(closed_by_peer(fd)) << "the server closes the connection (not a timeout)";
   ::close(fd);
   EXPECT_TRUE(pick(channel_));
 }
@@ -303,6 +320,25 @@ TEST_F(GrpcServerTest, ShutdownLetsTheCallsInFlightFinishAndTakesNoNewConnection
   EXPECT_EQ(x.body(), "10.0.0.1:8000");
   EXPECT_TRUE(x.finish().ok());
   EXPECT_EQ(server_->active_streams(), 0);
+}
+
+// A connection that never sends a byte holds a descriptor of the process's budget: it is closed
+// after the handshake timeout.
+TEST(GrpcServerHandshake, AConnectionThatSendsNothingIsClosedAfterTheHandshakeTimeout) {
+  http::IoWorkers workers(1, "test-grpc");  // outlives the server
+  workers.start();
+  {
+    GrpcServerOptions options;
+    options.host = "127.0.0.1";
+    options.handshake_timeout = std::chrono::milliseconds(200);
+    GrpcServer server(options, workers);
+    server.start();
+    const int fd = connect_loopback(server.port());
+    ASSERT_GE(fd, 0);
+    EXPECT_TRUE(closed_by_peer(fd));
+    ::close(fd);
+  }
+  workers.stop();
 }
 
 }  // namespace
