@@ -2,12 +2,14 @@
 // - long prompts: N streamed completions with prompts of about M MiB each sent at once; the
 //   EPP's VmHWM (peak) after all answers and its VmRSS 10 s later (memory given back);
 // - slow readers (--slow-readers N): N clients ask for long streams and never read them (a
-//   4-KiB receive buffer); the EPP's peak while the pod keeps generating, against its baseline.
+//   4-KiB receive buffer); the EPP's peak while the pod keeps generating, against its baseline;
+// - gateway mode (--ext-proc): the long prompts as a gateway sends them over ext_proc (BUFFERED:
+//   each body in one gRPC message, on one HTTP/2 connection as Envoy's few), up to the pick.
 // Prints a table and writes bench/results/epp_memory.{md,json} (one row per label; a row with
 // the same label is replaced).
 //
 //   epp_memory [--concurrency 16] [--prompt-mib 16] [--max-tokens 200] [--slow-readers 0]
-//              [--label NAME] [--out-dir DIR]
+//              [--ext-proc] [--label NAME] [--out-dir DIR]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -30,6 +32,7 @@
 #include "common/config/options.h"
 #include "common/http/client.h"
 #include "common/util/time.h"
+#include "tests/epp/extproc/buffered_exchange.h"
 #include "tests/support/process.h"
 
 namespace {
@@ -43,6 +46,7 @@ struct Options {
   double prompt_mib = 16;
   int max_tokens = 200;
   int slow_readers = 0;
+  bool ext_proc = false;
   std::string label;
   std::string out_dir;
 };
@@ -73,8 +77,8 @@ std::string make_body(double mib, int max_tokens, int i) {
 
 // One modelsim pod (simulated time `time_scale` x faster than wall time) and the real EPP.
 struct Stack {
-  explicit Stack(int time_scale) {
-    const uint16_t pod_port = llmd::testing::free_port();
+  explicit Stack(int time_scale, bool with_ext_proc = false) {
+    pod_port = llmd::testing::free_port();
     modelsim = std::make_unique<Process>(
         std::string(LLMD_BINARY_DIR) + "/bench/modelsim/modelsim",
         std::vector<std::string>{"--pods", "1", "--base-port", std::to_string(pod_port), "--host",
@@ -87,12 +91,15 @@ struct Stack {
         << "pipeline: " << LLMD_SOURCE_DIR << "/epp/config/default-pipeline.yaml\n";
     port = llmd::testing::free_port();
     const uint16_t health = llmd::testing::free_port(), metrics = llmd::testing::free_port();
-    epp = std::make_unique<Process>(
-        std::string(LLMD_BINARY_DIR) + "/epp/epp",
-        std::vector<std::string>{"--config", dir.file("pool.yaml"), "--host", "127.0.0.1",
-                                 "--port", std::to_string(port), "--health-port",
-                                 std::to_string(health), "--metrics-port",
-                                 std::to_string(metrics), "--log-level", "warn"});
+    std::vector<std::string> args{"--config", dir.file("pool.yaml"), "--host", "127.0.0.1",
+                                  "--port", std::to_string(port), "--health-port",
+                                  std::to_string(health), "--metrics-port",
+                                  std::to_string(metrics), "--log-level", "warn"};
+    if (with_ext_proc) {
+      ext_proc_port = llmd::testing::free_port();
+      args.insert(args.end(), {"--ext-proc-port", std::to_string(ext_proc_port)});
+    }
+    epp = std::make_unique<Process>(std::string(LLMD_BINARY_DIR) + "/epp/epp", args);
     if (!epp->wait_http_ok(health, "/readyz")) {
       throw std::runtime_error("epp did not start:\n" + epp->log());
     }
@@ -100,6 +107,8 @@ struct Stack {
   llmd::testing::TempDir dir;
   std::unique_ptr<Process> modelsim, epp;
   uint16_t port = 0;
+  uint16_t ext_proc_port = 0;
+  uint16_t pod_port = 0;
 };
 
 // A client that asks for a stream and never reads it, with a small receive buffer so the
@@ -158,7 +167,7 @@ Result run_slow_readers(const Options& opt) {
 }
 
 Result run(const Options& opt) {
-  Stack stack(1);
+  Stack stack(1, opt.ext_proc);
   Process& epp = *stack.epp;
   const uint16_t port = stack.port;
   Result r;
@@ -174,11 +183,27 @@ Result run(const Options& opt) {
   std::atomic<int> ok{0}, other{0};
   const auto t0 = Clock::now();
   std::vector<std::thread> senders;
+  std::shared_ptr<grpc::Channel> gateway;
+  if (opt.ext_proc) {
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(-1);
+    gateway = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(stack.ext_proc_port),
+                                        grpc::InsecureChannelCredentials(), args);
+  }
   for (int i = 0; i < opt.concurrency; ++i) {
     senders.emplace_back([&, i] {
-      llmd::http::HttpClient c("127.0.0.1", port, std::chrono::seconds(300));
-      const auto res = c.post("/v1/completions", bodies[static_cast<std::size_t>(i)]);
-      const bool done = res.status == 200 && res.body.find("[DONE]") != std::string::npos;
+      const std::string& body = bodies[static_cast<std::size_t>(i)];
+      bool done = false;
+      if (gateway) {
+        // Up to the pick: the memory is the body's, the pod's answer does not pass the EPP.
+        llmd::testing::BufferedExchange x(gateway);
+        done = x.headers() && x.body(body) == "127.0.0.1:" + std::to_string(stack.pod_port);
+        x.finish();
+      } else {
+        llmd::http::HttpClient c("127.0.0.1", port, std::chrono::seconds(300));
+        const auto res = c.post("/v1/completions", body);
+        done = res.status == 200 && res.body.find("[DONE]") != std::string::npos;
+      }
       (done ? ok : other) += 1;
     });
   }
@@ -231,7 +256,9 @@ void write_results(const Options& opt, const Result& r) {
          "N clients with a 4-KiB receive buffer ask for 100,000-token streams from a pod "
          "running 100x faster than real time and never read; *streams completed* counts the "
          "clients connected, *peak* is taken after 20 s of generation, *RSS 10 s after* once "
-         "they hung up. Goal: RSS growth <= 64 MiB for 100.\n\n"
+         "they hung up. Goal: RSS growth <= 64 MiB for 100. Gateway rows (`--ext-proc`): the same "
+         "prompts as BUFFERED ext_proc bodies (one gRPC message each) on one HTTP/2 connection, "
+         "up to the pick.\n\n"
       << table(rows);
 }
 
@@ -242,6 +269,7 @@ int main_impl(int argc, char** argv) {
   o.add("max-tokens", "", "200", "Tokens each streamed answer asks for");
   o.add("slow-readers", "", "0",
         "Instead: this many clients that ask for long streams and never read them");
+  o.add("ext-proc", "", "false", "The long prompts through the gateway port (ext_proc) instead");
   o.add("label", "", "current", "Row label (a row with the same label is replaced)");
   o.add("out-dir", "", std::string(LLMD_SOURCE_DIR) + "/bench/results", "Where results go");
   if (!o.parse(argc, argv)) {
@@ -252,6 +280,7 @@ int main_impl(int argc, char** argv) {
   opt.prompt_mib = o.number("prompt-mib", 0.01, 16);
   opt.max_tokens = static_cast<int>(o.integer("max-tokens", 1, 100000));
   opt.slow_readers = static_cast<int>(o.integer("slow-readers", 0, 10000));
+  opt.ext_proc = o.boolean("ext-proc");
   opt.label = o.str("label");
   opt.out_dir = o.str("out-dir");
   const Result r = opt.slow_readers > 0 ? run_slow_readers(opt) : run(opt);

@@ -1,5 +1,6 @@
 #include "common/http/stream_server.h"
 
+#include "common/http/body_budget.h"
 #include "common/http/descriptor_budget.h"
 #include "common/http/io_workers.h"
 
@@ -148,23 +149,8 @@ struct StreamServer::Impl {
   }
 
   // Reserves `n` body bytes, or answers false when that would pass the budget.
-  bool reserve_body(std::size_t n) {
-    if (options.body_budget == 0) {
-      return true;
-    }
-    std::size_t held = body_bytes.load();
-    do {
-      if (n > options.body_budget || held > options.body_budget - n) {
-        return false;
-      }
-    } while (!body_bytes.compare_exchange_weak(held, held + n));
-    return true;
-  }
-  void release_body(std::size_t n) {
-    if (options.body_budget != 0) {
-      body_bytes -= n;
-    }
-  }
+  bool reserve_body(std::size_t n) { return body_budget->try_take(n); }
+  void release_body(std::size_t n) { body_budget->give_back(n); }
 
   void accept(Listener& l);
   // Accepts again after a pause (10 ms doubling to 1 s), logging `why` when the pauses start and
@@ -188,7 +174,10 @@ struct StreamServer::Impl {
   std::atomic<bool> stopping{false};
   std::atomic<std::size_t> connections{0};
 
-  std::atomic<std::size_t> body_bytes{0};
+  // The process's (options.shared_body_budget) or this server's own.
+  std::shared_ptr<BodyBudget> body_budget =
+      options.shared_body_budget ? options.shared_body_budget
+                                 : std::make_shared<BodyBudget>(options.body_budget);
   // Before the workers: sessions still queued in a loop when it is destroyed count down here.
   std::vector<std::atomic<std::size_t>> worker_connections;  // live sessions per worker
   std::atomic<std::size_t> next_strand{0};

@@ -28,7 +28,8 @@
 
 namespace llmd::http {
 
-class IoWorkers;  // io_workers.h
+class IoWorkers;   // io_workers.h
+class BodyBudget;  // body_budget.h
 
 struct StreamServerOptions {
   std::string host = "127.0.0.1";
@@ -59,6 +60,9 @@ struct StreamServerOptions {
   // body is read. A chunked body counts each chunk as it is announced (503 at the chunk that
   // does not fit). 0 = no budget.
   std::size_t body_budget = 0;
+  // Set: the budget is this one, shared with the process's other ingresses (body_budget is then
+  // not used).
+  std::shared_ptr<BodyBudget> shared_body_budget;
   // Told of every answer the server writes itself (400, 413, 431, 503), e.g. for request
   // metrics. Called on an io thread.
   std::function<void(int status)> on_error_answer;

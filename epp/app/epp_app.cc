@@ -14,6 +14,7 @@
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
+#include "common/http/body_budget.h"
 #include "common/http/io_workers.h"
 #include "common/http/router.h"
 #include "common/http/server.h"
@@ -148,6 +149,9 @@ struct EppApp::Impl {
   AdmissionGate gate;
   std::unique_ptr<discovery::LeaderElector> elector;
   EppMetrics epp_metrics;
+  // Request bodies held at once, by the proxy and the gateway port together.
+  std::shared_ptr<http::BodyBudget> body_budget =
+      std::make_shared<http::BodyBudget>(options.proxy.body_budget);
   std::unique_ptr<ProxyServer> proxy;
   std::unique_ptr<extproc::ExtProcServer> ext_proc;
   http::Router admin;
@@ -221,6 +225,7 @@ EppApp::Impl::Impl(const EppOptions& o)
   sinks.add(port);
 
   ProxyOptions po = o.proxy;
+  po.shared_body_budget = body_budget;
   po.not_serving = [this] { return standby(); };
   po.upstream_opened = &epp_metrics.upstream_opened();
   po.upstream_reused = &epp_metrics.upstream_reused();
@@ -235,6 +240,7 @@ EppApp::Impl::Impl(const EppOptions& o)
     eo.stream.not_serving = po.not_serving;
     eo.stream.allow_debug_header = po.allow_debug_header;
     eo.workers = &workers;
+    eo.body_budget = body_budget;
     ext_proc = std::make_unique<extproc::ExtProcServer>(
         eo, extproc::ExtProcServices{&port, &pods, &sinks, &gate});
   }

@@ -55,6 +55,7 @@ class ProcessCall final : public GrpcCallHandler {
     call_->finish({});
   }
   void on_cancel() override { stream_->cancel(); }
+  bool on_message_over_budget(std::size_t) override { return stream_->on_body_over_budget(); }
 
  private:
   std::atomic<int>& active_;
@@ -220,6 +221,7 @@ class HealthCall final : public GrpcCallHandler {
 
 struct ExtProcServer::Impl {
   Impl(ExtProcServerOptions o, ExtProcServices s) : options(std::move(o)), services(s) {
+    services.body_budget = options.body_budget.get();
     if (options.workers == nullptr) {
       own_workers = std::make_unique<http::IoWorkers>(std::max(1, options.threads), "epp-extproc");
     }
@@ -254,6 +256,7 @@ void ExtProcServer::start() {
   o.port = s.options.port;
   // A request body travels in one message in BUFFERED mode: allow the EPP's body limit.
   o.max_message_bytes = s.options.stream.body_limit + 65536;
+  o.message_budget = s.options.body_budget;
   auto server = std::make_unique<GrpcServer>(o, s.workers());
   server->add_method(kProcessPath, [&s](std::shared_ptr<GrpcCall> call) {
     return std::make_unique<ProcessCall>(s.options.stream, s.services, s.active, std::move(call));

@@ -17,6 +17,7 @@
 
 namespace llmd::http {
 class IoWorkers;
+class BodyBudget;
 }
 
 namespace llmd::epp::extproc {
@@ -29,6 +30,10 @@ struct ExtProcServerOptions {
   // its destructor waits for the work its streams queued there.
   http::IoWorkers* workers = nullptr;
   ExtProcOptions stream;
+  // The process's request-body budget (the proxy's too): a message takes its bytes while the
+  // server holds it, a request body while its stream does (ExtProcServices::body_budget). A
+  // body that does not fit is refused 503 + Retry-After. Null: no budget.
+  std::shared_ptr<http::BodyBudget> body_budget;
 };
 
 class ExtProcServer {

@@ -1,5 +1,7 @@
 #include "epp/extproc/ext_proc_stream.h"
 
+#include "common/http/body_budget.h"
+
 #include <algorithm>
 
 #include <spdlog/spdlog.h>
@@ -60,6 +62,8 @@ FlowOptions flow_options(const ExtProcOptions& o) {
   return f;
 }
 
+constexpr char kOverBudget[] = "Server is at its request-body memory budget, retry";
+
 }  // namespace
 
 ExtProcStream::ExtProcStream(const ExtProcOptions& options, const ExtProcServices& services,
@@ -67,7 +71,26 @@ ExtProcStream::ExtProcStream(const ExtProcOptions& options, const ExtProcService
     : options_(options), services_(services), flow_options_(flow_options(options)),
       emit_(std::move(emit)), post_(std::move(post)) {}
 
-ExtProcStream::~ExtProcStream() { cancel(); }
+ExtProcStream::~ExtProcStream() {
+  cancel();
+  drop_body();
+}
+
+void ExtProcStream::drop_body() {
+  body_ = std::string();
+  if (budgeted_ > 0) {
+    services_.body_budget->give_back(budgeted_);
+    budgeted_ = 0;
+  }
+}
+
+bool ExtProcStream::on_body_over_budget() {
+  if (phase_ != Phase::kRequestBody || !flow_) {
+    return false;
+  }
+  refuse(503, kOverBudget);
+  return true;
+}
 
 std::string ExtProcStream::header(const std::string& name) const {
   for (const auto& [k, v] : headers_) {
@@ -174,6 +197,14 @@ void ExtProcStream::on_request_body(const pb::HttpBody& body) {
     refuse(413, "Request body too large");
     return;
   }
+  const std::size_t n = body.body().size();
+  if (services_.body_budget != nullptr) {
+    if (!services_.body_budget->try_take(n)) {
+      refuse(503, kOverBudget);
+      return;
+    }
+    budgeted_ += n;
+  }
   body_ += body.body();
   if (body.end_of_stream()) {
     start_scheduling();
@@ -267,6 +298,7 @@ void ExtProcStream::on_decided(const RequestFlow::Verdict& verdict) {
       streamed->set_end_of_stream(true);
       emit_(std::move(chunk));
     }
+    drop_body();
     return;
   }
   // BUFFERED: header mutations apply with the body answer.
@@ -279,6 +311,7 @@ void ExtProcStream::on_decided(const RequestFlow::Verdict& verdict) {
   }
   *answer.mutable_dynamic_metadata() = metadata;
   emit_(std::move(answer));
+  drop_body();
 }
 
 void ExtProcStream::refuse(int status, const std::string& detail) {
@@ -287,6 +320,7 @@ void ExtProcStream::refuse(int status, const std::string& detail) {
 
 void ExtProcStream::emit_refusal(const RequestFlow::Verdict& verdict) {
   phase_ = Phase::kDone;
+  drop_body();
   if (observability_) {
     return;
   }

@@ -39,6 +39,10 @@
 #include "epp/proxy/proxy_types.h"
 #include "epp/request/request_flow.h"
 
+namespace llmd::http {
+class BodyBudget;
+}
+
 namespace llmd::epp {
 
 class AdmissionGate;
@@ -62,6 +66,10 @@ struct ExtProcServices {
   PodRegistry* registry = nullptr;
   CompletionSink* sink = nullptr;
   AdmissionGate* gate = nullptr;  // null: no router queue
+  // The process's request-body budget (shared with the proxy): a body is counted from its
+  // first chunk until it has gone back to the gateway; one that does not fit is refused 503.
+  // Null: no budget.
+  http::BodyBudget* body_budget = nullptr;
 };
 
 class ExtProcStream : public std::enable_shared_from_this<ExtProcStream> {
@@ -75,6 +83,9 @@ class ExtProcStream : public std::enable_shared_from_this<ExtProcStream> {
   ~ExtProcStream();
 
   void on_message(const pb::ProcessingRequest& message);
+  // A message too large for the body budget was dropped unread: the request is refused 503 +
+  // Retry-After, as the proxy refuses it. False when there is no request to refuse yet.
+  bool on_body_over_budget();
   // The gateway closed the stream (or it broke): a queued request leaves the queue, a request
   // whose response did not end counts as a client that went away.
   void cancel();
@@ -91,6 +102,8 @@ class ExtProcStream : public std::enable_shared_from_this<ExtProcStream> {
   void refuse(int status, const std::string& detail);
   void emit_refusal(const RequestFlow::Verdict& verdict);
   void finish_response();
+  // The body has gone back to the gateway (or will not): its memory and budget share go.
+  void drop_body();
   std::string header(const std::string& name) const;
 
   ExtProcOptions options_;
@@ -107,6 +120,7 @@ class ExtProcStream : public std::enable_shared_from_this<ExtProcStream> {
   std::string path_;
   std::string method_;
   std::string body_;
+  std::size_t budgeted_ = 0;  // of services_.body_budget, for body_
   std::shared_ptr<RequestFlow> flow_;  // from the request headers on
   // x-llmd-decision for a request that asked (x-llmd-debug): set on the response headers (or
   // the refusal), "" otherwise.

@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/http/body_budget.h"
 #include "common/http/descriptor_budget.h"
 #include "common/http/io_workers.h"
 
@@ -195,13 +196,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::string in;  // received bytes not yet framed into messages
     std::size_t in_pos = 0;
     bool dead = false;  // ended by the server (bad message, deadline): input is dropped
+    std::size_t budgeted = 0;  // the message being received took this from the budget
+    std::size_t skip = 0;      // bytes of a message refused by the budget still to drop
   };
-  enum class EventKind { kOpen, kMessage, kHalfClose, kReject, kClosed };
+  enum class EventKind { kOpen, kMessage, kOverBudget, kHalfClose, kReject, kClosed };
   struct Event {
     int32_t stream;
     EventKind kind;
     std::string message;  // kMessage: the message; kReject: why
     GrpcCode code = GrpcCode::kOk;
+    std::size_t bytes = 0;  // kMessage: its budget share; kOverBudget: its size
   };
 
   static nghttp2_session_callbacks* callbacks();
@@ -224,6 +228,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The stream is gone (closed, or the connection is): a call that had not ended is cancelled
   // for its handler, and the call stops counting.
   void release(Stream& s);
+  void give_back(std::size_t bytes);
   void read();
   void flush();
 
@@ -392,6 +397,11 @@ void Connection::close() {
     release(s);
   }
   streams_.clear();
+  for (const Event& e : events_) {
+    if (e.kind == EventKind::kMessage) {
+      give_back(e.bytes);
+    }
+  }
   events_.clear();
   handshake_.cancel();
   error_code ignored;
@@ -518,8 +528,13 @@ int Connection::on_data_chunk(nghttp2_session*, uint8_t, int32_t id, const uint8
   if (it == c.streams_.end() || it->second.dead) {
     return 0;
   }
-  it->second.in.append(reinterpret_cast<const char*>(data), len);
-  c.frame_messages(id, it->second);
+  Stream& s = it->second;
+  const std::size_t dropped = std::min(s.skip, len);
+  s.skip -= dropped;
+  if (dropped < len) {
+    s.in.append(reinterpret_cast<const char*>(data) + dropped, len - dropped);
+    c.frame_messages(id, s);
+  }
   return 0;
 }
 
@@ -542,19 +557,33 @@ void Connection::frame_messages(int32_t id, Stream& s) {
                          GrpcCode::kResourceExhausted});
       break;
     }
+    const auto& budget = server_->options.message_budget;
+    if (budget && s.budgeted == 0) {
+      if (!budget->try_take(kPrefix + length)) {
+        // Dropped unread: what is here of it now, and the rest as it arrives.
+        events_.push_back({id, EventKind::kOverBudget, {}, GrpcCode::kOk, length});
+        const std::size_t here = std::min(s.in.size() - s.in_pos, kPrefix + length);
+        s.skip = kPrefix + length - here;
+        s.in_pos += here;
+        continue;
+      }
+      s.budgeted = kPrefix + length;
+    }
     if (s.in.size() - s.in_pos < kPrefix + length) {
       s.in.reserve(s.in_pos + kPrefix + length);  // a large message grows the buffer once
       break;
     }
+    const std::size_t budgeted = std::exchange(s.budgeted, 0);
     if (s.in_pos == 0 && s.in.size() == kPrefix + length) {
       // The buffer is exactly this message (a BUFFERED body of up to 16 MiB): moved, not copied.
       std::string message = std::move(s.in);
       message.erase(0, kPrefix);
-      events_.push_back({id, EventKind::kMessage, std::move(message)});
+      events_.push_back({id, EventKind::kMessage, std::move(message), GrpcCode::kOk, budgeted});
       s.in = std::string();
       return;
     }
-    events_.push_back({id, EventKind::kMessage, s.in.substr(s.in_pos + kPrefix, length)});
+    events_.push_back({id, EventKind::kMessage, s.in.substr(s.in_pos + kPrefix, length),
+                       GrpcCode::kOk, budgeted});
     s.in_pos += kPrefix + length;
   }
   if (s.dead || s.in_pos == s.in.size()) {
@@ -577,6 +606,7 @@ void Connection::dispatch() {
   for (Event& e : events_) {
     auto it = streams_.find(e.stream);
     if (it == streams_.end()) {
+      give_back(e.kind == EventKind::kMessage ? e.bytes : 0);
       continue;
     }
     Stream& s = it->second;
@@ -585,8 +615,16 @@ void Connection::dispatch() {
         open(e.stream, s);
         break;
       case EventKind::kMessage:
+        // Given back as the handler gets it: what the handler keeps is its own to count, and
+        // the copies it makes while it runs are one message per worker at a time.
+        give_back(e.bytes);
         if (s.handler && !s.call->ended_) {
           s.handler->on_message(std::move(e.message));
+        }
+        break;
+      case EventKind::kOverBudget:
+        if (s.handler && !s.call->ended_ && !s.handler->on_message_over_budget(e.bytes)) {
+          end_call(s, {GrpcCode::kResourceExhausted, "the server's message budget is in use"});
         }
         break;
       case EventKind::kHalfClose:
@@ -643,7 +681,14 @@ void Connection::open(int32_t id, Stream& s) {
   }
 }
 
+void Connection::give_back(std::size_t bytes) {
+  if (bytes > 0 && server_->options.message_budget) {
+    server_->options.message_budget->give_back(bytes);
+  }
+}
+
 void Connection::release(Stream& s) {
+  give_back(std::exchange(s.budgeted, 0));  // a message that will not arrive whole now
   if (s.handler) {
     server_->calls.fetch_sub(1);
     if (!s.call->ended_) {

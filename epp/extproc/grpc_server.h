@@ -17,7 +17,8 @@
 // with UNIMPLEMENTED).
 //
 // Bounds: a message over `max_message_bytes` ends its call with RESOURCE_EXHAUSTED before it is
-// buffered; a connection silent from the start is closed after `handshake_timeout`; `max_concurrent_streams` per connection (SETTINGS); connections take their
+// buffered, one that does not fit the message budget goes to the handler's
+// on_message_over_budget() unread; a connection silent from the start is closed after `handshake_timeout`; `max_concurrent_streams` per connection (SETTINGS); connections take their
 // descriptor from the process's DescriptorBudget (at the budget the listener waits, as the HTTP
 // server does); unknown methods end with UNIMPLEMENTED; bytes that are not HTTP/2 close the
 // connection.
@@ -33,6 +34,7 @@
 
 namespace llmd::http {
 class IoWorkers;
+class BodyBudget;
 }
 
 namespace llmd::epp::extproc {
@@ -79,6 +81,12 @@ class GrpcCallHandler {
   // The call ended without the handler's finish(): reset by the client, its deadline passed,
   // a bad message, the connection went away or the server shut down. Nothing sent goes out.
   virtual void on_cancel() = 0;
+  // A message of `bytes` did not fit the message budget: it is dropped unread. True: the handler
+  // answered and the call goes on; false (default): the call ends with RESOURCE_EXHAUSTED.
+  virtual bool on_message_over_budget(std::size_t bytes) {
+    (void)bytes;
+    return false;
+  }
 };
 
 struct GrpcServerOptions {
@@ -88,6 +96,9 @@ struct GrpcServerOptions {
   uint32_t max_concurrent_streams = 10000;  // per connection
   // A new connection that sends no byte within this is closed (its descriptor is the budget's).
   std::chrono::milliseconds handshake_timeout{10000};
+  // Set: each message takes its bytes from it when its length arrives, before it is buffered,
+  // and gives them back as its handler gets it (null: no budget).
+  std::shared_ptr<http::BodyBudget> message_budget;
 };
 
 class GrpcServer {

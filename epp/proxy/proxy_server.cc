@@ -190,6 +190,7 @@ struct ProxyServer::Impl {
     c.io_threads = o.io_threads;
     c.body_limit = o.body_limit;
     c.body_budget = o.body_budget;
+    c.shared_body_budget = o.shared_body_budget;
     c.header_timeout = o.header_timeout;
     c.idle_timeout = o.idle_timeout;
     c.body_timeout = o.idle_timeout;

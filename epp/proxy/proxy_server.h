@@ -30,7 +30,8 @@ class Counter;
 }
 
 namespace llmd::http {
-class IoWorkers;  // common/http/io_workers.h
+class IoWorkers;   // common/http/io_workers.h
+class BodyBudget;  // common/http/body_budget.h
 }
 
 namespace llmd::epp {
@@ -45,6 +46,8 @@ struct ProxyOptions {
   // Bounds the memory that large concurrent uploads can take (a parsed body costs a few times
   // its size).
   std::size_t body_budget = 256 * 1024 * 1024;
+  // Set: the process's budget, shared with the gateway port (body_budget is then its size).
+  std::shared_ptr<llmd::http::BodyBudget> shared_body_budget;
   std::chrono::milliseconds header_timeout{10000};
   std::chrono::milliseconds idle_timeout{60000};
   std::chrono::milliseconds upstream_connect_timeout{2000};

@@ -31,15 +31,19 @@ class BufferedExchange {
   }
   // Sends the body; the destination the answer carries ("" when none came).
   std::string body(const std::string& json = R"({"model":"m","prompt":"hello"})") {
-    envoy::service::ext_proc::v3::ProcessingRequest m;
-    m.mutable_request_body()->set_body(json);
-    m.mutable_request_body()->set_end_of_stream(true);
     envoy::service::ext_proc::v3::ProcessingResponse answer;
-    if (!stream_->Write(m) || !stream_->Read(&answer) || !answer.has_request_body()) {
+    if (!send_body(json, answer) || !answer.has_request_body()) {
       return {};
     }
     return mutation_value(answer.request_body().response().header_mutation(),
                           "x-gateway-destination-endpoint");
+  }
+  // Sends the body and reads its answer, whatever it is.
+  bool send_body(const std::string& json, envoy::service::ext_proc::v3::ProcessingResponse& answer) {
+    envoy::service::ext_proc::v3::ProcessingRequest m;
+    m.mutable_request_body()->set_body(json);
+    m.mutable_request_body()->set_end_of_stream(true);
+    return stream_->Write(m) && stream_->Read(&answer);
   }
   // Half-closes and reads to the end: the call's status.
   grpc::Status finish() {

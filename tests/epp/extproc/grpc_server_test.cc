@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/http/body_budget.h"
 #include "common/http/io_workers.h"
 #include "epp/extproc/ext_proc_server.h"
 #include "epp/extproc/grpc_server.h"
@@ -154,11 +155,13 @@ constexpr int kServing = 1, kNotServing = 2, kServiceUnknown = 3;
 
 class GrpcServerTest : public ::testing::Test {
  protected:
-  void start(std::size_t body_limit = 16 * 1024 * 1024) {
+  void start(std::size_t body_limit = 16 * 1024 * 1024,
+             std::shared_ptr<http::BodyBudget> body_budget = nullptr) {
     ExtProcServerOptions options;
     options.host = "127.0.0.1";
     options.port = 0;
     options.stream.body_limit = body_limit;
+    options.body_budget = std::move(body_budget);
     server_ = std::make_unique<ExtProcServer>(options, ExtProcServices{&port_, nullptr, nullptr, nullptr});
     server_->start();
     channel_ = new_channel();
@@ -264,6 +267,34 @@ TEST_F(GrpcServerTest, ABodyLargerThanTheFlowControlWindowsArrivesWhole) {
   start();
   const std::string prompt(12 * 1024 * 1024, 'x');
   EXPECT_TRUE(pick(channel_, R"({"model":"m","prompt":")" + prompt + R"("})"));
+}
+
+// The process's body budget covers gateway mode: a body that does not fit is refused as the
+// proxy refuses it (503 + Retry-After, an ImmediateResponse the gateway sends to the client)
+// without being read, and every byte taken is given back once the streams are done.
+TEST_F(GrpcServerTest, ABodyOverTheBodyBudgetIsRefused503AndTheBudgetComesBack) {
+  auto budget = std::make_shared<http::BodyBudget>(1024 * 1024);
+  start(16 * 1024 * 1024, budget);
+  {
+    testing::BufferedExchange x(channel_);
+    ASSERT_TRUE(x.headers());
+    pb::ProcessingResponse answer;
+    ASSERT_TRUE(x.send_body(R"({"model":"m","prompt":")" + std::string(2 * 1024 * 1024, 'x') + R"("})",
+                            answer));
+    ASSERT_TRUE(answer.has_immediate_response()) << answer.DebugString();
+    const auto& refusal = answer.immediate_response();
+    EXPECT_EQ(refusal.status().code(), 503);
+    bool retry_after = false;
+    for (const auto& h : refusal.headers().set_headers()) {
+      retry_after = retry_after || h.header().key() == "retry-after";
+    }
+    EXPECT_TRUE(retry_after);
+    EXPECT_NE(refusal.body().find("budget"), std::string::npos) << refusal.body();
+    EXPECT_TRUE(x.finish().ok());
+  }
+  EXPECT_TRUE(pick(channel_)) << "a body within the budget still gets its pick";
+  EXPECT_TRUE(pick(channel_, R"({"model":"m","prompt":")" + std::string(512 * 1024, 'y') + R"("})"));
+  EXPECT_EQ(budget->held(), 0u) << "every byte taken is given back";
 }
 
 TEST_F(GrpcServerTest, BytesThatAreNotHttp2CloseTheirConnectionOnly) {
