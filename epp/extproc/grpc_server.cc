@@ -117,6 +117,7 @@ struct GrpcServer::Impl : std::enable_shared_from_this<GrpcServer::Impl> {
   http::IoWorkers& workers;
   std::map<std::string, Method, std::less<>> methods;  // fixed once started
   std::unique_ptr<tcp::acceptor> acceptor;             // on worker 0
+  std::unique_ptr<net::steady_timer> retry_timer;      // on worker 0: accepting again
   uint16_t bound_port = 0;
   std::atomic<bool> accepting{false};
   std::atomic<int> calls{0};
@@ -728,9 +729,9 @@ void GrpcServer::Impl::accept_later(const std::string& why) {
   if (backoff == std::chrono::milliseconds(10) || backoff == std::chrono::milliseconds(1000)) {
     spdlog::warn("grpc: {} on port {}; accepting again in {} ms", why, bound_port, backoff.count());
   }
-  auto timer = std::make_shared<net::steady_timer>(workers.at(0), backoff);
-  timer->async_wait([this, timer](error_code) {
-    if (accepting.load()) {
+  retry_timer->expires_after(backoff);
+  retry_timer->async_wait([this](error_code ec) {
+    if (!ec && accepting.load()) {
       accept();
     }
   });
@@ -788,6 +789,7 @@ void GrpcServer::start() {
   try {
     const auto address = net::ip::make_address(s.options.host);
     s.acceptor = std::make_unique<tcp::acceptor>(s.workers.at(0));
+    s.retry_timer = std::make_unique<net::steady_timer>(s.workers.at(0));
     const tcp::endpoint endpoint(address, s.options.port);
     s.acceptor->open(endpoint.protocol());
     s.acceptor->set_option(tcp::acceptor::reuse_address(true));
@@ -822,7 +824,10 @@ void GrpcServer::shutdown(std::chrono::milliseconds timeout) {
     net::post(s.workers.at(0), [&s, &closed] {
       error_code ignored;
       s.acceptor->close(ignored);
-      closed.set_value();
+      s.retry_timer->cancel();
+      // The aborted accept's and timer's handlers are queued now: this runs after them, so
+      // none of them runs once the server may be gone.
+      net::post(s.workers.at(0), [&closed] { closed.set_value(); });
     });
     closed.get_future().wait();
   }
