@@ -27,14 +27,4 @@ DescriptorBudget& DescriptorBudget::process() {
   return budget;
 }
 
-bool DescriptorBudget::try_take(std::size_t n) {
-  std::size_t held = held_.load();
-  do {
-    if (n > capacity_ || held > capacity_ - n) {
-      return false;
-    }
-  } while (!held_.compare_exchange_weak(held, held + n));
-  return true;
-}
-
 }  // namespace llmd::http
