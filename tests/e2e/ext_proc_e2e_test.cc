@@ -591,6 +591,61 @@ TEST_F(ExtProcStack, AStandbyIsNotServingOverGrpcAndPicksOnceItLeads) {
                    .empty());
 }
 
+// One request-body budget for both ingresses (--body-budget-bytes): while a proxy request
+// whose 2-MiB body is still arriving holds its share of a 3-MiB budget, a 2-MiB body through
+// the gateway port is refused 503 + Retry-After (an ImmediateResponse, the body unread); once
+// the proxy's request is gone, the same body gets its pick.
+TEST_F(ExtProcStack, TheProxyAndTheGatewayTakeFromOneBodyBudget) {
+  StackOptions o;
+  o.epp_args = {"--body-budget-bytes", std::to_string(3 * 1024 * 1024)};
+  start_gateway_mode(o);
+  const std::string body =
+      Json{{"model", stack_->model}, {"prompt", std::string(2 * 1024 * 1024, 'a')}, {"max_tokens", 4}}
+          .dump();
+  // The gateway's answer to the body: 200 for a pick, else the immediate response's status.
+  auto through_gateway = [&] {
+    GatewayExchange x(*stub_);
+    x.send(request_headers("/v1/completions", /*full_duplex=*/false));
+    x.receive();  // BUFFERED: the headers are answered at once
+    x.send(body_chunk(body, true));
+    const auto answer = x.receive();
+    x.finish();
+    if (!answer) {
+      return 0;
+    }
+    if (answer->has_immediate_response()) {
+      bool retry_after = false;
+      for (const auto& h : answer->immediate_response().headers().set_headers()) {
+        retry_after = retry_after || h.header().key() == "retry-after";
+      }
+      EXPECT_TRUE(retry_after);
+      return static_cast<int>(answer->immediate_response().status().code());
+    }
+    return answer->has_request_body() ? 200 : -1;
+  };
+  EXPECT_EQ(through_gateway(), 200) << "2 MiB fits a 3-MiB budget";
+  {
+    http::testing::RawSocket held(stack_->epp_port);
+    ASSERT_TRUE(held.send_all("POST /v1/completions HTTP/1.1\r\nHost: epp\r\n"
+                              "Content-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n{"));
+    int status = 200;
+    // Hang guard: the proxy takes its share as soon as it has read the headers.
+    for (int i = 0; i < 50 && status == 200; ++i) {
+      status = through_gateway();
+    }
+    EXPECT_EQ(status, 503) << "the proxy's request holds 2 of the 3 MiB";
+  }
+  int status = 0;
+  for (int i = 0; i < 50 && status != 200; ++i) {  // hang guard: the proxy notices the close
+    status = through_gateway();
+    if (status != 200) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  EXPECT_EQ(status, 200) << "the budget came back";
+}
+
 // A 1,024-descriptor limit and 1,100 idle connections to the ext_proc port: the EPP's gRPC
 // server stops accepting at the process's descriptor budget instead of running out, the
 // gateway's open connection keeps serving, and new connections are accepted once the idle ones
