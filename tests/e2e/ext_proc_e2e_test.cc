@@ -591,10 +591,12 @@ TEST_F(ExtProcStack, AStandbyIsNotServingOverGrpcAndPicksOnceItLeads) {
                    .empty());
 }
 
-// One request-body budget for both ingresses (--body-budget-bytes): while a proxy request
-// whose 2-MiB body is still arriving holds its share of a 3-MiB budget, a 2-MiB body through
-// the gateway port is refused 503 + Retry-After (an ImmediateResponse, the body unread); once
-// the proxy's request is gone, the same body gets its pick.
+// One request-body budget for both ingresses (--body-budget-bytes, 3 MiB here): while a
+// gateway stream holds the first 2 MiB of a body it is still receiving (STREAMED: the chunk's
+// answer says the EPP has it), a proxy request that announces 2 MiB is refused 503 +
+// Retry-After before its body is read; once the gateway's request has its pick and ends, the
+// proxy takes the same request again. With a budget per ingress the proxy would never refuse
+// it.
 TEST_F(ExtProcStack, TheProxyAndTheGatewayTakeFromOneBodyBudget) {
   StackOptions o;
   o.epp_args = {"--body-budget-bytes", std::to_string(3 * 1024 * 1024)};
@@ -602,48 +604,38 @@ TEST_F(ExtProcStack, TheProxyAndTheGatewayTakeFromOneBodyBudget) {
   const std::string body =
       Json{{"model", stack_->model}, {"prompt", std::string(2 * 1024 * 1024, 'a')}, {"max_tokens", 4}}
           .dump();
-  // The gateway's answer to the body: 200 for a pick, else the immediate response's status.
-  auto through_gateway = [&] {
-    GatewayExchange x(*stub_);
-    x.send(request_headers("/v1/completions", /*full_duplex=*/false));
-    x.receive();  // BUFFERED: the headers are answered at once
-    x.send(body_chunk(body, true));
-    const auto answer = x.receive();
-    x.finish();
-    if (!answer) {
-      return 0;
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: epp\r\n"
+                           "Content-Type: application/json\r\nContent-Length: " +
+                           std::to_string(body.size()) + "\r\n\r\n";
+  // The proxy's answer to the request's headers alone: its status, or 0 while it waits for
+  // the body (the proxy reserves the body's bytes when it reads the headers).
+  auto proxy_status_before_the_body = [&] {
+    http::testing::RawSocket sock(stack_->epp_port, /*recv_timeout_s=*/1);
+    if (!sock.send_all(head)) {
+      return -1;
     }
-    if (answer->has_immediate_response()) {
-      bool retry_after = false;
-      for (const auto& h : answer->immediate_response().headers().set_headers()) {
-        retry_after = retry_after || h.header().key() == "retry-after";
-      }
-      EXPECT_TRUE(retry_after);
-      return static_cast<int>(answer->immediate_response().status().code());
-    }
-    return answer->has_request_body() ? 200 : -1;
+    const auto answer = sock.read_response();
+    return answer ? std::stoi(answer->substr(9, 3)) : 0;
   };
-  EXPECT_EQ(through_gateway(), 200) << "2 MiB fits a 3-MiB budget";
-  {
-    http::testing::RawSocket held(stack_->epp_port);
-    ASSERT_TRUE(held.send_all("POST /v1/completions HTTP/1.1\r\nHost: epp\r\n"
-                              "Content-Type: application/json\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n{"));
-    int status = 200;
-    // Hang guard: the proxy takes its share as soon as it has read the headers.
-    for (int i = 0; i < 50 && status == 200; ++i) {
-      status = through_gateway();
-    }
-    EXPECT_EQ(status, 503) << "the proxy's request holds 2 of the 3 MiB";
+
+  GatewayExchange gateway(*stub_);
+  ASSERT_TRUE(gateway.send(request_headers("/v1/completions", /*full_duplex=*/false)));
+  const auto headers = gateway.receive();
+  ASSERT_TRUE(headers && headers->has_request_headers());
+  ASSERT_TRUE(gateway.send(body_chunk(body.substr(0, 2 * 1024 * 1024), false)));
+  const auto chunk = gateway.receive();
+  ASSERT_TRUE(chunk && chunk->has_request_body()) << "STREAMED: the chunk is answered";
+  EXPECT_EQ(proxy_status_before_the_body(), 503) << "the gateway's body holds 2 of the 3 MiB";
+
+  ASSERT_TRUE(gateway.send(body_chunk(body.substr(2 * 1024 * 1024), true)));
+  const auto pick = gateway.receive();
+  EXPECT_TRUE(pick && pick->has_request_body()) << "the gateway's request gets its pick";
+  gateway.finish();
+  int status = 503;
+  for (int i = 0; i < 20 && status == 503; ++i) {  // hang guard: the stream's end frees it
+    status = proxy_status_before_the_body();
   }
-  int status = 0;
-  for (int i = 0; i < 50 && status != 200; ++i) {  // hang guard: the proxy notices the close
-    status = through_gateway();
-    if (status != 200) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  }
-  EXPECT_EQ(status, 200) << "the budget came back";
+  EXPECT_EQ(status, 0) << "the budget came back: the proxy waits for the body";
 }
 
 // A 1,024-descriptor limit and 1,100 idle connections to the ext_proc port: the EPP's gRPC
