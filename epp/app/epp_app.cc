@@ -204,7 +204,8 @@ EppApp::Impl::Impl(const EppOptions& o)
                                    o.ext_proc_port > 0
                                        ? std::function<int()>(
                                              [this] { return ext_proc->active_streams(); })
-                                       : nullptr}),
+                                       : nullptr,
+                                   [this] { return body_budget->held(); }}),
       health(admin_server(o.health_host, o.health_port, "epp-health"),
              [this](http::Request& r) { return admin.route(r); }),
       metrics_server(admin_server(o.metrics_host, o.metrics_port, "epp-metrics"),

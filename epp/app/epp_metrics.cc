@@ -35,7 +35,8 @@ EppMetrics::EppMetrics(prometheus::Registry& registry, EppMetricSources sources)
   auto& pool = BuildGauge()
                    .Name("llmd_epp_pool")
                    .Help("Pool state: ready pods, average KV usage and queue of ready pods, "
-                         "prefix index size")
+                         "prefix index size, request-body bytes held against the body budget "
+                         "(proxy and gateway together)")
                    .Register(registry);
   ready_ = &pool.Add({{"stat", "ready_pods"}});
   kv_ = &pool.Add({{"stat", "avg_kv_cache_usage"}});
@@ -47,6 +48,7 @@ EppMetrics::EppMetrics(prometheus::Registry& registry, EppMetricSources sources)
   ejected_ = &pool.Add({{"stat", "ejected_pods"}});
   panic_ = &pool.Add({{"stat", "panic_mode"}});
   idle_upstream_ = &pool.Add({{"stat", "idle_upstream_connections"}});
+  body_budget_held_ = &pool.Add({{"stat", "body_budget_held_bytes"}});
   auto& in_progress =
       BuildGauge()
           .Name("llmd_epp_requests_in_progress")
@@ -110,6 +112,7 @@ std::string EppMetrics::collect() {
   ejected_->Set(static_cast<double>(health.ejected));
   panic_->Set(health.panic ? 1 : 0);
   idle_upstream_->Set(static_cast<double>(sources_.idle_upstream_connections()));
+  body_budget_held_->Set(sources_.body_budget_held ? static_cast<double>(sources_.body_budget_held()) : 0);
   proxy_in_progress_->Set(sources_.proxy_requests ? sources_.proxy_requests() : 0);
   if (ext_proc_in_progress_ != nullptr) {
     ext_proc_in_progress_->Set(sources_.ext_proc_streams());

@@ -38,6 +38,8 @@ struct EppMetricSources {
   // streams open); null: that ingress is off.
   std::function<int()> proxy_requests;
   std::function<int()> ext_proc_streams;
+  // Request-body bytes held now against --body-budget-bytes (both ingresses); null: not shown.
+  std::function<std::size_t()> body_budget_held;
 };
 
 class EppMetrics {
@@ -68,6 +70,7 @@ class EppMetrics {
   prometheus::Gauge* ejected_;
   prometheus::Gauge* panic_;
   prometheus::Gauge* idle_upstream_;
+  prometheus::Gauge* body_budget_held_;
   prometheus::Gauge* proxy_in_progress_;
   prometheus::Gauge* ext_proc_in_progress_ = nullptr;
   prometheus::Family<prometheus::Gauge>* pod_ejected_;

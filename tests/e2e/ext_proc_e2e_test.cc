@@ -626,6 +626,9 @@ TEST_F(ExtProcStack, TheProxyAndTheGatewayTakeFromOneBodyBudget) {
   const auto chunk = gateway.receive();
   ASSERT_TRUE(chunk && chunk->has_request_body()) << "STREAMED: the chunk is answered";
   EXPECT_EQ(proxy_status_before_the_body(), 503) << "the gateway's body holds 2 of the 3 MiB";
+  const std::string budget_held = "llmd_epp_pool{stat=\"body_budget_held_bytes\"";
+  EXPECT_GE(metric_sum(stack_->metrics(), budget_held), 2.0 * 1024 * 1024)
+      << "an operator sees what holds the budget";
 
   ASSERT_TRUE(gateway.send(body_chunk(body.substr(2 * 1024 * 1024), true)));
   const auto pick = gateway.receive();
@@ -636,6 +639,14 @@ TEST_F(ExtProcStack, TheProxyAndTheGatewayTakeFromOneBodyBudget) {
     status = proxy_status_before_the_body();
   }
   EXPECT_EQ(status, 0) << "the budget came back: the proxy waits for the body";
+  double held = -1;
+  for (int i = 0; i < 50 && held != 0; ++i) {  // hang guard: the last try's connection closes
+    held = metric_sum(stack_->metrics(), budget_held);
+    if (held != 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  EXPECT_EQ(held, 0);
 }
 
 // A 1,024-descriptor limit and 1,100 idle connections to the ext_proc port: the EPP's gRPC
