@@ -13,6 +13,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -93,20 +94,18 @@ struct GrpcServer::Impl : std::enable_shared_from_this<GrpcServer::Impl> {
   Impl(GrpcServerOptions o, http::IoWorkers& w) : options(std::move(o)), workers(w) {}
 
   // Runs `fn` on `worker` unless the server is gone; the destructor waits for what is queued.
+  // On the data path (every prediction's continuation), so no lock: counted first, then the
+  // gate read (sequentially consistent), so a post that saw the gate open is one the closing
+  // destructor sees in the count.
   void post(std::size_t worker, std::function<void()> fn) {
-    {
-      std::lock_guard lock(mu);
-      if (!open) {
-        return;
-      }
-      ++queued;
+    queued.fetch_add(1);
+    if (!open.load()) {
+      queued.fetch_sub(1);
+      return;
     }
     net::post(workers.at(worker), [this, fn = std::move(fn)] {
       fn();
-      std::lock_guard lock(mu);
-      if (--queued == 0) {
-        cv.notify_all();
-      }
+      queued.fetch_sub(1);
     });
   }
   void accept();
@@ -129,8 +128,8 @@ struct GrpcServer::Impl : std::enable_shared_from_this<GrpcServer::Impl> {
   bool shut_down = false;                                   // guarded by mu
   bool shutdown_over = false;                               // guarded by mu
   std::map<const Connection*, std::weak_ptr<Connection>> connections;  // guarded by mu
-  bool open = true;                                         // guarded by mu: posts accepted
-  std::size_t queued = 0;                                   // guarded by mu
+  std::atomic<bool> open{true};      // posts accepted
+  std::atomic<std::size_t> queued{0};  // posts not yet run
 };
 
 // One call: what its handler has sent and how it ends. Used on its connection's worker; the
@@ -773,9 +772,11 @@ GrpcServer::GrpcServer(GrpcServerOptions options, http::IoWorkers& workers)
 
 GrpcServer::~GrpcServer() {
   shutdown(std::chrono::milliseconds(0));
-  std::unique_lock lock(impl_->mu);
-  impl_->open = false;
-  impl_->cv.wait(lock, [this] { return impl_->queued == 0; });
+  impl_->open.store(false);
+  // Rare and short (what the workers already hold): polled, so the posts need no lock.
+  while (impl_->queued.load() != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 void GrpcServer::add_method(const std::string& path, Method method) {
