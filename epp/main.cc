@@ -28,7 +28,7 @@ int run(int argc, char** argv) {
   if (!options) {
     return 0;  // --help
   }
-  llmd::config::init_logging(options->log_level, "epp");
+  llmd::config::init_logging(options->log_level, "epp", options->upstream.log_format);
   llmd::epp::EppApp app(*options);
   app.start();
   const sigset_t signals = shutdown_signals();

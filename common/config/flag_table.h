@@ -33,6 +33,23 @@ class FlagTable {
                const std::string& help, Range<int64_t> range, std::function<void(int64_t)> set);
   void number(const std::string& name, const std::string& env, const std::string& default_value,
               const std::string& help, Range<double> range, std::function<void(double)> set);
+  // A boolean as Go's flag package has them: alone means true (`--name`, `--name=false`).
+  void go_boolean(const std::string& name, const std::string& env,
+                  const std::string& default_value, const std::string& help,
+                  std::function<void(bool)> set);
+  // A duration in Go's syntax ("50ms", "2s", "1m30s", "1h"; "0" alone), into milliseconds
+  // (sub-millisecond parts are rounded up, so a positive duration stays positive).
+  void duration(const std::string& name, const std::string& env, const std::string& default_value,
+                const std::string& help, Range<std::chrono::milliseconds> range,
+                std::function<void(std::chrono::milliseconds)> set);
+  // Another name for the row `target` (another program's spelling); see Options::add_alias.
+  void alias(const std::string& name, const std::string& target, const std::string& help,
+             bool boolean = false);
+
+  // Rows added from here on are listed under `title` in --help ("" = the main section).
+  void section(std::string title) { group_ = std::move(title); }
+  // After read(): whether the row's flag (or an alias) or env was set.
+  bool given(const std::string& name) const { return options_.given(name); }
 
   // Rows added from here on are read (and so checked) only when `condition` holds at read time;
   // it may look at fields that rows earlier in the table filled. always() ends the group.
@@ -44,11 +61,16 @@ class FlagTable {
 
  private:
   void add_read(std::function<void()> read);
+  static std::string key(const std::string& name);  // "x,long" -> "long"
 
   Options& options_;
+  std::string group_;
   std::function<bool()> condition_;
   std::vector<std::function<void()>> reads_;
 };
+
+// Go's time.ParseDuration, in milliseconds; nullopt when `text` is not a duration.
+std::optional<std::chrono::milliseconds> parse_go_duration(const std::string& text);
 
 // Setters for the common field types.
 inline std::function<void(std::string)> into(std::string& field) {

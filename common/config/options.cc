@@ -1,7 +1,9 @@
 #include "common/config/options.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
 #include <stdexcept>
 
 #include <cxxopts.hpp>
@@ -9,9 +11,49 @@
 
 namespace llmd::config {
 
+namespace {
+
+// "x,long" -> {'x', "long"}; "long" -> {0, "long"}.
+std::pair<char, std::string> split_name(const std::string& name) {
+  if (name.size() > 2 && name[1] == ',') {
+    return {name[0], name.substr(2)};
+  }
+  return {0, name};
+}
+
+std::vector<std::string> env_names(const std::string& env) {
+  std::vector<std::string> out;
+  std::stringstream in(env);
+  for (std::string part; std::getline(in, part, ',');) {
+    if (!part.empty()) {
+      out.push_back(part);
+    }
+  }
+  return out;
+}
+
+std::string help_text(const std::string& help, const std::string& env) {
+  if (env.empty()) {
+    return help;
+  }
+  std::string names;
+  for (const auto& e : env_names(env)) {
+    names += (names.empty() ? "" : ", ") + e;
+  }
+  return fmt::format("{} (env {})", help, names);
+}
+
+}  // namespace
+
 struct Options::Impl {
   cxxopts::Options opts;
+  std::vector<std::string> groups{""};
   Impl(const std::string& program, const std::string& description) : opts(program, description) {}
+  void note_group(const std::string& group) {
+    if (std::find(groups.begin(), groups.end(), group) == groups.end()) {
+      groups.push_back(group);
+    }
+  }
 };
 
 Options::Options(std::string program, std::string description)
@@ -22,31 +64,84 @@ Options::Options(std::string program, std::string description)
 Options::~Options() = default;
 
 void Options::add(const std::string& name, const std::string& env,
-                  const std::string& default_value, const std::string& help) {
-  std::string text = help;
-  if (!env.empty()) {
-    text += fmt::format(" (env {})", env);
-  }
-  impl_->opts.add_options()(name, text, cxxopts::value<std::string>()->default_value(default_value));
-  entries_[name] = Entry{env, default_value, false};
+                  const std::string& default_value, const std::string& help,
+                  const std::string& group) {
+  auto [shorthand, key] = split_name(name);
+  impl_->note_group(group);
+  impl_->opts.add_options(group)(name, help_text(help, env),
+                                 cxxopts::value<std::string>()->default_value(default_value));
+  entries_[key] = Entry{env, default_value, false, shorthand};
 }
 
 void Options::add_flag(const std::string& name, const std::string& env, bool default_value,
-                       const std::string& help) {
-  std::string text = help;
-  if (!env.empty()) {
-    text += fmt::format(" (env {})", env);
-  }
+                       const std::string& help, const std::string& group) {
+  auto [shorthand, key] = split_name(name);
   std::string def = default_value ? "true" : "false";
-  impl_->opts.add_options()(name, text,
-                            cxxopts::value<std::string>()->default_value(def)->implicit_value("true"));
-  entries_[name] = Entry{env, def, true};
+  impl_->note_group(group);
+  impl_->opts.add_options(group)(
+      name, help_text(help, env),
+      cxxopts::value<std::string>()->default_value(def)->implicit_value("true"));
+  entries_[key] = Entry{env, def, true, shorthand};
+}
+
+void Options::add_alias(const std::string& alias, const std::string& target,
+                        const std::string& help, const std::string& group, bool boolean) {
+  auto it = entries_.find(target);
+  if (it == entries_.end()) {
+    throw std::logic_error("alias of an unknown option: " + target);
+  }
+  impl_->note_group(group);
+  auto value = cxxopts::value<std::string>();
+  if (boolean || it->second.is_flag) {
+    value->implicit_value("true");
+  }
+  impl_->opts.add_options(group)(alias, help + " (alias of --" + target + ")", value);
+  aliases_[alias] = Alias{target};
+}
+
+std::vector<std::string> Options::normalize(int argc, char** argv) const {
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    bool done = false;
+    for (const auto& [key, entry] : entries_) {
+      if (entry.shorthand == 0 || i == 0) {
+        continue;
+      }
+      const std::string s(1, entry.shorthand);
+      for (const std::string& form : {"--" + s, "-" + s}) {
+        if (a == form) {
+          out.push_back("-" + s);
+          done = true;
+        } else if (a.rfind(form + "=", 0) == 0) {
+          out.push_back("-" + s);
+          out.push_back(a.substr(form.size() + 1));
+          done = true;
+        }
+        if (done) {
+          break;
+        }
+      }
+      if (done) {
+        break;
+      }
+    }
+    if (!done) {
+      out.push_back(std::move(a));
+    }
+  }
+  return out;
 }
 
 bool Options::parse(int argc, char** argv) {
+  std::vector<std::string> args = normalize(argc, argv);
+  std::vector<char*> ptrs;
+  for (auto& a : args) {
+    ptrs.push_back(a.data());
+  }
   cxxopts::ParseResult result;
   try {
-    result = impl_->opts.parse(argc, argv);
+    result = impl_->opts.parse(static_cast<int>(ptrs.size()), ptrs.data());
   } catch (const cxxopts::exceptions::exception& e) {
     throw std::invalid_argument(std::string(e.what()) + " (see --help)");
   }
@@ -58,28 +153,63 @@ bool Options::parse(int argc, char** argv) {
     throw std::invalid_argument("unexpected argument '" + result.unmatched().front() +
                                 "' (see --help)");
   }
+  std::map<std::string, std::string> from_alias;  // target -> alias given
+  for (const auto& [alias, a] : aliases_) {
+    if (result.count(alias) == 0) {
+      continue;
+    }
+    if (result.count(a.target) > 0) {
+      throw std::invalid_argument(fmt::format("--{} and --{} name the same setting: give one",
+                                              alias, a.target));
+    }
+    if (auto seen = from_alias.find(a.target); seen != from_alias.end()) {
+      throw std::invalid_argument(fmt::format("--{} and --{} name the same setting: give one",
+                                              seen->second, alias));
+    }
+    from_alias[a.target] = alias;
+    values_[a.target] = result[alias].as<std::string>();
+    given_as_[a.target] = "--" + alias;
+  }
   for (const auto& [name, entry] : entries_) {
+    if (from_alias.count(name) > 0) {
+      continue;
+    }
     if (result.count(name) > 0) {
       values_[name] = result[name].as<std::string>();
-    } else if (const char* env = entry.env.empty() ? nullptr : std::getenv(entry.env.c_str());
-               env != nullptr && *env != '\0') {
-      values_[name] = env;
-    } else {
-      values_[name] = entry.default_value;
+      given_as_[name] = "--" + name;
+      continue;
+    }
+    values_[name] = entry.default_value;
+    for (const auto& env : env_names(entry.env)) {
+      if (const char* v = std::getenv(env.c_str()); v != nullptr && *v != '\0') {
+        values_[name] = v;
+        given_as_[name] = env;
+        break;
+      }
     }
   }
   return true;
 }
 
-std::string Options::help() const { return impl_->opts.help(); }
+std::string Options::help() const { return impl_->opts.help(impl_->groups); }
 
 std::string Options::describe(const std::string& name) const {
+  if (auto g = given_as_.find(name); g != given_as_.end() && g->second.rfind("--", 0) == 0 &&
+                                     g->second != "--" + name) {
+    return g->second;  // an alias: the name the user wrote
+  }
   auto it = entries_.find(name);
   if (it != entries_.end() && !it->second.env.empty()) {
-    return fmt::format("--{} / {}", name, it->second.env);
+    std::string envs;
+    for (const auto& e : env_names(it->second.env)) {
+      envs += (envs.empty() ? "" : " / ") + e;
+    }
+    return fmt::format("--{} / {}", name, envs);
   }
   return "--" + name;
 }
+
+bool Options::given(const std::string& name) const { return given_as_.count(name) > 0; }
 
 std::string Options::str(const std::string& name) const {
   auto it = values_.find(name);
@@ -136,10 +266,10 @@ bool Options::boolean(const std::string& name) const {
   for (auto& c : v) {
     c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   }
-  if (v == "1" || v == "true" || v == "yes" || v == "on") {
+  if (v == "1" || v == "true" || v == "yes" || v == "on" || v == "t") {
     return true;
   }
-  if (v == "0" || v == "false" || v == "no" || v == "off") {
+  if (v == "0" || v == "false" || v == "no" || v == "off" || v == "f") {
     return false;
   }
   throw std::invalid_argument(fmt::format("{}: expected true/false, got '{}'", describe(name), v));

@@ -1,7 +1,12 @@
 #pragma once
 // Command-line flags with environment-variable fallbacks (precedence: flag > env > default).
 // Every option documents its env name and default in --help. Values are validated on read;
-// a bad value throws std::invalid_argument naming the flag, the env name and the value.
+// a bad one throws std::invalid_argument naming the flag, the env name and the value.
+// The command line is read as Go's pflag reads it too, so that a Kubernetes manifest written
+// for a Go program runs unchanged: `--name=value` and `--name value`, a boolean flag alone
+// (`--flag` means true, `--flag=false`), and a one-letter shorthand as `-v 2`, `-v=2` or
+// `--v=2`. An alias is a second name of an option (another program's spelling of it); giving
+// both names is an error.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -16,11 +21,19 @@ class Options {
   Options(std::string program, std::string description);
   ~Options();
 
-  // `env` may be empty (flag only).
+  // `name` is the long name, or "x,long" with a one-letter shorthand; the option is known by
+  // its long name. `env` may be empty (flag only) or several names, "A,B": the first that is
+  // set wins. `group` titles a section of --help ("" = the main one).
   void add(const std::string& name, const std::string& env, const std::string& default_value,
-           const std::string& help);
+           const std::string& help, const std::string& group = "");
+  // A boolean that may be given alone (`--name` = true) or as `--name=false`.
   void add_flag(const std::string& name, const std::string& env, bool default_value,
-                const std::string& help);
+                const std::string& help, const std::string& group = "");
+  // `alias` is another name for the option `target` (added before). A `boolean` alias may be
+  // given alone (`--alias` = true, as Go's booleans). `--alias` and `--target` together are an
+  // error.
+  void add_alias(const std::string& alias, const std::string& target, const std::string& help,
+                 const std::string& group, bool boolean = false);
 
   // Returns false when --help was given (help already printed to stdout).
   // Throws std::invalid_argument on unknown flags or malformed values.
@@ -32,20 +45,30 @@ class Options {
   double number(const std::string& name, std::optional<double> min = std::nullopt,
                 std::optional<double> max = std::nullopt) const;
   bool boolean(const std::string& name) const;
+  // True when the option (or an alias of it) was on the command line, or its env was set.
+  bool given(const std::string& name) const;
   std::string help() const;
+  // "--name / ENV" (as errors name an option).
+  std::string describe(const std::string& name) const;
 
  private:
   struct Entry {
     std::string env;
     std::string default_value;
     bool is_flag = false;
+    char shorthand = 0;
   };
-  std::string describe(const std::string& name) const;
+  struct Alias {
+    std::string target;
+  };
+  std::vector<std::string> normalize(int argc, char** argv) const;
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::map<std::string, Entry> entries_;
+  std::map<std::string, Alias> aliases_;
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::string> given_as_;  // option -> the name or env it came from
 };
 
 }  // namespace llmd::config

@@ -22,9 +22,13 @@
 #include "common/util/thread_name.h"
 #include "epp/app/config_reloader.h"
 #include "epp/app/epp_metrics.h"
+#include "epp/app/metrics_auth.h"
 #include "epp/datastore/prefix_index.h"
 #include "epp/datastore/scraper.h"
+#include "epp/extproc/byte_stream.h"
 #include "epp/extproc/ext_proc_server.h"
+#include "epp/extproc/grpc_server.h"
+#include "epp/extproc/health_service.h"
 #include "epp/feedback/request_metrics.h"
 #include "epp/plugins/register.h"
 #include "epp/predictor_client/in_process_predictions.h"
@@ -120,6 +124,9 @@ struct EppApp::Impl {
   // nullopt when this EPP can serve, else why not (/readyz, gRPC readiness).
   std::optional<std::string> not_ready(std::size_t& ready_pods) const;
   void add_admin_routes();
+  http::Response metrics_route(http::Request& r);
+  std::unique_ptr<extproc::GrpcServer> make_health_server();
+  void update_grpc_health();
   void every(std::chrono::milliseconds period, std::function<void()> fn);
   void start();
   void drain();
@@ -155,7 +162,13 @@ struct EppApp::Impl {
   std::unique_ptr<ProxyServer> proxy;
   std::unique_ptr<extproc::ExtProcServer> ext_proc;
   http::Router admin;
-  http::HttpServer health;
+  // The health port: gRPC health as upstream's EPP serves it (the charts' probes) and HTTP
+  // /healthz, /readyz (ours), on a worker of its own so that load never delays a probe.
+  http::IoWorkers health_workers{1, "epp-health"};
+  extproc::HealthService grpc_health;
+  std::unique_ptr<extproc::GrpcServer> health;
+  std::atomic<bool> pool_synced{false};  // the pods are known (listed once, or from the file)
+  std::unique_ptr<MetricsAuth> metrics_auth;  // --metrics-endpoint-auth; null = open
   http::HttpServer metrics_server;
   std::unique_ptr<discovery::PodDiscovery> pod_discovery;
   std::atomic<bool> draining{false};
@@ -163,7 +176,7 @@ struct EppApp::Impl {
   asio::io_context timer_io;
   std::list<Periodic> periodic;  // a list: each handler holds its task's address
   std::unique_ptr<ConfigReloader> reloader;
-  std::thread proxy_thread, health_thread, metrics_thread, timer_thread;
+  std::thread proxy_thread, metrics_thread, timer_thread;
 };
 
 EppApp::Impl::Impl(const EppOptions& o)
@@ -187,7 +200,13 @@ EppApp::Impl::Impl(const EppOptions& o)
       director(loaded.pipeline, &sched_metrics, &decision_log),
       pods(file_cfg.staleness),
       scraper(ScraperOptions{file_cfg.scrape_interval}, pods),
-      feedback(o.feedback, &registry),
+      feedback(
+          [&] {
+            FeedbackOptions f = o.feedback;
+            f.streaming_mode = [this] { return director.pipeline()->streaming_mode; };
+            return f;
+          }(),
+          &registry),
       port(director, pods, predictions.get()),
       gate([this](const std::string& pool) { return port.pool_candidates(pool); }, &registry),
       elector(o.leader_elect ? std::make_unique<discovery::LeaderElector>(
@@ -206,10 +225,12 @@ EppApp::Impl::Impl(const EppOptions& o)
                                              [this] { return ext_proc->active_streams(); })
                                        : nullptr,
                                    [this] { return body_budget->held(); }}),
-      health(admin_server(o.health_host, o.health_port, "epp-health"),
-             [this](http::Request& r) { return admin.route(r); }),
+      metrics_auth(o.upstream.metrics_endpoint_auth
+                       ? std::make_unique<MetricsAuth>(discovery::KubeApiOptions{
+                             o.discovery.api_url, o.discovery.token_file, o.discovery.ca_file})
+                       : nullptr),
       metrics_server(admin_server(o.metrics_host, o.metrics_port, "epp-metrics"),
-                     [this](http::Request& r) { return admin.route(r); }) {
+                     [this](http::Request& r) { return metrics_route(r); }) {
   if (const auto d = decision_log.config(); d.sample_rate > 0) {
     spdlog::info("decision log: sample rate {}, at most {} lines/s", d.sample_rate,
                  d.max_lines_per_second);
@@ -240,15 +261,27 @@ EppApp::Impl::Impl(const EppOptions& o)
     eo.stream.forward_priority = po.forward_priority;
     eo.stream.not_serving = po.not_serving;
     eo.stream.allow_debug_header = po.allow_debug_header;
+    eo.stream.endpoint_subset_filter = o.upstream.endpoint_subset_filter;
     eo.workers = &workers;
     eo.body_budget = body_budget;
+    eo.max_message_bytes = o.upstream.grpc_max_receive_bytes;
+    if (o.upstream.secure_serving) {
+      eo.tls_context = extproc::tls_context_source(o.upstream.cert_path, o.upstream.tls_min_version,
+                                                   o.upstream.cert_reload);
+    }
     ext_proc = std::make_unique<extproc::ExtProcServer>(
         eo, extproc::ExtProcServices{&port, &pods, &sinks, &gate});
   }
   add_admin_routes();
+  health = make_health_server();
   if (o.discover()) {
     pod_discovery = std::make_unique<discovery::PodDiscovery>(
-        o.discovery, [this](const std::vector<PodConfig>& endpoints) { pods.set_pods(endpoints); });
+        o.discovery, [this](const std::vector<PodConfig>& endpoints) {
+          pods.set_pods(endpoints);
+          pool_synced = true;
+        });
+  } else {
+    pool_synced = true;
   }
 }
 
@@ -311,6 +344,58 @@ void EppApp::Impl::add_admin_routes() {
   });
 }
 
+std::unique_ptr<extproc::GrpcServer> EppApp::Impl::make_health_server() {
+  extproc::GrpcServerOptions ho;
+  ho.host = options.health_host;
+  ho.port = options.health_port;
+  ho.take_descriptors = false;  // probes are answered while clients hold every descriptor
+  ho.max_connections = 64;
+  ho.max_message_bytes = 4096;  // a HealthCheckRequest is a service name
+  ho.http1 = [this](const std::string& method, const std::string& path) {
+    http::Request r;
+    r.method = method;
+    r.target = r.path = path;
+    // Probes only: /metrics is the metrics port's (where --metrics-endpoint-auth guards it).
+    http::Response answer = path == "/healthz" || path == "/readyz"
+                                ? admin.route(r)
+                                : http::Response::detail(404, "the health port serves /healthz, "
+                                                              "/readyz and gRPC health");
+    return extproc::Http1Answer{answer.status, answer.content_type, std::move(answer.body)};
+  };
+  auto server = std::make_unique<extproc::GrpcServer>(ho, health_workers);
+  grpc_health.add_to(*server);
+  update_grpc_health();
+  return server;
+}
+
+// Upstream's semantics (GIE cmd/epp/runner/health.go): without leader election every service
+// name is SERVING once the pool is known; with it, liveness always is, and readiness, "" and
+// the ext_proc service only on the leader; other names are SERVICE_UNKNOWN. A draining EPP is
+// not ready either.
+void EppApp::Impl::update_grpc_health() {
+  using Unknown = extproc::HealthService::Unknown;
+  const bool ready = pool_synced.load() && !draining.load() && !standby();
+  if (!elector) {
+    grpc_health.set_unknown(ready ? Unknown::kServing : Unknown::kNotServing);
+    return;
+  }
+  grpc_health.set_unknown(Unknown::kServiceUnknown);
+  grpc_health.set("liveness", true);
+  for (const char* service : {"readiness", "", "envoy.service.ext_proc.v3.ExternalProcessor"}) {
+    grpc_health.set(service, ready);
+  }
+}
+
+http::Response EppApp::Impl::metrics_route(http::Request& r) {
+  if (metrics_auth && r.path == "/metrics") {
+    const auto verdict = metrics_auth->check(std::string(r.header("authorization")), r.path);
+    if (verdict.status != 200) {
+      return http::Response::detail(verdict.status, verdict.reason);
+    }
+  }
+  return admin.route(r);
+}
+
 void EppApp::Impl::every(std::chrono::milliseconds period, std::function<void()> fn) {
   periodic.emplace_back(timer_io, period, std::move(fn)).arm();
 }
@@ -328,7 +413,7 @@ void EppApp::Impl::start() {
     ext_proc->start();
     spdlog::info("gateway mode: ext_proc gRPC on {}:{}", options.ext_proc_host, ext_proc->port());
   }
-  health.start();
+  health->start();
   metrics_server.start();
   scraper.start();
   if (elector) {
@@ -336,7 +421,6 @@ void EppApp::Impl::start() {
   }
   feedback.start();
   // These wait for the stop; the servers' workers (epp-health-0, epp-metrics-0) answer.
-  health_thread = named_thread("epp-health-run", [this] { health.run(false); });
   metrics_thread = named_thread("epp-metrics-run", [this] { metrics_server.run(false); });
 
   reloader = std::make_unique<ConfigReloader>(
@@ -345,6 +429,8 @@ void EppApp::Impl::start() {
   every(options.reload_check, [this] { reloader->check(); });
   // The router queue also drains on fresh scrapes and expires waiters by its timeout.
   every(std::chrono::milliseconds(5), [this] { gate.tick(); });
+  // The health port's gRPC statuses follow the pool, the Lease and the drain.
+  every(std::chrono::milliseconds(100), [this] { update_grpc_health(); });
   if (ext_proc) {
     // Keeps the gRPC readiness (gateway mode) in step with /readyz.
     every(std::chrono::milliseconds(100), [this, grpc_ready = std::optional<bool>()]() mutable {
@@ -360,7 +446,7 @@ void EppApp::Impl::start() {
 
   spdlog::info("epp proxy on {}:{}, health {}:{}, metrics {}:{}; {} pods; predictions {}; "
                "feedback {}",
-               options.proxy.host, proxy->port(), options.health_host, health.port(),
+               options.proxy.host, proxy->port(), options.health_host, health->port(),
                options.metrics_host, metrics_server.port(), file_cfg.pods.size(),
                options.in_process_predictions ? "in process"
                : predictions                  ? options.prediction_server_url
@@ -378,6 +464,7 @@ void EppApp::Impl::start() {
 void EppApp::Impl::drain() {
   // Readiness drops first so the load balancer stops sending; requests in flight finish.
   draining = true;
+  update_grpc_health();
   // A leader hands its Lease over now, so that a standby serves within its retry period while
   // the requests in flight here finish.
   std::thread hand_over([this] {
@@ -401,11 +488,8 @@ void EppApp::Impl::stop() {
   if (proxy_thread.joinable()) {
     proxy_thread.join();
   }
-  health.stop();
+  health->shutdown(std::chrono::milliseconds(0));
   metrics_server.stop();
-  if (health_thread.joinable()) {
-    health_thread.join();
-  }
   if (metrics_thread.joinable()) {
     metrics_thread.join();
   }

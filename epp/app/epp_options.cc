@@ -1,9 +1,11 @@
 #include "epp/app/epp_options.h"
 
+#include <cstdlib>
 #include <stdexcept>
 
 #include "common/config/flag_table.h"
 #include "common/http/client.h"
+#include "epp/app/upstream_flags.h"
 #include "epp/predictor_client/replica_set.h"
 
 namespace llmd::epp {
@@ -23,7 +25,7 @@ void add_kubernetes_flags(config::FlagTable& t, EppOptions& e) {
          "Kubernetes discovery: the InferencePool whose selector and target port name the pods "
          "(the config file then lists no pods)",
          into(d.pool_name));
-  t.text("pool-namespace", "EPP_POOL_NAMESPACE", "",
+  t.text("pool-namespace", "EPP_POOL_NAMESPACE,NAMESPACE", "",
          "Kubernetes discovery: namespace of the pool and its pods (default: the service "
          "account's)",
          into(d.pool_namespace));
@@ -79,6 +81,25 @@ void add_kubernetes_flags(config::FlagTable& t, EppOptions& e) {
          into(l.identity));
 }
 
+// Seconds ("25", "2.5") or a Go duration ("30s"), 0-3600 s.
+std::chrono::milliseconds parse_drain_timeout(const std::string& v) {
+  char* end = nullptr;
+  const double seconds = std::strtod(v.c_str(), &end);
+  std::optional<std::chrono::milliseconds> d;
+  if (!v.empty() && end != nullptr && *end == '\0') {
+    if (seconds >= 0) {
+      d = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+    }
+  } else {
+    d = config::parse_go_duration(v);
+  }
+  if (!d || *d > std::chrono::hours(1)) {
+    throw std::invalid_argument("--drain-timeout / EPP_DRAIN_TIMEOUT_S: expected seconds or a "
+                                "duration such as 30s, at most 1h, got '" + v + "'");
+  }
+  return *d;
+}
+
 // The EPP's flags, in --help order. Hosts stay raw here and are resolved after reading.
 void add_flags(config::FlagTable& t, EppOptions& e, std::string& health_host,
                std::string& metrics_host, std::string& ext_proc_host) {
@@ -102,10 +123,10 @@ void add_flags(config::FlagTable& t, EppOptions& e, std::string& health_host,
   t.text("admin-token", "LLMD_ADMIN_TOKEN", "",
          "Bearer token the trainer requires on /add_training_data_bulk (its --admin-token)",
          into(e.feedback.admin_token));
-  t.number("drain-timeout", "EPP_DRAIN_TIMEOUT_S", "25",
-           "Seconds requests in flight may take to finish after SIGTERM (below Kubernetes' 30 s "
-           "grace period)",
-           {0, 3600}, seconds_into(e.drain_timeout));
+  t.text("drain-timeout", "EPP_DRAIN_TIMEOUT_S", "25",
+         "Time requests in flight may take to finish after SIGTERM: seconds, or a duration as "
+         "llm-d's flag takes it (30s, 1m); below Kubernetes' 30 s grace period",
+         [&e](const std::string& v) { e.drain_timeout = parse_drain_timeout(v); });
   t.integer("health-port", "EPP_HEALTH_PORT", "9003", "/healthz and /readyz port", {0, 65535},
             cast_into(e.health_port));
   t.integer("metrics-port", "EPP_METRICS_PORT", "9090", "/metrics port", {0, 65535},
@@ -137,9 +158,6 @@ void add_flags(config::FlagTable& t, EppOptions& e, std::string& health_host,
          "predicts before its first sync (empty: memory only)",
          into(e.in_process.model_dir));
   t.always();
-  t.boolean("streaming-mode", "LATENCY_STREAMING_MODE", "true",
-            "Training samples from SSE timings (TTFT + TPOT); false: TTFT := end-to-end",
-            into(e.feedback.streaming_mode));
   t.boolean("prediction-based-scheduling", "PREDICTION_BASED_SCHEDULING", "true",
             "Default of the x-prediction-based-scheduling header", into(p.default_prediction));
   // Checked only with a predictor (unused without one; the EPP has never refused them then).
@@ -219,10 +237,13 @@ std::optional<EppOptions> parse_epp_options(int argc, char** argv) {
   EppOptions e;
   std::string health_host, metrics_host, ext_proc_host;
   add_flags(table, e, health_host, metrics_host, ext_proc_host);
+  UpstreamFlagValues upstream;
+  add_upstream_flags(table, e, upstream);
   if (!options.parse(argc, argv)) {
     return std::nullopt;
   }
   table.read();
+  resolve_upstream_flags(table, e, upstream);
   e.health_host = health_host.empty() ? e.proxy.host : health_host;
   e.metrics_host = metrics_host.empty() ? e.proxy.host : metrics_host;
   e.ext_proc_host = ext_proc_host.empty() ? e.proxy.host : ext_proc_host;

@@ -5,6 +5,7 @@
 // Settings that depend on the machine (the leader's identity from the host name, the Lease's
 // namespace from the service account) are left as given and resolved when the app starts.
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -17,12 +18,45 @@
 #include "epp/predictor_client/predictor_client.h"
 #include "epp/proxy/proxy_server.h"
 #include "epp/scheduler/decision_log.h"
+#include "common/config/logging.h"
 
 namespace llmd::epp {
+
+// Settings that come from the Go EPP's command line (epp/app/upstream_flags.h) and have no
+// home in a component's options. Each is honoured; what each maps onto: docs/coming-from-upstream.md.
+struct UpstreamSettings {
+  // Logging: JSON lines as controller-runtime's zap encoder (--zap-encoder json).
+  config::LogFormat log_format;
+  // ext_proc over TLS (--secure-serving): certificate and key from cert_path/tls.crt and
+  // tls.key, or a self-signed pair made at start when cert_path is empty.
+  bool secure_serving = false;
+  std::string cert_path;
+  bool cert_reload = false;  // re-read cert_path's files when they change
+  std::string tls_min_version;  // "" (TLS 1.2), VersionTLS12 or VersionTLS13
+  // /metrics needs a bearer token the API server accepts (TokenReview) and allows to get
+  // /metrics (SubjectAccessReview), as controller-runtime's filter does.
+  bool metrics_endpoint_auth = false;
+  // Envoy's x-gateway-destination-endpoint-subset metadata narrows the candidates
+  // (--disable-endpoint-subset-filter turns it off).
+  bool endpoint_subset_filter = true;
+  // ext_proc's largest message (--grpc-max-recv-msg-size); 0 = body limit + 64 KiB.
+  std::size_t grpc_max_receive_bytes = 0;
+  // Model-server scraping overrides (the legacy metric flags, the scrape path/scheme/port):
+  // empty = the config file's data layer (default vLLM's names, http, /metrics).
+  std::string metrics_scheme, metrics_path;
+  uint16_t metrics_port = 0;  // 0 = the pod's serving port
+  bool metrics_insecure_skip_verify = true;
+  std::string queued_metric, running_metric, kv_usage_metric, lora_metric, cache_info_metric;
+  // Scrape interval and staleness from --refresh-metrics-interval / --metrics-staleness-threshold
+  // (set: they replace the config file's scrapeIntervalMs / stalenessMs, which must then be
+  // absent).
+  std::optional<std::chrono::milliseconds> scrape_interval, staleness;
+};
 
 struct EppOptions {
   std::string config_path;  // pool + pipeline YAML, re-read every reload_check
   std::string log_level;
+  UpstreamSettings upstream;
   std::chrono::milliseconds reload_check{1000};
 
   // Proxy mode (host, port, limits, timeouts; not_serving and the upstream counters are left

@@ -202,7 +202,10 @@ struct PodDiscovery::Impl {
       return stopping.load() || pool_generation.load() != listed_generation;
     });
     if (options.pool_name.empty()) {
-      pool_spec = PoolSpec{options.selector, {options.target_port}};
+      pool_spec = PoolSpec{options.selector,
+                           options.target_ports.empty()
+                               ? std::vector<uint16_t>{options.target_port}
+                               : options.target_ports};
       pool_generation = 1;
     } else {
       pool_api = std::make_unique<ApiClient>(api, [this] { return stopping.load(); });
@@ -258,9 +261,11 @@ struct PodDiscovery::Impl {
   // spec. Sets `resource_version`, where its watch starts.
   bool read_pool(std::string& resource_version, std::string& error) {
     int status = 0;
-    watched_collection = pool_collection(true);
+    const bool v1_only = options.pool_group == kPoolGroupV1;
+    const bool v1alpha2_only = options.pool_group == kPoolGroupV1Alpha2;
+    watched_collection = pool_collection(!v1alpha2_only);
     auto pool = pool_api->get_json(watched_collection + "/" + options.pool_name, status, error);
-    if (!pool && status == 404) {
+    if (!pool && status == 404 && !v1_only && !v1alpha2_only) {
       error.clear();
       watched_collection = pool_collection(false);
       pool = pool_api->get_json(watched_collection + "/" + options.pool_name, status, error);

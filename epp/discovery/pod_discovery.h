@@ -31,6 +31,9 @@
 
 namespace llmd::epp::discovery {
 
+inline constexpr char kPoolGroupV1[] = "inference.networking.k8s.io";
+inline constexpr char kPoolGroupV1Alpha2[] = "inference.networking.x-k8s.io";
+
 struct DiscoveryOptions {
   std::string api_url;  // "" = in-cluster
   std::string token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";
@@ -40,6 +43,11 @@ struct DiscoveryOptions {
   std::string pool_name;       // an InferencePool; "" = use `selector`
   std::map<std::string, std::string> selector;  // pod labels (without an InferencePool)
   uint16_t target_port = 8000;  // pods' serving port (an InferencePool's port wins)
+  // Selector mode: the pods' serving ports, one endpoint per pod and port (empty: target_port).
+  std::vector<uint16_t> target_ports;
+  // The InferencePool's API group: inference.networking.k8s.io (v1) or
+  // inference.networking.x-k8s.io (v1alpha2); "" = v1, else v1alpha2 if v1 has no such pool.
+  std::string pool_group;
   std::chrono::seconds watch_timeout{300};
   std::size_t max_pods = 10000;
 };

@@ -10,11 +10,15 @@
 // prediction or the router queue.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "epp/extproc/ext_proc_stream.h"
 
+namespace boost::asio::ssl {
+class context;
+}
 namespace llmd::http {
 class IoWorkers;
 class BodyBudget;
@@ -34,6 +38,10 @@ struct ExtProcServerOptions {
   // server holds it, a request body while its stream does (ExtProcServices::body_budget). A
   // body that does not fit is refused 503 + Retry-After. Null: no budget.
   std::shared_ptr<http::BodyBudget> body_budget;
+  // Largest message; 0 = the body limit + 64 KiB (a BUFFERED body travels in one message).
+  std::size_t max_message_bytes = 0;
+  // Set: TLS with h2 by ALPN (GrpcServerOptions::tls_context).
+  std::function<std::shared_ptr<boost::asio::ssl::context>()> tls_context;
 };
 
 class ExtProcServer {

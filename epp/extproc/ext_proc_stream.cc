@@ -165,7 +165,9 @@ void ExtProcStream::on_request_headers(const pb::ProcessingRequest& message) {
       FlowServices{services_.scheduler, services_.registry, services_.sink, services_.gate,
                    nullptr},
       post_);
-  if (const auto* subset = metadata_field(message, kSubsetNamespace, kSubsetKey)) {
+  if (const auto* subset = options_.endpoint_subset_filter
+                               ? metadata_field(message, kSubsetNamespace, kSubsetKey)
+                               : nullptr) {
     std::vector<std::string> hint;
     for (const auto& v : subset->list_value().values()) {
       hint.push_back(v.string_value());

@@ -59,6 +59,9 @@ struct ExtProcOptions {
   // is refused 503 with it). Thread-safe, cheap; null: always serves.
   std::function<std::optional<std::string>()> not_serving;
   bool allow_debug_header = false;            // x-llmd-debug -> x-llmd-decision (response)
+  // Envoy's x-gateway-destination-endpoint-subset metadata narrows the candidates (upstream's
+  // --disable-endpoint-subset-filter turns it off).
+  bool endpoint_subset_filter = true;
 };
 
 struct ExtProcServices {

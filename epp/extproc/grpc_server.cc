@@ -29,6 +29,8 @@
 #include "common/http/body_budget.h"
 #include "common/http/descriptor_budget.h"
 #include "common/http/io_workers.h"
+#include "epp/extproc/byte_stream.h"
+#include "epp/extproc/http1_probe.h"
 
 namespace llmd::epp::extproc {
 namespace {
@@ -110,6 +112,7 @@ struct GrpcServer::Impl : std::enable_shared_from_this<GrpcServer::Impl> {
   }
   void accept();
   void accept_later(const std::string& why);
+  void adopt(std::unique_ptr<ByteStream> stream, std::size_t worker);
   std::vector<std::shared_ptr<Connection>> live_connections();
 
   const GrpcServerOptions options;
@@ -120,6 +123,7 @@ struct GrpcServer::Impl : std::enable_shared_from_this<GrpcServer::Impl> {
   uint16_t bound_port = 0;
   std::atomic<bool> accepting{false};
   std::atomic<int> calls{0};
+  std::atomic<std::size_t> open_connections{0};  // accepted and not yet destroyed
   std::atomic<std::size_t> next_worker{0};
   std::chrono::milliseconds backoff{0};  // worker 0's
 
@@ -166,14 +170,19 @@ class CallImpl final : public GrpcCall {
 // the handlers run after each read (dispatch), outside nghttp2, in arrival order.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(std::shared_ptr<GrpcServer::Impl> server, tcp::socket socket, std::size_t worker)
-      : server_(std::move(server)), socket_(std::move(socket)), worker_(worker),
-        handshake_(socket_.get_executor()) {}
+  Connection(std::shared_ptr<GrpcServer::Impl> server, std::unique_ptr<ByteStream> stream,
+             std::size_t worker)
+      : server_(std::move(server)), stream_(std::move(stream)), worker_(worker),
+        handshake_(server_->workers.at(worker)),
+        protocol_(server_->options.http1 ? Protocol::kUndecided : Protocol::kHttp2) {}
   ~Connection() {
     if (session_ != nullptr) {
       nghttp2_session_del(session_);
     }
-    http::DescriptorBudget::process().give_back(1);
+    if (server_->options.take_descriptors) {
+      http::DescriptorBudget::process().give_back(1);
+    }
+    server_->open_connections.fetch_sub(1);
     std::lock_guard lock(server_->mu);
     server_->connections.erase(this);
     server_->cv.notify_all();
@@ -231,9 +240,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void give_back(std::size_t bytes);
   void read();
   void flush();
+  // The HTTP/2 session, once the peer has shown it speaks HTTP/2 (at once without http1).
+  void start_http2();
+  // Bytes of a connection whose protocol is not known yet, or of an HTTP/1.1 request; false
+  // when the connection is done with (answered or closed).
+  bool sniff(const uint8_t* data, std::size_t n);
 
   std::shared_ptr<GrpcServer::Impl> server_;
-  tcp::socket socket_;
+  std::unique_ptr<ByteStream> stream_;
   const std::size_t worker_;
   nghttp2_session* session_ = nullptr;
   std::unordered_map<int32_t, Stream> streams_;
@@ -245,6 +259,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool closed_ = false;
   net::steady_timer handshake_;  // closes a connection that never sends a byte
   bool heard_ = false;           // the peer has sent something
+  Protocol protocol_;            // kUndecided until the first bytes tell (with http1 only)
+  std::string sniffed_;          // those first bytes, or the HTTP/1.1 request head
 };
 
 void CallImpl::send(std::string message) {
@@ -290,6 +306,20 @@ nghttp2_session_callbacks* Connection::callbacks() {
 }
 
 void Connection::start() {
+  handshake_.expires_after(server_->options.handshake_timeout);
+  handshake_.async_wait([weak = weak_from_this()](error_code ec) {
+    if (auto self = weak.lock(); self && !ec && !self->heard_) {
+      self->close();
+    }
+  });
+  if (protocol_ == Protocol::kHttp2) {
+    start_http2();
+    flush();
+  }
+  read();
+}
+
+void Connection::start_http2() {
   nghttp2_session_server_new(&session_, callbacks(), this);
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, server_->options.max_concurrent_streams},
@@ -297,24 +327,59 @@ void Connection::start() {
   };
   nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
   nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
-  handshake_.expires_after(server_->options.handshake_timeout);
-  handshake_.async_wait([weak = weak_from_this()](error_code ec) {
-    if (auto self = weak.lock(); self && !ec && !self->heard_) {
-      self->close();
+}
+
+bool Connection::sniff(const uint8_t* data, std::size_t n) {
+  sniffed_.append(reinterpret_cast<const char*>(data), n);
+  if (protocol_ == Protocol::kUndecided) {
+    protocol_ = sniff_protocol(sniffed_);
+    if (protocol_ == Protocol::kUndecided) {
+      return true;  // a prefix of the preface: more bytes tell
     }
+    if (protocol_ == Protocol::kHttp2) {
+      heard_ = true;
+      handshake_.cancel();
+      start_http2();
+      const std::string first = std::move(sniffed_);
+      sniffed_.clear();
+      const ssize_t rv = nghttp2_session_mem_recv(
+          session_, reinterpret_cast<const uint8_t*>(first.data()), first.size());
+      dispatch();
+      if (rv < 0) {
+        close();
+        return false;
+      }
+      flush();
+      return !closed_;
+    }
+  }
+  auto answer = answer_http1(sniffed_, server_->options.http1);
+  if (!answer) {
+    return true;
+  }
+  auto out = std::make_shared<std::string>(std::move(*answer));
+  stream_->write(net::buffer(*out), [self = shared_from_this(), out](error_code, std::size_t) {
+    self->close();
   });
-  flush();
-  read();
+  return false;
 }
 
 void Connection::read() {
-  socket_.async_read_some(
+  stream_->read_some(
       net::buffer(read_buffer_), [self = shared_from_this()](error_code ec, std::size_t n) {
         if (self->closed_) {
           return;
         }
         if (ec) {
           self->close();
+          return;
+        }
+        if (self->protocol_ != Protocol::kHttp2) {
+          // Until the preface is complete (or for the whole HTTP/1.1 request) the handshake
+          // timeout still runs: a peer that stalls there is closed by it.
+          if (self->sniff(self->read_buffer_.data(), n) && !self->closed_) {
+            self->read();
+          }
           return;
         }
         if (!self->heard_) {
@@ -336,7 +401,7 @@ void Connection::read() {
 }
 
 void Connection::flush() {
-  if (closed_ || writing_) {
+  if (closed_ || writing_ || session_ == nullptr) {
     return;
   }
   while (true) {
@@ -366,7 +431,7 @@ void Connection::flush() {
     return;
   }
   writing_ = true;
-  net::async_write(socket_, net::buffer(write_buffer_),
+  stream_->write(net::buffer(write_buffer_),
                    [self = shared_from_this()](error_code ec, std::size_t) {
                      self->writing_ = false;
                      self->write_buffer_.clear();
@@ -404,9 +469,7 @@ void Connection::close() {
   }
   events_.clear();
   handshake_.cancel();
-  error_code ignored;
-  socket_.shutdown(tcp::socket::shutdown_both, ignored);
-  socket_.close(ignored);
+  stream_->close();
 }
 
 void Connection::output(CallImpl& call) {
@@ -739,32 +802,61 @@ void GrpcServer::Impl::accept_later(const std::string& why) {
 // On worker 0. The connections hold the Impl (their calls post through it).
 void GrpcServer::Impl::accept() {
   auto& budget = http::DescriptorBudget::process();
-  if (!budget.try_take(1)) {
+  const bool budgeted = options.take_descriptors;
+  if (options.max_connections > 0 && open_connections.load() >= options.max_connections) {
+    accept_later("the port's " + std::to_string(options.max_connections) +
+                 " connections are open");
+    return;
+  }
+  if (budgeted && !budget.try_take(1)) {
     accept_later("connections hold the descriptors the process gives to clients");
     return;
   }
   const std::size_t worker = next_worker.fetch_add(1) % workers.size();
-  acceptor->async_accept(workers.at(worker), [this, &budget, worker](error_code ec, tcp::socket socket) {
-    if (!accepting.load()) {
-      budget.give_back(1);
-      return;
-    }
-    if (ec) {
-      budget.give_back(1);
-      accept_later("accept failed: " + ec.message());
+  acceptor->async_accept(workers.at(worker), [this, &budget, budgeted, worker](error_code ec,
+                                                                             tcp::socket socket) {
+    if (!accepting.load() || ec) {
+      if (budgeted) {
+        budget.give_back(1);
+      }
+      if (ec && accepting.load()) {
+        accept_later("accept failed: " + ec.message());
+      }
       return;
     }
     backoff = std::chrono::milliseconds(0);
     error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
-    auto connection = std::make_shared<Connection>(shared_from_this(), std::move(socket), worker);
-    {
-      std::lock_guard lock(mu);
-      connections.emplace(connection.get(), connection);
+    open_connections.fetch_add(1);
+    if (options.tls_context) {
+      accept_tls(std::move(socket), options.tls_context(), options.handshake_timeout,
+                 [self = shared_from_this(), worker](std::unique_ptr<ByteStream> stream,
+                                                     std::string why) {
+                   if (!stream) {
+                     spdlog::debug("grpc: {} on port {}", why, self->bound_port);
+                     if (self->options.take_descriptors) {
+                       http::DescriptorBudget::process().give_back(1);
+                     }
+                     self->open_connections.fetch_sub(1);
+                     return;
+                   }
+                   self->adopt(std::move(stream), worker);
+                 });
+    } else {
+      adopt(plain_stream(std::move(socket)), worker);
     }
-    net::post(workers.at(worker), [connection] { connection->start(); });
     accept();
   });
+}
+
+// On `worker`: the connection's stream is ready (TCP accepted, TLS handshake done).
+void GrpcServer::Impl::adopt(std::unique_ptr<ByteStream> stream, std::size_t worker) {
+  auto connection = std::make_shared<Connection>(shared_from_this(), std::move(stream), worker);
+  {
+    std::lock_guard lock(mu);
+    connections.emplace(connection.get(), connection);
+  }
+  net::post(workers.at(worker), [connection] { connection->start(); });
 }
 
 GrpcServer::GrpcServer(GrpcServerOptions options, http::IoWorkers& workers)

@@ -32,6 +32,11 @@
 #include <memory>
 #include <string>
 
+#include "epp/extproc/http1_probe.h"
+
+namespace boost::asio::ssl {
+class context;
+}
 namespace llmd::http {
 class IoWorkers;
 class BodyBudget;
@@ -99,6 +104,17 @@ struct GrpcServerOptions {
   // Set: each message takes its bytes from it when its length arrives, before it is buffered,
   // and gives them back as its handler gets it (null: no budget).
   std::shared_ptr<http::BodyBudget> message_budget;
+  // Set: a connection that does not open with the HTTP/2 preface is one HTTP/1.1 request,
+  // answered by it and closed (http1_probe.h): the health port's HTTP probes.
+  Http1Handler http1;
+  // Set: connections are TLS, h2 chosen by ALPN; called per connection, so a reloaded
+  // certificate serves the next one.
+  std::function<std::shared_ptr<boost::asio::ssl::context>()> tls_context;
+  // false: connections take no descriptor from the process's budget (the health port, which
+  // must answer while clients hold every descriptor the budget gives); then cap them with
+  // max_connections.
+  bool take_descriptors = true;
+  std::size_t max_connections = 0;  // open at once; 0 = no cap (at the cap accept waits)
 };
 
 class GrpcServer {

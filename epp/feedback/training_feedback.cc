@@ -92,6 +92,10 @@ struct TrainingFeedback::Metrics {
                                "Training samples given up, by reason: buffer_full (oldest "
                                "dropped), over_flush_cap (sampled out), send_failed (no 202 "
                                "after max_send_attempts), rejected (4xx)")),
+        not_streamed(counter(r, "llmd_epp_feedback_requests_not_sampled_total",
+                             "Successful requests that gave no training sample, by reason: "
+                             "not_streamed (streamingMode: true trains on streams only)")
+                         .Add({{"reason", "not_streamed"}})),
         queue_depth(prometheus::BuildGauge()
                         .Name("llmd_epp_feedback_queue_depth")
                         .Help("Training samples buffered or pending (sent, not yet answered "
@@ -107,6 +111,7 @@ struct TrainingFeedback::Metrics {
   prometheus::Counter& acknowledged;
   prometheus::Counter& retried;
   prometheus::Family<prometheus::Counter>& dropped_family;
+  prometheus::Counter& not_streamed;
   prometheus::Gauge& queue_depth;
   // Mirrors counts_ into the registry (mu_ held by the caller).
   void update(const FeedbackCounts& c, const FeedbackCounts& last) {
@@ -184,7 +189,7 @@ void TrainingFeedback::on_first_token(const CompletedRequest& req) {
   if (options_.trainer_url.empty()) {
     return;
   }
-  if (auto e = first_token_entry(req, options_.streaming_mode)) {
+  if (auto e = first_token_entry(req, streaming_mode())) {
     enqueue(std::move(*e));
   }
 }
@@ -193,8 +198,31 @@ void TrainingFeedback::on_completed(const CompletedRequest& done) {
   if (options_.trainer_url.empty()) {
     return;
   }
-  for (auto& e : completion_entries(done, options_.streaming_mode)) {
+  const bool streaming = streaming_mode();
+  if (streaming && !done.request.streaming && done.success && !done.client_aborted &&
+      !done.upstream_url) {
+    not_streamed();
+  }
+  for (auto& e : completion_entries(done, streaming)) {
     enqueue(std::move(e));
+  }
+}
+
+void TrainingFeedback::not_streamed() {
+  const uint64_t n = ++not_streamed_;
+  if (metrics_) {
+    metrics_->not_streamed.Increment();
+  }
+  // At most one line a minute: the first such request, then a count.
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  int64_t next = next_not_streamed_warning_ns_.load();
+  if (now >= next && next_not_streamed_warning_ns_.compare_exchange_strong(
+                         next, now + std::chrono::nanoseconds(std::chrono::minutes(1)).count())) {
+    spdlog::warn("training: {} non-streamed request(s) gave no training sample: the pipeline's "
+                 "predicted-latency-producer has streamingMode: true, which trains on streams "
+                 "only; if this pool's clients do not stream, set streamingMode: false (TTFT := "
+                 "end-to-end latency, upstream's default)",
+                 n);
   }
 }
 

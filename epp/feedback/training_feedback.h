@@ -1,12 +1,14 @@
 #pragma once
 // Turns requests into training samples for the trainer (epp.md section 2 step 8) and sends them
 // to POST /add_training_data_bulk once per interval from its own thread.
-// Streaming mode (default): the TTFT sample (first content chunk - dispatch) is sent when the
+// Streaming mode (`streamingMode: true` on the pipeline's predicted-latency-producer): the TTFT sample (first content chunk - dispatch) is sent when the
 // first token arrives, not at completion, so the model learns a load level while it lasts; the
 // TPOT sample ((e2e - TTFT) / (tokens - 1), tokens from usage or else the content chunks counted)
 // when the stream ends. Non-streaming requests give no sample in this mode: their end-to-end
-// time is not a TTFT. E2E mode (`streaming_mode = false`, for pools served without streaming):
-// every successful request gives TTFT := end-to-end latency, and no TPOT.
+// time is not a TTFT; they are counted (llmd_epp_feedback_requests_not_sampled_total{reason=
+// "not_streamed"}) and a warning says so, since a pool whose clients never stream then never
+// trains. E2E mode (upstream's default, `streamingMode: false`): every successful request gives
+// TTFT := end-to-end latency, and no TPOT.
 // Both samples use feature_row() on the Endpoint copy the scheduler picked: the same row the
 // prediction was made from. Failed or aborted requests give no completion sample.
 // The buffer is bounded (oldest dropped, counted); above `max_per_flush` a flush keeps a
@@ -24,6 +26,7 @@
 // Threading: on_first_token/on_completed run on proxy threads (enqueue under mu_); sending runs
 // on the feedback thread only, which owns pending_.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -50,7 +53,9 @@ struct FeedbackOptions {
   std::chrono::milliseconds interval{1000};
   std::size_t max_buffer = 50000;
   std::size_t max_per_flush = 10000;
-  bool streaming_mode = true;
+  // The pool's training mode, read for each request (the pipeline's streamingMode; it follows
+  // config reloads). Null: false (e2e mode).
+  std::function<bool()> streaming_mode;
   std::string admin_token;  // sent as "Authorization: Bearer" when the trainer requires one
   int max_send_attempts = 4;   // 5xx answers per batch before it is dropped (one per interval)
   std::chrono::milliseconds send_timeout{5000};
@@ -106,10 +111,15 @@ class TrainingFeedback : public CompletionSink {
   void drop(uint64_t n, uint64_t FeedbackCounts::*reason);
   int send(const std::string& body, std::string& error);
   void export_metrics();  // mirrors counts_ into the registry; mu_ held
+  bool streaming_mode() const { return options_.streaming_mode && options_.streaming_mode(); }
+  // A successful non-streamed request in streaming mode: counted, and warned about.
+  void not_streamed();
   FeedbackOptions options_;
   FeedbackSender sender_;
   std::string sender_id_;
   uint64_t next_seq_ = 1;  // feedback thread only
+  std::atomic<uint64_t> not_streamed_{0};
+  std::atomic<int64_t> next_not_streamed_warning_ns_{0};
   std::unique_ptr<Metrics> metrics_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

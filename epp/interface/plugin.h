@@ -8,6 +8,7 @@
 // behind the Handle with its own synchronisation.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,6 +35,10 @@ class Plugin {
   // True when this instance's configuration says latency predictions must not be used at all
   // (the pipeline then skips asking for them).
   virtual bool ignores_predictions() const { return false; }
+  // Set when this instance decides how the pool is trained (predicted-latency-producer's
+  // streamingMode): true, from streams (TTFT at the first chunk, TPOT); false, TTFT := the
+  // end-to-end latency.
+  virtual std::optional<bool> training_streaming_mode() const { return std::nullopt; }
 };
 
 // Per-request scheduling state handed to every plugin.

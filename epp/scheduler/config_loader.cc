@@ -324,6 +324,9 @@ PipelineConstPtr build(const YAML::Node& root, const PluginRegistry& registry,
   }
   check_attributes(*pl, registry, handle, metrics);
   for (const auto& p : pl->plugins) {
+    if (auto mode = p->training_streaming_mode()) {
+      pl->streaming_mode = *mode;
+    }
     if (p->ignores_predictions()) {
       pl->predictions_ignored = true;
       spdlog::info("{} ignores predictions: requests are scheduled without asking the predictor",

@@ -22,6 +22,9 @@ struct Pipeline {
   // request runs as with x-prediction-based-scheduling: false, so the predictor is not asked
   // and its absence costs nothing.
   bool predictions_ignored = false;
+  // How the pool is trained (Plugin::training_streaming_mode of its producer): false, the
+  // upstream default, when no plugin says.
+  bool streaming_mode = false;
 
   const Profile* profile(std::string_view name) const;  // null when unknown
   PluginPtr plugin(std::string_view name) const;        // null when unknown

@@ -27,9 +27,11 @@ class PredictedLatencyProducer final : public PluginBase<DataProducer> {
 
   struct Config {
     double predictionDeadlineMs = 50;  // > 0: longest wait for predictions per request
-    // false: the pool is trained without TPOT samples (non-streaming mode), so TPOT is
-    // neutralised for every request, as it always is for non-streaming requests.
-    bool streamingMode = true;
+    // How the pool is trained, as upstream defines it: false (upstream's default), TTFT :=
+    // the end-to-end latency of every request and no TPOT (TPOT is neutralised for every
+    // request); true, TTFT at the first streamed chunk and TPOT from streams (non-streamed
+    // requests then give no sample: llmd_epp_feedback_requests_not_sampled_total).
+    bool streamingMode = false;
     // The three corrections below are ours and on by default (upstream-pipeline.yaml turns them
     // off); each is measured from this EPP's own requests and is a no-op until it has evidence.
     // Scale each pod's predicted TTFT and TPOT by its residual factors (PodResidual: how much
@@ -62,6 +64,7 @@ class PredictedLatencyProducer final : public PluginBase<DataProducer> {
                      std::function<void()> done) const override;
   std::vector<AttributeKey> produces() const override { return {AttributeKey::kLatencyPrediction}; }
   std::vector<AttributeKey> consumes() const override { return {AttributeKey::kPrefixCacheMatch}; }
+  std::optional<bool> training_streaming_mode() const override { return config_.streamingMode; }
 
   // Headroom and validity of one prediction under the request's SLOs (spec section 2 step 2),
   // scaled by the pod's residual factors when podResidualCorrection is on, and the TTFT
