@@ -8,6 +8,7 @@
 
 #include "common/config/logging.h"
 #include "common/config/options.h"
+#include "common/config/reference_env.h"
 #include "common/http/client.h"
 #include "common/http/server.h"
 #include "common/http/server_flags.h"
@@ -23,8 +24,9 @@ namespace {
 
 int run(int argc, char** argv) {
   config::Options o("predictor", "Latency prediction server (batched TTFT/TPOT predictions)");
-  o.add("host", "PREDICT_HOST", "127.0.0.1",
-        "Address to listen on (loopback by default: a sidecar of the EPP; 0.0.0.0 opens it)");
+  o.add("host", "PREDICT_HOST", "0.0.0.0",
+        "Address to listen on: 0.0.0.0 as the reference sidecars bind (in a pod the kubelet "
+        "probes the pod IP); 127.0.0.1 keeps a local run on loopback");
   o.add("admin-token", "LLMD_ADMIN_TOKEN", "",
         "Bearer token required on POST /reload (empty: none)");
   o.add("port", "PREDICT_PORT", "8001", "Port to listen on");
@@ -33,7 +35,7 @@ int run(int argc, char** argv) {
   o.add("model-sync-interval", "MODEL_SYNC_INTERVAL_SEC", "10", "Seconds between model syncs");
   o.add("model-sync-timeout", "MODEL_SYNC_TIMEOUT_SEC", "5",
         "Seconds each call to the trainer may take (connect, send, answer); a sync round stops at "
-        "the first call that times out");
+        "the first call that times out", {"HTTP_TIMEOUT"});
   o.add("local-ttft-model-path", "LOCAL_TTFT_MODEL_PATH", "/tmp/prediction_models/ttft.ubj",
         "Local copy of the TTFT model");
   o.add("local-tpot-model-path", "LOCAL_TPOT_MODEL_PATH", "/tmp/prediction_models/tpot.ubj",
@@ -47,7 +49,8 @@ int run(int argc, char** argv) {
         "Reported objective (must match the trainer)");
   o.add("quantile-alpha", "LATENCY_QUANTILE_ALPHA", "0.9", "Reported quantile (must match the trainer)");
   o.add("workers", "PREDICT_WORKERS", std::to_string(std::max(1u, std::thread::hardware_concurrency())),
-        "HTTP worker threads (default = cores)");
+        "HTTP worker threads (default = cores; the reference's uvicorn worker processes become "
+        "threads of this one predictor)", {"UVICORN_WORKERS"});
   http::add_server_limit_flags(o, "PREDICT_");
   o.add("max-bulk-rows", "PREDICT_MAX_BULK_ROWS", "10000", "Most rows per bulk request");
   o.add("log-level", "LOG_LEVEL", "info", "trace | debug | info | warn | error");
@@ -55,6 +58,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   config::init_logging(o.str("log-level"), "predictor");
+  config::log_reference_env(config::predictor_reference_env(), o.env_names());
   if (o.str("model-type") != "xgboost") {
     throw std::invalid_argument("--model-type / LATENCY_MODEL_TYPE: '" + o.str("model-type") +
                                 "' is not implemented; this predictor serves xgboost models");
@@ -104,6 +108,9 @@ int run(int argc, char** argv) {
   spdlog::info("predictor listening on {}:{} with {} workers (trainer {}, ready {})",
                server_opts.host, server.port(), server_opts.io_threads,
                url.empty() ? "none" : url, store.current()->ready());
+  if (info.admin_token.empty() && !http::is_loopback_host(server_opts.host)) {
+    spdlog::warn("no --admin-token: whoever reaches {} may POST /reload", server_opts.host);
+  }
   server.run(true);
   sync.stop();
   return 0;

@@ -11,6 +11,7 @@
 
 #include "common/config/logging.h"
 #include "common/config/options.h"
+#include "common/config/reference_env.h"
 #include "common/http/server.h"
 #include "common/http/server_flags.h"
 #include "common/util/memory.h"
@@ -22,12 +23,15 @@ using namespace llmd;
 namespace {
 
 void add_options(config::Options& o) {
-  o.add("host", "TRAINING_HOST", "127.0.0.1",
-        "Address to listen on (loopback by default: a sidecar of the EPP; 0.0.0.0 opens it)");
+  o.add("host", "TRAINING_HOST", "0.0.0.0",
+        "Address to listen on: 0.0.0.0 as the reference sidecars bind (in a pod the kubelet "
+        "probes the pod IP); 127.0.0.1 keeps a local run on loopback");
   o.add("admin-token", "LLMD_ADMIN_TOKEN", "",
         "Bearer token required on /add_training_data_bulk, /flush and /model/export (empty: none)");
   o.add("port", "TRAINING_PORT", "8000", "Port to listen on");
-  o.add("io-threads", "TRAINING_IO_THREADS", "2", "HTTP io threads");
+  o.add("io-threads", "TRAINING_IO_THREADS", "2",
+        "HTTP io threads (the reference's uvicorn worker processes become threads of this one "
+        "trainer)", {"UVICORN_WORKERS"});
   o.add("retraining-interval", "LATENCY_RETRAINING_INTERVAL_SEC", "10",
         "Seconds between retraining checks (a fit runs only when new samples arrived)");
   o.add("min-samples-for-retrain", "LATENCY_MIN_SAMPLES_FOR_RETRAIN", "100",
@@ -75,6 +79,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   config::init_logging(o.str("log-level"), "trainer");
+  config::log_reference_env(config::trainer_reference_env(), o.env_names());
   if (o.str("model-type") != "xgboost") {
     throw std::invalid_argument("--model-type / LATENCY_MODEL_TYPE: '" + o.str("model-type") +
                                 "' is not implemented; this trainer supports only xgboost");
@@ -131,6 +136,10 @@ int run(int argc, char** argv) {
   spdlog::info("trainer listening on {}:{} (objective {}, alpha {}, ensemble {}, linear base {})",
                server_opts.host, server.port(), o.str("objective-type"), cfg.quantile_alpha,
                cfg.ensemble_mode, cfg.linear_base);
+  if (limits.admin_token.empty() && !http::is_loopback_host(server_opts.host)) {
+    spdlog::warn("no --admin-token: whoever reaches {} may post samples, /flush and export models",
+                 server_opts.host);
+  }
   server.run(true);
   service.stop_background();
   spdlog::info("trainer stopped");

@@ -11,21 +11,21 @@ namespace llmd::config {
 void FlagTable::text(const std::string& name, const std::string& env,
                      const std::string& default_value, const std::string& help,
                      std::function<void(std::string)> set) {
-  options_.add(name, env, default_value, help, group_);
+  options_.add(name, env, default_value, help, {}, group_);
   add_read([this, name = key(name), set = std::move(set)] { set(options_.str(name)); });
 }
 
 void FlagTable::boolean(const std::string& name, const std::string& env,
                         const std::string& default_value, const std::string& help,
                         std::function<void(bool)> set) {
-  options_.add(name, env, default_value, help, group_);
+  options_.add(name, env, default_value, help, {}, group_);
   add_read([this, name = key(name), set = std::move(set)] { set(options_.boolean(name)); });
 }
 
 void FlagTable::integer(const std::string& name, const std::string& env,
                         const std::string& default_value, const std::string& help,
                         Range<int64_t> range, std::function<void(int64_t)> set) {
-  options_.add(name, env, default_value, help, group_);
+  options_.add(name, env, default_value, help, {}, group_);
   add_read([this, name = key(name), range, set = std::move(set)] {
     set(options_.integer(name, range.min, range.max));
   });
@@ -34,7 +34,7 @@ void FlagTable::integer(const std::string& name, const std::string& env,
 void FlagTable::number(const std::string& name, const std::string& env,
                        const std::string& default_value, const std::string& help,
                        Range<double> range, std::function<void(double)> set) {
-  options_.add(name, env, default_value, help, group_);
+  options_.add(name, env, default_value, help, {}, group_);
   add_read([this, name = key(name), range, set = std::move(set)] {
     set(options_.number(name, range.min, range.max));
   });
@@ -51,7 +51,7 @@ void FlagTable::duration(const std::string& name, const std::string& env,
                          const std::string& default_value, const std::string& help,
                          Range<std::chrono::milliseconds> range,
                          std::function<void(std::chrono::milliseconds)> set) {
-  options_.add(name, env, default_value, help, group_);
+  options_.add(name, env, default_value, help, {}, group_);
   add_read([this, name = key(name), range, set = std::move(set)] {
     const std::string text = options_.str(name);
     auto d = parse_go_duration(text);

@@ -43,7 +43,74 @@ std::string help_text(const std::string& help, const std::string& env) {
   return fmt::format("{} (env {})", help, names);
 }
 
+int64_t to_integer(const std::string& what, const std::string& v, std::optional<int64_t> min,
+                   std::optional<int64_t> max) {
+  std::size_t pos = 0;
+  int64_t out = 0;
+  try {
+    out = std::stoll(v, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  if (pos == 0 || pos != v.size()) {
+    throw std::invalid_argument(fmt::format("{}: expected an integer, got '{}'", what, v));
+  }
+  if ((min && out < *min) || (max && out > *max)) {
+    throw std::invalid_argument(fmt::format("{}: {} is out of range [{}, {}]", what, out,
+                                            min ? std::to_string(*min) : "-inf",
+                                            max ? std::to_string(*max) : "inf"));
+  }
+  return out;
+}
+
+double to_number(const std::string& what, const std::string& v, std::optional<double> min,
+                 std::optional<double> max) {
+  std::size_t pos = 0;
+  double out = 0;
+  try {
+    out = std::stod(v, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  if (pos == 0 || pos != v.size() || out != out) {
+    throw std::invalid_argument(fmt::format("{}: expected a number, got '{}'", what, v));
+  }
+  if ((min && out < *min) || (max && out > *max)) {
+    throw std::invalid_argument(fmt::format("{}: {} is out of range [{}, {}]", what, out,
+                                            min ? fmt::format("{}", *min) : "-inf",
+                                            max ? fmt::format("{}", *max) : "inf"));
+  }
+  return out;
+}
+
+bool to_boolean(const std::string& what, const std::string& v) {
+  if (auto b = parse_boolean(v)) {
+    return *b;
+  }
+  throw std::invalid_argument(fmt::format("{}: expected true/false, got '{}'", what, v));
+}
+
 }  // namespace
+
+std::optional<bool> parse_boolean(std::string_view text) {
+  std::string v(text);
+  for (auto& c : v) {
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  if (v == "1" || v == "true" || v == "yes" || v == "on" || v == "t") {
+    return true;
+  }
+  if (v == "0" || v == "false" || v == "no" || v == "off" || v == "f") {
+    return false;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> Options::Entry::envs() const {
+  std::vector<std::string> out = env_names(env);
+  out.insert(out.end(), alias_envs.begin(), alias_envs.end());
+  return out;
+}
 
 struct Options::Impl {
   cxxopts::Options opts;
@@ -65,12 +132,16 @@ Options::~Options() = default;
 
 void Options::add(const std::string& name, const std::string& env,
                   const std::string& default_value, const std::string& help,
-                  const std::string& group) {
+                  const std::vector<std::string>& alias_envs, const std::string& group) {
   auto [shorthand, key] = split_name(name);
   impl_->note_group(group);
-  impl_->opts.add_options(group)(name, help_text(help, env),
+  std::string text = help_text(help, env);
+  for (const auto& alias : alias_envs) {
+    text += fmt::format(" (or env {})", alias);
+  }
+  impl_->opts.add_options(group)(name, text,
                                  cxxopts::value<std::string>()->default_value(default_value));
-  entries_[key] = Entry{env, default_value, false, shorthand};
+  entries_[key] = Entry{env, default_value, false, shorthand, alias_envs};
 }
 
 void Options::add_flag(const std::string& name, const std::string& env, bool default_value,
@@ -81,7 +152,7 @@ void Options::add_flag(const std::string& name, const std::string& env, bool def
   impl_->opts.add_options(group)(
       name, help_text(help, env),
       cxxopts::value<std::string>()->default_value(def)->implicit_value("true"));
-  entries_[key] = Entry{env, def, true, shorthand};
+  entries_[key] = Entry{env, def, true, shorthand, {}};
 }
 
 void Options::add_alias(const std::string& alias, const std::string& target,
@@ -171,20 +242,27 @@ bool Options::parse(int argc, char** argv) {
     given_as_[a.target] = "--" + alias;
   }
   for (const auto& [name, entry] : entries_) {
-    if (from_alias.count(name) > 0) {
-      continue;
+    bool from_flag = from_alias.count(name) > 0;
+    if (!from_flag) {
+      values_[name] = entry.default_value;
+      if (result.count(name) > 0) {
+        values_[name] = result[name].as<std::string>();
+        given_as_[name] = "--" + name;
+        from_flag = true;
+      }
     }
-    if (result.count(name) > 0) {
-      values_[name] = result[name].as<std::string>();
-      given_as_[name] = "--" + name;
-      continue;
-    }
-    values_[name] = entry.default_value;
-    for (const auto& env : env_names(entry.env)) {
-      if (const char* v = std::getenv(env.c_str()); v != nullptr && *v != '\0') {
+    bool from_env = false;
+    for (const auto& env : entry.envs()) {
+      const char* v = std::getenv(env.c_str());
+      if (v == nullptr || *v == '\0') {
+        continue;
+      }
+      if (from_flag || from_env) {
+        shadowed_[name].emplace_back(env, v);
+      } else {
         values_[name] = v;
         given_as_[name] = env;
-        break;
+        from_env = true;
       }
     }
   }
@@ -194,9 +272,13 @@ bool Options::parse(int argc, char** argv) {
 std::string Options::help() const { return impl_->opts.help(impl_->groups); }
 
 std::string Options::describe(const std::string& name) const {
-  if (auto g = given_as_.find(name); g != given_as_.end() && g->second.rfind("--", 0) == 0 &&
-                                     g->second != "--" + name) {
-    return g->second;  // an alias: the name the user wrote
+  if (auto g = given_as_.find(name); g != given_as_.end()) {
+    if (g->second.rfind("--", 0) == 0 && g->second != "--" + name) {
+      return g->second;  // an alias: the name the user wrote
+    }
+    if (g->second.rfind("--", 0) != 0) {
+      return fmt::format("--{} / {}", name, g->second);  // the env the value came from
+    }
   }
   auto it = entries_.find(name);
   if (it != entries_.end() && !it->second.env.empty()) {
@@ -209,6 +291,16 @@ std::string Options::describe(const std::string& name) const {
   return "--" + name;
 }
 
+std::set<std::string> Options::env_names() const {
+  std::set<std::string> out;
+  for (const auto& [name, entry] : entries_) {
+    for (const auto& e : entry.envs()) {
+      out.insert(e);
+    }
+  }
+  return out;
+}
+
 bool Options::given(const std::string& name) const { return given_as_.count(name) > 0; }
 
 std::string Options::str(const std::string& name) const {
@@ -219,60 +311,38 @@ std::string Options::str(const std::string& name) const {
   return it->second;
 }
 
+// Each typed read checks the value in use, then every set variable it overrides.
 int64_t Options::integer(const std::string& name, std::optional<int64_t> min,
                          std::optional<int64_t> max) const {
-  std::string v = str(name);
-  std::size_t pos = 0;
-  int64_t out = 0;
-  try {
-    out = std::stoll(v, &pos);
-  } catch (const std::exception&) {
-    pos = 0;
-  }
-  if (pos == 0 || pos != v.size()) {
-    throw std::invalid_argument(fmt::format("{}: expected an integer, got '{}'", describe(name), v));
-  }
-  if ((min && out < *min) || (max && out > *max)) {
-    throw std::invalid_argument(fmt::format("{}: {} is out of range [{}, {}]", describe(name), out,
-                                            min ? std::to_string(*min) : "-inf",
-                                            max ? std::to_string(*max) : "inf"));
+  const int64_t out = to_integer(describe(name), str(name), min, max);
+  for (const auto& [env, v] : shadowed(name)) {
+    to_integer(fmt::format("--{} / {}", name, env), v, min, max);
   }
   return out;
 }
 
 double Options::number(const std::string& name, std::optional<double> min,
                        std::optional<double> max) const {
-  std::string v = str(name);
-  std::size_t pos = 0;
-  double out = 0;
-  try {
-    out = std::stod(v, &pos);
-  } catch (const std::exception&) {
-    pos = 0;
-  }
-  if (pos == 0 || pos != v.size() || out != out) {
-    throw std::invalid_argument(fmt::format("{}: expected a number, got '{}'", describe(name), v));
-  }
-  if ((min && out < *min) || (max && out > *max)) {
-    throw std::invalid_argument(fmt::format("{}: {} is out of range [{}, {}]", describe(name), out,
-                                            min ? fmt::format("{}", *min) : "-inf",
-                                            max ? fmt::format("{}", *max) : "inf"));
+  const double out = to_number(describe(name), str(name), min, max);
+  for (const auto& [env, v] : shadowed(name)) {
+    to_number(fmt::format("--{} / {}", name, env), v, min, max);
   }
   return out;
 }
 
 bool Options::boolean(const std::string& name) const {
-  std::string v = str(name);
-  for (auto& c : v) {
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const bool out = to_boolean(describe(name), str(name));
+  for (const auto& [env, v] : shadowed(name)) {
+    to_boolean(fmt::format("--{} / {}", name, env), v);
   }
-  if (v == "1" || v == "true" || v == "yes" || v == "on" || v == "t") {
-    return true;
-  }
-  if (v == "0" || v == "false" || v == "no" || v == "off" || v == "f") {
-    return false;
-  }
-  throw std::invalid_argument(fmt::format("{}: expected true/false, got '{}'", describe(name), v));
+  return out;
+}
+
+const std::vector<std::pair<std::string, std::string>>& Options::shadowed(
+    const std::string& name) const {
+  static const std::vector<std::pair<std::string, std::string>> kNone;
+  auto it = shadowed_.find(name);
+  return it == shadowed_.end() ? kNone : it->second;
 }
 
 }  // namespace llmd::config

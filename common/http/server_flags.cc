@@ -18,4 +18,8 @@ void apply_server_limit_flags(const config::Options& o, ServerOptions& s) {
   s.body_budget = static_cast<std::size_t>(o.integer("body-budget-bytes", 0));
 }
 
+bool is_loopback_host(const std::string& host) {
+  return host.rfind("127.", 0) == 0 || host == "::1" || host == "localhost";
+}
+
 }  // namespace llmd::http

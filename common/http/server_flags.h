@@ -11,4 +11,8 @@ namespace llmd::http {
 void add_server_limit_flags(config::Options& options, const std::string& env_prefix);
 void apply_server_limit_flags(const config::Options& options, ServerOptions& server);
 
+// True for an address only this machine reaches (127.x.y.z, ::1, localhost): a server bound
+// elsewhere without an admin token says so at start.
+bool is_loopback_host(const std::string& host);
+
 }  // namespace llmd::http

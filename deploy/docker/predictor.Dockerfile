@@ -10,8 +10,8 @@ COPY scripts/install-deps.sh /tmp/install-deps.sh
 RUN /tmp/install-deps.sh
 COPY . /src
 RUN cmake -S /src -B /build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
- && cmake --build /build -j"$(nproc)" --target predictor \
- && strip /build/predictor/predictor
+ && cmake --build /build -j"$(nproc)" --target predictor uvicorn \
+ && strip /build/predictor/predictor /build/uvicorn/uvicorn
 
 FROM debian:12-slim
 ARG DEBIAN_FRONTEND=noninteractive
@@ -25,6 +25,9 @@ RUN groupadd --system --gid 65532 llmd \
 # Local model copies go to the volume mounted here (deploy/base: /var/lib/llmd/predictor).
 RUN mkdir -p /var/lib/llmd && chown 65532:65532 /var/lib/llmd
 COPY --from=build /build/predictor/predictor /usr/local/bin/predictor
+# The GIE and llm-d charts start predictors with `command: ["uvicorn"]` and uvicorn's arguments:
+# this entrypoint maps them onto the predictor (docs/coming-from-upstream-sidecars.md).
+COPY --from=build /build/uvicorn/uvicorn /usr/local/bin/uvicorn
 USER 65532:65532
 EXPOSE 8001
 ENTRYPOINT ["/usr/local/bin/predictor"]

@@ -10,8 +10,8 @@ COPY scripts/install-deps.sh /tmp/install-deps.sh
 RUN /tmp/install-deps.sh
 COPY . /src
 RUN cmake -S /src -B /build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
- && cmake --build /build -j"$(nproc)" --target trainer \
- && strip /build/trainer/trainer
+ && cmake --build /build -j"$(nproc)" --target trainer uvicorn \
+ && strip /build/trainer/trainer /build/uvicorn/uvicorn
 
 FROM debian:12-slim
 ARG DEBIAN_FRONTEND=noninteractive
@@ -24,6 +24,9 @@ RUN groupadd --system --gid 65532 llmd \
 # Models and samples go to the volume mounted here (deploy/base: /var/lib/llmd/trainer).
 RUN mkdir -p /var/lib/llmd && chown 65532:65532 /var/lib/llmd
 COPY --from=build /build/trainer/trainer /usr/local/bin/trainer
+# The charts run the image's entrypoint (binding 0.0.0.0:8000, as the reference image does); a
+# manifest that copies the reference image's `uvicorn training_server:app ...` runs too.
+COPY --from=build /build/uvicorn/uvicorn /usr/local/bin/uvicorn
 USER 65532:65532
 EXPOSE 8000
 ENTRYPOINT ["/usr/local/bin/trainer"]

@@ -2114,6 +2114,11 @@ TEST(DeployDocker, EveryImageHasAMinimalCorrectBuildFile) {
     EXPECT_TRUE(has("COPY --from=build /build/" + path + " /usr/local/bin/" + bin)) << join(rt, "\n");
     EXPECT_TRUE(has("ENTRYPOINT [\"/usr/local/bin/" + bin + "\"]")) << join(rt, "\n");
     EXPECT_TRUE(has("USER 65532:65532")) << "runs as non-root";
+    if (bin == "trainer" || bin == "predictor") {
+      // The charts start predictors with `command: ["uvicorn"]` and uvicorn's arguments.
+      EXPECT_NE(all_build.find("--target " + bin + " uvicorn"), std::string::npos);
+      EXPECT_TRUE(has("COPY --from=build /build/uvicorn/uvicorn /usr/local/bin/uvicorn"));
+    }
     // EXPOSE = the ports the binary listens on by default.
     std::set<int> exposed, want;
     for (const auto& i : rt) {

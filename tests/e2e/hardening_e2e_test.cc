@@ -200,7 +200,8 @@ TEST(Hardening, PredictorBoundsMemoryUnderConcurrentLargeBodies) {
   ASSERT_TRUE(trainer.ready);
   const uint16_t port = free_port();
   Process p(binary("predictor/predictor"),
-            {"--port", std::to_string(port), "--workers", "2", "--training-server-url",
+            {"--host", "127.0.0.1", "--port", std::to_string(port), "--workers", "2",
+             "--training-server-url",
              "http://127.0.0.1:" + std::to_string(trainer.port), "--local-ttft-model-path",
              dir.file("ttft.ubj"), "--local-tpot-model-path", dir.file("tpot.ubj"),
              "--local-ttft-gated-model-path", dir.file("ttft_gated.bin"),
@@ -258,12 +259,11 @@ TEST(Hardening, PredictorReloadNeedsItsToken) {
   ASSERT_TRUE(trainer.ready);
   const uint16_t port = free_port();
   Process p(binary("predictor/predictor"),
-            {"--port", std::to_string(port), "--training-server-url",
+            {"--host", "127.0.0.1", "--port", std::to_string(port), "--training-server-url",
              "http://127.0.0.1:" + std::to_string(trainer.port), "--admin-token", "k",
              "--local-ttft-model-path", dir.file("ttft.ubj"), "--local-tpot-model-path",
              dir.file("tpot.ubj"), "--local-ttft-gated-model-path", dir.file("ttft_gated.bin"),
              "--local-tpot-gated-model-path", dir.file("tpot_gated.bin")});
-  // No --host: the default is loopback, which this client reaches.
   ASSERT_TRUE(p.wait_http_ok(port, "/healthz"));
   http::HttpClient c("127.0.0.1", port);
   EXPECT_EQ(c.post("/reload", "").status, 401);

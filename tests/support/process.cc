@@ -164,9 +164,9 @@ bool Process::running() {
 }
 
 bool Process::wait_http_ok(uint16_t port, const std::string& path,
-                           std::chrono::milliseconds timeout) {
+                           std::chrono::milliseconds timeout, const std::string& host) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  http::HttpClient client("127.0.0.1", port, std::chrono::milliseconds(500));
+  http::HttpClient client(host, port, std::chrono::milliseconds(500));
   while (std::chrono::steady_clock::now() < deadline) {
     if (!running()) {
       return false;
@@ -184,6 +184,13 @@ int Process::terminate(std::chrono::milliseconds timeout) {
     return -1;
   }
   ::kill(pid_, SIGTERM);
+  return wait_exit(timeout);
+}
+
+int Process::wait_exit(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) {
+    return -1;
+  }
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     int status = 0;

@@ -49,11 +49,15 @@ class Process {
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
 
-  // Polls GET <path> on 127.0.0.1:port until it answers 200 or the timeout passes.
+  // Polls GET <path> on host:port until it answers 200 or the timeout passes.
   bool wait_http_ok(uint16_t port, const std::string& path = "/healthz",
-                    std::chrono::milliseconds timeout = std::chrono::seconds(20));
+                    std::chrono::milliseconds timeout = std::chrono::seconds(20),
+                    const std::string& host = "127.0.0.1");
   // SIGTERM and wait for exit (bounded); returns the exit status or -1.
   int terminate(std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  // Waits for the process to exit by itself; its exit status (128 + signal when killed), or -1
+  // when it still runs at the timeout (it is then killed).
+  int wait_exit(std::chrono::milliseconds timeout = std::chrono::seconds(20));
   void kill_now();  // SIGKILL, no cleanup (crash simulation)
   bool running();
   std::string log() const;
