@@ -21,7 +21,7 @@ std::pair<char, std::string> split_name(const std::string& name) {
   return {0, name};
 }
 
-std::vector<std::string> env_names(const std::string& env) {
+std::vector<std::string> split_env_names(const std::string& env) {
   std::vector<std::string> out;
   std::stringstream in(env);
   for (std::string part; std::getline(in, part, ',');) {
@@ -36,11 +36,13 @@ std::string help_text(const std::string& help, const std::string& env) {
   if (env.empty()) {
     return help;
   }
-  std::string names;
-  for (const auto& e : env_names(env)) {
-    names += (names.empty() ? "" : ", ") + e;
+  std::string text = help;
+  bool first = true;
+  for (const auto& e : split_env_names(env)) {
+    text += (first ? " (env " : " (or env ") + e + ")";
+    first = false;
   }
-  return fmt::format("{} (env {})", help, names);
+  return text;
 }
 
 int64_t to_integer(const std::string& what, const std::string& v, std::optional<int64_t> min,
@@ -107,7 +109,7 @@ std::optional<bool> parse_boolean(std::string_view text) {
 }
 
 std::vector<std::string> Options::Entry::envs() const {
-  std::vector<std::string> out = env_names(env);
+  std::vector<std::string> out = split_env_names(env);
   out.insert(out.end(), alias_envs.begin(), alias_envs.end());
   return out;
 }
@@ -283,7 +285,7 @@ std::string Options::describe(const std::string& name) const {
   auto it = entries_.find(name);
   if (it != entries_.end() && !it->second.env.empty()) {
     std::string envs;
-    for (const auto& e : env_names(it->second.env)) {
+    for (const auto& e : split_env_names(it->second.env)) {
       envs += (envs.empty() ? "" : " / ") + e;
     }
     return fmt::format("--{} / {}", name, envs);

@@ -33,7 +33,8 @@ USER 65532:65532
 # The image's deployment defaults are upstream's (the Go EPP's), so that a GIE or llm-d chart
 # runs it with its own args unchanged: every listener on all addresses, ext_proc (gRPC) on 9002
 # over TLS (a self-signed certificate unless --cert-path), /metrics behind Kubernetes
-# authentication (the charts pass --metrics-endpoint-auth=false unless Prometheus auth is on).
+# authentication (the GIE chart passes --metrics-endpoint-auth=false only when its
+# monitoring.prometheus.auth.enabled is false; it is true by default).
 # The binary's own defaults (loopback, ext_proc off, plaintext, open /metrics) are for a
 # developer's machine; deploy/base sets what it uses explicitly.
 ENV EPP_HOST=0.0.0.0 EPP_EXT_PROC_PORT=9002 EPP_SECURE_SERVING=true EPP_METRICS_ENDPOINT_AUTH=true

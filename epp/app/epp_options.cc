@@ -158,6 +158,18 @@ void add_flags(config::FlagTable& t, EppOptions& e, std::string& health_host,
          "predicts before its first sync (empty: memory only)",
          into(e.in_process.model_dir));
   t.always();
+  // The training mode lives in the pipeline, where upstream defines it (one place).
+  t.text("streaming-mode", "LATENCY_STREAMING_MODE", "",
+         "Moved: set streamingMode on the pipeline's predicted-latency-producer (given: exit 2)",
+         [](const std::string& v) {
+           if (!v.empty()) {
+             throw std::invalid_argument(
+                 "--streaming-mode / LATENCY_STREAMING_MODE is gone: the training mode is the "
+                 "pipeline's, as upstream defines it: set `streamingMode: " + v +
+                 "` in the parameters of predicted-latency-producer (default false: TTFT := "
+                 "end-to-end latency)");
+           }
+         });
   t.boolean("prediction-based-scheduling", "PREDICTION_BASED_SCHEDULING", "true",
             "Default of the x-prediction-based-scheduling header", into(p.default_prediction));
   // Checked only with a predictor (unused without one; the EPP has never refused them then).

@@ -163,6 +163,9 @@ struct Option {
 struct Help {
   std::map<std::string, Option> flags;           // without the leading --
   std::map<std::string, std::string> env_flag;  // env name -> flag
+  // Flags of the "Upstream (GIE / llm-d) flags" section: another program's command line,
+  // flag only (as upstream's are), counted apart.
+  std::set<std::string> upstream;
 };
 
 // cxxopts layout: an option line starts with "  -h, --name" or "      --name arg", its
@@ -172,10 +175,16 @@ Help parse_help(const std::string& text) {
   static const std::regex kEnv(R"(\(env ([A-Z0-9_]+)\))");
   Help h;
   std::vector<std::pair<std::string, std::string>> blocks;
+  bool upstream = false;
   for (const auto& line : split(text, '\n')) {
     std::smatch m;
-    if (std::regex_match(line, m, kStart)) {
+    if (line.find("Upstream (GIE / llm-d) flags") != std::string::npos) {
+      upstream = true;
+    } else if (std::regex_match(line, m, kStart)) {
       blocks.emplace_back(m[1], m[2]);
+      if (upstream) {
+        h.upstream.insert(m[1]);
+      }
     } else if (!blocks.empty()) {
       blocks.back().second += " " + line;
     }
@@ -1293,7 +1302,12 @@ TEST(DeployHelp, ParsesEveryOptionOfEachBinary) {
   for (const auto& [bin, e] : expect) {
     const Help& h = help_of(bin);
     EXPECT_GE(h.flags.size(), 10u) << bin;
-    EXPECT_EQ(h.flags.size(), h.env_flag.size() + 1) << bin << ": every option but --help has an env";
+    for (const auto& [name, o] : h.flags) {
+      if (name != "help" && !h.upstream.count(name)) {
+        EXPECT_FALSE(o.env.empty())
+            << bin << " --" << name << ": every option but --help and the upstream ones has an env";
+      }
+    }
     auto [flag, env, def] = e;
     ASSERT_TRUE(h.flags.count(flag)) << bin << " --" << flag;
     EXPECT_EQ(h.flags.at(flag).env, env) << bin;
@@ -1887,13 +1901,16 @@ TEST(DeployConfig, AdminTokenFromOneSecretAndListenersBoundWherePodsNeedThem) {
       const std::string text = a.get<std::string>();
       args[text.substr(0, text.find('='))] = text.substr(text.find('=') + 1);
     }
-    const bool gateway = args.count("--ext-proc-port") > 0;
+    const bool gateway = args.count("--ext-proc-port") > 0 && args["--ext-proc-port"] != "0";
     EXPECT_EQ(args["--host"], gateway ? "127.0.0.1" : "0.0.0.0")
         << rel << ": the proxy is open only where clients call it directly";
     EXPECT_EQ(args["--health-host"], "0.0.0.0") << rel;
     EXPECT_EQ(args["--metrics-host"], "0.0.0.0") << rel;
     if (gateway) {
       EXPECT_EQ(args["--ext-proc-host"], "0.0.0.0") << rel;
+    } else {
+      EXPECT_EQ(args["--ext-proc-port"], "0")
+          << rel << ": the image's default (upstream's 9002) is turned off where no gateway calls";
     }
   }
   const std::string readme = read_text(kDeploy / "README.md");
@@ -2128,9 +2145,24 @@ TEST(DeployDocker, EveryImageHasAMinimalCorrectBuildFile) {
         }
       }
     }
+    // The image's ENV sets deployment defaults (the EPP's are upstream's: ext_proc on 9002).
+    std::map<std::string, std::string> image_env;
+    for (const auto& i : rt) {
+      if (i.rfind("ENV ", 0) == 0) {
+        for (const auto& t : split(i.substr(4), ' ')) {
+          if (auto eq = t.find('='); eq != std::string::npos) {
+            image_env[t.substr(0, eq)] = t.substr(eq + 1);
+          }
+        }
+      }
+    }
     const Help& h = help_of(bin);
-    for (const char* f : {"port", "health-port", "metrics-port", "base-port"}) {
-      if (h.flags.count(f)) want.insert(*to_int(h.flags.at(f).default_value));
+    for (const char* f : {"port", "health-port", "metrics-port", "base-port", "ext-proc-port"}) {
+      if (!h.flags.count(f)) continue;
+      const Option& o = h.flags.at(f);
+      const auto set = image_env.find(o.env);
+      const auto port = to_int(set != image_env.end() ? set->second : o.default_value);
+      if (port && *port > 0) want.insert(*port);
     }
     EXPECT_EQ(exposed, want);
     // Runtime packages: exactly what the binary links (ldd), each listed or pulled in by one

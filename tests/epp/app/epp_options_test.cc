@@ -171,8 +171,10 @@ TEST(EppOptions, BadValuesNameTheFlagAndItsEnv) {
   EXPECT_EQ(error_of({"--port", "70000"}), "--port / EPP_PORT: 70000 is out of range [0, 65535]");
   EXPECT_EQ(error_of({"--reload-check-ms", "5"}),
             "--reload-check-ms / EPP_RELOAD_CHECK_MS: 5 is out of range [10, inf]");
-  EXPECT_EQ(error_of({"--streaming-mode", "maybe"}),
-            "--streaming-mode / LATENCY_STREAMING_MODE: expected true/false, got 'maybe'");
+  EXPECT_EQ(error_of({"--streaming-mode", "false"}),
+            "--streaming-mode / LATENCY_STREAMING_MODE is gone: the training mode is the "
+            "pipeline's, as upstream defines it: set `streamingMode: false` in the parameters of "
+            "predicted-latency-producer (default false: TTFT := end-to-end latency)");
   EXPECT_EQ(error_of({"--pool-selector", "app"}), "--pool-selector: expected key=value, got 'app'");
   EXPECT_EQ(error_of({"--outlier-base-ejection-ms", "1000", "--outlier-max-ejection-ms", "10"}),
             "outlier max ejection time must be >= the base ejection time");

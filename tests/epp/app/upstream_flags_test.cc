@@ -22,9 +22,11 @@ namespace {
 
 using std::chrono::milliseconds;
 
+using EnvVars = std::map<std::string, std::optional<std::string>>;
+
 class ScopedEnv {
  public:
-  explicit ScopedEnv(std::map<std::string, std::optional<std::string>> vars) {
+  explicit ScopedEnv(const EnvVars& vars) {
     for (const auto& [name, value] : vars) {
       const char* old = std::getenv(name.c_str());
       saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
@@ -50,7 +52,7 @@ class ScopedEnv {
 
 // The env a test must not inherit from the machine.
 ScopedEnv clean_env() {
-  return ScopedEnv({{"NAMESPACE", std::nullopt},
+  return ScopedEnv(EnvVars{{"NAMESPACE", std::nullopt},
                     {"EPP_POOL_NAMESPACE", std::nullopt},
                     {"EPP_EXT_PROC_PORT", std::nullopt},
                     {"EPP_SECURE_SERVING", std::nullopt},
@@ -90,8 +92,7 @@ std::string error_of(std::vector<std::string> args) {
 const std::vector<std::string> kGieChartArgs = {
     "--pool-name",  "vllm-llama3-8b-instruct", "--pool-namespace", "default",
     "--pool-group", "inference.networking.k8s.io", "--zap-encoder", "json",
-    "--config-file", "/config/default-plugins.yaml", "--tracing=false",
-    "--metrics-endpoint-auth=false"};
+    "--config-file", "/config/default-plugins.yaml", "--v", "1", "--tracing=false"};
 
 TEST(UpstreamFlags, TheGieChartsArgsParseWithUpstreamsMeaning) {
   auto env = clean_env();
@@ -102,7 +103,7 @@ TEST(UpstreamFlags, TheGieChartsArgsParseWithUpstreamsMeaning) {
   EXPECT_TRUE(o.discover());
   EXPECT_TRUE(o.upstream.log_format.json);
   EXPECT_EQ(o.config_path, "/config/default-plugins.yaml");
-  EXPECT_FALSE(o.upstream.metrics_endpoint_auth);
+  EXPECT_EQ(o.log_level, "info");  // -v 1
   EXPECT_FALSE(o.leader_elect);
   // The HA variant adds a Go boolean given alone.
   std::vector<std::string> ha = kGieChartArgs;
@@ -147,7 +148,7 @@ TEST(UpstreamFlags, PoolGroupAndNamespace) {
   EXPECT_EQ(error_of({"--pool-group", "example.com"}),
             "--pool-group: expected inference.networking.k8s.io or "
             "inference.networking.x-k8s.io, got 'example.com'");
-  ScopedEnv ns({{"NAMESPACE", "llm"}});
+  ScopedEnv ns(EnvVars{{"NAMESPACE", "llm"}});
   EXPECT_EQ(parse({"--pool-name", "p"}).discovery.pool_namespace, "llm");
   EXPECT_EQ(parse({"--pool-name", "p", "--pool-namespace", "other"}).discovery.pool_namespace,
             "other");
@@ -262,7 +263,7 @@ TEST(UpstreamFlags, SubsetFilterAndDrainTimeout) {
 TEST(UpstreamFlags, ThePredictorClientsEnvIsHonouredOrRefused) {
   auto env = clean_env();
   {
-    ScopedEnv chart({{"LATENCY_COALESCE_WINDOW_MS", "2"},
+    ScopedEnv chart(EnvVars{{"LATENCY_COALESCE_WINDOW_MS", "2"},
                      {"LATENCY_MAX_CONCURRENT_DISPATCHES", "36"},
                      {"LATENCY_MAX_SAMPLE_SIZE", "10000"},
                      {"PREDICTION_SERVER_URL", "http://localhost:8001"}});
@@ -275,11 +276,11 @@ TEST(UpstreamFlags, ThePredictorClientsEnvIsHonouredOrRefused) {
        {"LATENCY_COALESCE_WINDOW_MS", "LATENCY_MAX_CONCURRENT_DISPATCHES", "LATENCY_MAX_SAMPLE_SIZE",
         "LATENCY_FLUSH_INTERVAL_SEC", "LATENCY_HTTP_TIMEOUT_SEC", "LATENCY_MAX_BULK_SIZE",
         "LATENCY_MAX_COALESCED_ROWS", "LATENCY_METRICS_INTERVAL_SEC"}) {
-    ScopedEnv bogus({{name, "bogus"}});
+    ScopedEnv bogus(EnvVars{{name, "bogus"}});
     EXPECT_EQ(error_of({}).rfind(std::string(name) + ": expected a whole number", 0), 0u)
         << name << ": " << error_of({});
   }
-  ScopedEnv bogus({{"LATENCY_USE_NATIVE_XGBOOST", "bogus"}});
+  ScopedEnv bogus(EnvVars{{"LATENCY_USE_NATIVE_XGBOOST", "bogus"}});
   EXPECT_EQ(error_of({}), "LATENCY_USE_NATIVE_XGBOOST: expected true or false, got 'bogus'");
 }
 

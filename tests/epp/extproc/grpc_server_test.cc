@@ -5,6 +5,8 @@
 // at once.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/security/tls_certificate_verifier.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -21,7 +23,10 @@
 #include "common/http/body_budget.h"
 #include "common/http/io_workers.h"
 #include "epp/extproc/ext_proc_server.h"
+#include "epp/extproc/byte_stream.h"
 #include "epp/extproc/grpc_server.h"
+#include "epp/extproc/health_service.h"
+#include "epp/extproc/http1_probe.h"
 #include "epp/extproc/external_processor.grpc.pb.h"
 #include "tests/epp/extproc/buffered_exchange.h"
 #include "tests/epp/extproc/pick_of_pod_a.h"
@@ -370,6 +375,163 @@ TEST(GrpcServerHandshake, AConnectionThatSendsNothingIsClosedAfterTheHandshakeTi
     ::close(fd);
   }
   workers.stop();
+}
+
+}  // namespace
+}  // namespace llmd::epp::extproc
+
+namespace llmd::epp::extproc {
+namespace {
+
+// The health port: gRPC health and HTTP/1.1 probes on one GrpcServer (health_service.h,
+// http1_probe.h), plain or over TLS.
+class HealthPortTest : public ::testing::Test {
+ protected:
+  void start(bool tls = false) {
+    GrpcServerOptions o;
+    o.host = "127.0.0.1";
+    o.take_descriptors = false;
+    o.max_connections = 8;
+    o.http1 = [](const std::string& method, const std::string& path) {
+      return Http1Answer{path == "/healthz" ? 200 : 404, "application/json",
+                         "{\"method\":\"" + method + "\"}"};
+    };
+    if (tls) {
+      o.tls_context = tls_context_source("", "", false);
+    }
+    server_ = std::make_unique<GrpcServer>(o, workers_);
+    health_.add_to(*server_);
+    server_->start();
+  }
+  void TearDown() override {
+    if (server_) {
+      server_->shutdown(std::chrono::milliseconds(0));
+    }
+  }
+  std::shared_ptr<grpc::Channel> channel() {
+    return grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                               grpc::InsecureChannelCredentials());
+  }
+  // HealthCheckResponse.status of `service` (-1: the call failed, with its code in `code`).
+  int check(const std::shared_ptr<grpc::Channel>& ch, const std::string& service,
+            grpc::StatusCode* code = nullptr) {
+    GenericCall call(ch, "/grpc.health.v1.Health/Check");
+    call.write(health_request(service));
+    call.writes_done();
+    std::string bytes;
+    const bool got = call.read(bytes);
+    const grpc::Status status = call.finish();
+    if (code != nullptr) {
+      *code = status.error_code();
+    }
+    return got && status.ok() && bytes.size() == 2 ? bytes[1] : -1;
+  }
+  // The whole answer to `request` written on a fresh connection (the server closes it).
+  std::string http1(const std::string& request) {
+    const int fd = connect_loopback(server_->port());
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(::send(fd, request.data(), request.size(), 0),
+              static_cast<ssize_t>(request.size()));
+    timeval hang_guard{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &hang_guard, sizeof(hang_guard));
+    std::string answer;
+    char buffer[4096];
+    ssize_t n = 0;
+    while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) {
+      answer.append(buffer, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return answer;
+  }
+
+  http::IoWorkers workers_{1, "test-health"};
+  HealthService health_;
+  std::unique_ptr<GrpcServer> server_;
+};
+
+TEST_F(HealthPortTest, UpstreamsOneReplicaAnswerEveryServiceFromOnePolicy) {
+  start();
+  health_.set_unknown(HealthService::Unknown::kNotServing);
+  auto ch = channel();
+  EXPECT_EQ(check(ch, "inference-extension"), kNotServing);
+  health_.set_unknown(HealthService::Unknown::kServing);
+  EXPECT_EQ(check(ch, "inference-extension"), kServing);
+  EXPECT_EQ(check(ch, ""), kServing);
+  EXPECT_EQ(check(ch, "anything"), kServing);
+}
+
+TEST_F(HealthPortTest, WithLeaderElectionUnknownNamesAreServiceUnknown) {
+  start();
+  health_.set_unknown(HealthService::Unknown::kServiceUnknown);
+  health_.set("liveness", true);
+  health_.set("readiness", false);
+  auto ch = channel();
+  EXPECT_EQ(check(ch, "liveness"), kServing);
+  EXPECT_EQ(check(ch, "readiness"), kNotServing);
+  EXPECT_EQ(check(ch, "inference-extension"), kServiceUnknown);
+  health_.set_unknown(HealthService::Unknown::kNotFound);
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  EXPECT_EQ(check(ch, "inference-extension", &code), -1);
+  EXPECT_EQ(code, grpc::StatusCode::NOT_FOUND) << "gRPC's own health service's answer";
+}
+
+TEST_F(HealthPortTest, HttpProbesAreAnsweredOnTheSamePort) {
+  start();
+  const std::string ok = http1("GET /healthz?x=1 HTTP/1.1\r\nHost: pod\r\n\r\n");
+  EXPECT_EQ(ok.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << ok;
+  EXPECT_NE(ok.find("Connection: close"), std::string::npos);
+  EXPECT_NE(ok.find("{\"method\":\"GET\"}"), std::string::npos);
+  const std::string head = http1("HEAD /healthz HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(head.rfind("HTTP/1.1 200 OK\r\n", 0), 0u);
+  EXPECT_EQ(head.find("{\"method\""), std::string::npos) << "no body to a HEAD";
+  EXPECT_EQ(http1("GET /nope HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 404", 0), 0u);
+  EXPECT_EQ(http1("POST /healthz HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 405", 0), 0u);
+  EXPECT_EQ(http1("garbage\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
+  EXPECT_EQ(http1("GET /" + std::string(9000, 'a')).rfind("HTTP/1.1 431", 0), 0u);
+  // gRPC keeps working beside them.
+  health_.set_unknown(HealthService::Unknown::kServing);
+  EXPECT_EQ(check(channel(), "liveness"), kServing);
+}
+
+TEST_F(HealthPortTest, AStalledHttpProbeIsClosedByTheHandshakeTimeout) {
+  GrpcServerOptions o;
+  o.host = "127.0.0.1";
+  o.handshake_timeout = std::chrono::milliseconds(200);
+  o.http1 = [](const std::string&, const std::string&) { return Http1Answer{}; };
+  server_ = std::make_unique<GrpcServer>(o, workers_);
+  server_->start();
+  const int fd = connect_loopback(server_->port());
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::send(fd, "GET /he", 7, 0), 7);
+  EXPECT_TRUE(closed_by_peer(fd));
+  ::close(fd);
+}
+
+TEST_F(HealthPortTest, TlsWithH2ByAlpnAndASelfSignedCertificate) {
+  start(/*tls=*/true);
+  health_.set_unknown(HealthService::Unknown::kServing);
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  options.set_verify_server_certs(false);
+  options.set_certificate_verifier(std::make_shared<grpc::experimental::NoOpCertificateVerifier>());
+  options.set_check_call_host(false);
+  auto tls = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                 grpc::experimental::TlsCredentials(options));
+  EXPECT_EQ(check(tls, "inference-extension"), kServing);
+  // A plaintext client gets no answer from a TLS port.
+  auto plain = channel();
+  EXPECT_FALSE(plain->WaitForConnected(in(std::chrono::milliseconds(500))) &&
+               check(plain, "inference-extension") == kServing);
+}
+
+TEST(Http1Probe, SniffsTheHttp2PrefaceByPrefix) {
+  EXPECT_EQ(sniff_protocol("PRI * HT"), Protocol::kUndecided);
+  EXPECT_EQ(sniff_protocol(kHttp2Preface), Protocol::kHttp2);
+  EXPECT_EQ(sniff_protocol("GET / HTTP/1.1"), Protocol::kHttp1);
+  EXPECT_EQ(sniff_protocol("P"), Protocol::kUndecided);
+  EXPECT_EQ(sniff_protocol("PUT"), Protocol::kHttp1);
+  EXPECT_FALSE(answer_http1("GET /healthz HTTP/1.1\r\n", [](auto&, auto&) {
+    return Http1Answer{};
+  }));
 }
 
 }  // namespace

@@ -41,6 +41,7 @@ struct ScriptedTrainer {
 FeedbackOptions options() {
   FeedbackOptions o;
   o.trainer_url = "http://127.0.0.1:1";
+  o.streaming_mode = [] { return true; };  // the samples below are streams' first tokens
   return o;
 }
 

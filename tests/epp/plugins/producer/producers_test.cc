@@ -196,8 +196,14 @@ TEST_F(ApproxPrefixProducerTest, RejectsBadParameters) {
 
 class PredictedLatencyProducerTest : public ::testing::Test {
  protected:
+  // A pool trained on streams (streamingMode: true, as the default pipeline sets it) unless
+  // `params` says otherwise: TPOT is judged for streamed requests.
   std::shared_ptr<const PredictedLatencyProducer> make(nlohmann::json params = nullptr) {
-    auto made = PredictedLatencyProducer::create("pl", params, services_.handle());
+    nlohmann::json p = {{"streamingMode", true}};
+    if (params.is_object()) {
+      p.update(params);
+    }
+    auto made = PredictedLatencyProducer::create("pl", p, services_.handle());
     EXPECT_TRUE(made.plugin) << made.error;
     return std::dynamic_pointer_cast<const PredictedLatencyProducer>(made.plugin);
   }
