@@ -7,6 +7,7 @@
 // /readyz in quick rounds and counts the rounds in which both answer 200. A round takes a few
 // milliseconds, far less than the 0.5 s by which a partitioned leader stops before a standby
 // may take over, so a legitimate handover cannot show up as two leaders.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "health.grpc.pb.h"
 #include "tests/e2e/fake_lease_api.h"
 #include "tests/e2e/stack_fixture.h"
 
@@ -303,6 +305,44 @@ TEST_F(LeaderElectionE2E, ALeaderStoppedBySigtermHandsTheLeaseOver) {
   ASSERT_NE(released + 1, holders.end());
   EXPECT_EQ(*(released + 1), standby->name);
   EXPECT_EQ(standby->complete("after handover").status, 200);
+}
+
+}  // namespace
+}  // namespace llmd::testing
+
+namespace llmd::testing {
+namespace {
+
+using Serving = grpc::health::v1::HealthCheckResponse;
+
+Serving::ServingStatus grpc_health(uint16_t port, const std::string& service) {
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
+  grpc::health::v1::HealthCheckResponse res;
+  return stub->Check(&ctx, req, &res).ok() ? res.status() : Serving::UNKNOWN;
+}
+
+// The probes of the GIE chart with replicas > 1 (tests/fixtures/upstream/gie-v1.5.0/
+// inferencepool-latency-ha.yaml): gRPC on the health port, liveness on every replica (a
+// standby must not be restarted), readiness only on the leader; a name upstream does not serve
+// with leader election is SERVICE_UNKNOWN, as upstream answers it.
+TEST_F(LeaderElectionE2E, TheHaChartsGrpcProbesPassLivenessEverywhereReadinessOnTheLeader) {
+  ASSERT_TRUE(eventually([&] {
+    return grpc_health(leader->health_port, "readiness") == Serving::SERVING;
+  })) << logs();
+  EXPECT_EQ(grpc_health(leader->health_port, "liveness"), Serving::SERVING);
+  EXPECT_EQ(grpc_health(leader->health_port, ""), Serving::SERVING);
+  EXPECT_EQ(grpc_health(leader->health_port, "envoy.service.ext_proc.v3.ExternalProcessor"),
+            Serving::SERVING);
+  EXPECT_EQ(grpc_health(standby->health_port, "liveness"), Serving::SERVING);
+  EXPECT_EQ(grpc_health(standby->health_port, "readiness"), Serving::NOT_SERVING);
+  EXPECT_EQ(grpc_health(standby->health_port, ""), Serving::NOT_SERVING);
+  EXPECT_EQ(grpc_health(leader->health_port, "inference-extension"), Serving::SERVICE_UNKNOWN);
 }
 
 }  // namespace
