@@ -22,14 +22,18 @@
 #include "common/util/thread_name.h"
 #include "epp/app/config_reloader.h"
 #include "epp/app/epp_metrics.h"
+#include "epp/app/gie_metrics.h"
 #include "epp/datastore/prefix_index.h"
 #include "epp/datastore/scraper.h"
 #include "epp/extproc/ext_proc_server.h"
+#include "epp/feedback/gie_request_metrics.h"
+#include "epp/feedback/model_labels.h"
 #include "epp/feedback/request_metrics.h"
 #include "epp/plugins/register.h"
 #include "epp/predictor_client/in_process_predictions.h"
 #include "epp/predictor_client/predictor_client.h"
 #include "epp/proxy/admission_gate.h"
+#include "epp/proxy/flow_control_metrics.h"
 #include "epp/scheduler/config_loader.h"
 #include "epp/scheduler/director.h"
 #include "epp/scheduler/metrics.h"
@@ -96,6 +100,24 @@ struct Periodic {
   const std::function<void()> fn;
 };
 
+// The Gateway API Inference Extension's pool `name` of one of our pools: the pods' `pool`
+// label, and for the default pool --pool-name (else "default").
+std::function<std::string(const std::string&)> gie_pool_name(const EppOptions& o) {
+  std::string fallback = o.discovery.pool_name.empty() ? "default" : o.discovery.pool_name;
+  return [fallback](const std::string& pool) { return pool.empty() ? fallback : pool; };
+}
+
+// The namespace of the pool's pods (the scheduler's GIE attempts label them with it): with
+// Kubernetes discovery --pool-namespace, else the service account's; "" without discovery.
+std::string pod_namespace(const EppOptions& o) {
+  if (!o.discover()) {
+    return "";
+  }
+  return o.discovery.pool_namespace.empty()
+             ? discovery::service_account_namespace(o.discovery.namespace_file)
+             : o.discovery.pool_namespace;
+}
+
 // Predictor replicas, the models in process, or none (composite scoring).
 std::unique_ptr<PredictionSource> make_prediction_source(const EppOptions& o,
                                                          prometheus::Registry& registry) {
@@ -143,11 +165,17 @@ struct EppApp::Impl {
   PodRegistry pods;
   Scraper scraper;
   TrainingFeedback feedback;
-  RequestMetrics request_metrics{registry};
+  ModelLabels model_labels;  // of every request metric, ours and GIE's
+  RequestMetrics request_metrics{registry, model_labels};
+  GieRequestMetrics gie_requests{registry, model_labels};
   CompletionFanout sinks;
   EppSchedulingPort port;
+  FlowControlMetrics flow_control{
+      registry, gie_pool_name(options),
+      [this](const std::string& model) { return model_labels.label(model, false); }};
   AdmissionGate gate;
   std::unique_ptr<discovery::LeaderElector> elector;
+  GieMetrics gie_metrics;
   EppMetrics epp_metrics;
   // Request bodies held at once, by the proxy and the gateway port together.
   std::shared_ptr<http::BodyBudget> body_budget =
@@ -189,13 +217,16 @@ EppApp::Impl::Impl(const EppOptions& o)
       scraper(ScraperOptions{file_cfg.scrape_interval}, pods),
       feedback(o.feedback, &registry),
       port(director, pods, predictions.get()),
-      gate([this](const std::string& pool) { return port.pool_candidates(pool); }, &registry),
+      gate([this](const std::string& pool) { return port.pool_candidates(pool); }, &registry,
+           &flow_control),
       elector(o.leader_elect ? std::make_unique<discovery::LeaderElector>(
                                    resolve_leader_election(o),
                                    discovery::KubeApiOptions{o.discovery.api_url,
                                                              o.discovery.token_file,
                                                              o.discovery.ca_file})
                              : nullptr),
+      gie_metrics(registry, GieMetricSources{pods, prefix_index, gate, gie_pool_name(o)},
+                  BuildInfo::of_this_build()),
       epp_metrics(registry,
                   EppMetricSources{pods, prefix_index, gate, port,
                                    [this] { return proxy->idle_upstream_connections(); },
@@ -205,7 +236,11 @@ EppApp::Impl::Impl(const EppOptions& o)
                                        ? std::function<int()>(
                                              [this] { return ext_proc->active_streams(); })
                                        : nullptr,
-                                   [this] { return body_budget->held(); }}),
+                                   [this] { return body_budget->held(); },
+                                   [this] {
+                                     gie_metrics.refresh();
+                                     gie_requests.refresh();
+                                   }}),
       health(admin_server(o.health_host, o.health_port, "epp-health"),
              [this](http::Request& r) { return admin.route(r); }),
       metrics_server(admin_server(o.metrics_host, o.metrics_port, "epp-metrics"),
@@ -216,11 +251,13 @@ EppApp::Impl::Impl(const EppOptions& o)
   }
   pods.set_pods(file_cfg.pods);
   pods.configure_outlier_detection(o.outliers);
-  request_metrics.set_pool_serves([this](const std::string& model) {
+  model_labels.set_pool_serves([this](const std::string& model) {
     return pods.serves_model(model);
   });
+  sched_metrics.pod_namespace = pod_namespace(o);
   sinks.add(feedback);
   sinks.add(request_metrics);
+  sinks.add(gie_requests);
   port.set_config(file_cfg.objectives, file_cfg.load_balancing, director.pipeline());
   gate.configure(file_cfg.router_queue);
   sinks.add(port);
