@@ -22,6 +22,7 @@
 #include "common/util/thread_name.h"
 #include "epp/app/config_reloader.h"
 #include "epp/app/epp_metrics.h"
+#include "epp/app/gie_metrics.h"
 #include "epp/app/metrics_auth.h"
 #include "epp/datastore/prefix_index.h"
 #include "epp/datastore/scraper.h"
@@ -29,11 +30,14 @@
 #include "epp/extproc/ext_proc_server.h"
 #include "epp/extproc/grpc_server.h"
 #include "epp/extproc/health_service.h"
+#include "epp/feedback/gie_request_metrics.h"
+#include "epp/feedback/model_labels.h"
 #include "epp/feedback/request_metrics.h"
 #include "epp/plugins/register.h"
 #include "epp/predictor_client/in_process_predictions.h"
 #include "epp/predictor_client/predictor_client.h"
 #include "epp/proxy/admission_gate.h"
+#include "epp/proxy/flow_control_metrics.h"
 #include "epp/scheduler/config_loader.h"
 #include "epp/scheduler/director.h"
 #include "epp/scheduler/metrics.h"
@@ -100,6 +104,24 @@ struct Periodic {
   const std::function<void()> fn;
 };
 
+// The Gateway API Inference Extension's pool `name` of one of our pools: the pods' `pool`
+// label, and for the default pool --pool-name (else "default").
+std::function<std::string(const std::string&)> gie_pool_name(const EppOptions& o) {
+  std::string fallback = o.discovery.pool_name.empty() ? "default" : o.discovery.pool_name;
+  return [fallback](const std::string& pool) { return pool.empty() ? fallback : pool; };
+}
+
+// The namespace of the pool's pods (the scheduler's GIE attempts label them with it): with
+// Kubernetes discovery --pool-namespace, else the service account's; "" without discovery.
+std::string pod_namespace(const EppOptions& o) {
+  if (!o.discover()) {
+    return "";
+  }
+  return o.discovery.pool_namespace.empty()
+             ? discovery::service_account_namespace(o.discovery.namespace_file)
+             : o.discovery.pool_namespace;
+}
+
 // Predictor replicas, the models in process, or none (composite scoring).
 std::unique_ptr<PredictionSource> make_prediction_source(const EppOptions& o,
                                                          prometheus::Registry& registry) {
@@ -150,11 +172,17 @@ struct EppApp::Impl {
   PodRegistry pods;
   Scraper scraper;
   TrainingFeedback feedback;
-  RequestMetrics request_metrics{registry};
+  ModelLabels model_labels;  // of every request metric, ours and GIE's
+  RequestMetrics request_metrics{registry, model_labels};
+  GieRequestMetrics gie_requests{registry, model_labels};
   CompletionFanout sinks;
   EppSchedulingPort port;
+  FlowControlMetrics flow_control{
+      registry, gie_pool_name(options),
+      [this](const std::string& model) { return model_labels.label(model, false); }};
   AdmissionGate gate;
   std::unique_ptr<discovery::LeaderElector> elector;
+  GieMetrics gie_metrics;
   EppMetrics epp_metrics;
   // Request bodies held at once, by the proxy and the gateway port together.
   std::shared_ptr<http::BodyBudget> body_budget =
@@ -208,13 +236,16 @@ EppApp::Impl::Impl(const EppOptions& o)
           }(),
           &registry),
       port(director, pods, predictions.get()),
-      gate([this](const std::string& pool) { return port.pool_candidates(pool); }, &registry),
+      gate([this](const std::string& pool) { return port.pool_candidates(pool); }, &registry,
+           &flow_control),
       elector(o.leader_elect ? std::make_unique<discovery::LeaderElector>(
                                    resolve_leader_election(o),
                                    discovery::KubeApiOptions{o.discovery.api_url,
                                                              o.discovery.token_file,
                                                              o.discovery.ca_file})
                              : nullptr),
+      gie_metrics(registry, GieMetricSources{pods, prefix_index, gate, gie_pool_name(o)},
+                  BuildInfo::of_this_build()),
       epp_metrics(registry,
                   EppMetricSources{pods, prefix_index, gate, port,
                                    [this] { return proxy->idle_upstream_connections(); },
@@ -224,7 +255,11 @@ EppApp::Impl::Impl(const EppOptions& o)
                                        ? std::function<int()>(
                                              [this] { return ext_proc->active_streams(); })
                                        : nullptr,
-                                   [this] { return body_budget->held(); }}),
+                                   [this] { return body_budget->held(); },
+                                   [this] {
+                                     gie_metrics.refresh();
+                                     gie_requests.refresh();
+                                   }}),
       metrics_auth(o.upstream.metrics_endpoint_auth
                        ? std::make_unique<MetricsAuth>(discovery::KubeApiOptions{
                              o.discovery.api_url, o.discovery.token_file, o.discovery.ca_file})
@@ -237,11 +272,13 @@ EppApp::Impl::Impl(const EppOptions& o)
   }
   pods.set_pods(file_cfg.pods);
   pods.configure_outlier_detection(o.outliers);
-  request_metrics.set_pool_serves([this](const std::string& model) {
+  model_labels.set_pool_serves([this](const std::string& model) {
     return pods.serves_model(model);
   });
+  sched_metrics.pod_namespace = pod_namespace(o);
   sinks.add(feedback);
   sinks.add(request_metrics);
+  sinks.add(gie_requests);
   port.set_config(file_cfg.objectives, file_cfg.load_balancing, director.pipeline());
   gate.configure(file_cfg.router_queue);
   sinks.add(port);

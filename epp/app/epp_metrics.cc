@@ -153,6 +153,9 @@ std::string EppMetrics::collect() {
       set("fast", t.fast ? 1 : 0);
     }
   }
+  if (sources_.before_collect) {
+    sources_.before_collect();
+  }
   return metrics::serialize(registry_);
 }
 

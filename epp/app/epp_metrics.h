@@ -40,6 +40,9 @@ struct EppMetricSources {
   std::function<int()> ext_proc_streams;
   // Request-body bytes held now against --body-budget-bytes (both ingresses); null: not shown.
   std::function<std::size_t()> body_budget_held;
+  // Other scrape-time gauges (GIE's families), set before the registry is serialised; null:
+  // none.
+  std::function<void()> before_collect;
 };
 
 class EppMetrics {

@@ -38,6 +38,9 @@ struct LatencyPredictionInfo {
   // predicted/expected_ttft_ms, which are clamped at 0 after adding it.
   double unphased_ttft_ms = 0;
   double unphased_expected_ttft_ms = 0;
+  // How long the request's prediction call took, asked -> answered (one call predicts TTFT and
+  // TPOT for every candidate of the cycle, so every pod carries the same value).
+  double prediction_ms = 0;
   bool both_valid() const { return ttft_valid && tpot_valid; }
 };
 

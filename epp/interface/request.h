@@ -11,8 +11,14 @@ namespace llmd::epp {
 struct SchedulingRequest {
   std::string request_id;   // x-request-id (generated when absent)
   std::string model;        // body.model
+  // The model the pod will be asked for: `model`, or a model-level routing rule's override
+  // (set once the request is routed; "" before, and for a request that was never routed).
+  std::string target_model;
   std::string prompt_text;  // completion prompt, or chat messages' text each followed by a space
   int64_t input_tokens = 0; // whitespace-separated words of prompt_text
+  // Bytes of the body the pod gets: the client's as read, or the rewritten one once a routing
+  // rule's override_params changed it (0: no HTTP body, e.g. the simulator).
+  int64_t body_bytes = 0;
   bool streaming = false;
   std::optional<double> slo_ttft_ms;  // x-slo-ttft-ms
   std::optional<double> slo_tpot_ms;  // x-slo-tpot-ms

@@ -9,14 +9,30 @@
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
+#include "epp/proxy/flow_control_metrics.h"
 #include "epp/queue/saturation.h"
 
 namespace llmd::epp {
 
+namespace {
+
+double seconds_between(std::chrono::steady_clock::time_point from,
+                       std::chrono::steady_clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+}  // namespace
+
+struct AdmissionGate::Waiter {
+  Wake wake;
+  Clock::time_point arrival;
+  FlowControlMetrics::Flow flow;  // its GIE flow-control series (empty without them)
+};
+
 struct AdmissionGate::PoolQueue {
   explicit PoolQueue(const QueueSettings& s) : queue(s) {}
   RouterQueue queue;
-  std::map<uint64_t, std::pair<Wake, Clock::time_point>> waiters;  // id -> wake, arrival
+  std::map<uint64_t, Waiter> waiters;  // by queue entry id
   int64_t in_transit = 0;  // admitted, not yet through scheduling
 };
 
@@ -45,9 +61,11 @@ struct AdmissionGate::Metrics {
   void count(const char* outcome) { outcomes.Add({{"outcome", outcome}}).Increment(); }
 };
 
-AdmissionGate::AdmissionGate(Candidates candidates, prometheus::Registry* registry)
+AdmissionGate::AdmissionGate(Candidates candidates, prometheus::Registry* registry,
+                             FlowControlMetrics* gie)
     : candidates_(std::move(candidates)),
-      metrics_(registry ? std::make_unique<Metrics>(*registry) : nullptr) {}
+      metrics_(registry ? std::make_unique<Metrics>(*registry) : nullptr),
+      gie_(gie) {}
 
 AdmissionGate::~AdmissionGate() = default;
 
@@ -67,9 +85,11 @@ void AdmissionGate::configure(std::optional<RouterQueueConfig> config) {
       }
     } else {
       // Disabled: whoever waits goes now.
+      const auto now = Clock::now();
       for (auto& [name, q] : pools_) {
         for (auto& [id, w] : q->waiters) {
-          wakes.push_back({std::move(w.first), AdmissionVerdict{}});
+          left(w, FlowControlMetrics::kDispatched, now);
+          wakes.push_back({std::move(w.wake), AdmissionVerdict{}});
           ++q->in_transit;
         }
         q->waiters.clear();
@@ -89,9 +109,11 @@ void AdmissionGate::close(const std::string& detail) {
   {
     std::lock_guard lock(mu_);
     closed_ = detail;
+    const auto now = Clock::now();
     for (auto& [name, q] : pools_) {
       for (auto& [id, w] : q->waiters) {
-        wakes.push_back({std::move(w.first), AdmissionVerdict{503, detail}});
+        left(w, FlowControlMetrics::kEvictedOther, now);
+        wakes.push_back({std::move(w.wake), AdmissionVerdict{503, detail}});
         if (metrics_) metrics_->count("shutdown");
       }
       q->waiters.clear();
@@ -128,27 +150,52 @@ AdmissionGate::PoolQueue& AdmissionGate::pool_queue(const std::string& pool) {
   return *q;
 }
 
-bool AdmissionGate::has_capacity(const std::string& pool, PoolQueue& q) {
-  auto pods = candidates_(pool);
-  if (pods.empty()) {
-    return true;  // nothing to wait for: the scheduler answers 503 right away
-  }
-  auto predicted = [](const Endpoint& e) { return e.last_predicted_ttft_ms; };
+std::pair<std::size_t, int64_t> AdmissionGate::free_pods(const std::string& pool) const {
+  const auto pods = candidates_(pool);
   int64_t free = 0;
   for (const auto& e : pods) {
-    free += pod_saturated(e, config_->saturation, predicted(e)) ? 0 : 1;
+    free += pod_saturated(e, config_->saturation, e.last_predicted_ttft_ms) ? 0 : 1;
+  }
+  return {pods.size(), free};
+}
+
+bool AdmissionGate::has_capacity(const std::string& pool, PoolQueue& q) {
+  const auto [pods, free] = free_pods(pool);
+  if (pods == 0) {
+    return true;  // nothing to wait for: the scheduler answers 503 right away
   }
   return q.in_transit < free;
 }
 
+void AdmissionGate::left(const Waiter& w, const char* outcome, Clock::time_point now) {
+  if (gie_ != nullptr) {
+    gie_->leave(w.flow, outcome, seconds_between(w.arrival, now));
+  }
+}
+
 AdmissionGate::Ticket AdmissionGate::enter(const AdmissionRequest& request, Wake wake,
                                            Clock::time_point now) {
+  const auto began = Clock::now();
   std::vector<Woken> wakes;
   Ticket ticket;
   {
     std::lock_guard lock(mu_);
+    // GIE's flow-control series of this request (only while queueing is configured): it is
+    // inside the gate from here to its outcome.
+    FlowControlMetrics::Flow flow;
+    if (gie_ != nullptr && config_) {
+      flow = gie_->enter(request);
+    }
+    auto finished = [&](const char* outcome) {  // the outcome is known within enter()
+      if (flow.size != nullptr) {
+        const double s = seconds_between(began, Clock::now());
+        gie_->leave(flow, outcome, s);
+        gie_->enqueued(flow, outcome, s);
+      }
+    };
     if (closed_) {
       ticket.verdict = {503, *closed_};
+      finished(FlowControlMetrics::kRejectedOther);
       return ticket;
     }
     PoolQueue& q = pool_queue(request.pool);
@@ -160,6 +207,7 @@ AdmissionGate::Ticket AdmissionGate::enter(const AdmissionRequest& request, Wake
     if (q.queue.empty() && has_capacity(request.pool, q)) {
       ++q.in_transit;
       if (metrics_) metrics_->count("immediate");
+      finished(FlowControlMetrics::kDispatched);
     } else {
       QueueEntry e;
       e.id = next_id_++;
@@ -174,14 +222,21 @@ AdmissionGate::Ticket AdmissionGate::enter(const AdmissionRequest& request, Wake
                                            "higher or equal priority)",
                                            q.queue.size())};
         if (metrics_) metrics_->count("rejected");
+        finished(FlowControlMetrics::kRejectedCapacity);
       } else {
         ticket.queued = true;
         ticket.id = e.id;
-        q.waiters.emplace(e.id, std::make_pair(std::move(wake), now));
+        if (flow.size != nullptr) {
+          gie_->enqueued(flow, FlowControlMetrics::kNotYetFinalized,
+                         seconds_between(began, Clock::now()));
+        }
+        q.waiters.emplace(e.id, Waiter{std::move(wake), now, std::move(flow)});
         if (pushed.evicted) {
           auto it = q.waiters.find(pushed.evicted->id);
           if (it != q.waiters.end()) {
-            wakes.push_back({std::move(it->second.first),
+            // GIE has no eviction by a later arrival: the closest of its outcomes.
+            left(it->second, FlowControlMetrics::kEvictedOther, now);
+            wakes.push_back({std::move(it->second.wake),
                              {429, "Evicted from the full router queue by a request with a "
                                    "higher priority"}});
             q.waiters.erase(it);
@@ -205,7 +260,8 @@ void AdmissionGate::expire(PoolQueue& q, Clock::time_point now, std::vector<Woke
     if (it == q.waiters.end()) {
       continue;
     }
-    wakes.push_back({std::move(it->second.first),
+    left(it->second, FlowControlMetrics::kEvictedTtl, now);
+    wakes.push_back({std::move(it->second.wake),
                      {503, fmt::format("Timed out after {} ms in the router queue (tier {}): "
                                        "every pod of the pool stayed saturated",
                                        config_->queue.timeout.count(), e.strict_priority)}});
@@ -217,7 +273,9 @@ void AdmissionGate::expire(PoolQueue& q, Clock::time_point now, std::vector<Woke
 void AdmissionGate::cancel(uint64_t id) {
   std::lock_guard lock(mu_);
   for (auto& [name, q] : pools_) {
-    if (q->waiters.erase(id) > 0) {
+    if (auto it = q->waiters.find(id); it != q->waiters.end()) {
+      left(it->second, FlowControlMetrics::kEvictedCancelled, Clock::now());
+      q->waiters.erase(it);
       q->queue.remove(id);
       if (metrics_) metrics_->count("cancelled");
       update_metrics();
@@ -238,11 +296,15 @@ void AdmissionGate::drain(const std::string& pool,
     }
     if (metrics_) {
       metrics_->count("admitted");
-      metrics_->wait.Observe(std::chrono::duration<double>(now - it->second.second).count());
+      metrics_->wait.Observe(seconds_between(it->second.arrival, now));
     }
-    wakes.push_back({std::move(it->second.first), AdmissionVerdict{}});
+    left(it->second, FlowControlMetrics::kDispatched, now);
+    wakes.push_back({std::move(it->second.wake), AdmissionVerdict{}});
     q.waiters.erase(it);
     ++q.in_transit;
+  }
+  if (gie_ != nullptr) {
+    gie_->dispatch_cycle(seconds_between(now, Clock::now()));
   }
 }
 
@@ -307,6 +369,27 @@ std::size_t AdmissionGate::pending() const {
     n += q->queue.size();
   }
   return n;
+}
+
+std::map<std::string, double> AdmissionGate::saturation() const {
+  std::map<std::string, double> out;
+  std::lock_guard lock(mu_);
+  if (!config_) {
+    return out;
+  }
+  auto add = [&](const std::string& pool) {
+    const auto [pods, free] = free_pods(pool);
+    if (pods > 0) {
+      out[pool] = 1.0 - static_cast<double>(free) / static_cast<double>(pods);
+    }
+  };
+  add("");
+  for (const auto& [name, q] : pools_) {
+    if (!name.empty()) {
+      add(name);
+    }
+  }
+  return out;
 }
 
 void AdmissionGate::update_metrics() {

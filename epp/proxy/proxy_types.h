@@ -108,6 +108,8 @@ struct CompletedRequest {
   std::optional<int64_t> completion_tokens;
   std::optional<int64_t> cached_tokens;
   std::optional<int64_t> prompt_tokens;  // usage's prompt_tokens (the pod's own count)
+  // Bytes of the response body relayed to the client, when the response ran to its end.
+  std::optional<int64_t> response_bytes;
   int64_t prompt_chars = 0;  // characters of the request's prompt text (the text is not kept)
   // The prompt text the pod's KV cache now holds: the request's prompt text followed by the
   // generated answer, in the form the conversation's next turn will send it ("" = unknown).
@@ -133,12 +135,14 @@ struct CompletedRequest {
   }
 };
 
-// Told once per dispatched request when its first token arrives (streaming responses only,
-// before on_completed; `ttft_ms` and `first_token` are set), and exactly once per dispatched
-// request on success, failure or client abort.
+// Told once per dispatch to a pod (each attempt: a retry is a second dispatch) when it is sent
+// (`request`, `pod`, `target_model`, `attempts` and `dispatch_delay_ms` are set), once when its
+// first token arrives (streaming responses only, before on_completed; `ttft_ms` and
+// `first_token` are set), and exactly once per dispatch on success, failure or client abort.
 class CompletionSink {
  public:
   virtual ~CompletionSink() = default;
+  virtual void on_dispatched(const CompletedRequest&) {}
   virtual void on_first_token(const CompletedRequest&) {}
   virtual void on_completed(const CompletedRequest& done) = 0;
   // The EPP answered a client itself with `status` (400, 413, 429, 503, or 502 when no pod

@@ -72,6 +72,9 @@ PodAttempt::PodAttempt(RequestContext& owner, const SchedulingRequest& request,
       }
     }
   }
+  if (services_->sink != nullptr) {
+    services_->sink->on_dispatched(done_);
+  }
 }
 
 PodAttempt::PodAttempt(PodAttempt&& other) noexcept
@@ -187,6 +190,7 @@ void PodAttempt::end(bool success, int status, TimePoint now, ResponseFacts&& fa
   done_.completion_tokens = facts.completion_tokens;
   done_.cached_tokens = facts.cached_tokens;
   done_.prompt_tokens = facts.prompt_tokens;
+  done_.response_bytes = facts.response_bytes;
   done_.continuation_prompt = std::move(facts.continuation_prompt);
   done_.success = success;
   done_.status = status;

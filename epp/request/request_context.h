@@ -41,6 +41,7 @@ struct ResponseFacts {
   std::optional<int64_t> completion_tokens;  // usage, or a stream's content chunks counted
   std::optional<int64_t> cached_tokens;
   std::optional<int64_t> prompt_tokens;  // usage's prompt_tokens
+  std::optional<int64_t> response_bytes;  // the response ran to its end: its body's bytes
   std::string continuation_prompt;  // the prompt the pod now holds ("" = unknown)
   // A non-streamed answer: its first token arrived with the whole body, so TTFT = end-to-end.
   bool ttft_is_e2e = false;

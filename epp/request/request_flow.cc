@@ -70,9 +70,11 @@ void RequestFlow::start(std::string_view path, std::string_view body,
     spdlog::debug("request {}: unknown objective '{}', using defaults", headers.request_id,
                   parsed_.request.objective);
   }
+  parsed_.request.body_bytes = static_cast<int64_t>(body.size());
   std::vector<std::string> subset = std::move(route_.endpoint_subset);
   route_ = services_.scheduler->route(parsed_.request, *config_);
   route_.endpoint_subset = std::move(subset);
+  parsed_.request.target_model = target_model(parsed_, route_.override_params);
   if (route_.upstream) {
     if (!options_.url_targets) {
       reject(503, "The model-level routing rule '" + route_.rule_id +
@@ -93,6 +95,7 @@ void RequestFlow::start_scheduled(SchedulingRequest request, int64_t max_tokens,
   begin(std::move(decided));
   inference_ = true;
   parsed_.request = std::move(request);
+  parsed_.request.target_model = parsed_.request.model;
   parsed_.max_tokens = max_tokens;
   route_and_admit();
 }
@@ -132,6 +135,9 @@ void RequestFlow::enter_queue(double service_ms) {
   ar.priority = parsed_.request.priority;
   ar.slo_ttft_ms = parsed_.request.slo_ttft_ms;
   ar.predicted_service_ms = service_ms;
+  ar.model = parsed_.request.model;
+  ar.target_model = parsed_.request.target_model;
+  ar.body_bytes = parsed_.request.body_bytes;
   // The ticket belongs to this flow: a wake-up that comes after the flow is gone finds the
   // ticket's state, not the flow, and gives the slot back itself.
   std::weak_ptr<RequestFlow> weak = weak_from_this();
@@ -180,12 +186,14 @@ void RequestFlow::on_picked(PickResult pick) {
   predictions_used_ = pick.predictions_used;
   if (inference_ && !parsed_.body.is_null()) {
     forwarded_body_ = upstream_body(parsed_, route_.override_params, options_.forward_priority);
-    target_model_ = target_model(parsed_, route_.override_params);
+    if (forwarded_body_) {
+      parsed_.request.body_bytes = static_cast<int64_t>(forwarded_body_->size());
+    }
     // Its last reader was upstream_body(): a long prompt's copy goes before the response.
     parsed_.body = nlohmann::json();
-  } else {
-    target_model_ = parsed_.request.model;
   }
+  target_model_ = parsed_.request.target_model.empty() ? parsed_.request.model
+                                                       : parsed_.request.target_model;
   decide(std::move(verdict));
 }
 
@@ -230,6 +238,7 @@ void RequestFlow::dispatch() {
     return;
   }
   attempt_.reset();  // the previous attempt ended already (pod_failed)
+  response_bytes_ = 0;
   attempt_.emplace(context_.dispatch(parsed_.request, *pod, route_, target_model_,
                                      parsed_.max_tokens, attempts_, now()));
 }
@@ -245,6 +254,7 @@ void RequestFlow::response_bytes(std::string_view bytes) {
   if (!attempt_ || attempt_->ended()) {
     return;
   }
+  response_bytes_ += static_cast<int64_t>(bytes.size());
   if (parsed_.request.streaming) {
     scanner_.feed(bytes);
     attempt_->streamed(scanner_.content_chunks(), now());
@@ -263,7 +273,9 @@ void RequestFlow::response_ended(int status) {
   if (!attempt_ || attempt_->ended()) {
     return;
   }
-  end_attempt(status, response_facts(parsed_, scanner_, whole_), now());
+  ResponseFacts facts = response_facts(parsed_, scanner_, whole_);
+  facts.response_bytes = response_bytes_;
+  end_attempt(status, std::move(facts), now());
 }
 
 void RequestFlow::response_ended(int status, ResponseFacts facts, TimePoint at) {

@@ -186,7 +186,7 @@ PluginPtr instantiate(const PluginRegistry& registry, const Handle& handle, cons
 template <class T>
 Stage<T> stage(const PluginPtr& p, SchedulerMetrics* metrics, std::string_view point) {
   return {std::dynamic_pointer_cast<const T>(p),
-          metrics ? metrics->plugin_duration(point, p->type(), p->name()) : nullptr};
+          metrics ? metrics->plugin_duration(point, p->type(), p->name()) : PluginTimer{}};
 }
 
 // Stage 5: attribute order and default producers.

@@ -270,7 +270,20 @@ void Director::finish_cycle(Cycle& c) const {
     }
   }
 
+  const auto run_start = std::chrono::steady_clock::now();
   ProfileResult run = c.profile->run(c.ctx, std::move(c.candidates), explain);
+  if (metrics_ != nullptr) {
+    // GIE's scheduler: one profile run, and its attempt (the picked pod, or failure).
+    observe_since(&metrics_->gie_scheduler_e2e, run_start);
+    const SchedulingRequest& r = c.ctx.request;
+    const std::string& target = r.target_model.empty() ? r.model : r.target_model;
+    if (run.picked) {
+      const Endpoint& e = run.candidates[*run.picked];
+      metrics_->gie_attempt(target, e.name(), e.address());
+    } else {
+      metrics_->gie_attempt(target);
+    }
+  }
   for (std::size_t i = 0; i < run.candidates.size(); ++i) {
     const auto& e = run.candidates[i];
     result.scores.push_back({e.info, run.scores[i],

@@ -10,23 +10,20 @@
 
 #include "epp/interface/plugin.h"
 #include "epp/scheduler/decision_explanation.h"
-
-namespace prometheus {
-class Histogram;
-}
+#include "epp/scheduler/plugin_timer.h"
 
 namespace llmd::epp {
 
 template <class T>
 struct Stage {
   std::shared_ptr<const T> plugin;
-  prometheus::Histogram* duration = nullptr;  // null: not timed into a metric
+  PluginTimer duration{};  // empty: not timed into a metric
 };
 
 struct ScorerStage {
   std::shared_ptr<const Scorer> plugin;
   double weight = 1;
-  prometheus::Histogram* duration = nullptr;
+  PluginTimer duration{};
 };
 
 struct ProfileResult {

@@ -20,7 +20,8 @@ std::size_t count(const std::string& text, const std::string& needle) {
 // A client cannot grow /metrics: names no pod has served share the "other" label.
 TEST(RequestMetricsLabels, UnservedModelNamesFoldIntoOther) {
   prometheus::Registry registry;
-  RequestMetrics metrics(registry);
+  ModelLabels labels;
+  RequestMetrics metrics(registry, labels);
   CompletedRequest ok;
   ok.request.model = "llama";
   ok.success = true;
@@ -45,8 +46,9 @@ TEST(RequestMetricsLabels, UnservedModelNamesFoldIntoOther) {
 
 TEST(RequestMetricsLabels, AtMostTheCapOfServedNames) {
   prometheus::Registry registry;
-  RequestMetrics metrics(registry);
-  for (std::size_t i = 0; i < RequestMetrics::kMaxModelLabels + 50; ++i) {
+  ModelLabels labels;
+  RequestMetrics metrics(registry, labels);
+  for (std::size_t i = 0; i < ModelLabels::kMax + 50; ++i) {
     CompletedRequest ok;
     ok.request.model = "m" + std::to_string(i);
     ok.success = true;
@@ -55,7 +57,7 @@ TEST(RequestMetricsLabels, AtMostTheCapOfServedNames) {
   }
   const std::string text = metrics::serialize(registry);
   EXPECT_EQ(count(text, "llmd_epp_requests_total{code=\"200\",model_name=\"m"),
-            RequestMetrics::kMaxModelLabels);
+            ModelLabels::kMax);
   EXPECT_NE(text.find("code=\"200\",model_name=\"other\""), std::string::npos);
 }
 
@@ -63,8 +65,9 @@ TEST(RequestMetricsLabels, AtMostTheCapOfServedNames) {
 // pool serves it; names the pool does not serve still fold into "other".
 TEST(RequestMetricsLabels, NamesThePoolServesLabelRejectionsBeforeAnySuccess) {
   prometheus::Registry registry;
-  RequestMetrics metrics(registry);
-  metrics.set_pool_serves([](const std::string& m) { return m == "org/llama"; });
+  ModelLabels labels;
+  RequestMetrics metrics(registry, labels);
+  labels.set_pool_serves([](const std::string& m) { return m == "org/llama"; });
   metrics.on_rejected("org/llama", 429);
   metrics.on_rejected("org/llama", 503);
   metrics.on_rejected("typo", 503);
@@ -84,7 +87,8 @@ TEST(RequestMetricsLabels, NamesThePoolServesLabelRejectionsBeforeAnySuccess) {
 // streams. The end-to-end duration is observed for every answered request.
 TEST(RequestMetricsLatency, TtftOnlyForStreamsDurationForAll) {
   prometheus::Registry registry;
-  RequestMetrics metrics(registry);
+  ModelLabels labels;
+  RequestMetrics metrics(registry, labels);
   auto answered = [](bool stream, double ttft_ms, double e2e_ms) {
     CompletedRequest r;
     r.request.model = "m";

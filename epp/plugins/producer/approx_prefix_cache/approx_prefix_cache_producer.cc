@@ -105,7 +105,9 @@ void ApproxPrefixCacheProducer::produce(CycleContext& ctx, std::vector<Endpoint>
   for (auto& e : endpoints) {
     const auto& all = by_block_size.at(block_size(e));
     const std::span<const uint64_t> mine(all.data(), std::min(all.size(), depth(e)));
-    e.prefix = PrefixCacheMatchInfo{index_.match(e.name(), mine), mine.size()};
+    e.prefix = PrefixCacheMatchInfo{
+        index_.match(e.name(), mine), mine.size(),
+        static_cast<std::size_t>(block_size(e) * config_.charsPerToken)};
   }
 }
 

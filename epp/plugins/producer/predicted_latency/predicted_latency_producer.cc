@@ -121,7 +121,8 @@ std::chrono::steady_clock::time_point PredictedLatencyProducer::deadline() const
 }
 
 void PredictedLatencyProducer::apply(const CycleContext& ctx, std::vector<Endpoint>& endpoints,
-                                     const PredictionResult& predictions) const {
+                                     const PredictionResult& predictions,
+                                     std::chrono::steady_clock::time_point asked) const {
   if (!predictions) {
     spdlog::debug("{} '{}': no predictions for request {}; composite fallback", kType, name(),
                   ctx.request.request_id);
@@ -141,10 +142,12 @@ void PredictedLatencyProducer::apply(const CycleContext& ctx, std::vector<Endpoi
   std::string scaled;  // the pods whose predictions the residual factors changed (debug log)
   std::string phased;  // the pods whose TTFT the step phase shifted (debug log)
   const auto now = now_();
+  const double prediction_ms = std::chrono::duration<double, std::milli>(now - asked).count();
   for (std::size_t i = 0; i < endpoints.size(); ++i) {
     const Endpoint& e = endpoints[i];
     // A constant model's tie stays a tie: the scorer's fallback ranks those pods.
     endpoints[i].latency = info_for(ctx.request, e, ps[i], tie ? 0.0 : step_phase_ms(ctx.request, e, now));
+    endpoints[i].latency->prediction_ms = prediction_ms;
     if (tie) {
       endpoints[i].latency->model_ttft_ms = endpoints[i].latency->model_tpot_ms = 0;
     }
@@ -173,7 +176,8 @@ void PredictedLatencyProducer::produce(CycleContext& ctx, std::vector<Endpoint>&
   if (rows.empty()) {
     return;
   }
-  apply(ctx, endpoints, source_->predict(rows, deadline()));
+  const auto asked = now_();
+  apply(ctx, endpoints, source_->predict(rows, deadline()), asked);
 }
 
 void PredictedLatencyProducer::produce_async(CycleContext& ctx, std::vector<Endpoint>& endpoints,
@@ -185,8 +189,9 @@ void PredictedLatencyProducer::produce_async(CycleContext& ctx, std::vector<Endp
   }
   // The cycle keeps ctx and endpoints alive until `done`.
   source_->predict_async(std::move(rows), deadline(),
-                         [this, &ctx, &endpoints, done = std::move(done)](PredictionResult p) {
-                           apply(ctx, endpoints, p);
+                         [this, &ctx, &endpoints, asked = now_(),
+                          done = std::move(done)](PredictionResult p) {
+                           apply(ctx, endpoints, p, asked);
                            done();
                          });
 }

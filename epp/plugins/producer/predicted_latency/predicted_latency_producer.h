@@ -83,8 +83,11 @@ class PredictedLatencyProducer final : public PluginBase<DataProducer> {
   std::vector<features::FeatureInput> rows_for(const CycleContext& ctx,
                                                const std::vector<Endpoint>& endpoints) const;
   std::chrono::steady_clock::time_point deadline() const;
+  // `asked`: when the predictions were asked for (their duration is the attribute's
+  // prediction_ms).
   void apply(const CycleContext& ctx, std::vector<Endpoint>& endpoints,
-             const PredictionResult& predictions) const;
+             const PredictionResult& predictions,
+             std::chrono::steady_clock::time_point asked) const;
 
   Config config_;
   PredictionSource* source_;  // may be null: never predicts
