@@ -186,7 +186,10 @@ EppApp::Impl::Impl(const EppOptions& o)
       decision_log(file_cfg.decision_log.over(o.decision_log), {}, &registry),
       director(loaded.pipeline, &sched_metrics, &decision_log),
       pods(file_cfg.staleness),
-      scraper(ScraperOptions{file_cfg.scrape_interval}, pods),
+      scraper(ScraperOptions{.interval = file_cfg.scrape_interval,
+                             .config = std::make_shared<const ScrapeConfig>(
+                                 loaded.settings.scrape)},
+              pods),
       feedback(o.feedback, &registry),
       port(director, pods, predictions.get()),
       gate([this](const std::string& pool) { return port.pool_candidates(pool); }, &registry),
@@ -214,6 +217,10 @@ EppApp::Impl::Impl(const EppOptions& o)
     spdlog::info("decision log: sample rate {}, at most {} lines/s", d.sample_rate,
                  d.max_lines_per_second);
   }
+  const ScrapeConfig& scrape = loaded.settings.scrape;
+  spdlog::info("pod metrics: GET {}://<pod>{}, read as {} (a pod labelled {} names its engine)",
+               scrape.scheme, scrape.path, scrape.default_engine, scrape.engine_label_key);
+  pods.set_role_label(loaded.settings.endpoint_role_label);
   pods.set_pods(file_cfg.pods);
   pods.configure_outlier_detection(o.outliers);
   request_metrics.set_pool_serves([this](const std::string& model) {
@@ -254,7 +261,7 @@ EppApp::Impl::Impl(const EppOptions& o)
 
 LoadResult EppApp::Impl::load(const EppFileConfig& c) {
   return c.pipeline_path.empty()
-             ? load_pipeline(c.pipeline_text, plugins, handle, &sched_metrics)
+             ? load_pipeline(c.pipeline_text, plugins, handle, &sched_metrics, Document::kEppFile)
              : load_pipeline_file(c.pipeline_path, plugins, handle, &sched_metrics);
 }
 
@@ -263,6 +270,11 @@ std::string EppApp::Impl::apply(const EppFileConfig& next) {
   if (!l.ok()) {
     return l.error;
   }
+  if (auto why = scraper.needs_restart(l.settings.scrape); !why.empty()) {
+    return why;
+  }
+  scraper.set_config(std::make_shared<const ScrapeConfig>(l.settings.scrape));
+  pods.set_role_label(l.settings.endpoint_role_label);
   if (!options.discover()) {
     pods.set_pods(next.pods);  // with discovery the API server owns the pod set
   }
