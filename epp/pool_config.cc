@@ -1,5 +1,6 @@
 #include "epp/pool_config.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 #include <stdexcept>
@@ -7,6 +8,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/util/files.h"
+#include "epp/scheduler/config_loader.h"
+#include "epp/scheduler/upstream_config.h"
 #include "epp/scheduler/yaml_json.h"
 
 namespace llmd::epp {
@@ -76,7 +79,29 @@ EppFileConfig load_epp_config(const std::string& path, PodSource pods_from) {
     if (cfg.scrape_interval.count() <= 0 || cfg.staleness.count() <= 0) {
       throw std::runtime_error("scrapeIntervalMs and stalenessMs must be positive");
     }
+    // One schema: the EPP's own keys beside upstream's EndpointPickerConfig keys.
+    for (const auto& kv : root) {
+      const auto key = kv.first.as<std::string>();
+      auto is = [&key](std::string_view k) { return k == key; };
+      if (std::none_of(kEppFileKeys.begin(), kEppFileKeys.end(), is) &&
+          std::none_of(kPipelineKeys.begin(), kPipelineKeys.end(), is)) {
+        throw std::runtime_error("unknown key '" + key + "'");
+      }
+    }
+    auto json_of = [&root](const char* key) {
+      return root[key] ? yaml_to_json(root[key]) : nlohmann::json();
+    };
+    if (auto e = upstream::check_type_meta(json_of("apiVersion"), json_of("kind")); !e.empty()) {
+      throw std::runtime_error(e);
+    }
     if (YAML::Node pipeline = root["pipeline"]) {
+      for (std::string_view key : kPipelineKeys) {
+        if (key != "apiVersion" && key != "kind" && root[std::string(key)]) {
+          throw std::runtime_error("'" + std::string(key) +
+                                   "' is given here and 'pipeline' names a file: the pipeline "
+                                   "is in one place");
+        }
+      }
       auto p = std::filesystem::path(pipeline.as<std::string>());
       if (p.is_relative()) {
         p = std::filesystem::path(path).parent_path() / p;
@@ -86,15 +111,6 @@ EppFileConfig load_epp_config(const std::string& path, PodSource pods_from) {
       cfg.pipeline_text = *text;
     } else {
       throw std::runtime_error("either 'pipeline' (a file) or inline 'plugins' is required");
-    }
-    for (const auto& kv : root) {
-      static const std::set<std::string> known = {
-          "pool", "scrapeIntervalMs", "stalenessMs", "pipeline", "plugins",
-          "schedulingProfiles", "objectives", "loadBalancing", "routerQueue", "decisionLog"};
-      const auto key = kv.first.as<std::string>();
-      if (!known.count(key)) {
-        throw std::runtime_error("unknown key '" + key + "'");
-      }
     }
     if (YAML::Node objectives = root["objectives"]) {
       auto parsed = ObjectiveTable::parse(yaml_to_json(objectives));

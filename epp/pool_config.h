@@ -11,7 +11,14 @@
 //   stalenessMs: 2000          # pods older than this are not candidates; default 2000
 //   pipeline: default-pipeline.yaml   # plugin config, relative to this file
 //
-// When `pipeline` is absent the same document must hold `plugins` and `schedulingProfiles`.
+// When `pipeline` is absent the same document must hold `plugins` and `schedulingProfiles`: one
+// schema, upstream's EndpointPickerConfig (apiVersion/kind, featureGates, parser, dataLayer, ...:
+// config_loader.h) with the keys above and below beside it, so the chart's rendered config
+// loads as it is (with Kubernetes discovery the pool section is left out). The pipeline's
+// settings for other components (the data layer's ScrapeConfig, the pods' role label) come
+// back from the pipeline loader (LoadResult::settings); on a reload the scraper takes the new
+// path and engine mappings at once, while a change of scheme or insecureSkipVerify is refused
+// until a restart. scrapeIntervalMs and stalenessMs are read at start only.
 //
 // Policies (spec epp.md section 5; each optional, see README "Policies"):
 //   objectives: [{name: interactive, priority: 10, sloTtftMs: 500, sloTpotMs: 50}, ...]

@@ -31,6 +31,7 @@ struct AsyncHttpClient::Impl {
     ClientCore::Options c;
     c.max_idle_per_origin = o.max_idle_per_target;
     c.response_body_limit = o.response_body_limit;
+    c.tls = o.tls;
     return c;
   }
 

@@ -47,6 +47,7 @@ class AsyncHttpClient {
     // running until every such exchange has called back (the destructor waits for them).
     bool on_caller_worker = false;
     std::string thread_name = "http-client";  // its I/O thread's name (top -H)
+    TlsContextPtr tls;  // for https targets; null fails them
   };
 
   explicit AsyncHttpClient(std::vector<Url> targets) : AsyncHttpClient(std::move(targets), {}) {}

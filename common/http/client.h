@@ -51,10 +51,12 @@ struct ClientTimeouts {
   std::chrono::milliseconds idle{0};        // the longest wait for more of a streamed body
 };
 
-// A client's TLS settings. Certificates are always verified.
+// A client's TLS settings. Certificates are verified unless `verify` is false, which only the
+// EPP's metric scrapes use (upstream's metrics-data-source insecureSkipVerify, its default).
 struct TlsOptions {
   std::string ca_file;      // PEM bundle the server's chain must end in; "" = the system's CAs
   std::string server_name;  // name the certificate must carry (also sent as SNI); "" = URL host
+  bool verify = true;       // false: any certificate, any name (the connection is still TLS)
 };
 class TlsContext;  // an OpenSSL client context, defined in client_core.cc
 using TlsContextPtr = std::shared_ptr<TlsContext>;

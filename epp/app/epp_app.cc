@@ -24,6 +24,7 @@
 #include "epp/app/epp_metrics.h"
 #include "epp/app/gie_metrics.h"
 #include "epp/app/metrics_auth.h"
+#include "epp/app/upstream_scrape.h"
 #include "epp/datastore/prefix_index.h"
 #include "epp/datastore/scraper.h"
 #include "epp/extproc/byte_stream.h"
@@ -226,8 +227,12 @@ EppApp::Impl::Impl(const EppOptions& o)
       }()),
       decision_log(file_cfg.decision_log.over(o.decision_log), {}, &registry),
       director(loaded.pipeline, &sched_metrics, &decision_log),
-      pods(file_cfg.staleness),
-      scraper(ScraperOptions{file_cfg.scrape_interval}, pods),
+      pods(o.upstream.staleness.value_or(file_cfg.staleness)),
+      scraper(ScraperOptions{.interval = o.upstream.scrape_interval.value_or(
+                                 file_cfg.scrape_interval),
+                             .config = std::make_shared<const ScrapeConfig>(
+                                 with_upstream_flags(loaded.settings.scrape, o.upstream))},
+              pods),
       feedback(
           [&] {
             FeedbackOptions f = o.feedback;
@@ -270,6 +275,14 @@ EppApp::Impl::Impl(const EppOptions& o)
     spdlog::info("decision log: sample rate {}, at most {} lines/s", d.sample_rate,
                  d.max_lines_per_second);
   }
+  const ScrapeConfig scrape = with_upstream_flags(loaded.settings.scrape, o.upstream);
+  if (o.upstream.scrape_interval || o.upstream.staleness) {
+    spdlog::info("--refresh-metrics-interval / --metrics-staleness-threshold given: they replace "
+                 "the config file's scrapeIntervalMs / stalenessMs");
+  }
+  spdlog::info("pod metrics: GET {}://<pod>{}, read as {} (a pod labelled {} names its engine)",
+               scrape.scheme, scrape.path, scrape.default_engine, scrape.engine_label_key);
+  pods.set_role_label(loaded.settings.endpoint_role_label);
   pods.set_pods(file_cfg.pods);
   pods.configure_outlier_detection(o.outliers);
   model_labels.set_pool_serves([this](const std::string& model) {
@@ -324,7 +337,7 @@ EppApp::Impl::Impl(const EppOptions& o)
 
 LoadResult EppApp::Impl::load(const EppFileConfig& c) {
   return c.pipeline_path.empty()
-             ? load_pipeline(c.pipeline_text, plugins, handle, &sched_metrics)
+             ? load_pipeline(c.pipeline_text, plugins, handle, &sched_metrics, Document::kEppFile)
              : load_pipeline_file(c.pipeline_path, plugins, handle, &sched_metrics);
 }
 
@@ -333,6 +346,12 @@ std::string EppApp::Impl::apply(const EppFileConfig& next) {
   if (!l.ok()) {
     return l.error;
   }
+  const ScrapeConfig scrape = with_upstream_flags(l.settings.scrape, options.upstream);
+  if (auto why = scraper.needs_restart(scrape); !why.empty()) {
+    return why;
+  }
+  scraper.set_config(std::make_shared<const ScrapeConfig>(scrape));
+  pods.set_role_label(l.settings.endpoint_role_label);
   if (!options.discover()) {
     pods.set_pods(next.pods);  // with discovery the API server owns the pod set
   }

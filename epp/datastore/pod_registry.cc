@@ -27,7 +27,20 @@ PoolSnapshotConstPtr PodRegistry::snapshot() const {
 
 void PodRegistry::remake_info(State& s) {
   s.info = std::make_shared<const PodInfo>(
-      PodInfo{s.config.name, s.config.address, s.config.labels, s.metrics, s.live});
+      PodInfo{s.config.name, s.config.address, s.config.labels, s.metrics, s.live, role_label_});
+}
+
+void PodRegistry::set_role_label(const std::string& label) {
+  std::lock_guard lock(mu_);
+  if (label == role_label_) {
+    return;
+  }
+  role_label_ = label;
+  for (auto& [name, s] : pods_) {
+    remake_info(s);
+    refresh_entry_locked(s);
+  }
+  publish_locked();
 }
 
 void PodRegistry::set_pods(const std::vector<PodConfig>& pods) {

@@ -92,6 +92,9 @@ class PodRegistry {
   std::vector<PodHealth> pod_health(TimePoint now) const;
 
   void configure_outlier_detection(const OutlierDetectionOptions& options);
+  // The pod label holding each pod's role (PodInfo::role(); the pipeline's endpointRoleLabel,
+  // "" = no roles). Republishes every pod when it changes.
+  void set_role_label(const std::string& label);
   // Told of every ejection (pod, its length, the pod's ejections so far), outside the lock.
   using EjectionListener =
       std::function<void(const std::string& pod, std::chrono::milliseconds length, int64_t n)>;
@@ -149,6 +152,7 @@ class PodRegistry {
   const std::chrono::milliseconds staleness_;
   mutable std::mutex mu_;  // serializes writers; readers never take it
   OutlierDetectionOptions outlier_options_;       // guarded by mu_
+  std::string role_label_ = "role";               // guarded by mu_
   EjectionListener ejection_listener_;            // guarded by mu_
   std::map<std::string, State> pods_;             // guarded by mu_
   // The next snapshot's pods, kept up to date entry by entry, so a scrape publishes a copy of

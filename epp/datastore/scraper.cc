@@ -15,6 +15,7 @@ namespace llmd::epp {
 struct Scraper::Pod {
   std::string name;
   std::string address;
+  std::map<std::string, std::string> labels;  // the engine label picks the mapping
   http::Url url;
   std::chrono::nanoseconds phase{0};
   bool active = true;      // false once it left the pool: its timer and answer are dropped
@@ -63,7 +64,8 @@ Scraper::Scraper(ScraperOptions options, PodRegistry& registry)
     : options_(options),
       slot_(std::chrono::nanoseconds(options.interval) /
             slot_count(options.interval, options.slot)),
-      registry_(registry) {}
+      registry_(registry),
+      config_(options_.config) {}
 
 Scraper::~Scraper() { stop(); }
 
@@ -73,6 +75,11 @@ void Scraper::start() {
   membership_known_ = false;
   http::AsyncHttpClient::Options o;
   o.thread_name = "epp-scraper";
+  if (options_.config->scheme == "https") {
+    http::TlsOptions tls;
+    tls.verify = !options_.config->insecure_skip_verify;
+    o.tls = http::make_tls_context(tls);
+  }
   client_ = std::make_unique<http::AsyncHttpClient>(std::vector<http::Url>{}, o);
   io_ = client_.get();
   io_->post([this] { sync(epoch_); });
@@ -88,6 +95,29 @@ void Scraper::stop() {
   pending_.clear();
   outstanding_ = 0;
   publish_armed_ = false;
+}
+
+void Scraper::set_config(std::shared_ptr<const ScrapeConfig> config) {
+  std::lock_guard lock(config_mu_);
+  config_ = std::move(config);
+}
+
+std::shared_ptr<const ScrapeConfig> Scraper::config() const {
+  std::lock_guard lock(config_mu_);
+  return config_;
+}
+
+std::string Scraper::needs_restart(const ScrapeConfig& next) const {
+  const ScrapeConfig& started = *options_.config;
+  if (next.scheme != started.scheme) {
+    return "metrics-data-source scheme " + started.scheme + " -> " + next.scheme +
+           " takes a restart (the scrapes' TLS settings are made at start)";
+  }
+  if (next.scheme == "https" && next.insecure_skip_verify != started.insecure_skip_verify) {
+    return "metrics-data-source insecureSkipVerify takes a restart (the scrapes' TLS settings are "
+           "made at start)";
+  }
+  return {};
 }
 
 void Scraper::sync(Clock::time_point due) {
@@ -114,6 +144,7 @@ void Scraper::reconcile(Clock::time_point due) {
   for (auto& config : registry_.pods()) {
     if (auto it = pods_.find(config.name);
         it != pods_.end() && it->second->address == config.address) {
+      it->second->labels = config.labels;
       next.emplace(config.name, std::move(it->second));
       pods_.erase(it);
       continue;
@@ -121,6 +152,7 @@ void Scraper::reconcile(Clock::time_point due) {
     auto pod = std::make_shared<Pod>();
     pod->name = config.name;
     pod->address = config.address;
+    pod->labels = config.labels;
     pod->url = pod_url(config.address);
     pod->phase = scrape_phase(arrivals_++, options_.interval, options_.slot);
     // Scraped at once, so that a pod that joins (at start, by discovery, by a reload) becomes
@@ -162,19 +194,28 @@ void Scraper::scrape(const PodPtr& pod) {
   pod->in_flight = true;
   ++outstanding_;
   scrapes_.fetch_add(1, std::memory_order_relaxed);
-  io_->request(pod->url, "GET", "/metrics", {}, options_.timeout,
-               [this, pod](http::AsyncResponse r) { answered(pod, r); });
+  const auto cfg = config();
+  http::Url url = pod->url;
+  url.tls = cfg->scheme == "https";
+  if (cfg->port != 0) {
+    url.port = cfg->port;
+  }
+  // The mapping belongs to `cfg`, which the callback keeps alive.
+  const EngineMapping* mapping = cfg->mapping_for(pod->labels);
+  io_->request(url, "GET", cfg->path, {}, options_.timeout,
+               [this, pod, cfg, mapping](http::AsyncResponse r) { answered(pod, mapping, r); });
 }
 
-void Scraper::answered(const PodPtr& pod, const http::AsyncResponse& r) {
+void Scraper::answered(const PodPtr& pod, const EngineMapping* mapping,
+                       const http::AsyncResponse& r) {
   pod->in_flight = false;
   --outstanding_;
   if (stopping_ || !pod->active) {
     return;  // stop() cancelled it, or the pod left the pool meanwhile
   }
   std::optional<PodMetrics> m;
-  if (r.status == 200) {
-    m = parse_vllm_metrics(r.body);
+  if (r.status == 200 && mapping != nullptr) {
+    m = parse_engine_metrics(r.body, *mapping);
   }
   const bool ok = m.has_value();
   if (ok) {
@@ -187,7 +228,11 @@ void Scraper::answered(const PodPtr& pod, const http::AsyncResponse& r) {
       spdlog::info("pod {} ({}) is ready", pod->name, pod->address);
     } else {
       spdlog::warn("pod {} ({}) scrape failed: {}", pod->name, pod->address,
-                   r.status == 0 ? r.error : "status " + std::to_string(r.status));
+                   r.status == 0    ? r.error
+                   : r.status != 200 ? "status " + std::to_string(r.status)
+                   : mapping ? "the answer lacks the " + mapping->engine + " gauges (queue, "
+                               "running, KV usage)"
+                             : std::string("no engine mapping"));
     }
   }
   schedule_publish();

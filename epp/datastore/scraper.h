@@ -25,6 +25,13 @@
 //   one burst) and then get their timer; pods that left (or changed address) stop being
 //   scraped, and a late answer of theirs is dropped.
 //
+// - What is asked and how it is read (ScrapeConfig, the data layer of the pipeline config):
+//   GET <scheme>://<pod address><path>, each answer read with the engine mapping of the pod's
+//   engine label (else the default engine's). set_config() swaps path and mappings in for the
+//   next scrapes; the scheme's TLS settings are made at start() (an https config then), so the
+//   owner refuses a change of scheme or insecureSkipVerify without a restart
+//   (needs_restart()).
+//
 // Threads: no thread of its own. Everything after start() runs on the AsyncHttpClient's I/O
 // thread, which owns the per-pod state below (so it needs no lock): the timers (post_at), the
 // exchanges and the answers' parsing. start()/stop() are the owner's (one thread). The
@@ -34,10 +41,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "epp/datastore/pod_registry.h"
+#include "epp/datastore/scrape_config.h"
 
 namespace llmd::http {
 class AsyncHttpClient;
@@ -48,6 +57,8 @@ namespace llmd::epp {
 
 struct ScraperOptions {
   std::chrono::milliseconds interval{50};
+  // Never null: the default config is vLLM's gauges at http://<pod>/metrics.
+  std::shared_ptr<const ScrapeConfig> config = std::make_shared<const ScrapeConfig>();
   std::chrono::milliseconds timeout{1000};  // a scrape's bound; the pod then counts as failed
   // The interval's slots (interval / slot of them, at least 1): pods of one slot are scraped
   // together (fewer pods per burst against fewer wake-ups), and an answer waits at most one
@@ -70,6 +81,11 @@ class Scraper {
   void start();
   // Ends every timer and exchange; no callback runs and nothing is published once it returns.
   void stop();
+  // Scrapes started from now on use `config` (path, engine mappings). Thread-safe.
+  void set_config(std::shared_ptr<const ScrapeConfig> config);
+  // Why `next` cannot replace the config the scraper started with while it runs (its scheme or
+  // insecureSkipVerify differ: the TLS settings are made once), or "".
+  std::string needs_restart(const ScrapeConfig& next) const;
   // Scrapes started / answers published so far (tests). Thread-safe.
   uint64_t scrapes() const { return scrapes_.load(std::memory_order_relaxed); }
   uint64_t published() const { return published_.load(std::memory_order_relaxed); }
@@ -84,13 +100,14 @@ class Scraper {
   void reconcile(Clock::time_point due);
   void fire(const PodPtr& pod, Clock::time_point due);
   void scrape(const PodPtr& pod);
-  void answered(const PodPtr& pod, const http::AsyncResponse& r);
+  void answered(const PodPtr& pod, const EngineMapping* mapping, const http::AsyncResponse& r);
+  std::shared_ptr<const ScrapeConfig> config() const;
   void schedule_publish();
   void publish();
   // The first slot boundary after now.
   Clock::time_point next_boundary() const;
 
-  const ScraperOptions options_;
+  const ScraperOptions options_;  // its config is the one start() made the TLS settings for
   const std::chrono::nanoseconds slot_;  // the slots' length: interval / their count
   PodRegistry& registry_;
   std::unique_ptr<http::AsyncHttpClient> client_;  // the owner's (start/stop)
@@ -100,6 +117,8 @@ class Scraper {
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> scrapes_{0};
   std::atomic<uint64_t> published_{0};
+  mutable std::mutex config_mu_;                // held only to copy or swap the pointer
+  std::shared_ptr<const ScrapeConfig> config_;  // never null; guarded by config_mu_
 
   // The I/O thread's (set by start() before the thread sees them).
   Clock::time_point epoch_{};                // intervals and slots count from here

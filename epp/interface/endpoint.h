@@ -44,10 +44,13 @@ struct PodInfo {
   // clock, residuals): what a request dispatched there books on, even after the pod left the
   // pool. Null for an endpoint made outside a registry (an upstream URL target, tests).
   std::shared_ptr<PodLive> live;
+  // The label holding the pod's role (the pipeline's endpointRoleLabel; "" = no roles).
+  std::string role_label = "role";
 
   // The pool this pod belongs to: label `pool`, "" (the default pool) when unlabelled.
   const std::string& pool() const { return label("pool"); }
-  const std::string& role() const { return label("role"); }
+  // prefill | decode | "" (feature pod_type, TPOT neutralisation).
+  const std::string& role() const { return label(role_label); }
   const std::string& label(const std::string& key) const {
     static const std::string kNone;
     auto it = labels.find(key);

@@ -14,7 +14,9 @@
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
+#include "epp/interface/config_plugins.h"
 #include "epp/scheduler/metrics.h"
+#include "epp/scheduler/upstream_config.h"
 #include "epp/scheduler/yaml_json.h"
 
 namespace llmd::epp {
@@ -52,7 +54,7 @@ std::optional<std::string_view> default_producer(AttributeKey k) {
   return std::nullopt;
 }
 
-void check_keys(const YAML::Node& map, std::initializer_list<std::string_view> allowed,
+void check_keys(const YAML::Node& map, const std::vector<std::string_view>& allowed,
                 const std::string& context) {
   for (const auto& kv : map) {
     auto key = kv.first.as<std::string>();
@@ -89,14 +91,43 @@ struct ProfileSpec {
   std::vector<RefSpec> refs;
 };
 
+// A configuration plugin (data layer, parser, profile handler): used by name from a top-level
+// section, never in a profile.
+bool configures_epp(const PluginPtr& p) {
+  return std::dynamic_pointer_cast<const MetricsDataSource>(p) ||
+         std::dynamic_pointer_cast<const MetricsExtractor>(p) ||
+         std::dynamic_pointer_cast<const RequestParser>(p) ||
+         std::dynamic_pointer_cast<const ProfileHandler>(p);
+}
+
 // Stage 1: strict decode.
-void decode(const YAML::Node& root, std::vector<PluginSpec>& plugins,
-            std::vector<ProfileSpec>& profiles) {
+void decode(const YAML::Node& root, Document document, std::vector<PluginSpec>& plugins,
+            std::vector<ProfileSpec>& profiles, upstream::Sections& sections) {
   if (!root.IsMap()) {
     fail("configuration must be a mapping with 'plugins' and 'schedulingProfiles'");
   }
-  // apiVersion/kind are accepted so llm-d EndpointPickerConfig documents load unchanged.
-  check_keys(root, {"apiVersion", "kind", "plugins", "schedulingProfiles"}, "configuration");
+  std::vector<std::string_view> keys(kPipelineKeys.begin(), kPipelineKeys.end());
+  if (document == Document::kEppFile) {
+    keys.insert(keys.end(), kEppFileKeys.begin(), kEppFileKeys.end());
+  }
+  check_keys(root, keys, "configuration");
+  auto section = [&root](const char* key) {
+    return root[key] ? yaml_to_json(root[key]) : nlohmann::json();
+  };
+  if (auto e = upstream::check_type_meta(section("apiVersion"), section("kind")); !e.empty()) {
+    fail(e);
+  }
+  sections.api_version = section("apiVersion");
+  sections.parser = section("parser");
+  sections.request_handler = section("requestHandler");
+  sections.data_layer = section("dataLayer");
+  sections.saturation_detector = section("saturationDetector");
+  sections.flow_control = section("flowControl");
+  // Gates first, as upstream: they may change how the rest loads.
+  if (auto e = upstream::parse_feature_gates(section("featureGates"), sections.gates);
+      !e.empty()) {
+    fail(e);
+  }
   const YAML::Node ps = root["plugins"];
   if (ps && !ps.IsNull() && !ps.IsSequence()) {
     fail("'plugins' must be a list" + line_of(ps));
@@ -170,6 +201,9 @@ PluginPtr instantiate(const PluginRegistry& registry, const Handle& handle, cons
                       const std::string& name, const nlohmann::json& params) {
   const PluginFactory* factory = registry.find(type);
   if (factory == nullptr) {
+    if (auto why = upstream::refused_plugin_type(type)) {
+      fail(label(name, type) + ": not supported: " + std::string(*why));
+    }
     std::string known;
     for (const auto& t : registry.types()) {
       known += (known.empty() ? "" : ", ") + t;
@@ -241,11 +275,43 @@ void check_attributes(Pipeline& pl, const PluginRegistry& registry, const Handle
   }
 }
 
-PipelineConstPtr build(const YAML::Node& root, const PluginRegistry& registry,
-                       const Handle& handle, SchedulerMetrics* metrics) {
+// Upstream's one profile handler, and what the endpoint role label plugins say.
+void check_configuration_plugins(const Pipeline& pl, std::size_t profiles,
+                                 LoadedSettings& settings) {
+  const Plugin* handler = nullptr;
+  const Plugin* role_from = nullptr;
+  for (const auto& p : pl.plugins) {
+    if (std::dynamic_pointer_cast<const ProfileHandler>(p)) {
+      if (handler != nullptr) {
+        fail("profile handlers " + label(handler->name(), handler->type()) + " and " +
+             label(p->name(), p->type()) + ": only one is allowed");
+      }
+      handler = p.get();
+    }
+    if (auto r = std::dynamic_pointer_cast<const EndpointRoleLabel>(p)) {
+      if (role_from != nullptr && r->endpoint_role_label() != settings.endpoint_role_label) {
+        fail(label(p->name(), p->type()) + ": endpointRoleLabel '" + r->endpoint_role_label() +
+             "' differs from '" + settings.endpoint_role_label + "' of " +
+             label(role_from->name(), role_from->type()) +
+             "; the role label is one for the whole EPP (predictions and training agree on it)");
+      }
+      settings.endpoint_role_label = r->endpoint_role_label();
+      role_from = p.get();
+    }
+  }
+  if (handler != nullptr && handler->type() == "single-profile-handler" && profiles > 1) {
+    fail(label(handler->name(), handler->type()) + " cannot serve " + std::to_string(profiles) +
+         " scheduling profiles (as upstream: one profile with it)");
+  }
+}
+
+PipelineConstPtr build(const YAML::Node& root, Document document, const PluginRegistry& registry,
+                       const Handle& handle, SchedulerMetrics* metrics,
+                       LoadedSettings& settings) {
   std::vector<PluginSpec> specs;
   std::vector<ProfileSpec> profile_specs;
-  decode(root, specs, profile_specs);
+  upstream::Sections sections;
+  decode(root, document, specs, profile_specs, sections);
 
   // Stages 2-3: instantiate (factories validate their parameters) and sort by interface.
   auto pl = std::make_shared<Pipeline>();
@@ -300,9 +366,16 @@ PipelineConstPtr build(const YAML::Node& root, const PluginRegistry& registry,
         picker = stage<Picker>(p, metrics, "picker");
         used = true;
       }
+      if (!used && (std::dynamic_pointer_cast<const DataProducer>(p) ||
+                    std::dynamic_pointer_cast<const Admitter>(p))) {
+        used = true;  // upstream lists its producer here; it runs for every request anyway
+      }
       if (!used) {
-        fail(lbl + " is not a filter, scorer or picker (producers and admitters run for every "
-                   "request and are not listed in profiles)" + r.line);
+        fail(lbl + " is not a filter, scorer, picker, producer or admitter" +
+             (configures_epp(p) ? std::string(" (it configures the EPP through its top-level "
+                                              "section, not in a profile)")
+                                : std::string()) +
+             r.line);
       }
     }
     if (!picker.plugin) {
@@ -314,11 +387,22 @@ PipelineConstPtr build(const YAML::Node& root, const PluginRegistry& registry,
     }
     pl->profiles.emplace_back(ps.name, std::move(filters), std::move(scorers), std::move(picker));
   }
+  check_configuration_plugins(*pl, profile_specs.size(), settings);
+  upstream::SectionsResult applied;
+  if (auto e = upstream::apply_sections(sections, by_name, applied); !e.empty()) {
+    fail(e);
+  }
+  settings.scrape = std::move(applied.scrape);
   for (const auto& s : specs) {
     auto& p = by_name[s.name];
     bool runs_always = std::dynamic_pointer_cast<const DataProducer>(p) ||
                        std::dynamic_pointer_cast<const Admitter>(p);
-    if (!runs_always && referenced.count(s.name) == 0) {
+    if (configures_epp(p)) {
+      if (applied.used.count(s.name) == 0 && !std::dynamic_pointer_cast<const ProfileHandler>(p)) {
+        spdlog::warn("{} is not used by the dataLayer, parser or requestHandler section",
+                     label(s.name, s.type));
+      }
+    } else if (!runs_always && referenced.count(s.name) == 0) {
       spdlog::warn("{} is not referenced by any profile and never runs", label(s.name, s.type));
     }
   }
@@ -339,14 +423,16 @@ PipelineConstPtr build(const YAML::Node& root, const PluginRegistry& registry,
 }  // namespace
 
 LoadResult load_pipeline(std::string_view yaml_text, const PluginRegistry& registry,
-                         const Handle& handle, SchedulerMetrics* metrics) {
+                         const Handle& handle, SchedulerMetrics* metrics, Document document) {
   try {
     YAML::Node root = YAML::Load(std::string(yaml_text));
-    return {build(root, registry, handle, metrics), {}};
+    LoadResult r;
+    r.pipeline = build(root, document, registry, handle, metrics, r.settings);
+    return r;
   } catch (const LoadError& e) {
-    return {nullptr, e.what()};
+    return {nullptr, e.what(), {}};
   } catch (const YAML::Exception& e) {
-    return {nullptr, std::string("invalid YAML: ") + e.what()};
+    return {nullptr, std::string("invalid YAML: ") + e.what(), {}};
   }
 }
 
@@ -354,7 +440,7 @@ LoadResult load_pipeline_file(const std::string& path, const PluginRegistry& reg
                               const Handle& handle, SchedulerMetrics* metrics) {
   std::ifstream in(path);
   if (!in) {
-    return {nullptr, "cannot read scheduler configuration " + path};
+    return {nullptr, "cannot read scheduler configuration " + path, {}};
   }
   std::stringstream ss;
   ss << in.rdbuf();

@@ -36,7 +36,7 @@ bool predicts_latency(const Pipeline& pipeline) {
 std::string prediction_fallback(const Pipeline& pipeline, const SchedulingRequest& request,
                                 const std::vector<CandidateDecision>& candidates) {
   if (pipeline.predictions_ignored) {
-    return "the pipeline ignores predictions (composite-only)";
+    return "the pipeline ignores predictions (composite-only, or predictInProduce: false)";
   }
   if (!predicts_latency(pipeline)) {
     return "";

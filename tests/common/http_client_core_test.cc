@@ -26,14 +26,17 @@
 #include "common/http/client.h"
 #include "common/http/client_core.h"
 #include "tests/common/http_test_util.h"
+#include "tests/common/tls_test_server.h"
 
 namespace llmd::http {
 namespace {
 
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
+using testing::Certificates;
 using testing::read_request;
 using testing::send_all;
+using testing::TlsServer;
 
 // Accepts connections one after another and runs `script` on each (on the server's thread).
 class ScriptedServer {
@@ -386,104 +389,15 @@ TEST(HttpClient, TheInterruptedPredicateCancelsAWaitingRequest) {
 
 // --- TLS ---
 
-// A self-signed certificate for 127.0.0.1 and localhost (also its own CA), by the openssl tool.
-class Certificates {
- public:
-  Certificates() {
-    char pattern[] = "/tmp/llmd_tls_XXXXXX";
-    dir_ = ::mkdtemp(pattern);
+// The TLS server's answers: "/stream" a chunked body in three pieces, anything else "ok".
+std::string tls_answer(const std::string& head) {
+  if (head.find(" /stream ") != std::string::npos) {
+    return std::string(kChunkedHead) + chunk("{\"type\":\"ADDED\"}\n") +
+           chunk("{\"type\":\"MODIFIED\"}\n") + chunk("{\"type\":\"DELETED\"}\n") +
+           "0\r\n\r\n";
   }
-  ~Certificates() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  bool make(const std::string& name) {
-    const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test "
-                            "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " +
-                            key(name) + " -out " + cert(name) + " > /dev/null 2>&1";
-    return std::system(cmd.c_str()) == 0;
-  }
-  std::string cert(const std::string& name) const { return dir_ + "/" + name + ".crt"; }
-  std::string key(const std::string& name) const { return dir_ + "/" + name + ".key"; }
-
- private:
-  std::string dir_;
-};
-
-// An HTTPS server on loopback: keep-alive, one connection at a time. "/stream" answers a
-// chunked body in three pieces; anything else "ok".
-class TlsServer {
- public:
-  TlsServer(const std::string& cert, const std::string& key)
-      : acceptor_(ioc_, {asio::ip::make_address("127.0.0.1"), 0}) {
-    ctx_.use_certificate_chain_file(cert);
-    ctx_.use_private_key_file(key, asio::ssl::context::pem);
-    port_ = acceptor_.local_endpoint().port();
-    thread_ = std::thread([this] { serve(); });
-  }
-  ~TlsServer() {
-    ::shutdown(acceptor_.native_handle(), SHUT_RDWR);  // ends the blocking accept
-    thread_.join();
-  }
-  Url url() const {
-    Url u;
-    u.host = "127.0.0.1";
-    u.port = port_;
-    u.tls = true;
-    return u;
-  }
-  int handshakes() const { return handshakes_; }
-
- private:
-  void serve() {
-    while (true) {
-      boost::system::error_code ec;
-      asio::ip::tcp::socket socket(ioc_);
-      acceptor_.accept(socket, ec);
-      if (ec) {
-        return;
-      }
-      asio::ssl::stream<asio::ip::tcp::socket> tls(std::move(socket), ctx_);
-      tls.handshake(asio::ssl::stream_base::server, ec);
-      if (ec) {
-        continue;  // the client refused the certificate
-      }
-      ++handshakes_;
-      std::string pending;
-      char buf[4096];
-      while (true) {
-        const auto end = pending.find("\r\n\r\n");
-        if (end == std::string::npos) {
-          const std::size_t n = tls.read_some(asio::buffer(buf), ec);
-          if (ec) {
-            break;
-          }
-          pending.append(buf, n);
-          continue;
-        }
-        const std::string head = pending.substr(0, end);
-        pending.erase(0, end + 4);
-        const bool stream = head.find(" /stream ") != std::string::npos;
-        const std::string answer =
-            stream ? std::string(kChunkedHead) + chunk("{\"type\":\"ADDED\"}\n") +
-                         chunk("{\"type\":\"MODIFIED\"}\n") + chunk("{\"type\":\"DELETED\"}\n") +
-                         "0\r\n\r\n"
-                   : "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-        asio::write(tls, asio::buffer(answer), ec);
-        if (ec) {
-          break;
-        }
-      }
-    }
-  }
-
-  asio::io_context ioc_;
-  asio::ssl::context ctx_{asio::ssl::context::tls_server};
-  asio::ip::tcp::acceptor acceptor_;
-  uint16_t port_ = 0;
-  std::atomic<int> handshakes_{0};
-  std::thread thread_;
-};
+  return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+}
 
 class HttpsClient : public ::testing::Test {
  protected:
@@ -498,7 +412,8 @@ class HttpsClient : public ::testing::Test {
   }
   void SetUp() override {
     ASSERT_TRUE(made_) << "openssl req failed";
-    server_ = std::make_unique<TlsServer>(certs_->cert("server"), certs_->key("server"));
+    server_ = std::make_unique<TlsServer>(certs_->cert("server"), certs_->key("server"),
+                                          tls_answer);
   }
   static std::string ca(const std::string& name) { return certs_->cert(name); }
   HttpClient::Options trusting(const std::string& ca_file, const std::string& name = "") {

@@ -1,6 +1,9 @@
 #include "epp/plugins/common/params.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 
 namespace llmd::epp {
@@ -87,6 +90,29 @@ ParamReader& ParamReader::get(std::string_view key, std::string& out, std::strin
   return *this;
 }
 
+ParamReader& ParamReader::get(std::string_view key, std::chrono::nanoseconds& out,
+                              std::string_view alias) {
+  if (const auto* v = find(key, alias)) {
+    if (v->is_number_integer()) {
+      out = std::chrono::nanoseconds(v->get<int64_t>());
+    } else if (auto d = v->is_string() ? parse_go_duration(v->get<std::string>()) : std::nullopt) {
+      out = *d;
+    } else {
+      fail("parameter '" + std::string(key) +
+           "' must be a duration such as \"5m\" or \"250ms\" (or integer nanoseconds), got " +
+           v->dump());
+    }
+  }
+  return *this;
+}
+
+ParamReader& ParamReader::get(std::string_view key, nlohmann::json& out, std::string_view alias) {
+  if (const auto* v = find(key, alias)) {
+    out = *v;
+  }
+  return *this;
+}
+
 bool ParamReader::has(std::string_view key) const {
   return params_.is_object() && params_.contains(std::string(key));
 }
@@ -108,6 +134,54 @@ std::string ParamReader::finish() const {
     }
   }
   return {};
+}
+
+std::optional<std::chrono::nanoseconds> parse_go_duration(std::string_view text) {
+  std::string_view s = text;
+  bool negative = false;
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) {
+    negative = s[0] == '-';
+    s.remove_prefix(1);
+  }
+  if (s == "0") {
+    return std::chrono::nanoseconds(0);
+  }
+  if (s.empty()) {
+    return std::nullopt;
+  }
+  static const std::pair<std::string_view, double> kUnits[] = {
+      {"ns", 1},     {"us", 1e3},     {"\u00b5s", 1e3}, {"\u03bcs", 1e3},
+      {"ms", 1e6},   {"s", 1e9},      {"m", 60e9},      {"h", 3600e9}};
+  double total = 0;
+  while (!s.empty()) {
+    std::size_t i = 0;
+    bool digits = false;
+    while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) {
+      digits = digits || s[i] != '.';
+      ++i;
+    }
+    if (!digits) {
+      return std::nullopt;
+    }
+    const double value = std::strtod(std::string(s.substr(0, i)).c_str(), nullptr);
+    s.remove_prefix(i);
+    std::size_t u = 0;
+    while (u < s.size() && !std::isdigit(static_cast<unsigned char>(s[u])) && s[u] != '.') {
+      ++u;
+    }
+    const std::string_view unit = s.substr(0, u);
+    const auto it = std::find_if(std::begin(kUnits), std::end(kUnits),
+                                 [&](const auto& k) { return k.first == unit; });
+    if (it == std::end(kUnits)) {
+      return std::nullopt;
+    }
+    total += value * it->second;
+    s.remove_prefix(u);
+  }
+  if (total > 9.2e18) {
+    return std::nullopt;
+  }
+  return std::chrono::nanoseconds(static_cast<int64_t>(negative ? -total : total));
 }
 
 std::string param_error(std::string_view key, double value, std::string_view what) {

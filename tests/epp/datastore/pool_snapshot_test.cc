@@ -143,6 +143,24 @@ TEST_F(PoolSnapshotTest, ASuccessBreaksAFailureRun) {
   EXPECT_EQ(registry_.candidates(kT0).size(), 1u);
 }
 
+// The pipeline's endpointRoleLabel names the label each pod's role is read from, for every
+// reader of PodInfo::role() (prediction rows, training samples, TPOT neutralisation).
+TEST(PodRegistryRoleLabel, TheRoleComesFromThePipelinesLabel) {
+  PodRegistry registry;
+  registry.set_pods({{"p", "10.0.0.1:8000", {{"role", "decode"}, {"llm-d.ai/role", "prefill"}}}});
+  EXPECT_EQ(registry.snapshot()->find("p")->info->role(), "decode") << "ours: label role";
+  const uint64_t before = registry.publishes();
+  registry.set_role_label("llm-d.ai/role");
+  EXPECT_EQ(registry.publishes(), before + 1);
+  EXPECT_EQ(registry.snapshot()->find("p")->info->role(), "prefill");
+  registry.set_pods({{"p", "10.0.0.1:8000", {{"llm-d.ai/role", "decode"}}}});
+  EXPECT_EQ(registry.snapshot()->find("p")->info->role(), "decode") << "kept across set_pods";
+  registry.set_role_label("llm-d.ai/role");
+  EXPECT_EQ(registry.publishes(), before + 2) << "the same label: nothing to publish";
+  registry.set_role_label("");
+  EXPECT_EQ(registry.snapshot()->find("p")->info->role(), "") << "upstream's default: no roles";
+}
+
 TEST(PodLiveTest, CountersBalanceUnderConcurrentRequests) {
   PodLive live(std::make_shared<PoolLearning>());
   std::atomic<bool> negative{false};

@@ -218,10 +218,11 @@ schedulingProfiles: [{name: d, plugins: [{pluginRef: a, weight: 2}]}]
 )",
                "plugin 'a' (type max-score-picker) is not a scorer and takes no weight");
   expect_error(R"(
-plugins: [{type: latency-slo-admitter, name: adm}]
-schedulingProfiles: [{name: d, plugins: [{pluginRef: adm}]}]
+plugins: [{type: metrics-data-source, name: src}]
+schedulingProfiles: [{name: d, plugins: [{pluginRef: src}]}]
 )",
-               "plugin 'adm' (type latency-slo-admitter) is not a filter, scorer or picker");
+               "plugin 'src' (type metrics-data-source) is not a filter, scorer, picker, "
+               "producer or admitter");
   expect_error(R"(
 plugins: [{type: queue-scorer}]
 schedulingProfiles: [{name: d, plugins: [{pluginRef: queue-scorer, weight: -1}]}]

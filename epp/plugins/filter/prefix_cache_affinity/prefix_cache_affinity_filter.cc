@@ -1,5 +1,6 @@
 #include "epp/plugins/filter/prefix_cache_affinity/prefix_cache_affinity_filter.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "epp/interface/rng.h"
@@ -16,6 +17,16 @@ std::string PrefixCacheAffinityFilter::Config::validate() const {
   if (!(maxTTFTPenaltyMs >= 0)) {
     return param_error("maxTTFTPenaltyMs", maxTTFTPenaltyMs, ">= 0");
   }
+  if (ttftSource != "latencyPredictor" && ttftSource != "prefillThroughput") {
+    return "parameter 'ttftSource' must be latencyPredictor or prefillThroughput, got '" +
+           ttftSource + "'";
+  }
+  if (!(peakPrefillThroughput >= 0)) {
+    return param_error("peakPrefillThroughput", peakPrefillThroughput, ">= 0");
+  }
+  if (throughput_ttft() && maxTTFTPenaltyMs > 0 && peakPrefillThroughput == 0) {
+    return "parameter 'peakPrefillThroughput' must be > 0 when ttftSource is prefillThroughput";
+  }
   return {};
 }
 
@@ -26,18 +37,34 @@ PluginOrError PrefixCacheAffinityFilter::create(const std::string& name,
   r.get("threshold", c.threshold, "affinityThreshold")  // llm-d's spelling is accepted
       .get("explorationProbability", c.explorationProbability)
       .get("maxTTFTPenaltyMs", c.maxTTFTPenaltyMs)
-      .get("queueEscape", c.queueEscape);
+      .get("queueEscape", c.queueEscape)
+      .get("ttftSource", c.ttftSource)
+      .get("peakPrefillThroughput", c.peakPrefillThroughput);
   if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
   }
   if (auto e = c.validate(); !e.empty()) {
     return PluginOrError::fail(e);
   }
-  return {std::make_shared<PrefixCacheAffinityFilter>(name, c), {}};
+  return {std::make_shared<PrefixCacheAffinityFilter>(name, std::move(c)), {}};
 }
 
 PrefixCacheAffinityFilter::PrefixCacheAffinityFilter(std::string name, Config config)
-    : PluginBase(kType, std::move(name)), config_(config) {}
+    : PluginBase(kType, std::move(name)), config_(std::move(config)) {}
+
+std::optional<double> PrefixCacheAffinityFilter::ttft_ms(const Endpoint& e) const {
+  if (config_.throughput_ttft()) {
+    // llm-d: TTFT_ms = in-flight tokens / peak prefill throughput x 1000 (no load: 0).
+    return config_.peakPrefillThroughput > 0
+               ? static_cast<double>(std::max<int64_t>(0, e.prefill_tokens_in_flight)) /
+                     config_.peakPrefillThroughput * 1000.0
+               : 0.0;
+  }
+  if (e.latency) {
+    return e.latency->predicted_ttft_ms;
+  }
+  return std::nullopt;
+}
 
 std::vector<Endpoint> PrefixCacheAffinityFilter::filter(CycleContext& ctx,
                                                         std::vector<Endpoint> endpoints) const {
@@ -61,10 +88,10 @@ std::vector<Endpoint> PrefixCacheAffinityFilter::filter(CycleContext& ctx,
     } else {
       other_idle_queue = other_idle_queue || e.metrics().waiting <= 0;
     }
-    if (e.latency) {
+    if (auto ttft = ttft_ms(e)) {
       auto& best = is_sticky[i] ? best_sticky : best_other;
-      if (!best || e.latency->predicted_ttft_ms < *best) {
-        best = e.latency->predicted_ttft_ms;
+      if (!best || *ttft < *best) {
+        best = ttft;
       }
     }
   }

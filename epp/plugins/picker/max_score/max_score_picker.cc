@@ -1,13 +1,19 @@
 #include "epp/plugins/picker/max_score/max_score_picker.h"
 
 #include "epp/interface/rng.h"
+#include "epp/plugins/picker/picker_params.h"
 
 namespace llmd::epp {
 
 PluginOrError MaxScorePicker::create(const std::string& name, const nlohmann::json& params,
                                      const Handle&) {
-  if (auto e = ParamReader(params).finish(); !e.empty()) {
+  ParamReader r(params);
+  const std::string refused = read_max_num_of_endpoints(r);
+  if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
+  }
+  if (!refused.empty()) {
+    return PluginOrError::fail(refused);
   }
   return {std::make_shared<MaxScorePicker>(name), {}};
 }

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "epp/interface/rng.h"
+#include "epp/plugins/picker/picker_params.h"
 
 namespace llmd::epp {
 
@@ -20,8 +21,12 @@ PluginOrError WeightedRandomPicker::create(const std::string& name, const nlohma
   Config c;
   ParamReader r(params);
   r.get("scoreExponent", c.scoreExponent);
+  const std::string refused = read_max_num_of_endpoints(r);
   if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
+  }
+  if (!refused.empty()) {
+    return PluginOrError::fail(refused);
   }
   if (auto e = c.validate(); !e.empty()) {
     return PluginOrError::fail(e);

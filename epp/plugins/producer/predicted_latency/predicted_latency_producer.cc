@@ -13,6 +13,19 @@ std::string PredictedLatencyProducer::Config::validate() const {
   if (!(predictionDeadlineMs > 0)) {
     return param_error("predictionDeadlineMs", predictionDeadlineMs, "> 0");
   }
+  if (!(sloBufferFactor > 0)) {
+    return param_error("sloBufferFactor", sloBufferFactor, "> 0");
+  }
+  if (!(samplingMean > 0)) {
+    return param_error("samplingMean", samplingMean, "> 0");
+  }
+  if (maxDecodeTokenSamplesForPrediction < 0) {
+    return param_error("maxDecodeTokenSamplesForPrediction",
+                       static_cast<double>(maxDecodeTokenSamplesForPrediction), ">= 0");
+  }
+  if (contextTTL.count() < 0) {
+    return "parameter 'contextTTL' must be >= 0";
+  }
   return {};
 }
 
@@ -26,12 +39,24 @@ PluginOrError PredictedLatencyProducer::create(const std::string& name,
       .get("podResidualCorrection", c.podResidualCorrection)
       .get("stepPhaseCorrection", c.stepPhaseCorrection)
       .get("sloBoundCalibration", c.sloBoundCalibration)
-      .get("lateFirstTokenCorrection", c.lateFirstTokenCorrection);
+      .get("lateFirstTokenCorrection", c.lateFirstTokenCorrection)
+      .get("predictInProduce", c.predictInProduce, "predictInPrepareData")  // llm-d, GIE
+      .get("sloBufferFactor", c.sloBufferFactor)
+      .get("endpointRoleLabel", c.endpointRoleLabel)
+      .get("samplingMean", c.samplingMean)
+      .get("maxDecodeTokenSamplesForPrediction", c.maxDecodeTokenSamplesForPrediction)
+      .get("contextTTL", c.contextTTL);
   if (auto e = r.finish(); !e.empty()) {
     return PluginOrError::fail(e);
   }
   if (auto e = c.validate(); !e.empty()) {
     return PluginOrError::fail(e);
+  }
+  for (const char* key : {"samplingMean", "maxDecodeTokenSamplesForPrediction", "contextTTL"}) {
+    if (r.has(key)) {
+      spdlog::info("{} '{}': {} has no effect here (README: upstream parameters)", kType, name,
+                   key);
+    }
   }
   if (handle.prediction_source == nullptr) {
     // Degraded but legal (no predictor configured): scorers use the composite fallback.
@@ -81,8 +106,9 @@ LatencyPredictionInfo PredictedLatencyProducer::info_for(const SchedulingRequest
   // prefill pods generate no tokens: neutral (valid, headroom 0) so it cannot skew tiers.
   bool neutral = !config_.streamingMode || !request.streaming || e.role() == "prefill";
   if (!neutral && request.slo_tpot_ms) {
-    info.tpot_headroom_ms = *request.slo_tpot_ms - tpot_bound;
-    info.tpot_valid = tpot_bound < *request.slo_tpot_ms;
+    const double slo = *request.slo_tpot_ms * config_.sloBufferFactor;  // upstream's buffer
+    info.tpot_headroom_ms = slo - tpot_bound;
+    info.tpot_valid = tpot_bound < slo;
   }
   return info;
 }

@@ -15,13 +15,14 @@
 #include <nlohmann/json.hpp>
 
 #include "common/features/schema.h"
+#include "epp/interface/config_plugins.h"
 #include "epp/interface/prediction_source.h"
 #include "epp/plugins/common/params.h"
 #include "epp/scheduler/handle.h"
 
 namespace llmd::epp {
 
-class PredictedLatencyProducer final : public PluginBase<DataProducer> {
+class PredictedLatencyProducer final : public PluginBase<DataProducer>, public EndpointRoleLabel {
  public:
   static constexpr std::string_view kType = "predicted-latency-producer";
 
@@ -50,6 +51,21 @@ class PredictedLatencyProducer final : public PluginBase<DataProducer> {
     // model predicted delays every request behind it, seconds before any completed request
     // shows it.
     bool lateFirstTokenCorrection = false;
+    // Upstream's parameters (GIE v1.5.0, llm-d-router; README "Upstream parameters").
+    // false (upstream's predictInProduce / predictInPrepareData): training only, no predictions
+    // asked; every request is scheduled as with x-prediction-based-scheduling: false.
+    bool predictInProduce = true;
+    // > 0: the TPOT SLO a prediction is checked against is the request's times this factor.
+    double sloBufferFactor = 1;
+    // The pod label holding a pod's role, for the whole EPP (upstream's default "" = no roles;
+    // ours: `role`, the label our pool configs use).
+    std::string endpointRoleLabel = "role";
+    // Accepted, no effect here (README): upstream's mid-stream TPOT sampling (> 0, >= 0; llm-d
+    // removed it too) and its per-request context cache's TTL (>= 0; here a request's state
+    // ends with the request).
+    double samplingMean = 1000;
+    int64_t maxDecodeTokenSamplesForPrediction = 0;
+    std::chrono::nanoseconds contextTTL = std::chrono::minutes(5);
     std::string validate() const;
   };
 
@@ -65,6 +81,10 @@ class PredictedLatencyProducer final : public PluginBase<DataProducer> {
   std::vector<AttributeKey> produces() const override { return {AttributeKey::kLatencyPrediction}; }
   std::vector<AttributeKey> consumes() const override { return {AttributeKey::kPrefixCacheMatch}; }
   std::optional<bool> training_streaming_mode() const override { return config_.streamingMode; }
+  bool ignores_predictions() const override { return !config_.predictInProduce; }
+
+  // EndpointRoleLabel
+  const std::string& endpoint_role_label() const override { return config_.endpointRoleLabel; }
 
   // Headroom and validity of one prediction under the request's SLOs (spec section 2 step 2),
   // scaled by the pod's residual factors when podResidualCorrection is on, and the TTFT

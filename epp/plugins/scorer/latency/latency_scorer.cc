@@ -87,7 +87,7 @@ PluginOrError LatencyScorer::create(const std::string& name, const nlohmann::jso
   r.get("ttftWeight", c.ttftWeight)
       .get("tpotWeight", c.tpotWeight)
       .get("headroomSelectionStrategy", c.headroomSelectionStrategy)
-      .get("compositeKvWeight", c.compositeKvWeight)
+      .get("compositeKvWeight", c.compositeKvWeight, "compositeKVWeight")  // upstream spelling
       .get("compositeQueueWeight", c.compositeQueueWeight)
       .get("compositePrefixWeight", c.compositePrefixWeight)
       .get("preferIdlePods", c.preferIdlePods)
