@@ -51,6 +51,14 @@ void EppSchedulingPort::set_config(std::shared_ptr<const ObjectiveTable> objecti
   generation_ = std::move(next);
 }
 
+void EppSchedulingPort::set_objectives(std::shared_ptr<const ObjectiveTable> objectives) {
+  auto next = std::make_shared<SchedulingGeneration>(*generation());
+  ++next->id;
+  next->objectives = objectives ? std::move(objectives) : std::make_shared<ObjectiveTable>();
+  std::lock_guard lock(mu_);
+  generation_ = std::move(next);
+}
+
 std::shared_ptr<routing::LatencyRouter> EppSchedulingPort::latency_router() const {
   std::lock_guard lock(mu_);
   return generation_->router;

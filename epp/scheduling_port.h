@@ -31,6 +31,10 @@ class EppSchedulingPort final : public SchedulingPort, public CompletionSink {
   // one (for the callbacks after a response).
   void set_config(std::shared_ptr<const ObjectiveTable> objectives,
                   std::optional<routing::LoadBalancingConfig> rules, PipelineConstPtr pipeline);
+  // Only the objectives changed (the cluster's InferenceObjectives): a new generation with the
+  // current rules and pipeline. Writers (this and set_config) run on one thread at a time (the
+  // app's timer thread).
+  void set_objectives(std::shared_ptr<const ObjectiveTable> objectives);
   std::shared_ptr<routing::LatencyRouter> latency_router() const;
 
   // SchedulingPort

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json/lax_bool.h"
+
 namespace llmd::modelsim {
 
 namespace {
@@ -154,11 +156,13 @@ std::variant<InferenceRequest, ProtocolError> parse_inference_request(bool chat,
   } else {
     r.max_tokens = cfg.default_max_tokens;
   }
+  // Booleans as vLLM's pydantic models read them (lax mode): "stream": "true" streams.
   if (auto s = j.find("stream"); s != j.end() && !s->is_null()) {
-    if (!s->is_boolean()) {
+    const auto v = json::lax_bool(*s);
+    if (!v) {
       return bad("'stream' must be a boolean", "stream");
     }
-    r.stream = s->get<bool>();
+    r.stream = *v;
   }
   if (auto so = j.find("stream_options"); so != j.end() && !so->is_null()) {
     if (!r.stream) {
@@ -168,11 +172,12 @@ std::variant<InferenceRequest, ProtocolError> parse_inference_request(bool chat,
       return bad("'stream_options' must be an object", "stream_options");
     }
     if (auto iu = so->find("include_usage"); iu != so->end() && !iu->is_null()) {
-      if (!iu->is_boolean()) {
+      const auto v = json::lax_bool(*iu);
+      if (!v) {
         return bad("'stream_options.include_usage' must be a boolean",
                    "stream_options.include_usage");
       }
-      r.include_usage = iu->get<bool>();
+      r.include_usage = *v;
     }
   }
   if (auto n = j.find("n"); n != j.end() && !n->is_null()) {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
@@ -28,6 +29,7 @@
 #include "epp/datastore/prefix_index.h"
 #include "epp/datastore/scraper.h"
 #include "epp/extproc/byte_stream.h"
+#include "epp/discovery/objective_discovery.h"
 #include "epp/extproc/ext_proc_server.h"
 #include "epp/extproc/grpc_server.h"
 #include "epp/extproc/health_service.h"
@@ -142,6 +144,9 @@ struct EppApp::Impl {
 
   LoadResult load(const EppFileConfig& c);
   std::string apply(const EppFileConfig& next);
+  // The file's objectives with the cluster's InferenceObjectives laid over them (timer thread).
+  std::shared_ptr<const ObjectiveTable> objectives() const;
+  void watch_objectives();
   // nullopt on the leader (or without election), else a standby's answer to every request.
   std::optional<std::string> standby() const;
   // nullopt when this EPP can serve, else why not (/readyz, gRPC readiness).
@@ -200,6 +205,10 @@ struct EppApp::Impl {
   std::unique_ptr<MetricsAuth> metrics_auth;  // --metrics-endpoint-auth; null = open
   http::HttpServer metrics_server;
   std::unique_ptr<discovery::PodDiscovery> pod_discovery;
+  std::unique_ptr<discovery::ObjectiveDiscovery> objective_discovery;  // with an InferencePool
+  // What objectives() combines; read and written on the timer thread only, after start().
+  std::shared_ptr<const ObjectiveTable> file_objectives = file_cfg.objectives;
+  std::vector<ClusterObjective> cluster_objectives;
   std::atomic<bool> draining{false};
 
   asio::io_context timer_io;
@@ -330,9 +339,38 @@ EppApp::Impl::Impl(const EppOptions& o)
           pods.set_pods(endpoints);
           pool_synced = true;
         });
+    if (!o.discovery.pool_name.empty()) {
+      watch_objectives();
+    }
   } else {
     pool_synced = true;
   }
+}
+
+void EppApp::Impl::watch_objectives() {
+  discovery::ObjectiveDiscoveryOptions oo;
+  oo.api = {options.discovery.api_url, options.discovery.token_file, options.discovery.ca_file};
+  oo.pool_namespace = options.discovery.pool_namespace.empty()
+                          ? discovery::service_account_namespace(options.discovery.namespace_file)
+                          : options.discovery.pool_namespace;
+  oo.pool_name = options.discovery.pool_name;
+  oo.pool_group = [this] { return pod_discovery->pool_group(); };
+  oo.watch_timeout = options.discovery.watch_timeout;
+  // A new set is swapped in on the timer thread, where config reloads swap theirs.
+  objective_discovery = std::make_unique<discovery::ObjectiveDiscovery>(
+      std::move(oo), [this](const std::vector<ClusterObjective>& cluster) {
+        asio::post(timer_io, [this, cluster] {
+          cluster_objectives = cluster;
+          port.set_objectives(objectives());
+        });
+      });
+}
+
+std::shared_ptr<const ObjectiveTable> EppApp::Impl::objectives() const {
+  if (cluster_objectives.empty()) {
+    return file_objectives;
+  }
+  return std::make_shared<ObjectiveTable>(file_objectives->with_cluster(cluster_objectives));
 }
 
 LoadResult EppApp::Impl::load(const EppFileConfig& c) {
@@ -355,7 +393,8 @@ std::string EppApp::Impl::apply(const EppFileConfig& next) {
   if (!options.discover()) {
     pods.set_pods(next.pods);  // with discovery the API server owns the pod set
   }
-  port.set_config(next.objectives, next.load_balancing, l.pipeline);
+  file_objectives = next.objectives;
+  port.set_config(objectives(), next.load_balancing, l.pipeline);
   gate.configure(next.router_queue);
   decision_log.configure(next.decision_log.over(options.decision_log));
   return "";
@@ -459,6 +498,9 @@ void EppApp::Impl::every(std::chrono::milliseconds period, std::function<void()>
 void EppApp::Impl::start() {
   if (pod_discovery) {
     pod_discovery->start();
+    if (objective_discovery) {
+      objective_discovery->start();
+    }
     spdlog::info("pods from Kubernetes: {}", options.discovery.pool_name.empty()
                                                  ? "selector " + options.pool_selector
                                                  : "InferencePool " + options.discovery.pool_name);
@@ -552,6 +594,9 @@ void EppApp::Impl::stop() {
   timer_io.stop();
   if (timer_thread.joinable()) {
     timer_thread.join();
+  }
+  if (objective_discovery) {
+    objective_discovery->stop();
   }
   if (pod_discovery) {
     pod_discovery->stop();

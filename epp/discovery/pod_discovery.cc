@@ -15,6 +15,7 @@
 
 #include "common/util/files.h"
 #include "epp/discovery/kube_api_client.h"
+#include "epp/discovery/kube_reader.h"
 #include "epp/discovery/pod_tracker.h"
 #include "epp/discovery/pool_spec.h"
 
@@ -23,29 +24,13 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr std::size_t kMaxBody = 64 * 1024 * 1024;  // one LIST answer
-constexpr std::size_t kMaxLine = 4 * 1024 * 1024;   // one watch event
-constexpr auto kIoTimeout = std::chrono::seconds(10);
-
-std::string url_encode(const std::string& s) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
-
 // The URL query form of selector_text().
 std::string selector_query(const std::map<std::string, std::string>& selector) {
   return url_encode(selector_text(selector));
 }
+
+constexpr char kPoolGroupV1[] = "inference.networking.k8s.io";
+constexpr char kPoolGroupV1alpha2[] = "inference.networking.x-k8s.io";
 
 // Pods asked for per list page: the API server may answer fewer, with a continue token.
 constexpr std::size_t kListPageSize = 500;
@@ -76,96 +61,6 @@ std::map<std::string, std::string> parse_selector(const std::string& text) {
 
 namespace {
 
-std::string string_at(const Json& j, const char* key) {
-  if (!j.is_object()) {
-    return {};
-  }
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
-std::string resource_version_of(const Json& object) {
-  return object.is_object() ? string_at(object.value("metadata", Json::object()), "resourceVersion")
-                            : std::string();
-}
-
-// GETs from the API server through a KubeApiClient (each on a fresh connection, on the calling
-// thread). `interrupted` is checked every 100 ms while waiting: when it turns true the
-// connection is cancelled and the GET fails with "interrupted". Owned by one thread (the loop
-// that uses it).
-class ApiClient {
- public:
-  ApiClient(const KubeApiOptions& api, std::function<bool()> interrupted)
-      : client_(api, interrupted), interrupted_(std::move(interrupted)) {}
-
-  // GET `target`; `on_body(bytes)` gets the body as it arrives and returns false to stop
-  // reading. Returns the status (0 on failure, `error` says why).
-  int get(const std::string& target, std::chrono::seconds read_timeout,
-          const std::function<bool(std::string_view)>& on_body, std::string& error) {
-    KubeTimeouts timeouts;
-    timeouts.io = kIoTimeout;
-    timeouts.body_read = read_timeout;
-    return client_.request(KubeMethod::kGet, target, "", timeouts, on_body, error);
-  }
-
-  // GET `target` as one JSON document (at most kMaxBody bytes); nullopt unless 200 and JSON.
-  std::optional<Json> get_json(const std::string& target, int& status, std::string& error) {
-    std::string body;
-    status = get(target, kIoTimeout, [&](std::string_view b) {
-      if (body.size() + b.size() > kMaxBody) {
-        error = "answer larger than " + std::to_string(kMaxBody) + " bytes";
-        return false;
-      }
-      body.append(b);
-      return true;
-    }, error);
-    if (status != 200 || !error.empty()) {
-      return std::nullopt;
-    }
-    try {
-      return Json::parse(body);
-    } catch (const std::exception& e) {
-      error = std::string("bad JSON: ") + e.what();
-      return std::nullopt;
-    }
-  }
-
-  // GET a watch stream: `on_event` gets each event (a JSON object per line) and returns false
-  // to stop. A line that is not a JSON object or longer than kMaxLine ends the watch with
-  // `error` set. Returns the status.
-  int watch(const std::string& target, std::chrono::seconds read_timeout,
-            const std::function<bool(const Json& event)>& on_event, std::string& error) {
-    std::string pending;
-    return get(target, read_timeout, [&](std::string_view bytes) {
-      pending.append(bytes);
-      for (auto nl = pending.find('\n'); nl != std::string::npos; nl = pending.find('\n')) {
-        const std::string line = pending.substr(0, nl);
-        pending.erase(0, nl + 1);
-        if (trimmed(line).empty()) {
-          continue;
-        }
-        Json event = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-        if (!event.is_object()) {
-          error = "unreadable watch event";
-          return false;
-        }
-        if (!on_event(event)) {
-          return false;
-        }
-      }
-      if (pending.size() > kMaxLine) {
-        error = "watch event longer than " + std::to_string(kMaxLine) + " bytes";
-        return false;
-      }
-      return !interrupted_();
-    }, error);
-  }
-
- private:
-  KubeApiClient client_;
-  std::function<bool()> interrupted_;
-};
-
 // A watch that ends sooner than this after it began (a proxy's short timeout, an overloaded API
 // server) is retried after a back-off rather than in a tight loop.
 constexpr auto kShortestWatch = std::chrono::seconds(1);
@@ -174,7 +69,7 @@ constexpr auto kLongestBackoff = std::chrono::milliseconds(10000);
 
 }  // namespace
 
-// Two loops, each on a thread of its own with its own ApiClient:
+// Two loops, each on a thread of its own with its own KubeReader:
 // - the pool loop (only with an InferencePool) GETs the pool, then watches it; every spec it
 //   reads goes through set_pool_spec(), which bumps pool_generation when the selector or the
 //   ports changed;
@@ -198,7 +93,7 @@ struct PodDiscovery::Impl {
       throw std::invalid_argument("Kubernetes discovery: no --pool-namespace and no " +
                                   options.namespace_file);
     }
-    pods_api = std::make_unique<ApiClient>(api, [this] {
+    pods_api = std::make_unique<KubeReader>(api, [this] {
       return stopping.load() || pool_generation.load() != listed_generation;
     });
     if (options.pool_name.empty()) {
@@ -208,7 +103,7 @@ struct PodDiscovery::Impl {
                                : options.target_ports};
       pool_generation = 1;
     } else {
-      pool_api = std::make_unique<ApiClient>(api, [this] { return stopping.load(); });
+      pool_api = std::make_unique<KubeReader>(api, [this] { return stopping.load(); });
     }
   }
 
@@ -223,9 +118,8 @@ struct PodDiscovery::Impl {
   // --- the InferencePool (pool thread) ---
 
   std::string pool_collection(bool v1) const {
-    return (v1 ? "/apis/inference.networking.k8s.io/v1/namespaces/"
-               : "/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/") +
-           namespace_ + "/inferencepools";
+    return "/apis/" + std::string(v1 ? kPoolGroupV1 : kPoolGroupV1alpha2) +
+           (v1 ? "/v1" : "/v1alpha2") + "/namespaces/" + namespace_ + "/inferencepools";
   }
 
   // A spec read from the API server; logs and publishes it to the pod loop when it differs.
@@ -277,6 +171,10 @@ struct PodDiscovery::Impl {
     }
     if (!take_pool(*pool, error)) {
       return false;
+    }
+    {
+      std::lock_guard lock(mu);
+      pool_group = watched_collection == pool_collection(true) ? kPoolGroupV1 : kPoolGroupV1alpha2;
     }
     resource_version = resource_version_of(*pool);
     return true;
@@ -508,9 +406,10 @@ struct PodDiscovery::Impl {
   std::mutex mu;
   std::condition_variable cv;  // stopping, a new pool spec
   std::optional<PoolSpec> pool_spec;        // guarded by mu
+  std::string pool_group;                    // guarded by mu; "" until the pool was read
   std::atomic<uint64_t> pool_generation{0};  // bumped (under mu) with each new pool_spec
-  std::unique_ptr<ApiClient> pool_api;  // pool thread; null without an InferencePool
-  std::unique_ptr<ApiClient> pods_api;  // pod thread
+  std::unique_ptr<KubeReader> pool_api;  // pool thread; null without an InferencePool
+  std::unique_ptr<KubeReader> pods_api;  // pod thread
   std::thread pool_thread;
   std::thread pod_thread;
   // Pool loop state (pool thread only).
@@ -526,6 +425,11 @@ PodDiscovery::PodDiscovery(DiscoveryOptions options, Publish publish)
     : impl_(std::make_unique<Impl>(std::move(options), std::move(publish))) {}
 
 PodDiscovery::~PodDiscovery() { stop(); }
+
+std::string PodDiscovery::pool_group() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->pool_group;
+}
 
 void PodDiscovery::start() {
   if (impl_->pod_thread.joinable()) {

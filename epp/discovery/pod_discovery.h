@@ -18,7 +18,8 @@
 //
 // Threading: two threads of its own from start() to stop(), one watching the pool (only with
 // --pool-name) and one the pods; publish runs on the pods' thread. The HTTP/TLS client is
-// epp/discovery/kube_api_client.h (one per thread).
+// epp/discovery/kube_reader.h (one per thread). The pool's InferenceObjectives are
+// objective_discovery.h's.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -66,6 +67,10 @@ class PodDiscovery {
 
   void start();
   void stop();  // idempotent; interrupts a watch in progress
+  // The API group the InferencePool was read from (inference.networking.k8s.io for v1,
+  // inference.networking.x-k8s.io for v1alpha2); "" before it was read, or without a pool.
+  // Thread-safe.
+  std::string pool_group() const;
 
  private:
   struct Impl;

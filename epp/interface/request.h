@@ -20,14 +20,16 @@ struct SchedulingRequest {
   // rule's override_params changed it (0: no HTTP body, e.g. the simulator).
   int64_t body_bytes = 0;
   bool streaming = false;
-  std::optional<double> slo_ttft_ms;  // x-slo-ttft-ms
-  std::optional<double> slo_tpot_ms;  // x-slo-tpot-ms
+  // x-llm-d-slo-ttft-ms / x-llm-d-slo-tpot-ms or their old names x-slo-ttft-ms / x-slo-tpot-ms
+  // (epp/request/inbound_headers.h), else the objective's defaults.
+  std::optional<double> slo_ttft_ms;
+  std::optional<double> slo_tpot_ms;
   // Soft priority, higher = more important (Dynamo's polarity; vLLM's is the opposite and the
   // proxy converts when forwarding). From header, nvext.agent_hints, or the objective.
   int64_t priority = 0;
   int64_t strict_priority = 0;        // router queue tier, higher first; never forwarded
   bool prediction_enabled = true;     // x-prediction-based-scheduling (absent = configured default)
-  std::string objective;              // x-gateway-inference-objective
+  std::string objective;  // x-llm-d-inference-objective (or x-gateway-inference-objective)
   std::string subject;                // x-subject (model-level routing rules)
   std::map<std::string, std::string> metadata;  // x-metadata, a JSON object of strings
   // x-llmd-debug (honoured only when the EPP runs with --allow-debug-header): the scheduler

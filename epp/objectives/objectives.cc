@@ -55,6 +55,18 @@ std::variant<ObjectiveTable, std::string> ObjectiveTable::parse(const nlohmann::
   return table;
 }
 
+ObjectiveTable ObjectiveTable::with_cluster(const std::vector<ClusterObjective>& cluster) const {
+  ObjectiveTable out = *this;
+  for (const auto& c : cluster) {
+    Objective& o = out.by_name_[c.name];
+    o.name = c.name;
+    if (c.priority) {
+      o.priority = *c.priority;
+    }
+  }
+  return out;
+}
+
 const Objective* ObjectiveTable::find(const std::string& name) const {
   auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : &it->second;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "common/json/lax_bool.h"
 #include "common/json/validation.h"
 
 #include <cctype>
@@ -9,14 +10,13 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <random>
 
 namespace llmd::epp {
 namespace {
 
 using Json = nlohmann::json;
 
-std::optional<double> parse_ms(const std::optional<std::string>& text, const char* name,
+std::optional<double> parse_ms(const std::optional<std::string>& text, const std::string& name,
                                std::optional<std::string>& error) {
   if (!text || text->empty()) {
     return std::nullopt;
@@ -24,8 +24,7 @@ std::optional<double> parse_ms(const std::optional<std::string>& text, const cha
   char* end = nullptr;
   double v = std::strtod(text->c_str(), &end);
   if (end == text->c_str() || *end != '\0' || !std::isfinite(v) || v <= 0) {
-    error = std::string("header ") + name + " must be a positive number of milliseconds, got '" +
-            *text + "'";
+    error = "header " + name + " must be a positive number of milliseconds, got '" + *text + "'";
     return std::nullopt;
   }
   return v;
@@ -44,6 +43,17 @@ std::optional<int64_t> parse_int(const std::optional<std::string>& text, const c
     return std::nullopt;
   }
   return static_cast<int64_t>(v);
+}
+
+// A client's value in an error message: its JSON, cut to a readable length.
+std::string shown(const Json& v) {
+  constexpr std::size_t kMax = 40;
+  std::string out = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (out.size() > kMax) {
+    out.resize(kMax);
+    out += "...";
+  }
+  return out;
 }
 
 // Priorities travel to vLLM negated and are compared as int64 here: the int32 range keeps
@@ -199,19 +209,23 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
   r.input_tokens = count_words(r.prompt_text);
   // Every field the EPP reads is type-checked: a wrong type is the client's error (400 naming
   // the field), never an exception that drops the connection.
+  // Booleans as vLLM reads them (pydantic's lax mode, common/json/lax_bool.h): "stream": "true"
+  // streams. The body goes to the pod as the client wrote it.
   if (const auto s = out.body.find("stream"); s != out.body.end() && !s->is_null()) {
-    if (!s->is_boolean()) {
-      return "field 'stream' must be a boolean";
+    const auto v = json::lax_bool(*s);
+    if (!v) {
+      return "field 'stream' must be a boolean (true, false, 0, 1, \"true\", \"false\", ...), "
+             "got " + shown(*s);
     }
-    r.streaming = s->get<bool>();
+    r.streaming = *v;
   }
   if (const auto so = out.body.find("stream_options"); so != out.body.end() && !so->is_null()) {
     if (!so->is_object()) {
       return "field 'stream_options' must be an object";
     }
     if (const auto u = so->find("include_usage"); u != so->end() && !u->is_null() &&
-                                                   !u->is_boolean()) {
-      return "field 'stream_options.include_usage' must be a boolean";
+                                                   !json::lax_bool(*u)) {
+      return "field 'stream_options.include_usage' must be a boolean, got " + shown(*u);
     }
   }
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
@@ -266,8 +280,8 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
     }
     r.strict_priority = *p;
   }
-  r.slo_ttft_ms = parse_ms(headers.slo_ttft_ms, "x-slo-ttft-ms", error);
-  r.slo_tpot_ms = parse_ms(headers.slo_tpot_ms, "x-slo-tpot-ms", error);
+  r.slo_ttft_ms = parse_ms(headers.slo_ttft_ms, headers.slo_ttft_header, error);
+  r.slo_tpot_ms = parse_ms(headers.slo_tpot_ms, headers.slo_tpot_header, error);
   if (error) {
     return error;
   }
@@ -414,26 +428,6 @@ std::string openai_error_body(int status, const std::string& message) {
     code = "invalid_api_key";
   }
   return openai_error_body(status, message, param, code);
-}
-
-std::string new_request_id() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{:016x}{:016x}", rng(), rng());
-}
-
-InboundHeaders read_inbound_headers(const HeaderLookup& lookup) {
-  InboundHeaders h;
-  h.request_id = lookup("x-request-id").value_or(new_request_id());
-  h.slo_ttft_ms = lookup("x-slo-ttft-ms");
-  h.slo_tpot_ms = lookup("x-slo-tpot-ms");
-  h.prediction_based_scheduling = lookup("x-prediction-based-scheduling");
-  h.objective = lookup("x-gateway-inference-objective").value_or("");
-  h.subject = lookup("x-subject");
-  h.metadata = lookup("x-metadata");
-  h.priority = lookup("x-dynamo-request-priority");
-  h.strict_priority = lookup("x-dynamo-request-strict-priority");
-  h.debug = lookup("x-llmd-debug");
-  return h;
 }
 
 }  // namespace llmd::epp

@@ -1,7 +1,6 @@
 #pragma once
 // OpenAI request body -> SchedulingRequest (pure; no sockets). Counts input tokens as
 // whitespace-separated words of the prompt text, as the simulator does.
-#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -11,26 +10,10 @@
 
 #include "epp/interface/request.h"
 #include "epp/objectives/objectives.h"
+#include "epp/request/inbound_headers.h"
 
 namespace llmd::epp {
 
-struct InboundHeaders {
-  std::string request_id;
-  std::optional<std::string> slo_ttft_ms;
-  std::optional<std::string> slo_tpot_ms;
-  std::optional<std::string> prediction_based_scheduling;
-  std::string objective;
-  std::optional<std::string> subject;              // x-subject
-  std::optional<std::string> metadata;             // x-metadata
-  std::optional<std::string> priority;             // x-dynamo-request-priority
-  std::optional<std::string> strict_priority;      // x-dynamo-request-strict-priority
-  std::optional<std::string> debug;                // x-llmd-debug
-};
-
-// The headers above from a request (`lookup` returns a header's value by lower-case name);
-// a request without x-request-id gets a new one.
-using HeaderLookup = std::function<std::optional<std::string>(std::string_view name)>;
-InboundHeaders read_inbound_headers(const HeaderLookup& lookup);
 
 // What a request inherits when it does not say otherwise. Owned by the caller.
 struct RequestDefaults {
@@ -90,7 +73,5 @@ std::string openai_error_body(int status, const std::string& message,
 std::string openai_error_body(int status, const std::string& message);
 // The request field a parse_openai_request message names, or nullopt (headers, bad JSON).
 std::optional<std::string> error_param(std::string_view message);
-// A fresh x-request-id (32 hex digits) for requests that come without one.
-std::string new_request_id();
 
 }  // namespace llmd::epp

@@ -79,10 +79,26 @@ nlohmann::ordered_json decision_to_json(const DecisionExplanation& e,
                                         std::size_t max_candidates) {
   // In the order a reader wants it (the request, the outcome, then the details).
   using json = nlohmann::ordered_json;
-  json out = {{"request_id", e.request_id}, {"model", e.model},     {"profile", e.profile},
-              {"outcome", e.outcome},       {"pick", e.picked},     {"retry", e.retry},
-              {"reason", e.reason},         {"fallback", e.fallback},
-              {"predictions", e.predictions_used},                  {"picker", e.picker}};
+  json out = {{"request_id", e.request_id}, {"model", e.model}};
+  if (!e.objective.empty()) {
+    out["objective"] = e.objective;
+  }
+  if (e.slo_ttft_ms) {
+    out["slo_ttft_ms"] = *e.slo_ttft_ms;
+  }
+  if (e.slo_tpot_ms) {
+    out["slo_tpot_ms"] = *e.slo_tpot_ms;
+  }
+  out["priority"] = e.priority;
+  out["strict_priority"] = e.strict_priority;
+  out["profile"] = e.profile;
+  out["outcome"] = e.outcome;
+  out["pick"] = e.picked;
+  out["retry"] = e.retry;
+  out["reason"] = e.reason;
+  out["fallback"] = e.fallback;
+  out["predictions"] = e.predictions_used;
+  out["picker"] = e.picker;
   json scorers = json::array();
   for (const auto& s : e.scorers) {
     scorers.push_back({{"name", s.name}, {"type", s.type}, {"weight", s.weight}});
@@ -151,6 +167,22 @@ std::string decision_header_value(const DecisionExplanation& e, std::size_t max_
   }
   out += " profile=" + header_safe(e.profile, kMaxName);
   out += e.predictions_used ? " predictions=yes" : " predictions=no";
+  if (e.slo_ttft_ms || e.slo_tpot_ms) {
+    std::string slo;
+    if (e.slo_ttft_ms) {
+      slo = fmt::format("ttft:{:g}", *e.slo_ttft_ms);
+    }
+    if (e.slo_tpot_ms) {
+      slo += fmt::format("{}tpot:{:g}", slo.empty() ? "" : ",", *e.slo_tpot_ms);
+    }
+    out += " slo=" + slo;
+  }
+  if (e.priority != 0) {
+    out += fmt::format(" priority={}", e.priority);
+  }
+  if (e.strict_priority != 0) {
+    out += fmt::format(" tier={}", e.strict_priority);
+  }
   if (!e.fallback.empty()) {
     out += " fallback=\"" + header_safe(e.fallback, kMaxSentence) + "\"";
   }

@@ -45,6 +45,13 @@ struct ScorerDecision {
 struct DecisionExplanation {
   std::string request_id;
   std::string model;
+  // The request as it was scheduled: its objective, SLOs (from headers or the objective) and
+  // priority (soft; strict tier).
+  std::string objective;
+  std::optional<double> slo_ttft_ms;
+  std::optional<double> slo_tpot_ms;
+  int64_t priority = 0;
+  int64_t strict_priority = 0;
   std::string profile;
   std::string outcome = "no_candidates";  // picked | denied | no_candidates
   std::string picked;  // pod name ("" unless picked)
@@ -64,7 +71,8 @@ struct DecisionExplanation {
   std::vector<const CandidateDecision*> shown(std::size_t max_candidates) const;
 };
 
-// One log line's JSON object: {"request_id", "model", "profile", "outcome", "pick", "retry",
+// One log line's JSON object: {"request_id", "model", "objective" (when named), "slo_ttft_ms",
+// "slo_tpot_ms" (when set), "priority", "strict_priority", "profile", "outcome", "pick", "retry",
 // "reason", "fallback", "predictions", "picker", "scorers": [...], "filters": [{name, type, in,
 // removed (at most max_candidates names), removed_more}], "candidates": [{name, ttft_ms,
 // tpot_ms, prefix, kv, waiting, dispatched, score, scores, removed_by}], "candidates_more"}.
@@ -72,8 +80,10 @@ nlohmann::ordered_json decision_to_json(const DecisionExplanation& e,
                                         std::size_t max_candidates);
 
 // The x-llmd-decision response header's value: "pick=pod-2 retry=pod-0 profile=default
-// predictions=yes filters=strict:4>2,loose:2>2 candidates=pod-2:ttft=12.3,tpot=4.1,prefix=0.80,
-// score=0.91;pod-1:removed=strict;+3" (fallback= and reason= when set). Printable ASCII only,
+// predictions=yes slo=ttft:250,tpot:50 priority=10 filters=strict:4>2,loose:2>2
+// candidates=pod-2:ttft=12.3,tpot=4.1,prefix=0.80,score=0.91;pod-1:removed=strict;+3"
+// (slo= when the request has an SLO, priority= and tier= when not 0, fallback= and reason= when
+// set). Printable ASCII only,
 // at most `max_bytes` (candidates past the budget are counted as "+N").
 std::string decision_header_value(const DecisionExplanation& e, std::size_t max_candidates,
                                   std::size_t max_bytes);

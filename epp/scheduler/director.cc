@@ -141,6 +141,11 @@ void Director::schedule_async(PipelineConstPtr pipeline, const SchedulingRequest
     c.explain = std::make_unique<DecisionExplanation>();
     c.explain->request_id = request.request_id;
     c.explain->model = request.model;
+    c.explain->objective = request.objective;
+    c.explain->slo_ttft_ms = request.slo_ttft_ms;
+    c.explain->slo_tpot_ms = request.slo_tpot_ms;
+    c.explain->priority = request.priority;
+    c.explain->strict_priority = request.strict_priority;
   }
   auto finish_early = [&](prometheus::Counter* outcome) {
     count(outcome);

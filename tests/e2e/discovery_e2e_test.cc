@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -30,6 +31,20 @@ Json pod_object(const std::string& name, const std::string& ip, bool ready, cons
                {{"phase", "Running"},
                 {"podIP", ip},
                 {"conditions", Json::array({{{"type", "Ready"}, {"status", ready ? "True" : "False"}}})}}}};
+}
+
+// An InferenceObjective as the API server returns it (poolRef.group defaulted by the CRD).
+Json objective_object(const std::string& api_version, const std::string& name, Json priority,
+                      const std::string& pool, const std::string& rv) {
+  Json spec = {{"poolRef", {{"group", "inference.networking.k8s.io"}, {"kind", "InferencePool"},
+                            {"name", pool}}}};
+  if (!priority.is_null()) {
+    spec["priority"] = priority;
+  }
+  return Json{{"apiVersion", api_version},
+              {"kind", "InferenceObjective"},
+              {"metadata", {{"name", name}, {"namespace", "llm"}, {"resourceVersion", rv}}},
+              {"spec", spec}};
 }
 
 // The value of `key` in a URL query, percent-decoded ("" when absent).
@@ -70,7 +85,8 @@ bool selects(const std::string& selector, const Json& pod) {
 
 // The API server's side: answers are set by the test; the current watch streams get events.
 // Serves the v1 InferencePool "p" in namespace "llm" (GET, and a watch narrowed to its name),
-// and the pods of "llm" (LIST by label selector in pages, WATCH).
+// the pods of "llm" (LIST by label selector in pages, WATCH), and the InferenceObjectives of
+// "llm" of the API groups the test sets (LIST, WATCH; other groups: 404, no such CRD).
 class FakeApiServer {
  public:
   // The InferencePool selects app=vllm and lists `ranks` target ports: target_port,
@@ -84,6 +100,18 @@ class FakeApiServer {
         [this](std::size_t, http::Request&& req, http::ResponseStreamPtr stream) {
           handle(std::move(req), std::move(stream));
         });
+  }
+  // The watch streams it holds go first: a stream outliving the server would reach into it.
+  // New ones are refused meanwhile, then the server stops.
+  ~FakeApiServer() {
+    {
+      std::lock_guard lock(mu_);
+      closing_ = true;
+      pod_watch_.reset();
+      pool_watch_.reset();
+      objective_watches_.clear();
+    }
+    server_.reset();
   }
   uint16_t port() const { return server_->port(); }
 
@@ -133,6 +161,23 @@ class FakeApiServer {
     pod_watch_.reset();
     return true;
   }
+  // The InferenceObjectives of `group_version` (e.g. "llm-d.ai/v1alpha2"), served from now on.
+  void set_objectives(const std::string& group_version, Json items, const std::string& rv) {
+    std::lock_guard lock(mu_);
+    objectives_[group_version] = Json{{"kind", "InferenceObjectiveList"},
+                                      {"metadata", {{"resourceVersion", rv}}},
+                                      {"items", std::move(items)}};
+  }
+  // Sends one event to the EPP's watch of `group_version`'s objectives (waits for it to open).
+  bool objective_event(const std::string& group_version, const std::string& type,
+                       const Json& object) {
+    http::ResponseStreamPtr* watch = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      watch = &objective_watches_[group_version];  // a map's elements stay where they are
+    }
+    return when_open(*watch, Json{{"type", type}, {"object", object}});
+  }
   int lists() const { return lists_; }
   int pages() const { return pages_; }
   int pool_watches() const { return pool_watches_; }
@@ -176,6 +221,10 @@ class FakeApiServer {
 
   void handle(http::Request&& req, http::ResponseStreamPtr stream) {
     std::lock_guard lock(mu_);
+    if (closing_) {
+      stream->respond(http::Response::detail(503, "shutting down"));
+      return;
+    }
     auth_ = std::string(req.header("authorization"));
     const std::string pools = "/apis/inference.networking.k8s.io/v1/namespaces/llm/inferencepools";
     if (req.path == pools + "/p") {
@@ -190,6 +239,20 @@ class FakeApiServer {
       ++pool_watches_;
       stream->begin_stream(200, "application/json", {});
       pool_watch_ = stream;
+      return;
+    }
+    const std::string objectives = "/namespaces/llm/inferenceobjectives";
+    if (req.path.rfind("/apis/", 0) == 0 && req.path.ends_with(objectives)) {
+      const std::string gv = req.path.substr(6, req.path.size() - 6 - objectives.size());
+      auto served = objectives_.find(gv);
+      if (served == objectives_.end()) {
+        stream->respond(http::Response::detail(404, "the server could not find the resource"));
+      } else if (query_param(req.query, "watch") == "1") {
+        stream->begin_stream(200, "application/json", {});
+        objective_watches_[gv] = stream;
+      } else {
+        stream->respond(http::Response::json(200, served->second));
+      }
       return;
     }
     if (req.path == "/api/v1/namespaces/llm/pods") {
@@ -237,11 +300,14 @@ class FakeApiServer {
   int pool_version_ = 1;
   http::ResponseStreamPtr pod_watch_;
   http::ResponseStreamPtr pool_watch_;
+  std::map<std::string, Json> objectives_;  // by group/version
+  std::map<std::string, http::ResponseStreamPtr> objective_watches_;
   std::string pod_watch_selector_;
   std::atomic<int> lists_{0};
   std::atomic<int> pages_{0};
   std::atomic<int> pool_watches_{0};
   std::string auth_;
+  bool closing_ = false;  // guarded by mu_
   // Last: destroyed (stopped and joined) before the state its handler uses.
   std::unique_ptr<http::testing::RunningStreamServer> server_;
 };
@@ -267,19 +333,21 @@ double until_ready_pods(uint16_t metrics_port, double n) {
 // The EPP discovering pool "p" in namespace "llm" through `api`, with `pipeline` (a file of
 // epp/config) and a service account token.
 struct DiscoveringEpp {
-  DiscoveringEpp(FakeApiServer& api, const std::string& pipeline) {
+  DiscoveringEpp(FakeApiServer& api, const std::string& pipeline,
+                 const std::vector<std::string>& extra_args = {}) {
     std::ofstream(dir.file("epp.yaml")) << "scrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: "
                                         << LLMD_SOURCE_DIR << "/epp/config/" << pipeline << "\n";
     std::ofstream(dir.file("token")) << "test-token\n";
-    epp = std::make_unique<Process>(
-        binary("epp/epp"),
-        std::vector<std::string>{
-            "--config", dir.file("epp.yaml"), "--host", "127.0.0.1", "--port",
-            std::to_string(epp_port), "--health-port", std::to_string(health_port),
-            "--metrics-port", std::to_string(metrics_port), "--pool-name", "p",
-            "--pool-namespace", "llm", "--kube-api-url",
-            "http://127.0.0.1:" + std::to_string(api.port())},
-        std::vector<std::string>{"EPP_KUBE_TOKEN_FILE=" + dir.file("token")});
+    std::vector<std::string> args = {
+        "--config", dir.file("epp.yaml"), "--host", "127.0.0.1", "--port",
+        std::to_string(epp_port), "--health-port", std::to_string(health_port),
+        "--metrics-port", std::to_string(metrics_port), "--pool-name", "p",
+        "--pool-namespace", "llm", "--kube-api-url",
+        "http://127.0.0.1:" + std::to_string(api.port())};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    epp = std::make_unique<Process>(binary("epp/epp"), std::move(args),
+                                    std::vector<std::string>{"EPP_KUBE_TOKEN_FILE=" +
+                                                             dir.file("token")});
   }
   TempDir dir;
   uint16_t epp_port = free_port(), health_port = free_port(), metrics_port = free_port();
@@ -492,6 +560,84 @@ TEST(Discovery, AnInferencePoolEditMovesTrafficToWhatThePoolNowSelects) {
             << port_seconds << " s; " << refused << " requests refused meanwhile\n";
 }
 
+// The pool's InferenceObjectives (GIE v1.5.0's inference.networking.x-k8s.io/v1alpha2 and
+// llm-d-router's llm-d.ai/v1alpha2) are listed and watched: a request naming one by the
+// objective header is scheduled with its priority (the decision header shows it), an edit or a
+// deletion takes effect without a restart, another pool's objective is not ours, and llm-d.ai
+// wins a name both groups declare.
+TEST(Discovery, ThePoolsInferenceObjectivesGiveTheirRequestsTheirPriority) {
+  const uint16_t pod_port = free_port();
+  Process pod(binary("bench/modelsim/modelsim"),
+              {"--pods", "1", "--base-port", std::to_string(pod_port), "--host", "127.0.0.2"});
+  FakeApiServer api(pod_port);
+  api.set_list(Json::array({pod_object("a", "127.0.0.2", true, "5")}), "10");
+  const std::string gie = "inference.networking.x-k8s.io/v1alpha2", llmd = "llm-d.ai/v1alpha2";
+  api.set_objectives(gie,
+                     Json::array({objective_object(gie, "interactive", 7, "p", "21"),
+                                  objective_object(gie, "premium", 5, "p", "22"),
+                                  objective_object(gie, "elsewhere", 3, "q", "23")}),
+                     "24");
+  api.set_objectives(llmd, Json::array({objective_object(llmd, "premium", 9, "p", "31")}), "32");
+  DiscoveringEpp d(api, "round-robin.yaml", {"--allow-debug-header", "true"});
+  Process& epp = *d.epp;
+  ASSERT_TRUE(epp.wait_http_ok(d.health_port, "/readyz")) << epp.log();
+  const std::string listed =
+      "InferenceObjectives of pool llm/p: interactive (priority 7), premium (priority 9)";
+  for (int i = 0; i < 200 && epp.log().find(listed) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // hang guard: 10 s
+  }
+  ASSERT_NE(epp.log().find(listed), std::string::npos) << epp.log();
+  EXPECT_EQ(epp.log().find("premium (priority 5)"), std::string::npos)
+      << "the first set waits for both groups: the losing priority is never in force\n"
+      << epp.log();
+
+  http::HttpClient client("127.0.0.1", d.epp_port, std::chrono::seconds(30));
+  auto decision = [&](const std::string& header, const std::string& objective) {
+    Json body = {{"model", "meta-llama/Llama-3.1-8B-Instruct"},
+                 {"prompt", words(6, objective)},
+                 {"max_tokens", 2}};
+    auto r = client.request("POST", "/v1/completions", body.dump(), "application/json",
+                            {{header, objective}, {"x-llmd-debug", "1"}});
+    EXPECT_EQ(r.status, 200) << r.body;
+    return std::string(r.header("x-llmd-decision"));
+  };
+  EXPECT_NE(decision("x-gateway-inference-objective", "interactive").find(" priority=7 "),
+            std::string::npos);
+  EXPECT_NE(decision("x-llm-d-inference-objective", "premium").find(" priority=9 "),
+            std::string::npos)
+      << "llm-d.ai's premium wins over the Inference Extension group's";
+  EXPECT_EQ(decision("x-llm-d-inference-objective", "elsewhere").find(" priority="),
+            std::string::npos)
+      << "an objective of pool q is not this pool's";
+
+  // An edit through the watch: the next requests get the new priority.
+  ASSERT_TRUE(api.objective_event(gie, "MODIFIED",
+                                  objective_object(gie, "interactive", -2, "p", "25")));
+  std::string now;
+  for (int i = 0; i < 200; ++i) {  // hang guard: following a watch event takes far less
+    now = decision("x-gateway-inference-objective", "interactive");
+    if (now.find(" priority=-2 ") != std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(now.find(" priority=-2 "), std::string::npos) << now << "\n" << epp.log();
+  // Deleted: the name is unknown again (priority 0, no priority= in the decision).
+  ASSERT_TRUE(api.objective_event(gie, "DELETED",
+                                  objective_object(gie, "interactive", -2, "p", "26")));
+  for (int i = 0; i < 200; ++i) {
+    now = decision("x-gateway-inference-objective", "interactive");
+    if (now.find(" priority=") == std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(now.find(" priority="), std::string::npos) << now;
+  EXPECT_NE(epp.log().find("InferenceObjectives of pool llm/p: premium (priority 9)"),
+            std::string::npos)
+      << epp.log();
+}
+
 // The in-cluster path: HTTPS with the CA the service account mounts. A one-connection-at-a-time
 // TLS API server (the EPP's requests are sequential) answers the pool, the list, and a watch
 // that sends one event and ends.
@@ -546,6 +692,9 @@ class TlsApiServer {
           break;
         }
         request.append(buf, n);
+      }
+      if (request.find("\r\n\r\n") == std::string::npos || request.size() < 4) {
+        continue;  // the client went away before its request was whole (an EPP stopping)
       }
       const std::string target = request.substr(4, request.find(' ', 4) - 4);
       std::string body;

@@ -492,7 +492,8 @@ TEST_F(LifecycleStack, EveryEppErrorIsAnOpenAiErrorObject) {
                   .dump()),
        "messages[0].content", "invalid_value"},
       {400, "invalid_request_error",
-       c.post("/v1/completions", body_with({{"stream_options", {{"include_usage", 1}}}})),
+       // (1 is a boolean to vLLM, and so to the EPP: "maybe" is not.)
+       c.post("/v1/completions", body_with({{"stream_options", {{"include_usage", "maybe"}}}})),
        "stream_options.include_usage", "invalid_value"},
       {404, "not_found_error", c.post("/v1/embeddings", ok_body)},
       {404, "not_found_error", c.get("/v1/models/org%2Fnone"), nullptr, "model_not_found"},

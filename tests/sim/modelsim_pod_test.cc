@@ -93,6 +93,13 @@ TEST(ModelsimProtocol, ParsesCompletionsAndChat) {
   EXPECT_EQ(bad(false, R"({"prompt":"a","stream_options":{"include_usage":true}})").status, 400);
   EXPECT_EQ(bad(true, R"({"messages":[]})").status, 400);
   EXPECT_EQ(bad(false, R"({"prompt":"a","model":"other"})").status, 404);
+  // Booleans as vLLM's pydantic models read them: strings and 0/1 too, nothing else.
+  auto lax = parse_ok(false, R"({"prompt":"a","stream":"true",
+                                 "stream_options":{"include_usage":"False"}})");
+  EXPECT_TRUE(lax.stream);
+  EXPECT_FALSE(lax.include_usage);
+  EXPECT_TRUE(parse_ok(false, R"({"prompt":"a","stream":1})").stream);
+  EXPECT_EQ(bad(false, R"({"prompt":"a","stream":"maybe"})").param, "stream");
   // OpenAI's error object (not vLLM's legacy {"object":"error"}): param names the field,
   // code is a string or null.
   auto e = Json::parse(error_response(bad(false, "[1,")).body);

@@ -14,6 +14,8 @@
 namespace llmd::epp {
 namespace {
 
+using Json = nlohmann::json;
+
 // The EPP's error objects: OpenAI's shape, `param` the offending field of a 400, `code` a
 // string or null (the SDKs type it as a string).
 TEST(OpenAiError, ParamNamesTheFieldAndCodeIsAStringOrNull) {
@@ -109,7 +111,12 @@ TEST(OpenAiRequest, BadInputGivesAMessage) {
   bad.slo_ttft_ms = "fast";
   auto e = parse_openai_request("/v1/completions", R"({"model":"m","prompt":"x"})", bad, RequestDefaults{}, p);
   ASSERT_TRUE(e);
-  EXPECT_NE(e->find("x-slo-ttft-ms"), std::string::npos);
+  EXPECT_NE(e->find("header x-llm-d-slo-ttft-ms "), std::string::npos) << *e;
+  bad.slo_ttft_header = "x-slo-ttft-ms";  // the name the client sent
+  e = parse_openai_request("/v1/completions", R"({"model":"m","prompt":"x"})", bad,
+                           RequestDefaults{}, p);
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->find("header x-slo-ttft-ms "), std::string::npos) << *e;
 }
 
 // Every field the EPP reads: a wrong type is a 400 naming the field (it used to throw and drop
@@ -120,13 +127,14 @@ TEST(OpenAiRequest, WrongTypesAndRangesNameTheField) {
     return parse_openai_request(path, body, h, RequestDefaults{}, p).value_or("");
   };
   const std::string c = "/v1/completions", chat = "/v1/chat/completions";
-  for (const char* stream : {R"("yes")", "1", "{}"}) {
+  // What vLLM (pydantic's lax booleans) refuses too.
+  for (const char* stream : {R"("maybe")", "2", "0.5", R"(" true")", "[]", "{}"}) {
     EXPECT_NE(error(c, std::string(R"({"model":"m","prompt":"x","stream":)") + stream + "}")
                   .find("'stream'"), std::string::npos) << stream;
   }
   EXPECT_NE(error(c, R"({"model":"m","prompt":"x","stream":true,"stream_options":1})")
                 .find("'stream_options'"), std::string::npos);
-  EXPECT_NE(error(c, R"({"model":"m","prompt":"x","stream_options":{"include_usage":"y"}})")
+  EXPECT_NE(error(c, R"({"model":"m","prompt":"x","stream_options":{"include_usage":"maybe"}})")
                 .find("include_usage"), std::string::npos);
   EXPECT_NE(error(c, R"({"model":"m","prompt":"x","max_tokens":"9"})").find("'max_tokens'"),
             std::string::npos);
@@ -149,6 +157,45 @@ TEST(OpenAiRequest, WrongTypesAndRangesNameTheField) {
   // Nulls are absent fields; valid shapes still parse.
   EXPECT_EQ(error(c, R"({"model":"m","prompt":"x","stream":null,"max_tokens":null})"), "");
   EXPECT_EQ(error(chat, R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{}},{"type":"text","text":"hi"}]}]})"), "");
+}
+
+// The Inference Extension's latency guide sends "stream": "true"; vLLM serves it (pydantic's
+// lax booleans), so the EPP schedules it as a stream and forwards the body unchanged.
+TEST(OpenAiRequest, BooleansAreReadAsVllmReadsThem) {
+  auto streaming = [](const std::string& value) {
+    ParsedRequest p;
+    const std::string body = R"({"model":"m","prompt":"x","stream":)" + value +
+                             R"(,"stream_options":{"include_usage":)" + value + "}}";
+    auto e = parse_openai_request("/v1/completions", body, InboundHeaders{}, RequestDefaults{}, p);
+    EXPECT_FALSE(e) << value << ": " << e.value_or("");
+    EXPECT_FALSE(upstream_body(p, nullptr, true)) << "forwarded as the client wrote it";
+    return p.request.streaming;
+  };
+  for (const char* yes : {"true", "1", "1.0", R"("true")", R"("True")", R"("1")", R"("yes")",
+                          R"("on")", R"("t")", R"("Y")"}) {
+    EXPECT_TRUE(streaming(yes)) << yes;
+  }
+  for (const char* no : {"false", "0", "0.0", R"("false")", R"("FALSE")", R"("0")", R"("no")",
+                         R"("off")", R"("f")", R"("n")"}) {
+    EXPECT_FALSE(streaming(no)) << no;
+  }
+  // A body the proxy rewrites anyway keeps the client's spelling, which the pod reads alike.
+  ParsedRequest p;
+  ASSERT_FALSE(parse_openai_request("/v1/completions",
+                                    R"({"model":"m","prompt":"x","stream":"true"})",
+                                    InboundHeaders{}, RequestDefaults{}, p));
+  const auto rewritten = upstream_body(p, Json{{"model", "other"}}, true);
+  ASSERT_TRUE(rewritten);
+  EXPECT_EQ(Json::parse(*rewritten)["stream"], "true");
+  // Anything else is OpenAI's invalid_request_error naming the field.
+  auto e = parse_openai_request("/v1/completions", R"({"model":"m","prompt":"x","stream":"maybe"})",
+                                InboundHeaders{}, RequestDefaults{}, p);
+  ASSERT_TRUE(e);
+  const auto error = Json::parse(openai_error_body(400, *e))["error"];
+  EXPECT_EQ(error["type"], "invalid_request_error");
+  EXPECT_EQ(error["param"], "stream");
+  EXPECT_EQ(error["code"], "invalid_value");
+  EXPECT_NE(error["message"].get<std::string>().find("\"maybe\""), std::string::npos) << error;
 }
 
 TEST(OpenAiRequest, TokenIdPromptsAndPromptLists) {

@@ -57,6 +57,27 @@ TEST(Objectives, NegativePriorityIsSheddableAndUnknownNamesAreDefaults) {
   EXPECT_FALSE(p.request.slo_ttft_ms);
 }
 
+// The cluster's InferenceObjectives (discovery) laid over the file's: the CRD's priority wins
+// its name, the file's SLO defaults and strict tier of that name stay, new names join.
+TEST(Objectives, ClusterObjectivesSetThePriorityOfTheirName) {
+  const ObjectiveTable file = objectives();
+  const ObjectiveTable t = file.with_cluster(
+      {{"interactive", 7}, {"batch", std::nullopt}, {"premium", 20}, {"plain", std::nullopt}});
+  ASSERT_NE(t.find("interactive"), nullptr);
+  EXPECT_EQ(t.find("interactive")->priority, 7);
+  EXPECT_EQ(t.find("interactive")->strict_priority, 2);
+  EXPECT_EQ(t.find("interactive")->slo_ttft_ms, 500);
+  EXPECT_EQ(t.find("batch")->priority, -1) << "unset: the file's priority for that name";
+  EXPECT_EQ(t.find("premium")->priority, 20);
+  EXPECT_EQ(t.find("plain")->priority, 0) << "unset and not in the file: 0, as upstream";
+  EXPECT_EQ(t.size(), 4u);
+  EXPECT_EQ(file.find("interactive")->priority, 10) << "the file's table is left as it was";
+  InboundHeaders h;
+  h.objective = "premium";
+  EXPECT_EQ(parse(kPlain, h, &t).request.priority, 20);
+  EXPECT_FALSE(parse(kPlain, h, &t).unknown_objective);
+}
+
 TEST(Objectives, ConfigErrorsNameTheEntry) {
   auto bad = [](const char* doc) {
     auto r = ObjectiveTable::parse(Json::parse(doc));

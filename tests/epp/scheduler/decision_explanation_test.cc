@@ -151,6 +151,8 @@ TEST_F(DefaultPipelineExplained, ADenialIsExplained) {
   EXPECT_EQ(r.explanation->candidates.size(), 3u);
   const std::string header = decision_header_value(*r.explanation, 10, 1024);
   EXPECT_TRUE(header.starts_with("outcome=denied")) << header;
+  EXPECT_NE(header.find(" slo=ttft:10 priority=-1"), std::string::npos)
+      << "the Director copies the request's SLO and priority: " << header;
 }
 
 TEST(DirectorExplain, NoCandidatesIsExplained) {
@@ -226,6 +228,40 @@ TEST(DecisionFormat, TheHeaderIsBoundedAndCountsWhatItLeftOut) {
   // With room, at most max_candidates are listed.
   const std::string wide = decision_header_value(e, 10, 100000);
   EXPECT_NE(wide.find(";+90"), std::string::npos) << wide;
+}
+
+// The request as scheduled: its SLOs and priority (from headers or its objective), so a client
+// sees which SLO and priority the EPP took from what it sent.
+TEST(DecisionFormat, TheRequestsSloAndPriorityAreShown) {
+  DecisionExplanation e = many_pods(2);
+  e.objective = "batch";
+  e.slo_ttft_ms = 250;
+  e.slo_tpot_ms = 12.5;
+  e.priority = -1;
+  e.strict_priority = 2;
+  const std::string h = decision_header_value(e, 10, 1000);
+  EXPECT_NE(h.find(" predictions=yes slo=ttft:250,tpot:12.5 priority=-1 tier=2 filters="),
+            std::string::npos)
+      << h;
+  const auto j = decision_to_json(e, 10);
+  EXPECT_EQ(j["objective"], "batch");
+  EXPECT_EQ(j["slo_ttft_ms"], 250);
+  EXPECT_EQ(j["slo_tpot_ms"], 12.5);
+  EXPECT_EQ(j["priority"], -1);
+  EXPECT_EQ(j["strict_priority"], 2);
+  // Nothing set: nothing said in the header; the log line still has the priority (0).
+  const DecisionExplanation plain = many_pods(2);
+  const std::string p = decision_header_value(plain, 10, 1000);
+  EXPECT_EQ(p.find(" slo="), std::string::npos) << p;
+  EXPECT_EQ(p.find(" priority="), std::string::npos) << p;
+  EXPECT_EQ(p.find(" tier="), std::string::npos) << p;
+  const auto pj = decision_to_json(plain, 10);
+  EXPECT_FALSE(pj.contains("slo_ttft_ms") || pj.contains("objective"));
+  EXPECT_EQ(pj["priority"], 0);
+  e.slo_tpot_ms.reset();
+  e.priority = 0;
+  e.strict_priority = 0;
+  EXPECT_NE(decision_header_value(e, 10, 1000).find(" slo=ttft:250 filters="), std::string::npos);
 }
 
 TEST(DecisionFormat, TheHeaderCarriesNoControlCharacters) {
