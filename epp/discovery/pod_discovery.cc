@@ -29,9 +29,6 @@ std::string selector_query(const std::map<std::string, std::string>& selector) {
   return url_encode(selector_text(selector));
 }
 
-constexpr char kPoolGroupV1[] = "inference.networking.k8s.io";
-constexpr char kPoolGroupV1alpha2[] = "inference.networking.x-k8s.io";
-
 // Pods asked for per list page: the API server may answer fewer, with a continue token.
 constexpr std::size_t kListPageSize = 500;
 
@@ -118,7 +115,7 @@ struct PodDiscovery::Impl {
   // --- the InferencePool (pool thread) ---
 
   std::string pool_collection(bool v1) const {
-    return "/apis/" + std::string(v1 ? kPoolGroupV1 : kPoolGroupV1alpha2) +
+    return "/apis/" + std::string(v1 ? kPoolGroupV1 : kPoolGroupV1Alpha2) +
            (v1 ? "/v1" : "/v1alpha2") + "/namespaces/" + namespace_ + "/inferencepools";
   }
 
@@ -174,7 +171,7 @@ struct PodDiscovery::Impl {
     }
     {
       std::lock_guard lock(mu);
-      pool_group = watched_collection == pool_collection(true) ? kPoolGroupV1 : kPoolGroupV1alpha2;
+      pool_group = watched_collection == pool_collection(true) ? kPoolGroupV1 : kPoolGroupV1Alpha2;
     }
     resource_version = resource_version_of(*pool);
     return true;

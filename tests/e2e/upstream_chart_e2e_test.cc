@@ -342,8 +342,10 @@ TEST_F(UpstreamChart, TheGieChartRunsOurEpp) {
     }
   }
   stream->WritesDone();
-  EXPECT_TRUE(destination == "127.0.0.2:" + std::to_string(pod_port_) ||
-              destination == "127.0.0.3:" + std::to_string(pod_port_))
+  // The pick, then the fallbacks Envoy may try next (upstream's comma list).
+  const std::string picked = destination.substr(0, destination.find(','));
+  EXPECT_TRUE(picked == "127.0.0.2:" + std::to_string(pod_port_) ||
+              picked == "127.0.0.3:" + std::to_string(pod_port_))
       << "picked '" << destination << "'; " << epp_->log();
 
   // The chart's config trains on requests that do not stream (streamingMode: upstream's
@@ -368,6 +370,25 @@ TEST_F(UpstreamChart, TheGieChartRunsOurEpp) {
         "llmd_epp_feedback_samples_acknowledged_total");
   }
   EXPECT_GE(acknowledged, 6) << "non-streamed requests must train with the chart's config";
+
+  // GIE's stock dashboard finds its EPP series under GIE's names (the flow-control ones need a
+  // router queue, which the chart's config has none of).
+  const std::string exposition =
+      metrics.request("GET", "/metrics", "", "", {{"authorization", "Bearer prometheus"}}).body;
+  std::ifstream names(std::string(LLMD_SOURCE_DIR) +
+                      "/tests/fixtures/upstream/gie-v1.5.0/dashboard-epp-metrics.txt");
+  int checked = 0;
+  for (std::string name; std::getline(names, name);) {
+    // (An error counter has a series once a request failed, as a Go CounterVec has.)
+    if (name.empty() || name[0] == '#' || name.find("flow_control") != std::string::npos ||
+        name.find("error_total") != std::string::npos) {
+      continue;
+    }
+    EXPECT_NE(exposition.find("\n" + name), std::string::npos) << name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 9) << "the dashboard list: 18 names, 8 flow control, 1 error counter";
+  EXPECT_NE(exposition.find("\ninference_extension_info{"), std::string::npos);
 
   // --zap-encoder json: every line the EPP wrote is a JSON object with zap's keys.
   int lines = 0;

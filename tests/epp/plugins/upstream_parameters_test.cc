@@ -125,7 +125,8 @@ TEST_F(UpstreamParameters, PredictInProduceFalseIsTrainingOnly) {
 }
 
 TEST_F(UpstreamParameters, SloBufferFactorScalesTheTpotSlo) {
-  auto p = make<PredictedLatencyProducer>({{"sloBufferFactor", 1.5}});
+  // A pool trained on streams: TPOT is judged (streamingMode: false neutralises it).
+  auto p = make<PredictedLatencyProducer>({{"sloBufferFactor", 1.5}, {"streamingMode", true}});
   services_.source.answers = {{80, 40}};
   SchedulingRequest req = testing::request();
   req.streaming = true;
