@@ -4,7 +4,7 @@
 // honoured with the reference's meaning or refused at start with the reason, so that a value
 // from a chart is never silently ignored. Names that are our options too (LATENCY_MODEL_TYPE,
 // PREDICT_PORT, ...) are not listed: Options reads and checks them.
-// docs/coming-from-upstream-sidecars.md is the user's view of these tables.
+// docs/coming-from-upstream.md is the user's view of these tables.
 #include <map>
 #include <set>
 #include <span>

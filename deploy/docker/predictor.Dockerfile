@@ -26,7 +26,7 @@ RUN groupadd --system --gid 65532 llmd \
 RUN mkdir -p /var/lib/llmd && chown 65532:65532 /var/lib/llmd
 COPY --from=build /build/predictor/predictor /usr/local/bin/predictor
 # The GIE and llm-d charts start predictors with `command: ["uvicorn"]` and uvicorn's arguments:
-# this entrypoint maps them onto the predictor (docs/coming-from-upstream-sidecars.md).
+# this entrypoint maps them onto the predictor (docs/coming-from-upstream.md).
 COPY --from=build /build/uvicorn/uvicorn /usr/local/bin/uvicorn
 USER 65532:65532
 EXPOSE 8001

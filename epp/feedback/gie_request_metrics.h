@@ -1,7 +1,7 @@
 #pragma once
 // The Gateway API Inference Extension's (GIE v1.5.0) per-request families, under its names,
 // types and label names, fed from the same dispatch and completion records as our own request
-// metrics (docs/coming-from-upstream-metrics.md lists each and how we fill it):
+// metrics (docs/coming-from-upstream.md lists each and how we fill it):
 //   inference_objective_request_total{model_name,target_model_name,priority}  (dispatched)
 //   inference_objective_request_error_total{model_name,target_model_name,error_code}
 //   inference_objective_request_sizes / response_sizes (bytes), input_tokens, output_tokens,

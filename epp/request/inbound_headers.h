@@ -15,7 +15,7 @@
 // Precedence when a request carries both spellings: the current (x-llm-d-*) name wins, as in
 // llm-d-router's metadata.GetLowerCaseHeaderValue (the first name present is the value, even
 // an empty one); a different value under the old name is ignored and logged at debug level.
-// docs/coming-from-upstream-requests.md lists every upstream header beside ours.
+// docs/coming-from-upstream.md lists every upstream header beside ours.
 #include <functional>
 #include <optional>
 #include <string>

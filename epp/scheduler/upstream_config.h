@@ -2,7 +2,7 @@
 // Upstream's EndpointPickerConfig keys beside `plugins` and `schedulingProfiles` (GIE v1.5.0
 // apix/config/v1alpha1, llm-d-router's): apiVersion/kind, featureGates, parser, requestHandler,
 // dataLayer, saturationDetector, flowControl. Each is mapped onto what this EPP does or refused
-// with an error naming the key and why (docs/coming-from-upstream-config.md); none is ignored.
+// with an error naming the key and why (docs/coming-from-upstream.md); none is ignored.
 // Also the upstream plugin types this EPP does not have, each with why. Load-time only.
 #include <map>
 #include <optional>

@@ -1,6 +1,6 @@
 // The reference sidecars' variables that are no option of ours: identities and unused names are
 // logged, a value we do not implement and a name we do not support are refused naming them, and
-// docs/coming-from-upstream-sidecars.md lists every one.
+// docs/coming-from-upstream.md lists every one.
 #include "common/config/reference_env.h"
 
 #include <gtest/gtest.h>
@@ -73,7 +73,7 @@ TEST(ReferenceEnv, UvicornSettingsAreRefusedUnlessAnOptionReadsThem) {
 }
 
 TEST(ReferenceEnv, TheUpstreamGuideListsEveryName) {
-  std::ifstream in(LLMD_SOURCE_DIR "/docs/coming-from-upstream-sidecars.md");
+  std::ifstream in(LLMD_SOURCE_DIR "/docs/coming-from-upstream.md");
   const std::string doc(std::istreambuf_iterator<char>(in), {});
   ASSERT_FALSE(doc.empty());
   for (auto table : {trainer_reference_env(), predictor_reference_env()}) {

@@ -169,7 +169,7 @@ TEST_P(ChartSidecars, ABadValueExitsTwoNamingTheVariable) {
 // No chart variable is silently ignored: each is an option of the executable (--help), or in
 // its table of reference names (accepted or refused), and docs/ tells users what it does here.
 TEST_P(ChartSidecars, EveryVariableIsReadOrRefusedAndDocumented) {
-  const std::string doc = read_text(LLMD_SOURCE_DIR "/docs/coming-from-upstream-sidecars.md");
+  const std::string doc = read_text(LLMD_SOURCE_DIR "/docs/coming-from-upstream.md");
   ASSERT_FALSE(doc.empty());
   for (const auto& c : containers_) {
     const std::string help = help_text(c.image);

@@ -4,7 +4,7 @@
 //  - every GIE family we export is there with GIE's type and label names, and moved;
 //  - every EPP metric name GIE's stock dashboard queries, and every name GIE's latency guide
 //    lists, is exported (the committed lists under tests/fixtures/upstream/gie-v1.5.0/).
-// docs/coming-from-upstream-metrics.md is the table these checks follow.
+// docs/coming-from-upstream.md is the table these checks follow.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -3,7 +3,7 @@
 // Extension v1.5.0's old names set the same SLO and objective, the current name winning; a
 // boolean written as a string ("stream": "true", the Inference Extension's latency guide does
 // it) is read as vLLM reads it, and a value vLLM refuses is OpenAI's 400.
-// docs/coming-from-upstream-requests.md lists every upstream header and field beside ours.
+// docs/coming-from-upstream.md lists every upstream header and field beside ours.
 #include <string>
 #include <vector>
 
