@@ -1,6 +1,6 @@
 // An upstream user's deployment, run as the cluster would run it: the epp container of the
-// GIE v1.5.0 inferencepool chart with the latency predictor on, rendered into a committed
-// fixture (tests/fixtures/upstream/gie-v1.5.0/inferencepool-latency.yaml), with our image's
+// GIE v1.5.0 inferencepool chart, and of llm-d-router's llm-d-router-gateway chart, with the
+// latency predictor on, rendered into committed fixtures (tests/fixtures/upstream/), with our image's
 // environment (deploy/docker/epp.Dockerfile's ENV) and the chart's args, env and ConfigMap
 // unchanged but for the ports (free loopback ports instead of 9002/9003/9090/8000/8001) and the
 // addresses (loopback instead of the pod's). A fake API server serves the chart's InferencePool
@@ -41,8 +41,9 @@ using Json = nlohmann::json;
 namespace pb = envoy::service::ext_proc::v3;
 using Serving = grpc::health::v1::HealthCheckResponse;
 
-const std::string kFixture =
-    std::string(LLMD_SOURCE_DIR) + "/tests/fixtures/upstream/gie-v1.5.0/inferencepool-latency.yaml";
+std::string fixture(const std::string& name) {
+  return std::string(LLMD_SOURCE_DIR) + "/tests/fixtures/upstream/" + name;
+}
 constexpr char kPool[] = "vllm-llama3-8b-instruct";
 
 // The chart's rendered documents, as helm would apply them.
@@ -215,11 +216,12 @@ std::shared_ptr<grpc::Channel> tls_channel(uint16_t port) {
                              grpc::experimental::TlsCredentials(options));
 }
 
-class UpstreamChart : public ::testing::Test {
+// The parameter: a rendered chart under tests/fixtures/upstream/.
+class UpstreamChart : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(chart_.epp) << "no epp container in " << kFixture;
-    ASSERT_TRUE(chart_.config_map) << "no plugins ConfigMap in " << kFixture;
+    ASSERT_TRUE(chart_.epp) << "no epp container in " << GetParam();
+    ASSERT_TRUE(chart_.config_map) << "no plugins ConfigMap in " << GetParam();
     pod_port_ = free_port();
     for (const char* ip : {"127.0.0.2", "127.0.0.3"}) {
       pods_.push_back(std::make_unique<Process>(
@@ -240,17 +242,25 @@ class UpstreamChart : public ::testing::Test {
       std::ofstream(dir_.path() + "/config/" + kv.first.as<std::string>())
           << kv.second.as<std::string>();
     }
+    // Ports remapped: where the chart names one its value is replaced, else (the EPP's default
+    // 9002, 9003, 9090) it is added.
+    std::map<std::string, std::string> ports = {{"--grpc-port", std::to_string(grpc_port_)},
+                                                {"--grpc-health-port", std::to_string(health_port_)},
+                                                {"--metrics-port", std::to_string(metrics_port_)}};
     std::vector<std::string> args;
     for (std::string a : chart_.args()) {
       if (a.rfind("/config/", 0) == 0) {
         a = dir_.path() + a;  // the ConfigMap's mount
       }
+      if (!args.empty() && ports.count(args.back())) {
+        a = ports[args.back()];
+        ports.erase(args.back());
+      }
       args.push_back(a);
     }
-    // Ports remapped: the chart leaves 9002, 9003 and 9090 to the EPP's defaults.
-    args.insert(args.end(), {"--grpc-port", std::to_string(grpc_port_), "--grpc-health-port",
-                             std::to_string(health_port_), "--metrics-port",
-                             std::to_string(metrics_port_)});
+    for (const auto& [flag, port] : ports) {
+      args.insert(args.end(), {flag, port});
+    }
     std::map<std::string, std::string> env = image_env();
     for (auto& [k, v] : image_env_over) {
       env[k] = v;
@@ -283,7 +293,7 @@ class UpstreamChart : public ::testing::Test {
     return false;
   }
 
-  Chart chart_{kFixture};
+  Chart chart_{fixture(GetParam())};
   TempDir dir_;
   uint16_t pod_port_ = 0;
   uint16_t grpc_port_ = free_port(), health_port_ = free_port(), metrics_port_ = free_port(),
@@ -294,7 +304,7 @@ class UpstreamChart : public ::testing::Test {
   std::unique_ptr<Process> epp_;
 };
 
-TEST_F(UpstreamChart, TheGieChartRunsOurEpp) {
+TEST_P(UpstreamChart, TheChartRunsOurEpp) {
   start_epp();
   // The kubelet's probes: gRPC health on the health port, service inference-extension.
   auto health_channel =
@@ -406,7 +416,7 @@ TEST_F(UpstreamChart, TheGieChartRunsOurEpp) {
   EXPECT_EQ(epp_->terminate(), 0) << epp_->log();
 }
 
-TEST_F(UpstreamChart, MetricsEndpointAuthAsControllerRuntimeDoesIt) {
+TEST_P(UpstreamChart, MetricsEndpointAuthAsControllerRuntimeDoesIt) {
   // The chart passes --metrics-endpoint-auth=false only with monitoring.prometheus.auth off;
   // by default it leaves the flag out and upstream's default (on; our image's) applies.
   for (const auto& a : chart_.args()) {
@@ -428,6 +438,14 @@ TEST_F(UpstreamChart, MetricsEndpointAuthAsControllerRuntimeDoesIt) {
   EXPECT_EQ(scrape("prometheus"), 200);
   EXPECT_EQ(scrape("prometheus"), 200) << "from the cache";
 }
+
+INSTANTIATE_TEST_SUITE_P(Charts, UpstreamChart,
+                         ::testing::Values("gie-v1.5.0/inferencepool-latency.yaml",
+                                           "llm-d-router/llm-d-router-gateway-latency.yaml"),
+                         [](const auto& info) {
+                           return info.param.rfind("gie", 0) == 0 ? std::string("Gie")
+                                                                  : std::string("LlmdRouter");
+                         });
 
 }  // namespace
 }  // namespace llmd::testing
