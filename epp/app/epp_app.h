@@ -13,9 +13,10 @@
 //  - the timer thread runs the app's io_context and owns its periodic work: the router queue's
 //    5-ms tick, the gRPC readiness sync every 100 ms (gateway mode), and the config reload check
 //    every --reload-check-ms, which is where a new config generation is swapped in;
-//  - the proxy thread runs ProxyServer::run (its --io-threads I/O threads); gRPC's own threads
-//    serve ext_proc; one thread each runs the health and the metrics server (/metrics collects
-//    the scrape-time gauges there);
+//  - the proxy thread runs ProxyServer::run (its --io-threads I/O threads), whose workers also
+//    serve ext_proc; the health port (gRPC health and HTTP probes) has a worker of its own
+//    ("epp-health"), and one thread runs the metrics server (/metrics collects the scrape-time
+//    gauges there);
 //  - the components keep their own threads: scraper, feedback, discovery, leader elector,
 //    predictor client.
 #include <memory>
