@@ -1,15 +1,19 @@
 #pragma once
+#include <memory>
 // The sidecar containers of a chart as tests/e2e/charts/*.txt record them (that file's header
 // gives the format), and their start on this machine: ports remapped to free ones, each
 // emptyDir mount to a directory of the test, and nothing else changed.
 #include <fstream>
 #include <map>
+#include <memory>
 #include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "tests/support/process.h"
 
 namespace llmd::testing {
 
@@ -84,6 +88,34 @@ inline std::string remap(std::string text, const std::map<int, int>& ports,
     }
   }
   return text;
+}
+
+// The container as the kubelet starts it: only its env (via env -i) plus a PATH holding our
+// executables as the image does, ports and mounts remapped; `override` replaces one variable's
+// value.
+inline std::unique_ptr<Process> start_chart_container(
+    const ChartContainer& c, const std::map<int, int>& ports,
+    const std::map<std::string, std::string>& mounts,
+    const std::pair<std::string, std::string>& override = {}) {
+  std::vector<std::string> args = {"-i"};
+  for (auto [name, value] : c.env) {
+    value = name == override.first ? override.second : remap(value, ports, mounts);
+    args.push_back(name + "=" + value);
+  }
+  if (c.image == "trainer" && c.command.empty()) {
+    // The reference image binds 8000 whatever the chart's port; ours reads TRAINING_PORT
+    // (default 8000), which stands for the remap here.
+    args.push_back("TRAINING_PORT=" + std::to_string(ports.at(c.port)));
+  }
+  args.push_back("PATH=" + binary("uvicorn") + ":" + binary("predictor") + ":" +
+                 binary("trainer") + ":/usr/bin:/bin");
+  if (c.command.empty()) {
+    args.push_back(binary(c.image + "/" + c.image));  // the image's ENTRYPOINT, no args
+  }
+  for (const auto& a : c.command) {
+    args.push_back(remap(a, ports, mounts));
+  }
+  return std::make_unique<Process>("/usr/bin/env", args);
 }
 
 }  // namespace llmd::testing

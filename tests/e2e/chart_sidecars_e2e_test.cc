@@ -83,29 +83,9 @@ class ChartSidecars : public ::testing::TestWithParam<std::string> {
   }
   int port(const ChartContainer& c) const { return ports_.at(c.port); }
 
-  // The container as the kubelet starts it: only its env (via env -i) plus a PATH holding our
-  // executables as the image does; `override` replaces one variable's value.
   std::unique_ptr<Process> start(const ChartContainer& c,
                                  const std::pair<std::string, std::string>& override = {}) const {
-    std::vector<std::string> args = {"-i"};
-    for (auto [name, value] : c.env) {
-      value = name == override.first ? override.second : remap(value, ports_, mounts_);
-      args.push_back(name + "=" + value);
-    }
-    if (c.image == "trainer" && c.command.empty()) {
-      // The reference image binds 8000 whatever the chart's port; ours reads TRAINING_PORT
-      // (default 8000), which stands for the remap here.
-      args.push_back("TRAINING_PORT=" + std::to_string(port(c)));
-    }
-    args.push_back("PATH=" + binary("uvicorn") + ":" + binary("predictor") + ":" +
-                   binary("trainer") + ":/usr/bin:/bin");
-    if (c.command.empty()) {
-      args.push_back(binary(c.image + "/" + c.image));  // the image's ENTRYPOINT, no args
-    }
-    for (const auto& a : c.command) {
-      args.push_back(remap(a, ports_, mounts_));
-    }
-    return std::make_unique<Process>("/usr/bin/env", args);
+    return start_chart_container(c, ports_, mounts_, override);
   }
 
   TempDir dir_;

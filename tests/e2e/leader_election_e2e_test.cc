@@ -16,7 +16,7 @@
 #include <optional>
 #include <thread>
 
-#include "health.grpc.pb.h"
+#include "tests/e2e/grpc_health_client.h"
 #include "tests/e2e/fake_lease_api.h"
 #include "tests/e2e/stack_fixture.h"
 
@@ -315,17 +315,6 @@ namespace {
 
 using Serving = grpc::health::v1::HealthCheckResponse;
 
-Serving::ServingStatus grpc_health(uint16_t port, const std::string& service) {
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = grpc::health::v1::Health::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  grpc::health::v1::HealthCheckRequest req;
-  req.set_service(service);
-  grpc::health::v1::HealthCheckResponse res;
-  return stub->Check(&ctx, req, &res).ok() ? res.status() : Serving::UNKNOWN;
-}
 
 // The probes of the GIE chart with replicas > 1 (tests/fixtures/upstream/gie-v1.5.0/
 // inferencepool-latency-ha.yaml): gRPC on the health port, liveness on every replica (a

@@ -3,8 +3,10 @@
 // latency predictor on, rendered into committed fixtures (tests/fixtures/upstream/), with our image's
 // environment (deploy/docker/epp.Dockerfile's ENV) and the chart's args, env and ConfigMap
 // unchanged but for the ports (free loopback ports instead of 9002/9003/9090/8000/8001) and the
-// addresses (loopback instead of the pod's). A fake API server serves the chart's InferencePool
-// and two modelsim pods. Nothing is rendered here: the fixture is read as it is.
+// addresses (loopback instead of the pod's), next to the chart's trainer and predictor
+// containers started with exactly their env (tests/e2e/charts/). A fake API server serves the
+// chart's InferencePool and two modelsim pods. Nothing is rendered here: the fixtures are read
+// as they are.
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/credentials.h>
@@ -28,8 +30,9 @@
 
 #include "common/http/stream_server.h"
 #include "epp/extproc/external_processor.grpc.pb.h"
-#include "health.grpc.pb.h"
+#include "tests/e2e/grpc_health_client.h"
 #include "tests/common/http_test_util.h"
+#include "tests/e2e/chart_containers.h"
 #include "tests/e2e/stack_fixture.h"
 #include "tests/epp/extproc/ext_proc_messages.h"
 #include "tests/support/process.h"
@@ -194,16 +197,6 @@ class FakeKubeApi {
   std::unique_ptr<http::testing::RunningStreamServer> server_;  // last: stopped first
 };
 
-Serving::ServingStatus health(const std::shared_ptr<grpc::Channel>& channel,
-                              const std::string& service) {
-  auto stub = grpc::health::v1::Health::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  grpc::health::v1::HealthCheckRequest req;
-  req.set_service(service);
-  grpc::health::v1::HealthCheckResponse res;
-  return stub->Check(&ctx, req, &res).ok() ? res.status() : Serving::UNKNOWN;
-}
 
 // A TLS channel as Envoy opens one to an EPP with a self-signed certificate: h2 by ALPN, the
 // server's certificate not verified.
@@ -231,8 +224,24 @@ class UpstreamChart : public ::testing::TestWithParam<std::string> {
     }
     api_ = std::make_unique<FakeKubeApi>(pod_port_,
                                          std::vector<std::string>{"127.0.0.2", "127.0.0.3"});
-    trainer_ = std::make_unique<TrainerProcess>(dir_.path() + "/trainer");
-    ASSERT_TRUE(trainer_->ready) << trainer_->process->log();
+    // The chart's sidecars with exactly their env (tests/e2e/charts/, the same renders).
+    sidecars_ = read_chart_containers(std::string(LLMD_SOURCE_DIR) + "/tests/e2e/charts/" +
+                                      (GetParam().rfind("gie", 0) == 0 ? "gie-v1.5.0.txt"
+                                                                       : "llm-d-router-ebab687.txt"));
+    for (const auto& c : sidecars_) {
+      sidecar_ports_[c.port] = free_port();
+      for (const auto& m : c.mounts) {
+        mounts_[m] = dir_.path() + m;
+        std::filesystem::create_directories(mounts_[m]);
+      }
+    }
+    for (const auto& c : sidecars_) {
+      sidecar_processes_.push_back(start_chart_container(c, sidecar_ports_, mounts_));
+      const bool up = sidecar_processes_.back()->wait_http_ok(
+          static_cast<uint16_t>(sidecar_ports_.at(c.port)), c.image == "trainer" ? "/healthz" : "/readyz",
+          std::chrono::seconds(45));
+      ASSERT_TRUE(up) << c.name << ": " << sidecar_processes_.back()->log();
+    }
   }
 
   // The epp container as the kubelet starts it, with `image_env_over` replacing image ENV.
@@ -268,10 +277,11 @@ class UpstreamChart : public ::testing::TestWithParam<std::string> {
     env["EPP_HOST"] = "127.0.0.1";  // the pod's address: loopback here
     env["EPP_PORT"] = std::to_string(proxy_port_);
     for (auto [k, v] : chart_.env()) {
-      v = replace_port(v, 8000, trainer_->port);
+      for (const auto& [from, to] : sidecar_ports_) {
+        v = replace_port(v, static_cast<uint16_t>(from), static_cast<uint16_t>(to));
+      }
       env[k] = v;
     }
-    env.erase("PREDICTION_SERVER_URL");  // no predictor in this test: composite fallback
     // The cluster's side: where the API server is, the service account's token.
     std::ofstream(dir_.path() + "/token") << "epp-token\n";
     env["EPP_KUBE_API_URL"] = api_->url();
@@ -285,7 +295,7 @@ class UpstreamChart : public ::testing::TestWithParam<std::string> {
 
   bool wait_serving(const std::shared_ptr<grpc::Channel>& channel, const std::string& service) {
     for (int i = 0; i < 300 && epp_->running(); ++i) {
-      if (health(channel, service) == Serving::SERVING) {
+      if (grpc_health(channel, service) == Serving::SERVING) {
         return true;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -300,7 +310,10 @@ class UpstreamChart : public ::testing::TestWithParam<std::string> {
            proxy_port_ = free_port();
   std::vector<std::unique_ptr<Process>> pods_;
   std::unique_ptr<FakeKubeApi> api_;
-  std::unique_ptr<TrainerProcess> trainer_;
+  std::vector<ChartContainer> sidecars_;
+  std::map<int, int> sidecar_ports_;  // the chart's port -> a free one
+  std::map<std::string, std::string> mounts_;
+  std::vector<std::unique_ptr<Process>> sidecar_processes_;
   std::unique_ptr<Process> epp_;
 };
 
@@ -311,7 +324,7 @@ TEST_P(UpstreamChart, TheChartRunsOurEpp) {
       grpc::CreateChannel("127.0.0.1:" + std::to_string(health_port_),
                           grpc::InsecureChannelCredentials());
   ASSERT_TRUE(wait_serving(health_channel, "inference-extension")) << epp_->log();
-  EXPECT_EQ(health(health_channel, ""), Serving::SERVING);
+  EXPECT_EQ(grpc_health(health_channel, ""), Serving::SERVING);
   EXPECT_TRUE(epp_->wait_http_ok(health_port_, "/readyz")) << "our own HTTP probe, same port";
 
   // Envoy's ext_proc over TLS (secure serving is upstream's default, and our image's): one

@@ -11,39 +11,15 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/epp/app/scoped_env.h"
+
 namespace llmd::epp {
 namespace {
 
 using std::chrono::milliseconds;
 
-// Sets (or, with nullopt, unsets) environment variables for one test and restores them after.
-using EnvVars = std::map<std::string, std::optional<std::string>>;
-
-class ScopedEnv {
- public:
-  explicit ScopedEnv(const EnvVars& vars) {
-    for (const auto& [name, value] : vars) {
-      const char* old = std::getenv(name.c_str());
-      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
-      set(name, value);
-    }
-  }
-  ~ScopedEnv() {
-    for (const auto& [name, value] : saved_) {
-      set(name, value);
-    }
-  }
-
- private:
-  static void set(const std::string& name, const std::optional<std::string>& value) {
-    if (value) {
-      setenv(name.c_str(), value->c_str(), 1);
-    } else {
-      unsetenv(name.c_str());
-    }
-  }
-  EnvVars saved_;
-};
+using test_env::EnvVars;
+using test_env::ScopedEnv;
 
 std::optional<EppOptions> parse(std::vector<std::string> args) {
   args.insert(args.begin(), "epp");

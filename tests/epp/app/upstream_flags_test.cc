@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/epp/app/scoped_env.h"
+
 #include "common/config/flag_table.h"
 #include "epp/app/epp_options.h"
 
@@ -22,33 +24,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
-using EnvVars = std::map<std::string, std::optional<std::string>>;
-
-class ScopedEnv {
- public:
-  explicit ScopedEnv(const EnvVars& vars) {
-    for (const auto& [name, value] : vars) {
-      const char* old = std::getenv(name.c_str());
-      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
-      set(name, value);
-    }
-  }
-  ~ScopedEnv() {
-    for (const auto& [name, value] : saved_) {
-      set(name, value);
-    }
-  }
-
- private:
-  static void set(const std::string& name, const std::optional<std::string>& value) {
-    if (value) {
-      setenv(name.c_str(), value->c_str(), 1);
-    } else {
-      unsetenv(name.c_str());
-    }
-  }
-  std::map<std::string, std::optional<std::string>> saved_;
-};
+using test_env::EnvVars;
+using test_env::ScopedEnv;
 
 // The env a test must not inherit from the machine.
 ScopedEnv clean_env() {
@@ -304,14 +281,14 @@ TEST(UpstreamFlags, GoDurationsAndSizes) {
 }
 
 TEST(UpstreamFlags, HelpListsThemApart) {
-  testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStdout();
   std::vector<std::string> args = {"epp", "--help"};
   std::vector<char*> argv;
   for (auto& a : args) {
     argv.push_back(a.data());
   }
   EXPECT_FALSE(parse_epp_options(2, argv.data()));
-  const std::string help = testing::internal::GetCapturedStdout();
+  const std::string help = ::testing::internal::GetCapturedStdout();
   const auto section = help.find("Upstream (GIE / llm-d) flags");
   ASSERT_NE(section, std::string::npos) << help;
   EXPECT_GT(help.find("--grpc-health-port"), section);
