@@ -26,7 +26,7 @@ sigset_t shutdown_signals() {
 int run(int argc, char** argv) {
   const auto options = llmd::epp::parse_epp_options(argc, argv);
   if (!options) {
-    return 0;  // --help
+    return 0;  // --help or --version
   }
   llmd::config::init_logging(options->log_level, "epp", options->upstream.log_format);
   llmd::epp::EppApp app(*options);

@@ -132,6 +132,11 @@ Options::Options(std::string program, std::string description)
 
 Options::~Options() = default;
 
+void Options::add_version(std::string text) {
+  version_ = std::move(text);
+  impl_->opts.add_options()("version", "Print the version and exit");
+}
+
 void Options::add(const std::string& name, const std::string& env,
                   const std::string& default_value, const std::string& help,
                   const std::vector<std::string>& alias_envs, const std::string& group) {
@@ -220,6 +225,10 @@ bool Options::parse(int argc, char** argv) {
   }
   if (result.count("help") > 0) {
     std::cout << help() << std::endl;
+    return false;
+  }
+  if (!version_.empty() && result.count("version") > 0) {
+    std::cout << version_ << std::endl;
     return false;
   }
   if (!result.unmatched().empty()) {

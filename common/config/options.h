@@ -45,7 +45,10 @@ class Options {
   void add_alias(const std::string& alias, const std::string& target, const std::string& help,
                  const std::string& group, bool boolean = false);
 
-  // Returns false when --help was given (help already printed to stdout).
+  // --version prints `text` and ends the parse as --help does.
+  void add_version(std::string text);
+
+  // Returns false when --help or --version was given (printed to stdout).
   // Throws std::invalid_argument on unknown flags or malformed values.
   bool parse(int argc, char** argv);
 
@@ -81,6 +84,7 @@ class Options {
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  std::string version_;  // "" = no --version
   std::map<std::string, Entry> entries_;
   std::map<std::string, Alias> aliases_;
   std::map<std::string, std::string> values_;

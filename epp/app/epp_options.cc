@@ -5,6 +5,7 @@
 
 #include "common/config/flag_table.h"
 #include "common/http/client.h"
+#include "epp/app/gie_metrics.h"
 #include "epp/app/upstream_flags.h"
 #include "epp/predictor_client/replica_set.h"
 
@@ -245,6 +246,8 @@ void add_flags(config::FlagTable& t, EppOptions& e, std::string& health_host,
 
 std::optional<EppOptions> parse_epp_options(int argc, char** argv) {
   config::Options options("epp", "Endpoint picker: predicted-latency router for LLM inference");
+  const BuildInfo build = BuildInfo::of_this_build();
+  options.add_version("epp " + build.build_ref + " (commit " + build.commit + ")");
   config::FlagTable table(options);
   EppOptions e;
   std::string health_host, metrics_host, ext_proc_host;

@@ -280,6 +280,19 @@ TEST(UpstreamFlags, GoDurationsAndSizes) {
   EXPECT_FALSE(parse_byte_size("10XB"));
 }
 
+TEST(UpstreamFlags, VersionNamesTheBuild) {
+  ::testing::internal::CaptureStdout();
+  std::vector<std::string> args = {"epp", "--version"};
+  std::vector<char*> argv;
+  for (auto& a : args) {
+    argv.push_back(a.data());
+  }
+  EXPECT_FALSE(parse_epp_options(2, argv.data()));
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(out.rfind("epp ", 0), 0u) << out;
+  EXPECT_NE(out.find("(commit "), std::string::npos) << out;
+}
+
 TEST(UpstreamFlags, HelpListsThemApart) {
   ::testing::internal::CaptureStdout();
   std::vector<std::string> args = {"epp", "--help"};
