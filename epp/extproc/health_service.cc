@@ -95,6 +95,9 @@ class HealthService::Statuses : public std::enable_shared_from_this<HealthServic
     std::vector<std::shared_ptr<Watcher>> watchers;
     {
       std::lock_guard lock(mu_);
+      if (unknown_ == policy) {
+        return;  // the app re-states its statuses every 100 ms: only a change wakes watchers
+      }
       unknown_ = policy;
       watchers = watchers_;
     }
@@ -104,7 +107,11 @@ class HealthService::Statuses : public std::enable_shared_from_this<HealthServic
     std::vector<std::shared_ptr<Watcher>> watchers;
     {
       std::lock_guard lock(mu_);
-      statuses_[service] = serving ? kServing : kNotServing;
+      const int status = serving ? kServing : kNotServing;
+      if (auto it = statuses_.find(service); it != statuses_.end() && it->second == status) {
+        return;
+      }
+      statuses_[service] = status;
       watchers = watchers_;
     }
     notify(watchers, &service);

@@ -92,15 +92,22 @@ inline std::string remap(std::string text, const std::map<int, int>& ports,
 
 // The container as the kubelet starts it: only its env (via env -i) plus a PATH holding our
 // executables as the image does, ports and mounts remapped; `override` replaces one variable's
-// value.
+// value. `loopback`: the pod's address is 127.0.0.1 (0.0.0.0 in the chart's env and args
+// becomes it, and the trainer, which the chart gives no address, is told it).
 inline std::unique_ptr<Process> start_chart_container(
     const ChartContainer& c, const std::map<int, int>& ports,
     const std::map<std::string, std::string>& mounts,
-    const std::pair<std::string, std::string>& override = {}) {
+    const std::pair<std::string, std::string>& override = {}, bool loopback = false) {
+  auto address = [loopback](std::string v) {
+    return loopback && v == "0.0.0.0" ? std::string("127.0.0.1") : v;
+  };
   std::vector<std::string> args = {"-i"};
   for (auto [name, value] : c.env) {
-    value = name == override.first ? override.second : remap(value, ports, mounts);
+    value = name == override.first ? override.second : address(remap(value, ports, mounts));
     args.push_back(name + "=" + value);
+  }
+  if (loopback && c.image == "trainer") {
+    args.push_back("TRAINING_HOST=127.0.0.1");
   }
   if (c.image == "trainer" && c.command.empty()) {
     // The reference image binds 8000 whatever the chart's port; ours reads TRAINING_PORT
@@ -113,7 +120,7 @@ inline std::unique_ptr<Process> start_chart_container(
     args.push_back(binary(c.image + "/" + c.image));  // the image's ENTRYPOINT, no args
   }
   for (const auto& a : c.command) {
-    args.push_back(remap(a, ports, mounts));
+    args.push_back(address(remap(a, ports, mounts)));
   }
   return std::make_unique<Process>("/usr/bin/env", args);
 }

@@ -236,7 +236,8 @@ class UpstreamChart : public ::testing::TestWithParam<std::string> {
       }
     }
     for (const auto& c : sidecars_) {
-      sidecar_processes_.push_back(start_chart_container(c, sidecar_ports_, mounts_));
+      sidecar_processes_.push_back(
+          start_chart_container(c, sidecar_ports_, mounts_, {}, /*loopback=*/true));
       const bool up = sidecar_processes_.back()->wait_http_ok(
           static_cast<uint16_t>(sidecar_ports_.at(c.port)), c.image == "trainer" ? "/healthz" : "/readyz",
           std::chrono::seconds(45));

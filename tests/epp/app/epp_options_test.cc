@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/epp/app/scoped_env.h"
+#include "tests/epp/app/options_test_util.h"
 
 namespace llmd::epp {
 namespace {
@@ -22,22 +22,9 @@ using test_env::EnvVars;
 using test_env::ScopedEnv;
 
 std::optional<EppOptions> parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "epp");
-  std::vector<char*> argv;
-  for (auto& a : args) {
-    argv.push_back(a.data());
-  }
-  return parse_epp_options(static_cast<int>(argv.size()), argv.data());
+  return test_env::parse_args(std::move(args));
 }
-
-std::string error_of(std::vector<std::string> args) {
-  try {
-    parse(std::move(args));
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test_env::error_of;
 
 const EnvVars kNoEnv = {
     {"EPP_HOST", std::nullopt},         {"EPP_PORT", std::nullopt},

@@ -14,7 +14,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/epp/app/scoped_env.h"
+#include "tests/epp/app/options_test_util.h"
 
 #include "common/config/flag_table.h"
 #include "epp/app/epp_options.h"
@@ -42,27 +42,15 @@ ScopedEnv clean_env() {
                     {"PREDICTION_SERVER_URL", std::nullopt}});
 }
 
+// Options that must parse (a --help here is a test error).
 EppOptions parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "epp");
-  std::vector<char*> argv;
-  for (auto& a : args) {
-    argv.push_back(a.data());
-  }
-  auto o = parse_epp_options(static_cast<int>(argv.size()), argv.data());
+  auto o = test_env::parse_args(std::move(args));
   if (!o) {
     throw std::logic_error("--help");
   }
   return *o;
 }
-
-std::string error_of(std::vector<std::string> args) {
-  try {
-    parse(std::move(args));
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test_env::error_of;
 
 // The epp container's args of the GIE v1.5.0 inferencepool chart with the latency predictor
 // on (tests/fixtures/upstream/gie-v1.5.0/inferencepool-latency.yaml).

@@ -1,11 +1,15 @@
 #pragma once
-// Sets (or, with nullopt, unsets) environment variables for one test and restores them after.
-// The options tests read the process's environment, as the EPP does.
+// The EPP options tests' tools: an environment set for one test and restored after (the
+// options read the process's environment, as the EPP does), and the command line parsed.
 #include <stdlib.h>
 
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "epp/app/epp_options.h"
 
 namespace llmd::epp::test_env {
 
@@ -38,5 +42,25 @@ class ScopedEnv {
   }
   EnvVars saved_;
 };
+
+// parse_epp_options on "epp" + `args`; nullopt for --help / --version.
+inline std::optional<EppOptions> parse_args(std::vector<std::string> args) {
+  args.insert(args.begin(), "epp");
+  std::vector<char*> argv;
+  for (auto& a : args) {
+    argv.push_back(a.data());
+  }
+  return parse_epp_options(static_cast<int>(argv.size()), argv.data());
+}
+
+// The message a bad command line is refused with, or "(no error)".
+inline std::string error_of(std::vector<std::string> args) {
+  try {
+    parse_args(std::move(args));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 }  // namespace llmd::epp::test_env
