@@ -28,13 +28,14 @@
 #include "epp/interface/rng.h"
 #include "epp/plugins/register.h"
 #include "epp/feedback/request_metrics.h"
-#include "epp/proxy/proxy_types.h"
-#include "epp/proxy/admission_gate.h"
+#include "epp/request/scheduling_port.h"
+#include "epp/request/completion_fanout.h"
+#include "epp/queue/admission_gate.h"
 #include "epp/request/request_flow.h"
 #include "epp/scheduler/config_loader.h"
-#include "epp/scheduler/director.h"
+#include "epp/scheduler/scheduling_cycle.h"
 #include "epp/scheduler/registry.h"
-#include "epp/scheduling_port.h"
+#include "epp/request/epp_scheduling_port.h"
 
 namespace llmd::cluster {
 
@@ -354,10 +355,10 @@ class ClusterRun {
           throw std::invalid_argument(std::string(strategy_name(cfg.strategy)) + ": " +
                                       loaded.error);
         }
-        r.director = std::make_unique<epp::Director>(loaded.pipeline);
+        r.scheduling_cycle = std::make_unique<epp::SchedulingCycle>(loaded.pipeline);
         // The EPP's scheduling port and completion fan-out: what the proxy calls, on the
         // virtual clock (training feedback first, then the prefix index learns the answer).
-        r.port = std::make_unique<epp::EppSchedulingPort>(*r.director, r.registry, r.predictor,
+        r.port = std::make_unique<epp::EppSchedulingPort>(*r.scheduling_cycle, r.registry, r.predictor,
                                                           [this] { return vclock(now_); });
         if (r.predictor != nullptr) {
           r.sinks.add(*r.predictor);
@@ -512,7 +513,7 @@ class ClusterRun {
     epp::PodRegistry registry{std::chrono::hours(24 * 365)};  // scrapes never fail here
     epp::PrefixIndex index;
     InProcessPredictor* predictor = nullptr;  // shared or its own; null without predictions
-    std::unique_ptr<epp::Director> director;
+    std::unique_ptr<epp::SchedulingCycle> scheduling_cycle;
     std::unique_ptr<epp::EppSchedulingPort> port;
     epp::CompletionFanout sinks;
     std::unique_ptr<epp::AdmissionGate> gate;  // router queue (null: RunConfig has none)

@@ -3,7 +3,7 @@
 //
 // One run = one workload trace replayed against a pool of SimEngines under one routing strategy,
 // on a discrete-event virtual clock (milliseconds). Every routing decision goes through the real
-// EPP scheduling code (epp/scheduler Director, the YAML pipelines of epp/config, the plugins and
+// EPP scheduling code (epp/scheduler SchedulingCycle, the YAML pipelines of epp/config, the plugins and
 // the shared PrefixIndex); the predicted-latency strategies get their predictions from the
 // trainer's own code in-process (TrainerService fits on the run's completed requests every
 // virtual `retrain_interval_ms`; the published model files are compiled with the predictor's

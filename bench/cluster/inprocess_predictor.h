@@ -16,7 +16,7 @@
 
 #include "common/features/feature_json.h"
 #include "epp/interface/prediction_source.h"
-#include "epp/proxy/proxy_types.h"
+#include "epp/request/completed_request.h"
 #include "predictor/model_store.h"
 #include "trainer/trainer_service.h"
 

@@ -469,7 +469,7 @@ void write_outputs(const std::string& out_dir, const std::vector<ScenarioRuns>& 
     << ". Wall time of all runs: " << fmt("%.0f", info.total_wall_s)
     << " s (CPU time: " << fmt("%.0f", info.total_cpu_s) << " s).\n\n";
   o << "Every routing decision goes through the real EPP scheduling code "
-       "(`epp::Director` with the pipelines of `epp/config`); the predicted-latency strategies' "
+       "(`epp::SchedulingCycle` with the pipelines of `epp/config`); the predicted-latency strategies' "
        "models are trained in-process by `trainer::TrainerService` on the run's own completed "
        "requests and served through the predictor's compiled flat-forest path. Details, "
        "scaling and caveats: [bench/cluster/README.md](../../cluster/README.md).\n\n";

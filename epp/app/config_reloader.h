@@ -10,7 +10,7 @@
 #include <functional>
 #include <string>
 
-#include "epp/pool_config.h"
+#include "epp/config/pool_config.h"
 
 namespace llmd::epp {
 

@@ -39,12 +39,13 @@
 #include "epp/plugins/register.h"
 #include "epp/predictor_client/in_process_predictions.h"
 #include "epp/predictor_client/predictor_client.h"
-#include "epp/proxy/admission_gate.h"
-#include "epp/proxy/flow_control_metrics.h"
+#include "epp/queue/admission_gate.h"
+#include "epp/queue/flow_control_metrics.h"
 #include "epp/scheduler/config_loader.h"
-#include "epp/scheduler/director.h"
+#include "epp/scheduler/scheduling_cycle.h"
 #include "epp/scheduler/metrics.h"
-#include "epp/scheduling_port.h"
+#include "epp/request/epp_scheduling_port.h"
+#include "epp/request/completion_fanout.h"
 
 namespace llmd::epp {
 
@@ -174,7 +175,7 @@ struct EppApp::Impl {
   Handle handle{prefix_index, predictions.get(), nullptr, nullptr};
   const LoadResult loaded;
   DecisionLog decision_log;
-  Director director;
+  SchedulingCycle scheduling_cycle;
   PodRegistry pods;
   Scraper scraper;
   TrainingFeedback feedback;
@@ -235,7 +236,7 @@ EppApp::Impl::Impl(const EppOptions& o)
         return l;
       }()),
       decision_log(file_cfg.decision_log.over(o.decision_log), {}, &registry),
-      director(loaded.pipeline, &sched_metrics, &decision_log),
+      scheduling_cycle(loaded.pipeline, &sched_metrics, &decision_log),
       pods(o.upstream.staleness.value_or(file_cfg.staleness)),
       scraper(ScraperOptions{.interval = o.upstream.scrape_interval.value_or(
                                  file_cfg.scrape_interval),
@@ -245,11 +246,11 @@ EppApp::Impl::Impl(const EppOptions& o)
       feedback(
           [&] {
             FeedbackOptions f = o.feedback;
-            f.streaming_mode = [this] { return director.pipeline()->streaming_mode; };
+            f.streaming_mode = [this] { return scheduling_cycle.pipeline()->streaming_mode; };
             return f;
           }(),
           &registry),
-      port(director, pods, predictions.get()),
+      port(scheduling_cycle, pods, predictions.get()),
       gate([this](const std::string& pool) { return port.pool_candidates(pool); }, &registry,
            &flow_control),
       elector(o.leader_elect ? std::make_unique<discovery::LeaderElector>(
@@ -301,7 +302,7 @@ EppApp::Impl::Impl(const EppOptions& o)
   sinks.add(feedback);
   sinks.add(request_metrics);
   sinks.add(gie_requests);
-  port.set_config(file_cfg.objectives, file_cfg.load_balancing, director.pipeline());
+  port.set_config(file_cfg.objectives, file_cfg.load_balancing, scheduling_cycle.pipeline());
   gate.configure(file_cfg.router_queue);
   sinks.add(port);
 

@@ -9,8 +9,8 @@
 #include "common/metrics/exposition.h"
 #include "epp/datastore/pod_registry.h"
 #include "epp/datastore/prefix_index.h"
-#include "epp/proxy/admission_gate.h"
-#include "epp/scheduling_port.h"
+#include "epp/queue/admission_gate.h"
+#include "epp/request/epp_scheduling_port.h"
 
 namespace llmd::epp {
 

@@ -7,7 +7,7 @@
 
 #include "epp/datastore/pod_registry.h"
 #include "epp/datastore/prefix_index.h"
-#include "epp/proxy/admission_gate.h"
+#include "epp/queue/admission_gate.h"
 
 #ifndef LLMD_COMMIT_SHA
 #define LLMD_COMMIT_SHA "unknown"

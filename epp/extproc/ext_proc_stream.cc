@@ -1,8 +1,11 @@
 #include "epp/extproc/ext_proc_stream.h"
 
+#include "epp/request/transport_policy.h"
+
 #include "common/http/body_budget.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include <spdlog/spdlog.h>
 
@@ -11,7 +14,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr char kDestination[] = "x-gateway-destination-endpoint";
 constexpr char kServed[] = "x-gateway-destination-endpoint-served";
 constexpr char kLbNamespace[] = "envoy.lb";
 constexpr char kSubsetNamespace[] = "envoy.lb.subset_hint";
@@ -21,7 +23,10 @@ std::string value_of(const pb::HeaderValue& h) {
   return h.raw_value().empty() ? h.value() : h.raw_value();
 }
 
-void set_header(pb::HeaderMutation& m, const std::string& key, const std::string& value) {
+// HTTP/2 header names are lowercase (RFC 9113 section 8.2.1); Envoy refuses others.
+void set_header(pb::HeaderMutation& m, std::string key, const std::string& value) {
+  std::transform(key.begin(), key.end(), key.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   auto* option = m.add_set_headers();
   option->mutable_header()->set_key(key);
   option->mutable_header()->set_raw_value(value);
@@ -219,11 +224,9 @@ void ExtProcStream::on_request_body(const pb::HttpBody& body) {
 
 void ExtProcStream::start_scheduling() {
   phase_ = Phase::kScheduling;
-  if (options_.not_serving) {
-    if (auto reason = options_.not_serving()) {
-      refuse(503, *reason);  // a standby: the gateway's next try may reach the leader
-      return;
-    }
+  if (auto standby = refuse_when_not_serving(*flow_, options_.not_serving)) {
+    emit_refusal(*standby);  // the gateway's next try may reach the leader
+    return;
   }
   const InboundHeaders inbound = read_inbound_headers(
       [this](std::string_view name) -> std::optional<std::string> {
@@ -241,9 +244,7 @@ void ExtProcStream::start_scheduling() {
       self->on_decided(v);
     }
   };
-  const bool inference =
-      method_ == "POST" && (path_ == "/v1/completions" || path_ == "/v1/chat/completions");
-  if (inference) {
+  if (is_inference_request(method_, path_)) {
     flow_->start(path_, body_, inbound, std::move(decided));
   } else {
     // Anything else on the route (GET /v1/models, ...): any ready pod, no bookkeeping (it is
@@ -271,13 +272,13 @@ void ExtProcStream::on_decided(const RequestFlow::Verdict& verdict) {
     return;
   }
   pb::HeaderMutation mutation;
-  set_header(mutation, kDestination, destination);
+  set_header(mutation, kDestinationHeader, destination);
   if (rewritten) {
     set_header(mutation, "content-length", std::to_string(rewritten->size()));
   }
   google::protobuf::Struct metadata;
   (*(*metadata.mutable_fields())[kLbNamespace].mutable_struct_value()->mutable_fields())
-      [kDestination]
+      [kDestinationHeader]
           .set_string_value(destination);
   const std::string& body = rewritten ? *rewritten : body_;
   const bool has_body = !body_.empty();
@@ -329,17 +330,12 @@ void ExtProcStream::emit_refusal(const RequestFlow::Verdict& verdict) {
   pb::ProcessingResponse r;
   auto* immediate = r.mutable_immediate_response();
   immediate->mutable_status()->set_code(verdict.status);
-  set_header(*immediate->mutable_headers(), "content-type", "application/json");
-  if (verdict.status == 429 || verdict.status == 503) {
-    set_header(*immediate->mutable_headers(), "retry-after", "1");
+  RefusalAnswer answer =
+      refusal_answer(verdict.status, verdict.detail, flow_->request_id(), decision_);
+  for (const auto& [name, value] : answer.headers) {
+    set_header(*immediate->mutable_headers(), name, value);
   }
-  if (!flow_->request_id().empty()) {
-    set_header(*immediate->mutable_headers(), "x-request-id", flow_->request_id());
-  }
-  if (!decision_.empty()) {
-    set_header(*immediate->mutable_headers(), kDecisionHeader, decision_);
-  }
-  immediate->set_body(openai_error_body(verdict.status, verdict.detail));
+  immediate->set_body(std::move(answer.body));
   immediate->set_details("llmd_epp_" + std::to_string(verdict.status));
   emit_(std::move(r));
 }
@@ -359,12 +355,11 @@ void ExtProcStream::on_response_headers(const pb::ProcessingRequest& message) {
   if (!observability_) {
     pb::ProcessingResponse r;
     auto* common = r.mutable_response_headers()->mutable_response();
-    if (const PodAttempt* attempt = flow_->attempt()) {
-      set_header(*common->mutable_header_mutation(), kDestination, attempt->record().pod.address());
-      set_header(*common->mutable_header_mutation(), "x-request-id", flow_->request_id());
-    }
-    if (!decision_.empty()) {
-      set_header(*common->mutable_header_mutation(), kDecisionHeader, decision_);
+    const PodAttempt* attempt = flow_->attempt();
+    const std::string destination = attempt ? attempt->record().pod.address() : std::string();
+    const std::string request_id = attempt ? flow_->request_id() : std::string();
+    for (const auto& [name, value] : response_headers(destination, request_id, decision_)) {
+      set_header(*common->mutable_header_mutation(), name, value);
     }
     emit_(std::move(r));
   }

@@ -36,7 +36,8 @@
 #include <vector>
 
 #include "epp/extproc/external_processor.pb.h"
-#include "epp/proxy/proxy_types.h"
+#include "epp/request/completed_request.h"
+#include "epp/request/scheduling_port.h"
 #include "epp/request/request_flow.h"
 
 namespace llmd::http {

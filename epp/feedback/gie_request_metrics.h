@@ -21,7 +21,7 @@
 #include <string>
 
 #include "epp/feedback/model_labels.h"
-#include "epp/proxy/proxy_types.h"
+#include "epp/request/completed_request.h"
 
 namespace prometheus {
 class Registry;

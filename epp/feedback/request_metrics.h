@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "epp/feedback/model_labels.h"
-#include "epp/proxy/proxy_types.h"
+#include "epp/request/completed_request.h"
 
 namespace prometheus {
 class Registry;
@@ -39,35 +39,6 @@ class RequestMetrics : public CompletionSink {
   std::mutex mu_;
   // (model_name, target_model_name) -> children; guarded by mu_
   std::map<std::pair<std::string, std::string>, std::unique_ptr<Children>> by_model_;
-};
-
-// Fans one completion out to several sinks (feedback, metrics, ...).
-class CompletionFanout : public CompletionSink {
- public:
-  void add(CompletionSink& sink) { sinks_.push_back(&sink); }
-  void on_dispatched(const CompletedRequest& req) override {
-    for (auto* s : sinks_) {
-      s->on_dispatched(req);
-    }
-  }
-  void on_first_token(const CompletedRequest& req) override {
-    for (auto* s : sinks_) {
-      s->on_first_token(req);
-    }
-  }
-  void on_completed(const CompletedRequest& done) override {
-    for (auto* s : sinks_) {
-      s->on_completed(done);
-    }
-  }
-  void on_rejected(const std::string& model, int status) override {
-    for (auto* s : sinks_) {
-      s->on_rejected(model, status);
-    }
-  }
-
- private:
-  std::vector<CompletionSink*> sinks_;
 };
 
 }  // namespace llmd::epp

@@ -40,7 +40,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "epp/proxy/proxy_types.h"
+#include "epp/request/completed_request.h"
 
 namespace prometheus {
 class Registry;

@@ -39,7 +39,7 @@ void register_builtin_plugins(PluginRegistry& r) {
   r.add(MaxScorePicker::kType, &MaxScorePicker::create);
   r.add(RoundRobinPicker::kType, &RoundRobinPicker::create);
   r.add(NearBestRotationPicker::kType, &NearBestRotationPicker::create);
-  // Configuration plugins (epp/interface/config_plugins.h): read at load time, not per request.
+  // Configuration plugins (epp/scheduler/config_plugins.h): read at load time, not per request.
   r.add(MetricsDataSourcePlugin::kType, &MetricsDataSourcePlugin::create);
   r.add(CoreMetricsExtractor::kType, &CoreMetricsExtractor::create);
   r.add(OpenAiParser::kType, &OpenAiParser::create);

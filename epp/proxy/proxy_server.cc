@@ -24,9 +24,10 @@
 #include "common/http/io_workers.h"
 #include "common/http/stream_server.h"
 #include "epp/features/feature_row.h"
-#include "epp/proxy/admission_gate.h"
-#include "epp/proxy/openai_request.h"
+#include "epp/queue/admission_gate.h"
+#include "epp/request/openai_request.h"
 #include "epp/request/request_flow.h"
+#include "epp/request/transport_policy.h"
 
 namespace llmd::epp {
 namespace {
@@ -83,22 +84,23 @@ bool named_by_connection(const std::vector<llmd::http::Header>& headers, std::st
   return false;
 }
 
-// The EPP's own error answer: the OpenAI error object, Retry-After on 429/503.
+// The EPP's own answer (transport_policy.h) as an HTTP/1 response.
+llmd::http::Response to_response(RefusalAnswer a) {
+  llmd::http::Response r;
+  r.status = a.status;
+  r.body = std::move(a.body);
+  for (auto& [name, value] : a.headers) {
+    if (name != "Content-Type") {  // the server writes Content-Type from content_type
+      r.headers.push_back({std::move(name), std::move(value)});
+    }
+  }
+  return r;
+}
+
 llmd::http::Response error_response(int status, const std::string& detail,
                                     const std::string& request_id = {},
                                     std::optional<std::string> code = std::nullopt) {
-  llmd::http::Response r;
-  r.status = status;
-  r.body = code ? openai_error_body(status, detail, std::nullopt, code)
-                : openai_error_body(status, detail);
-  if (status == 429 || status == 503) {
-    // Without it, SDKs retry at once; a second is the scale of a queue turning over.
-    r.headers.push_back({"Retry-After", "1"});
-  }
-  if (!request_id.empty()) {
-    r.headers.push_back({"x-request-id", request_id});
-  }
-  return r;
+  return to_response(refusal_answer(status, detail, request_id, {}, code));
 }
 
 // Response bytes held for a slow client before the pod is no longer read, and the level at
@@ -125,7 +127,6 @@ std::optional<std::size_t> small_body_length(const llmd::http::ClientResponse& r
 }
 
 // nginx's code for a request whose client went away before an answer.
-constexpr int kClientClosedRequest = 499;
 
 // Awaits a callback-style operation without holding a thread: `start(done)` begins it, and
 // done(T), called once on any thread, resumes the coroutine on its own executor.
@@ -325,27 +326,17 @@ struct ProxyServer::Impl {
       client->respond(error_response(503, flow->refuse(503, "EPP is shutting down").detail));
       co_return;
     }
-    if (options.not_serving) {
-      if (auto reason = options.not_serving()) {
-        // A standby: the leader serves (a load balancer that follows /readyz never sends here).
-        client->respond(error_response(503, flow->refuse(503, *reason).detail));
-        co_return;
-      }
+    if (auto standby = refuse_when_not_serving(*flow, options.not_serving)) {
+      client->respond(error_response(503, standby->detail));
+      co_return;
     }
     const std::string& path = req.path;
     if (req.method == "GET" && (path == "/v1/models" || path.starts_with("/v1/models/"))) {
       client->respond(models_response(path));
       co_return;
     }
-    if (req.method != "POST" || (path != "/v1/completions" && path != "/v1/chat/completions")) {
-      const bool known = path == "/v1/completions" || path == "/v1/chat/completions";
-      const RequestFlow::Verdict v =
-          flow->refuse(known ? 405 : 404, "Use POST /v1/completions or /v1/chat/completions");
-      auto res = error_response(v.status, v.detail);
-      if (known) {
-        res.headers.push_back({"Allow", "POST"});
-      }
-      client->respond(std::move(res));
+    if (!is_inference_request(req.method, path)) {
+      client->respond(to_response(wrong_route_answer(*flow, path)));
       co_return;
     }
     const InboundHeaders headers =
@@ -364,10 +355,8 @@ struct ProxyServer::Impl {
       co_return;
     }
     if (verdict.status != 200) {
-      auto res = error_response(verdict.status, verdict.detail, headers.request_id);
-      if (!verdict.decision.empty()) {
-        res.headers.push_back({kDecisionHeader, verdict.decision});
-      }
+      auto res = to_response(
+          refusal_answer(verdict.status, verdict.detail, headers.request_id, verdict.decision));
       client->respond(std::move(res));
       co_return;
     }
@@ -532,10 +521,8 @@ struct ProxyServer::Impl {
       }
       head.push_back(std::move(field));
     }
-    head.push_back({"x-gateway-destination-endpoint", pod.address()});
-    head.push_back({"x-request-id", request_id});
-    if (!decision.empty()) {
-      head.push_back({kDecisionHeader, decision});
+    for (auto& [name, value] : response_headers(pod.address(), request_id, decision)) {
+      head.push_back({std::move(name), std::move(value)});
     }
     std::string collected;  // the body so far while `whole_length` holds
     bool collecting = whole_length.has_value();

@@ -23,7 +23,8 @@
 #include <string>
 
 #include "epp/datastore/pod_registry.h"
-#include "epp/proxy/proxy_types.h"
+#include "epp/request/completed_request.h"
+#include "epp/request/scheduling_port.h"
 
 namespace prometheus {
 class Counter;
@@ -66,7 +67,7 @@ struct ProxyOptions {
   bool allow_debug_header = false;
 };
 
-class AdmissionGate;  // epp/proxy/admission_gate.h
+class AdmissionGate;  // epp/queue/admission_gate.h
 
 class ProxyServer {
  public:

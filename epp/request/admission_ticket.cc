@@ -1,6 +1,6 @@
 #include "epp/request/admission_ticket.h"
 
-#include "epp/proxy/admission_gate.h"
+#include "epp/queue/admission_gate.h"
 
 namespace llmd::epp {
 

@@ -2,7 +2,8 @@
 
 #include "epp/datastore/pod_registry.h"
 #include "epp/features/feature_row.h"
-#include "epp/proxy/admission_gate.h"
+#include "epp/queue/admission_gate.h"
+#include "epp/request/transport_policy.h"
 
 namespace llmd::epp {
 namespace {
@@ -12,7 +13,6 @@ double ms_between(std::chrono::steady_clock::time_point from,
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
 
-constexpr int kClientClosedRequest = 499;  // nginx's code: the client went away
 
 }  // namespace
 

@@ -21,7 +21,8 @@
 #include "epp/datastore/pod_first_token_waits.h"
 #include "epp/interface/endpoint.h"
 #include "epp/interface/request.h"
-#include "epp/proxy/proxy_types.h"
+#include "epp/request/completed_request.h"
+#include "epp/request/scheduling_port.h"
 #include "epp/request/admission_ticket.h"
 
 namespace llmd::epp {

@@ -4,13 +4,13 @@
 
 #include <spdlog/spdlog.h>
 
-#include "epp/proxy/admission_gate.h"
+#include "epp/queue/admission_gate.h"
+#include "epp/request/transport_policy.h"
 
 namespace llmd::epp {
 namespace {
 
 // nginx's code for a request whose client went away before an answer.
-constexpr int kClientClosedRequest = 499;
 
 uint64_t new_seed() {
   thread_local std::mt19937_64 rng{std::random_device{}()};

@@ -29,9 +29,10 @@
 #include <vector>
 
 #include "epp/interface/rng.h"
-#include "epp/proxy/openai_request.h"
-#include "epp/proxy/proxy_types.h"
-#include "epp/proxy/sse_scanner.h"
+#include "epp/request/openai_request.h"
+#include "epp/request/completed_request.h"
+#include "epp/request/scheduling_port.h"
+#include "epp/request/sse_scanner.h"
 #include "epp/request/request_context.h"
 
 namespace llmd::epp {

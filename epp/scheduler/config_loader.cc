@@ -14,7 +14,7 @@
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
-#include "epp/interface/config_plugins.h"
+#include "epp/scheduler/config_plugins.h"
 #include "epp/scheduler/metrics.h"
 #include "epp/scheduler/upstream_config.h"
 #include "epp/scheduler/yaml_json.h"

@@ -16,7 +16,7 @@
 // Upstream's EndpointPickerConfig loads as it is: `apiVersion`/`kind` (validated), and
 // `featureGates`, `parser`, `requestHandler`, `dataLayer`, `saturationDetector`, `flowControl`,
 // each mapped or refused (epp/scheduler/upstream_config.h); plugins that configure the EPP
-// rather than a cycle (data layer, parser, profile handler: epp/interface/config_plugins.h)
+// rather than a cycle (data layer, parser, profile handler: epp/scheduler/config_plugins.h)
 // give LoadResult::settings.
 // Strict stages: decode the document (unknown keys are errors), instantiate every plugin through
 // the registry (its factory validates parameters), build profiles, then check attribute order

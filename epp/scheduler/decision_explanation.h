@@ -2,7 +2,7 @@
 // Why one request went where it went: the candidates with what the producers wrote about them
 // (predicted TTFT/TPOT, prefix score, load), which filter removed which pod, the scores, the
 // pick and the reason scheduling fell back from its predictions. Plain data, filled by the
-// Director only for a request whose decision is logged (DecisionLog) or asked for
+// SchedulingCycle only for a request whose decision is logged (DecisionLog) or asked for
 // (x-llmd-debug), so an unexplained request builds none of it. Formatted at the edges: one
 // JSON log line, or a compact response header; both bounded, whatever the pool size.
 #include <cstddef>

@@ -7,7 +7,7 @@
 //
 // Switchable at run time: configure() swaps the settings (the EPP calls it on start-up from
 // its flags and on every config reload from the file's `decisionLog` section). With a rate of
-// 0 (the default) sample() is one relaxed atomic load, and the Director builds nothing.
+// 0 (the default) sample() is one relaxed atomic load, and the SchedulingCycle builds nothing.
 //
 // Thread-safe: sample() and write() are called from every scheduling thread; the bucket is
 // behind a mutex taken only for requests the rate already sampled.

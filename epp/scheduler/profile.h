@@ -40,7 +40,7 @@ class Profile {
 
   // `explain` (null for almost every request: nothing is recorded) gets the filters' removals,
   // the scorers' outputs and the picker; its `candidates` must already list `endpoints` by
-  // name (the Director fills them).
+  // name (the SchedulingCycle fills them).
   ProfileResult run(CycleContext& ctx, std::vector<Endpoint> endpoints,
                     DecisionExplanation* explain = nullptr) const;
 

@@ -5,7 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "epp/interface/config_plugins.h"
+#include "epp/scheduler/config_plugins.h"
 
 namespace llmd::epp::upstream {
 namespace {

@@ -1,6 +1,6 @@
 // The EPP config file: its decisionLog section (the run-time switch of the sampled decision
 // log), and its one schema with upstream's EndpointPickerConfig (the chart's config as it is).
-#include "epp/pool_config.h"
+#include "epp/config/pool_config.h"
 
 #include <fstream>
 #include <sstream>

@@ -1,6 +1,6 @@
 #pragma once
 // The pick the in-process ext_proc tests' scheduling ports return: pod "a" at 10.0.0.1:8000.
-#include "epp/proxy/proxy_types.h"
+#include "epp/request/scheduling_port.h"
 
 namespace llmd::testing {
 

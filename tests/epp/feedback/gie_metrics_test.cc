@@ -5,8 +5,8 @@
 
 #include "common/metrics/exposition.h"
 #include "epp/feedback/gie_request_metrics.h"
-#include "epp/proxy/admission_gate.h"
-#include "epp/proxy/flow_control_metrics.h"
+#include "epp/queue/admission_gate.h"
+#include "epp/queue/flow_control_metrics.h"
 
 namespace llmd::epp {
 namespace {

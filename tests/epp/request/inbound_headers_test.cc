@@ -4,7 +4,7 @@
 
 #include <map>
 
-#include "epp/proxy/openai_request.h"
+#include "epp/request/openai_request.h"
 #include "epp/request/inbound_headers.h"
 
 namespace llmd::epp {

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "epp/datastore/pod_registry.h"
-#include "epp/proxy/admission_gate.h"
+#include "epp/queue/admission_gate.h"
 #include "tests/epp/request/request_test_util.h"
 
 namespace llmd::epp {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "epp/datastore/pod_registry.h"
-#include "epp/proxy/proxy_types.h"
+#include "epp/request/completed_request.h"
 
 namespace llmd::epp::testing {
 

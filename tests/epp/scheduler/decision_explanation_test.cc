@@ -1,4 +1,4 @@
-// Decisions you can see: the Director's DecisionExplanation (asked for by a request, or sampled
+// Decisions you can see: the SchedulingCycle's DecisionExplanation (asked for by a request, or sampled
 // by the DecisionLog), its two bounded formats, and the log's sampling and line budget.
 #include "epp/scheduler/decision_explanation.h"
 
@@ -10,7 +10,7 @@
 #include "epp/plugins/register.h"
 #include "epp/scheduler/config_loader.h"
 #include "epp/scheduler/decision_log.h"
-#include "epp/scheduler/director.h"
+#include "epp/scheduler/scheduling_cycle.h"
 #include "epp/scheduler/metrics.h"
 #include "tests/epp/test_util.h"
 
@@ -27,7 +27,7 @@ class DefaultPipelineExplained : public ::testing::Test {
     auto r = load_pipeline_file(std::string(LLMD_SOURCE_DIR) + "/epp/config/default-pipeline.yaml",
                                 registry_, services_.handle(), &metrics_);
     EXPECT_TRUE(r.ok()) << r.error;
-    director_ = std::make_unique<Director>(r.pipeline, &metrics_, &log_);
+    director_ = std::make_unique<SchedulingCycle>(r.pipeline, &metrics_, &log_);
   }
   static std::vector<Endpoint> pods() {
     std::vector<Endpoint> out;
@@ -45,7 +45,7 @@ class DefaultPipelineExplained : public ::testing::Test {
   std::vector<std::string> lines_;
   DecisionLog log_{DecisionLogConfig{}, [this](const std::string& l) { lines_.push_back(l); },
                    &prom_};
-  std::unique_ptr<Director> director_;
+  std::unique_ptr<SchedulingCycle> director_;
 };
 
 TEST_F(DefaultPipelineExplained, ARequestThatAsksGetsCandidatesFiltersScoresAndThePick) {
@@ -152,7 +152,7 @@ TEST_F(DefaultPipelineExplained, ADenialIsExplained) {
   const std::string header = decision_header_value(*r.explanation, 10, 1024);
   EXPECT_TRUE(header.starts_with("outcome=denied")) << header;
   EXPECT_NE(header.find(" slo=ttft:10 priority=-1"), std::string::npos)
-      << "the Director copies the request's SLO and priority: " << header;
+      << "the SchedulingCycle copies the request's SLO and priority: " << header;
 }
 
 TEST(DirectorExplain, NoCandidatesIsExplained) {
@@ -164,7 +164,7 @@ TEST(DirectorExplain, NoCandidatesIsExplained) {
       (*r.find("max-score-picker"))("max", nullptr, s.handle()).plugin);
   pipeline->profiles.emplace_back("p", std::vector<Stage<Filter>>{}, std::vector<ScorerStage>{},
                                   Stage<Picker>{picker});
-  Director d(pipeline);
+  SchedulingCycle d(pipeline);
   SchedulingRequest req = testing::request();
   req.explain = true;
   FixedRng rng;

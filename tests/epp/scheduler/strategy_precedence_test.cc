@@ -6,7 +6,7 @@
 #include "epp/plugins/register.h"
 #include "epp/plugins/scorer/latency/latency_scorer.h"
 #include "epp/scheduler/config_loader.h"
-#include "epp/scheduler/director.h"
+#include "epp/scheduler/scheduling_cycle.h"
 #include "tests/epp/test_util.h"
 
 namespace llmd::epp {
@@ -52,7 +52,7 @@ TEST(StrategyPrecedence, CompositeOnlyNeverAsksThePredictor) {
   s.env["HEADROOM_SELECTION_STRATEGY"] = "composite-only";
   Loaded l = load(s, "");
   EXPECT_TRUE(l.pipeline->predictions_ignored);
-  Director d(l.pipeline);
+  SchedulingCycle d(l.pipeline);
   FixedRng rng;
   auto r = d.schedule(testing::request(), {pod("a", 0.9), pod("b", 0.1)}, rng);
   ASSERT_TRUE(r.ok());
@@ -68,7 +68,7 @@ TEST(StrategyPrecedence, ConfigParameterOverridesCompositeOnlyEnv) {
   s.env["HEADROOM_SELECTION_STRATEGY"] = "composite-only";
   Loaded l = load(s, "least");
   EXPECT_FALSE(l.pipeline->predictions_ignored);
-  Director d(l.pipeline);
+  SchedulingCycle d(l.pipeline);
   FixedRng rng;
   auto r = d.schedule(testing::request(), {pod("a"), pod("b")}, rng);
   EXPECT_EQ(s.source.calls, 1);
@@ -78,7 +78,7 @@ TEST(StrategyPrecedence, ConfigParameterOverridesCompositeOnlyEnv) {
 TEST(StrategyPrecedence, HeaderFalseBeatsConfig) {
   testing::TestServices s;
   Loaded l = load(s, "least");
-  Director d(l.pipeline);
+  SchedulingCycle d(l.pipeline);
   FixedRng rng;
   auto req = testing::request();
   req.prediction_enabled = false;  // x-prediction-based-scheduling: false

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "epp/interface/config_plugins.h"
+#include "epp/scheduler/config_plugins.h"
 #include "epp/plugins/common/params.h"
 #include "epp/scheduler/handle.h"
 

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/features/schema.h"
-#include "epp/interface/config_plugins.h"
+#include "epp/scheduler/config_plugins.h"
 #include "epp/interface/prediction_source.h"
 #include "epp/plugins/common/params.h"
 #include "epp/scheduler/handle.h"

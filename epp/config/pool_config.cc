@@ -1,4 +1,4 @@
-#include "epp/pool_config.h"
+#include "epp/config/pool_config.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -6,8 +6,8 @@
 #include "epp/datastore/pod_registry.h"
 #include "epp/features/feature_row.h"
 #include "epp/feedback/training_feedback.h"
-#include "epp/proxy/openai_request.h"
-#include "epp/proxy/sse_scanner.h"
+#include "epp/request/openai_request.h"
+#include "epp/request/sse_scanner.h"
 #include "tests/epp/datastore/vllm_exposition.h"
 #include "tests/epp/test_util.h"
 

@@ -2,7 +2,7 @@
 // headers, and the forwarded body (override_params, vLLM priority polarity).
 #include <gtest/gtest.h>
 
-#include "epp/proxy/openai_request.h"
+#include "epp/request/openai_request.h"
 
 namespace llmd::epp {
 namespace {

@@ -1,5 +1,5 @@
 // The router queue gate without sockets: scripted pool state, wake-ups recorded in order.
-#include "epp/proxy/admission_gate.h"
+#include "epp/queue/admission_gate.h"
 
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>

@@ -1,4 +1,4 @@
-#include "epp/scheduler/director.h"
+#include "epp/scheduler/scheduling_cycle.h"
 
 #include <atomic>
 #include <chrono>
@@ -59,20 +59,20 @@ std::string prediction_fallback(const Pipeline& pipeline, const SchedulingReques
 
 }  // namespace
 
-Director::Director(PipelineConstPtr pipeline, SchedulerMetrics* metrics, DecisionLog* decision_log)
+SchedulingCycle::SchedulingCycle(PipelineConstPtr pipeline, SchedulerMetrics* metrics, DecisionLog* decision_log)
     : pipeline_(std::move(pipeline)), metrics_(metrics), decision_log_(decision_log) {}
 
-void Director::set_pipeline(PipelineConstPtr pipeline) {
+void SchedulingCycle::set_pipeline(PipelineConstPtr pipeline) {
   std::lock_guard lock(mu_);
   pipeline_ = std::move(pipeline);
 }
 
-PipelineConstPtr Director::pipeline() const {
+PipelineConstPtr SchedulingCycle::pipeline() const {
   std::lock_guard lock(mu_);
   return pipeline_;
 }
 
-ScheduleResult Director::schedule(const SchedulingRequest& request,
+ScheduleResult SchedulingCycle::schedule(const SchedulingRequest& request,
                                   std::vector<Endpoint> candidates, Rng& rng,
                                   std::string_view profile_name) const {
   return schedule(this->pipeline(), request, std::move(candidates), rng, profile_name);
@@ -80,8 +80,8 @@ ScheduleResult Director::schedule(const SchedulingRequest& request,
 
 // One scheduling cycle, from its candidates to its result. Owned by the chain of producer
 // continuations (shared_ptr), touched by one thread at a time: producers run one after another.
-struct Director::Cycle {
-  Cycle(PipelineConstPtr p, const SchedulingRequest& r, std::vector<Endpoint> c, Rng& g,
+struct SchedulingCycle::Run {
+  Run(PipelineConstPtr p, const SchedulingRequest& r, std::vector<Endpoint> c, Rng& g,
         Resume res, ScheduleCallback d)
       : pipeline(std::move(p)),
         request_without_predictions(
@@ -112,7 +112,7 @@ struct Director::Cycle {
   bool logged = false;  // the decision log sampled this cycle
 };
 
-ScheduleResult Director::schedule(const PipelineConstPtr& pipeline,
+ScheduleResult SchedulingCycle::schedule(const PipelineConstPtr& pipeline,
                                   const SchedulingRequest& request,
                                   std::vector<Endpoint> candidates, Rng& rng,
                                   std::string_view profile_name) const {
@@ -122,7 +122,7 @@ ScheduleResult Director::schedule(const PipelineConstPtr& pipeline,
   if (!out) {
     // Only a producer that answers later (the predictor client) gets here: callers that may
     // meet one use schedule_async.
-    spdlog::error("director: schedule() with an asynchronous producer; use schedule_async");
+    spdlog::error("scheduling cycle: schedule() with an asynchronous producer; use schedule_async");
     ScheduleResult r;
     r.reason = "scheduler is not configured";
     return r;
@@ -130,12 +130,12 @@ ScheduleResult Director::schedule(const PipelineConstPtr& pipeline,
   return std::move(*out);
 }
 
-void Director::schedule_async(PipelineConstPtr pipeline, const SchedulingRequest& request,
+void SchedulingCycle::schedule_async(PipelineConstPtr pipeline, const SchedulingRequest& request,
                               std::vector<Endpoint> candidates, Rng& rng, Resume resume,
                               ScheduleCallback done, std::string_view profile_name) const {
-  auto cycle = std::make_shared<Cycle>(std::move(pipeline), request, std::move(candidates), rng,
+  auto cycle = std::make_shared<Run>(std::move(pipeline), request, std::move(candidates), rng,
                                        std::move(resume), std::move(done));
-  Cycle& c = *cycle;
+  Run& c = *cycle;
   c.logged = decision_log_ != nullptr && decision_log_->sample();
   if (c.logged || request.explain) {
     c.explain = std::make_unique<DecisionExplanation>();
@@ -164,7 +164,7 @@ void Director::schedule_async(PipelineConstPtr pipeline, const SchedulingRequest
                                : c.pipeline->profile(profile_name);
   if (!c.pipeline || c.pipeline->profiles.empty() || (!profile_name.empty() && profile == nullptr)) {
     // Cannot happen with a loaded pipeline and a known profile name: a wiring bug.
-    spdlog::error("director: no pipeline or unknown profile '{}'", profile_name);
+    spdlog::error("scheduling cycle: no pipeline or unknown profile '{}'", profile_name);
     c.result.reason = "scheduler is not configured";
     return finish_early(metrics_ ? &metrics_->no_candidates : nullptr);
   }
@@ -179,10 +179,10 @@ void Director::schedule_async(PipelineConstPtr pipeline, const SchedulingRequest
 
 // Runs producer `index`, then (when it is done, on whatever thread finished it) the next one,
 // and after the last one the rest of the cycle.
-void Director::run_producer(std::shared_ptr<Cycle> cycle, std::size_t index) const {
-  Cycle& c = *cycle;
+void SchedulingCycle::run_producer(std::shared_ptr<Run> cycle, std::size_t index) const {
+  Run& c = *cycle;
   if (index == c.pipeline->producers.size()) {
-    finish_cycle(c);
+    finish_run(c);
     return;
   }
   const auto& p = c.pipeline->producers[index];
@@ -219,7 +219,7 @@ void Director::run_producer(std::shared_ptr<Cycle> cycle, std::size_t index) con
   *running = false;
 }
 
-void Director::finish_cycle(Cycle& c) const {
+void SchedulingCycle::finish_run(Run& c) const {
   ScheduleResult& result = c.result;
   auto finish = [&](prometheus::Counter* outcome) {
     count(outcome);
@@ -328,7 +328,7 @@ void Director::finish_cycle(Cycle& c) const {
   return finish(metrics_ ? &metrics_->picked : nullptr);
 }
 
-void Director::deliver(Cycle& c) const {
+void SchedulingCycle::deliver(Run& c) const {
   if (c.explain) {
     if (c.logged) {
       decision_log_->write(*c.explain);
@@ -340,7 +340,7 @@ void Director::deliver(Cycle& c) const {
   c.done(std::move(c.result));
 }
 
-void Director::on_response_complete(const SchedulingRequest& continued,
+void SchedulingCycle::on_response_complete(const SchedulingRequest& continued,
                                     const Endpoint& pod) const {
   PipelineConstPtr pipeline = this->pipeline();
   if (!pipeline) {

@@ -1,4 +1,4 @@
-#include "epp/proxy/openai_request.h"
+#include "epp/request/openai_request.h"
 
 #include <fmt/format.h>
 

@@ -1,10 +1,10 @@
-#include "epp/proxy/flow_control_metrics.h"
+#include "epp/queue/flow_control_metrics.h"
 
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
-#include "epp/proxy/admission_gate.h"
+#include "epp/queue/admission_gate.h"
 
 namespace llmd::epp {
 namespace {

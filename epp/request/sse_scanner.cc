@@ -1,4 +1,4 @@
-#include "epp/proxy/sse_scanner.h"
+#include "epp/request/sse_scanner.h"
 
 #include "common/json/validation.h"
 

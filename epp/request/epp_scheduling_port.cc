@@ -1,4 +1,4 @@
-#include "epp/scheduling_port.h"
+#include "epp/request/epp_scheduling_port.h"
 
 #include <algorithm>
 #include <atomic>
@@ -18,13 +18,13 @@ Rng& thread_rng() {
 
 }  // namespace
 
-EppSchedulingPort::EppSchedulingPort(Director& director, PodRegistry& registry,
+EppSchedulingPort::EppSchedulingPort(SchedulingCycle& cycle, PodRegistry& registry,
                                      PredictionSource* predictions, Now now)
-    : director_(director), registry_(registry), predictions_(predictions),
+    : cycle_(cycle), registry_(registry), predictions_(predictions),
       now_(now ? std::move(now) : Now([] { return std::chrono::steady_clock::now(); })) {
   auto first = std::make_shared<SchedulingGeneration>();
   first->objectives = std::make_shared<ObjectiveTable>();
-  first->pipeline = director_.pipeline();
+  first->pipeline = cycle_.pipeline();
   generation_ = std::move(first);
 }
 
@@ -46,7 +46,7 @@ void EppSchedulingPort::set_config(std::shared_ptr<const ObjectiveTable> objecti
       next->router = std::make_shared<routing::LatencyRouter>(std::move(*rules));
     }
   }
-  director_.set_pipeline(next->pipeline);
+  cycle_.set_pipeline(next->pipeline);
   std::lock_guard lock(mu_);
   generation_ = std::move(next);
 }
@@ -114,7 +114,7 @@ void EppSchedulingPort::pick_async(const SchedulingRequest& request, const Route
              route.endpoint_subset.end();
     });
   }
-  director_.schedule_async(config.pipeline, request, std::move(candidates), rng,
+  cycle_.schedule_async(config.pipeline, request, std::move(candidates), rng,
                            std::move(resume),
                            [this, &request, &route, done = std::move(done)](ScheduleResult r) {
                              done(to_pick_result(request, route, std::move(r)));
@@ -174,7 +174,7 @@ void EppSchedulingPort::estimate_service_ms_async(const SchedulingRequest& reque
   features::FeatureInput row;
   row.input_token_length = request.input_tokens;
   row.num_tokens_generated = 1;
-  // As in the Director: only an answer on this stack continues inline.
+  // As in the SchedulingCycle: only an answer on this stack continues inline.
   auto inline_call = std::make_shared<std::atomic<bool>>(true);
   const auto caller = std::this_thread::get_id();
   predictions_->predict_async(
@@ -203,7 +203,7 @@ void EppSchedulingPort::on_completed(const CompletedRequest& done) {
       continued.measured_text =
           SchedulingRequest::MeasuredText{done.prompt_chars, *done.prompt_tokens};
     }
-    director_.on_response_complete(continued, done.pod);
+    cycle_.on_response_complete(continued, done.pod);
   }
   if (done.rule_id.empty() || done.client_aborted) {
     return;

@@ -1,4 +1,4 @@
-#include "epp/proxy/admission_gate.h"
+#include "epp/queue/admission_gate.h"
 
 #include <algorithm>
 
@@ -9,7 +9,7 @@
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
-#include "epp/proxy/flow_control_metrics.h"
+#include "epp/queue/flow_control_metrics.h"
 #include "epp/queue/saturation.h"
 
 namespace llmd::epp {

@@ -50,10 +50,10 @@ struct ScheduleResult {
   bool ok() const { return outcome == Outcome::kPicked; }
 };
 
-class Director {
+class SchedulingCycle {
  public:
   // `decision_log` (may be null: no decision log) samples the cycles it writes a line for.
-  explicit Director(PipelineConstPtr pipeline, SchedulerMetrics* metrics = nullptr,
+  explicit SchedulingCycle(PipelineConstPtr pipeline, SchedulerMetrics* metrics = nullptr,
                     DecisionLog* decision_log = nullptr);
 
   // Reload: later schedule() calls use `pipeline`; calls in flight keep the old generation.
@@ -85,16 +85,16 @@ class Director {
   void on_response_complete(const SchedulingRequest& continued, const Endpoint& pod) const;
 
  private:
-  struct Cycle;
-  void run_producer(std::shared_ptr<Cycle> cycle, std::size_t index) const;
-  void finish_cycle(Cycle& cycle) const;
+  struct Run;
+  void run_producer(std::shared_ptr<Run> cycle, std::size_t index) const;
+  void finish_run(Run& cycle) const;
   // Hands the result to the caller, after the decision log line of a sampled cycle.
-  void deliver(Cycle& cycle) const;
+  void deliver(Run& cycle) const;
 
   mutable std::mutex mu_;
   PipelineConstPtr pipeline_;  // guarded by mu_
-  SchedulerMetrics* metrics_;  // may be null; outlives the director
-  DecisionLog* decision_log_;  // may be null; outlives the director
+  SchedulerMetrics* metrics_;  // may be null; outlives the scheduling cycle
+  DecisionLog* decision_log_;  // may be null; outlives the scheduling cycle
 };
 
 }  // namespace llmd::epp

@@ -1,6 +1,6 @@
 #pragma once
 // The proxy's view of the control plane: model-level routing rules pick a target (a pool or an
-// upstream URL), the director schedules a pool's candidates, objectives fill request defaults,
+// upstream URL), the scheduling cycle schedules a pool's candidates, objectives fill request defaults,
 // and completed requests feed the rules' response-time windows. One instance per process;
 // thread-safe (each piece has its own lock; reload swaps whole generations).
 #include <chrono>
@@ -11,9 +11,10 @@
 #include "epp/datastore/pod_registry.h"
 #include "epp/interface/prediction_source.h"
 #include "epp/objectives/objectives.h"
-#include "epp/proxy/proxy_types.h"
+#include "epp/request/completed_request.h"
+#include "epp/request/scheduling_port.h"
 #include "epp/routing/latency_router.h"
-#include "epp/scheduler/director.h"
+#include "epp/scheduler/scheduling_cycle.h"
 
 namespace llmd::epp {
 
@@ -22,12 +23,12 @@ class EppSchedulingPort final : public SchedulingPort, public CompletionSink {
   using Now = std::function<std::chrono::steady_clock::time_point()>;
   // `now`: the clock of candidate staleness, rule statistics and recorded predictions
   // (default steady_clock; the virtual-time benchmark passes its virtual clock).
-  EppSchedulingPort(Director& director, PodRegistry& registry, PredictionSource* predictions,
+  EppSchedulingPort(SchedulingCycle& cycle, PodRegistry& registry, PredictionSource* predictions,
                     Now now = {});
 
   // Start-up and reload: one new generation of objectives, routing rules (nullopt = none) and
   // pipeline, published at once (requests in flight keep theirs). Rule statistics of
-  // (rule, target) pairs that survive are kept. Also makes `pipeline` the director's current
+  // (rule, target) pairs that survive are kept. Also makes `pipeline` the scheduling cycle's current
   // one (for the callbacks after a response).
   void set_config(std::shared_ptr<const ObjectiveTable> objectives,
                   std::optional<routing::LoadBalancingConfig> rules, PipelineConstPtr pipeline);
@@ -56,7 +57,7 @@ class EppSchedulingPort final : public SchedulingPort, public CompletionSink {
   PickResult to_pick_result(const SchedulingRequest& request, const Route& route,
                             ScheduleResult r);
 
-  Director& director_;
+  SchedulingCycle& cycle_;
   PodRegistry& registry_;
   PredictionSource* predictions_;  // null: no predictor configured
   Now now_;

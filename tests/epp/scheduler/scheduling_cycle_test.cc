@@ -1,4 +1,4 @@
-#include "epp/scheduler/director.h"
+#include "epp/scheduler/scheduling_cycle.h"
 
 #include <cmath>
 
@@ -77,7 +77,7 @@ TEST(ProfileTest, ClampsWeightsAndSumsScores) {
   auto a = std::make_shared<FixedScorer>("a", std::vector<double>{2.0, -1.0, NAN});
   auto b = std::make_shared<FixedScorer>("b", std::vector<double>{0.5, 0.25, 1.0});
   auto rec = std::make_shared<RecordingProducer>("rec");
-  Director d(one_profile({}, {{a, 2.0, nullptr}, {b, 1.0, nullptr}}, max_picker(s), {{rec}}));
+  SchedulingCycle d(one_profile({}, {{a, 2.0, nullptr}, {b, 1.0, nullptr}}, max_picker(s), {{rec}}));
   FixedRng rng;
   auto r = d.schedule(testing::request(), {pod("x"), pod("y"), pod("z")}, rng);
   ASSERT_TRUE(r.ok());
@@ -97,7 +97,7 @@ TEST(ProfileTest, WrongSizedScorerOutputIsIgnored) {
   testing::TestServices s;
   auto bad = std::make_shared<FixedScorer>("bad", std::vector<double>{1.0});
   auto good = std::make_shared<FixedScorer>("good", std::vector<double>{0.1, 0.9});
-  Director d(one_profile({}, {{bad, 1, nullptr}, {good, 1, nullptr}}, max_picker(s)));
+  SchedulingCycle d(one_profile({}, {{bad, 1, nullptr}, {good, 1, nullptr}}, max_picker(s)));
   FixedRng rng;
   auto r = d.schedule(testing::request(), {pod("x"), pod("y")}, rng);
   ASSERT_TRUE(r.ok());
@@ -108,7 +108,7 @@ TEST(ProfileTest, StopsWhenFiltersLeaveNothing) {
   testing::TestServices s;
   auto drop = std::make_shared<DropAllFilter>("dropper");
   auto rec = std::make_shared<RecordingProducer>("rec");
-  Director d(one_profile({{drop}}, {}, max_picker(s), {{rec}}));
+  SchedulingCycle d(one_profile({{drop}}, {}, max_picker(s), {{rec}}));
   FixedRng rng;
   auto r = d.schedule(testing::request(), {pod("x")}, rng);
   EXPECT_EQ(r.outcome, ScheduleResult::Outcome::kNoCandidates);
@@ -119,7 +119,7 @@ TEST(ProfileTest, StopsWhenFiltersLeaveNothing) {
 
 TEST(DirectorTest, NoCandidatesIs503) {
   testing::TestServices s;
-  Director d(one_profile({}, {}, max_picker(s)));
+  SchedulingCycle d(one_profile({}, {}, max_picker(s)));
   FixedRng rng;
   auto r = d.schedule(testing::request(), {}, rng);
   EXPECT_EQ(r.outcome, ScheduleResult::Outcome::kNoCandidates);
@@ -131,7 +131,7 @@ TEST(DirectorTest, FailedProducerDoesNotFailTheRequest) {
   testing::TestServices s;
   prometheus::Registry registry;
   SchedulerMetrics metrics(registry);
-  Director d(one_profile({}, {}, max_picker(s), {{std::make_shared<ThrowingProducer>()}}),
+  SchedulingCycle d(one_profile({}, {}, max_picker(s), {{std::make_shared<ThrowingProducer>()}}),
              &metrics);
   FixedRng rng;
   EXPECT_TRUE(d.schedule(testing::request(), {pod("x")}, rng).ok());
@@ -147,7 +147,7 @@ class DefaultPipelineTest : public ::testing::Test {
     auto r = load_pipeline_file(std::string(LLMD_SOURCE_DIR) + "/epp/config/default-pipeline.yaml",
                                 registry_, services_.handle(), &metrics_);
     EXPECT_TRUE(r.ok()) << r.error;
-    director_ = std::make_unique<Director>(r.pipeline, &metrics_);
+    director_ = std::make_unique<SchedulingCycle>(r.pipeline, &metrics_);
   }
   static Endpoint busy(std::string name, double kv) {
     Endpoint e = pod(std::move(name), kv, 1);
@@ -158,7 +158,7 @@ class DefaultPipelineTest : public ::testing::Test {
   testing::TestServices services_;
   prometheus::Registry prom_;
   SchedulerMetrics metrics_{prom_};
-  std::unique_ptr<Director> director_;
+  std::unique_ptr<SchedulingCycle> director_;
 };
 
 TEST_F(DefaultPipelineTest, PicksTheOnlyPodMeetingTheSlo) {
@@ -289,7 +289,7 @@ TEST(DirectorAsyncTest, CycleResumesThroughResumeWhenPredictionsArrive) {
   auto loaded = load_pipeline_file(
       std::string(LLMD_SOURCE_DIR) + "/epp/config/default-pipeline.yaml", registry, handle);
   ASSERT_TRUE(loaded.ok()) << loaded.error;
-  Director d(loaded.pipeline);
+  SchedulingCycle d(loaded.pipeline);
   FixedRng rng({0.5, 0.5, 0.5}, 0.5);
   SchedulingRequest req = testing::request(std::string(200, 'z'));
   req.slo_ttft_ms = 100;
@@ -318,7 +318,7 @@ TEST(DirectorAsyncTest, CycleResumesThroughResumeWhenPredictionsArrive) {
 
 TEST(DirectorAsyncTest, ProducersAnsweringInlineFinishBeforeScheduleAsyncReturns) {
   testing::TestServices s;
-  Director d(one_profile({}, {}, max_picker(s),
+  SchedulingCycle d(one_profile({}, {}, max_picker(s),
                          {{std::make_shared<RecordingProducer>("rec")}}));
   FixedRng rng;
   std::optional<ScheduleResult> result;
@@ -338,7 +338,7 @@ TEST_F(DefaultPipelineTest, LoadPrefixHeuristicPrefersCachedIdlePod) {
   auto lp = load_pipeline_file(std::string(LLMD_SOURCE_DIR) + "/epp/config/load-prefix.yaml",
                                registry_, services_.handle());
   ASSERT_TRUE(lp.ok()) << lp.error;
-  Director d(lp.pipeline);
+  SchedulingCycle d(lp.pipeline);
   FixedRng rng;
   SchedulingRequest req = testing::request(std::string(256, 'q'));
   auto first = d.schedule(req, {pod("a", 0.5, 3), pod("b", 0.2, 0)}, rng);

@@ -9,8 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "epp/proxy/openai_request.h"
-#include "epp/proxy/proxy_types.h"
+#include "epp/request/openai_request.h"
 #include "epp/request/request_context.h"
 
 namespace llmd::epp {
