@@ -194,7 +194,8 @@ TEST(Hardening, SidecarBodyBudgetRefusesUploadsBeyondItAndBoundsMemory) {
 // The predictor under several large bodies at once, with its default body budget (256 MiB,
 // which admits all of them): eight 14-MB bulk bodies over the row cap (60,000+ rows; used to
 // build a 10x document each before the 422) and eight valid 10,000-row bulk requests. Every
-// request is answered, the predictor stays up, and its peak RSS stays under 300 MiB (README).
+// request is answered, the predictor stays up, and its peak RSS stays under 300 MiB
+// (docs/operator-guide.md, "Memory bounds").
 TEST(Hardening, PredictorBoundsMemoryUnderConcurrentLargeBodies) {
   TempDir dir;
   TrainerProcess trainer(dir.path() + "/t", {"--retraining-interval", "3600"});

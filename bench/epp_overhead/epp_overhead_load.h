@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench/bench_stats.h"
+#include "bench/common/bench_stats.h"
 
 namespace llmd::bench {
 

@@ -39,7 +39,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "bench/bench_stats.h"
+#include "bench/common/bench_results.h"
+#include "bench/common/bench_stats.h"
 #include "common/features/feature_json.h"
 #include "common/http/client.h"
 #include "common/testing/synthetic_law.h"
@@ -759,6 +760,8 @@ std::string markdown(const BenchOptions& opt, const Json& meta,
   add(fmt::format("- Date: {}", meta["date"].get<std::string>()));
   add(fmt::format("- Machine: {} CPUs (nproc), {}", meta["nproc"].get<int>(),
                   meta["cpu_model"].get<std::string>()));
+  add(fmt::format("- Command: `{}` (from the repository root; `bench/run_reports.sh trainer`)",
+                  meta.value("command", std::string("build/bench/trainer_bench"))));
   add(fmt::format("- Mode: {}{}", opt.quick ? "quick" : "full",
                   opt.quick ? " (10k fits only, 1 s ingest cases)" : ""));
   add(fmt::format("- Total runtime: {:.0f} s", meta["runtime_s"].get<double>()));
@@ -907,7 +910,7 @@ int run(int argc, char** argv) {
 
   const auto started = Clock::now();
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  Json meta{{"date", utc_now()},
+  Json meta{{"date", utc_now()}, {"command", llmd::bench::command_line(argc, argv)},
             {"nproc", hw},
             {"cpu_model", llmd::bench::cpu_model()},
             {"mode", opt.quick ? "quick" : "full"}};

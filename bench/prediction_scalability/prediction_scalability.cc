@@ -32,8 +32,8 @@
 #include <nlohmann/json.hpp>
 #include <prometheus/registry.h>
 
-#include "bench/bench_stats.h"
-#include "bench/train_synthetic.h"
+#include "bench/common/bench_stats.h"
+#include "bench/common/train_synthetic.h"
 #include "common/config/options.h"
 #include "common/http/client.h"
 #include "common/testing/synthetic_law.h"

@@ -1,4 +1,4 @@
-#include "bench/tcp_byte_meter.h"
+#include "bench/epp_overhead/tcp_byte_meter.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

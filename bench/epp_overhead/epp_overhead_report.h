@@ -50,17 +50,28 @@ inline std::string tail_cells(const nlohmann::json& tail, bool markdown) {
   return out;
 }
 
+// The command that made `run` (runs stored before it was recorded: the defaults' command).
+inline std::string epp_overhead_command(const nlohmann::json& run) {
+  if (run.contains("command")) {
+    return run["command"].get<std::string>();
+  }
+  const bool in_process = run.value("in_process", false);
+  return "build/bench/epp_overhead --label " + run["label"].get<std::string>() +
+         (in_process ? " --in-process true --out bench/results/epp_overhead_in_process" : "");
+}
+
 inline std::string epp_overhead_markdown(const nlohmann::json& run) {
   using Json = nlohmann::json;
   const double limit = run["capacity_p99_ms"].get<double>();
   std::string md = fmt::format(
       "# EPP added latency and capacity (proxy and ext_proc)\n\n"
-      "Run **{}**{}: {} on {} cores ({}).\n\n"
+      "Run **{}**{}: {} on {} cores ({}). Made by `{}` (from the repository root, Release "
+      "build; `bench/run_reports.sh overhead` runs both committed files).\n\n"
       "- *proxy*: client send -> the picked fake pod receives the forwarded request (parse, "
       "schedule incl. the coalesced prediction round trip, forward). Fake pods (in the load "
       "generator's process) answer instantly.\n"
       "- *ext_proc*: the load generator plays Envoy on the EPP's gRPC port (FULL_DUPLEX_STREAMED, "
-      "one stream per request over {} HTTP/2 connections, `bench/epp_overhead_extproc.h`): request "
+      "one stream per request over {} HTTP/2 connections, `bench/epp_overhead/epp_overhead_extproc.h`): request "
       "headers + body "
       "written -> the answer carrying `x-gateway-destination-endpoint` arrives. Then response "
       "headers and body are played so the EPP closes the request; no upstream in this path.\n\n"
@@ -80,7 +91,7 @@ inline std::string epp_overhead_markdown(const nlohmann::json& run) {
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       run["label"].get<std::string>(), run["quick"].get<bool>() ? " (--quick)" : "",
       run["date"].get<std::string>(), run["cores"].get<unsigned>(), run["cpu"].get<std::string>(),
-      run["ext_proc_channels"].get<int>(),
+      epp_overhead_command(run), run["ext_proc_channels"].get<int>(),
       run.value("in_process", false)
           ? std::string("Predictions in the EPP (`--in-process-predictions`, no predictor)")
           : fmt::format("{} predictor replicas", run["predictors"].get<std::size_t>()),

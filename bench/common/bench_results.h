@@ -33,4 +33,17 @@ inline nlohmann::json save_labelled_run(const std::string& json_path, const nloh
   return rows;
 }
 
+// The command line as given ("build/bench/x --a b"), so that a result file names what made it.
+inline std::string command_line(int argc, char** argv) {
+  std::string out;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.find_first_of(" \t'\"") != std::string::npos) {
+      a = "'" + a + "'";
+    }
+    out += (i == 0 ? "" : " ") + a;
+  }
+  return out;
+}
+
 }  // namespace llmd::bench

@@ -22,7 +22,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "bench/bench_results.h"
+#include "bench/common/bench_results.h"
 #include "common/http/client.h"
 #include "common/util/time.h"
 #include "tests/support/process.h"
@@ -190,7 +190,10 @@ void write_results(const Options& opt, const Result& r) {
         "size sent at once on loopback, each with its own `batch_id`. *peak RSS* is the "
         "trainer's VmHWM after all answers; *baseline* its VmRSS before the first upload. The "
         "default request-body budget (256 MiB) admits 16 x 15 MB at once. Goal (issue 30): "
-        "16 x 15 MB -> peak <= 300 MiB.\n\n"
+        "16 x 15 MB -> peak <= 300 MiB. Each row is one run of `build/bench/trainer_bulk_memory "
+        "--label <label>` with the options its columns show (`--concurrency`, `--body-mb`, "
+        "`--rounds`), on the build its label names; `bench/run_reports.sh memory` reruns the "
+        "defaults as `current`.\n\n"
      << table(rows);
 }
 

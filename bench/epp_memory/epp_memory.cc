@@ -28,7 +28,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "bench/bench_results.h"
+#include "bench/common/bench_results.h"
 #include "common/config/options.h"
 #include "common/http/client.h"
 #include "common/util/time.h"
@@ -258,7 +258,10 @@ void write_results(const Options& opt, const Result& r) {
          "clients connected, *peak* is taken after 20 s of generation, *RSS 10 s after* once "
          "they hung up. Goal: RSS growth <= 64 MiB for 100. Gateway rows (`--ext-proc`): the same "
          "prompts as BUFFERED ext_proc bodies (one gRPC message each) on one HTTP/2 connection, "
-         "up to the pick.\n\n"
+         "up to the pick. Each row is one run of `build/bench/epp_memory --label <label>` with the "
+         "options its columns show (`--concurrency`, `--prompt-mib`, `--slow-readers`, "
+         "`--ext-proc`), on the build its label names; `bench/run_reports.sh memory` reruns the "
+         "defaults, the slow readers and gateway mode.\n\n"
       << table(rows);
 }
 

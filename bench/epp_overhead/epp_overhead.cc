@@ -6,7 +6,7 @@
 // Fixed offered rates per pool size, then per mode a capacity search: the highest rate whose
 // p99 stays within --capacity-p99-ms, with the CPU each process spent per request (the load
 // generator shares the 2 cores, so its CPU is reported too). Load is open loop (bench/
-// epp_overhead_load.h). Starts a real trainer (synthetic samples), predictors and the EPP
+// epp_overhead/epp_overhead_load.h). Starts a real trainer (synthetic samples), predictors and the EPP
 // (--in-process: no predictor; the EPP predicts from the trainer's model files itself).
 //   epp_overhead [--quick] [--label name] [--modes proxy,ext_proc] [--rates ..] [--pods ..]
 #include <algorithm>
@@ -21,14 +21,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "bench/bench_results.h"
-#include "bench/bench_stats.h"
-#include "bench/epp_overhead_extproc.h"
-#include "bench/epp_overhead_load.h"
-#include "bench/epp_overhead_pods.h"
-#include "bench/epp_overhead_report.h"
-#include "bench/tcp_byte_meter.h"
-#include "bench/train_synthetic.h"
+#include "bench/common/bench_results.h"
+#include "bench/common/bench_stats.h"
+#include "bench/epp_overhead/epp_overhead_extproc.h"
+#include "bench/epp_overhead/epp_overhead_load.h"
+#include "bench/epp_overhead/epp_overhead_pods.h"
+#include "bench/epp_overhead/epp_overhead_report.h"
+#include "bench/epp_overhead/tcp_byte_meter.h"
+#include "bench/common/train_synthetic.h"
 #include "common/config/options.h"
 #include "common/http/async_client.h"
 #include "common/http/client.h"
@@ -406,7 +406,8 @@ int main(int argc, char** argv) {
       }
     }
     const std::string label = o.str("label").empty() ? "unlabelled" : o.str("label");
-    Json run{{"label", label}, {"date", util::now_rfc3339()}, {"cpu", bench::cpu_model()},
+    Json run{{"label", label}, {"command", bench::command_line(argc, argv)},
+             {"date", util::now_rfc3339()}, {"cpu", bench::cpu_model()},
              {"cores", std::thread::hardware_concurrency()}, {"quick", quick}, {"pod_threads", pod_threads},
              {"predictors", predictors.size()}, {"in_process", in_process}, {"step_s", duration},
              {"ext_proc_channels", o.integer("ext-proc-channels", 1, 64)},

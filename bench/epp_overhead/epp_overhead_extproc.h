@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "bench/epp_overhead_load.h"
+#include "bench/epp_overhead/epp_overhead_load.h"
 
 namespace llmd::bench {
 

@@ -1,4 +1,4 @@
-#include "bench/epp_overhead_extproc.h"
+#include "bench/epp_overhead/epp_overhead_extproc.h"
 
 #include <grpcpp/grpcpp.h>
 

@@ -23,8 +23,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "bench/bench_stats.h"
-#include "bench/train_synthetic.h"
+#include "bench/common/bench_results.h"
+#include "bench/common/bench_stats.h"
+#include "bench/common/train_synthetic.h"
 #include "common/config/options.h"
 #include "common/features/feature_json.h"
 #include "common/http/client.h"
@@ -233,10 +234,12 @@ int main(int argc, char** argv) {
         "# Predictor load: {} rows per /predict/bulk/strict request\n\n"
         "{} on {} cores; predictor with {} workers; load generator on the same machine "
         "(it competes for the same cores). Latency counts from the scheduled send time "
-        "(open loop) and includes client-side HTTP and JSON work. Steps of {} s.\n\n"
+        "(open loop) and includes client-side HTTP and JSON work. Steps of {} s. Made by `{}` "
+        "(from the repository root; `bench/run_reports.sh predictor`).\n\n"
         "| offered QPS | concurrency | achieved QPS | avg ms | p50 ms | p99 ms | p99.9 ms | ok | "
         "errors | server CPU % | server RSS MB |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
-        o.str("rows"), util::now_rfc3339(), cores, o.str("workers"), duration);
+        o.str("rows"), util::now_rfc3339(), cores, o.str("workers"), duration,
+        bench::command_line(argc, argv));
     Json jr = Json::array();
     for (const auto& s : results) {
       md += fmt::format("| {} | {} | {:.1f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {} | {} | {:.0f} | {:.1f} |\n",
