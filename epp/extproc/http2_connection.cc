@@ -237,7 +237,7 @@ bool Http2Connection::gather_output() {
   return true;
 }
 
-void Http2Connection::flush() {
+void Http2Connection::flush(bool may_run_streams) {
   if (closed_ || writing_ || session_ == nullptr) {
     return;
   }
@@ -246,9 +246,9 @@ void Http2Connection::flush() {
       close();
       return;
     }
-    // Sending the last frame of a stream closes it (on_stream_close): its handler goes now,
-    // not at the connection's next read.
-    if (!streams_->has_pending() || running_) {
+    // Sending the last frame of a stream closes it (on_stream_close): its handler goes now
+    // (or, after a submit, when the write returns), not at the connection's next read.
+    if (!may_run_streams || running_ || !streams_->has_pending()) {
       break;
     }
     run_streams();
@@ -273,7 +273,9 @@ void Http2Connection::flush() {
 
 void Http2Connection::flush_unless_running() {
   if (!running_) {
-    flush();
+    // A submit from outside run_pending() (a handler's continuation, a deadline): the handler
+    // may be on the stack, so the streams it closes are acted on after the write, not here.
+    flush(false);
   }
 }
 

@@ -101,7 +101,8 @@ class Http2Connection : public std::enable_shared_from_this<Http2Connection> {
   void read();
   // Feeds received bytes to nghttp2 and acts on them; false when the connection closed.
   bool receive(const uint8_t* data, std::size_t n);
-  void flush();
+  // Writes what nghttp2 has; `may_run_streams`: and acts on the streams it closed.
+  void flush(bool may_run_streams = true);
   // Gathers what nghttp2 has to send into the write buffer; false on a session error.
   bool gather_output();
   void flush_unless_running();
