@@ -36,7 +36,8 @@ class ConnectionCounts {
  public:
   // `max_connections` 0: no cap.
   ConnectionCounts(std::size_t workers, std::size_t max_connections);
-  std::size_t open() const { return cap_.held(); }
+  // Places held under the cap: the open connections and the accept waiting for the next.
+  std::size_t held() const { return cap_.held(); }
   std::size_t open_on(std::size_t worker) const { return per_worker_.at(worker).load(); }
   // The worker with the fewest open connections (the lowest index among equals).
   std::size_t least_loaded() const;
