@@ -208,11 +208,13 @@ void Listener::close() {
     s->close_now();
     return;
   }
-  // The accept handler runs on worker 0 too: once this has run there, it sees `closed`.
+  // The accept handler runs on worker 0 too: once this has run there, it sees `closed`; the
+  // aborted accept's and timer's handlers are queued by then, so the second post runs after
+  // them and the aborted accept has given its reservation back.
   std::promise<void> done;
   asio::post(s->workers.at(0), [s, &done] {
     s->close_now();
-    done.set_value();
+    asio::post(s->workers.at(0), [&done] { done.set_value(); });
   });
   done.get_future().wait();
 }

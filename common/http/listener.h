@@ -91,8 +91,9 @@ class Listener {
   uint16_t port() const;
   // Starts the accept loop on worker 0 (which runs it once the workers run).
   void start(OnAccept on_accept);
-  // Stops accepting: once it returns, OnAccept is not called again (when the workers run it
-  // waits for worker 0 to have closed). Idempotent; from any thread.
+  // Stops accepting: once it returns, OnAccept is not called again and the waiting accept has
+  // given back what it reserved (when the workers run it waits for worker 0). Idempotent;
+  // from any thread.
   void close();
 
  private:
