@@ -1,8 +1,8 @@
 #include "common/http/stream_server.h"
 
 #include "common/http/body_budget.h"
-#include "common/http/descriptor_budget.h"
 #include "common/http/io_workers.h"
+#include "common/http/listener.h"
 
 #include <algorithm>
 #include <atomic>
@@ -113,50 +113,25 @@ class StrandImpl final : public Strand {
 
 struct StreamServer::Impl {
   class Session;
-  struct Listener {
-    Listener(asio::io_context& ioc, std::size_t i)
-        : strand(ioc.get_executor()), acceptor(strand), index(i) {}
-    asio::io_context::executor_type strand;  // a worker's executor: its own strand
-    tcp::acceptor acceptor;
-    std::size_t index;
-    uint16_t port = 0;
-    std::chrono::milliseconds backoff{0};  // accept retry pause; on the listener's strand
-  };
 
   Impl(StreamServerOptions o, Handler h, IoWorkers* external)
       : options(std::move(o)),
         handler(std::move(h)),
         error_response(options.error_response ? options.error_response : default_error),
-        worker_connections(external ? external->size()
-                                    : static_cast<std::size_t>(std::max(1, options.io_threads))),
         own_workers(external ? nullptr
                              : std::make_unique<IoWorkers>(options.io_threads,
                                                            options.thread_name.empty()
                                                                ? options.server_name
                                                                : options.thread_name)),
-        workers(external ? *external : *own_workers) {}
-
-  // The worker a new connection goes to: the one with the fewest (Envoy balances the same way
-  // when asked for exact balance), so that kept-alive client pools spread over the cores.
-  std::size_t pick_worker() const {
-    std::size_t best = 0;
-    for (std::size_t i = 1; i < worker_connections.size(); ++i) {
-      if (worker_connections[i].load() < worker_connections[best].load()) {
-        best = i;
-      }
-    }
-    return best;
-  }
+        workers(external ? *external : *own_workers),
+        counts(std::make_shared<ConnectionCounts>(workers.size(), options.max_connections)) {}
 
   // Reserves `n` body bytes, or answers false when that would pass the budget.
   bool reserve_body(std::size_t n) { return body_budget->try_take(n); }
   void release_body(std::size_t n) { body_budget->give_back(n); }
 
-  void accept(Listener& l);
-  // Accepts again after a pause (10 ms doubling to 1 s), logging `why` when the pauses start and
-  // while they last at the longest.
-  void accept_later(Listener& l, const std::string& why);
-  std::size_t descriptors_per_connection() const { return options.descriptors_per_connection; }
+  // On worker 0: a connection the listener `listener` accepted.
+  void adopt(std::size_t listener, tcp::socket socket, ConnectionSlot slot);
   bool register_session(uint64_t id, const std::shared_ptr<Session>& s);
   std::vector<std::shared_ptr<Session>> live_sessions();
   void unregister_session(uint64_t id);
@@ -172,17 +147,16 @@ struct StreamServer::Impl {
   std::chrono::milliseconds drain_timeout = options.drain_timeout;  // guarded by mu
   std::vector<std::function<void()>> hooks;
   std::atomic<bool> stopping{false};
-  std::atomic<std::size_t> connections{0};
 
   // The process's (options.shared_body_budget) or this server's own.
   std::shared_ptr<BodyBudget> body_budget =
       options.shared_body_budget ? options.shared_body_budget
                                  : std::make_shared<BodyBudget>(options.body_budget);
-  // Before the workers: sessions still queued in a loop when it is destroyed count down here.
-  std::vector<std::atomic<std::size_t>> worker_connections;  // live sessions per worker
   std::atomic<std::size_t> next_strand{0};
   std::unique_ptr<IoWorkers> own_workers;  // null when the caller owns the workers
   IoWorkers& workers;
+  // The server's open connections (its cap, their workers), shared by its listeners.
+  const std::shared_ptr<ConnectionCounts> counts;
   std::vector<std::unique_ptr<Listener>> listeners;
   std::optional<asio::signal_set> signals;
 };
@@ -192,20 +166,18 @@ struct StreamServer::Impl {
 class StreamServer::Impl::Session final : public ResponseStream,
                                           public std::enable_shared_from_this<Session> {
  public:
-  Session(Impl& server, uint64_t id, std::size_t listener, std::size_t worker, tcp::socket socket)
+  Session(Impl& server, uint64_t id, std::size_t listener, ConnectionSlot slot, tcp::socket socket)
       : server_(server),
         id_(id),
         listener_(listener),
-        worker_(worker),
+        slot_(std::move(slot)),
         socket_(std::move(socket)),
         timer_(socket_.get_executor()),
         write_timer_(socket_.get_executor()) {}
 
   ~Session() override {
     release_reservation();
-    server_.worker_connections[worker_].fetch_sub(1);
-    server_.connections.fetch_sub(1);
-    DescriptorBudget::process().give_back(server_.descriptors_per_connection());
+    slot_ = ConnectionSlot();  // before the server hears the connection is gone
     server_.unregister_session(id_);
   }
 
@@ -688,7 +660,7 @@ class StreamServer::Impl::Session final : public ResponseStream,
   Impl& server_;
   const uint64_t id_;
   const std::size_t listener_;
-  const std::size_t worker_;
+  ConnectionSlot slot_;  // its descriptors, its place under the cap and on its worker
   tcp::socket socket_;
   asio::steady_timer timer_;
   asio::steady_timer write_timer_;
@@ -732,69 +704,16 @@ class StreamServer::Impl::Session final : public ResponseStream,
   std::function<void()> disconnect_cb_;
 };
 
-void StreamServer::Impl::accept_later(Listener& l, const std::string& why) {
-  l.backoff = std::clamp(l.backoff * 2, std::chrono::milliseconds(10),
-                         std::chrono::milliseconds(1000));
-  if (l.backoff == std::chrono::milliseconds(10) || l.backoff == std::chrono::milliseconds(1000)) {
-    spdlog::warn("http: {} on port {}; accepting again in {} ms", why, l.port, l.backoff.count());
+void StreamServer::Impl::adopt(std::size_t listener, tcp::socket socket, ConnectionSlot slot) {
+  uint64_t id = 0;
+  {
+    std::lock_guard lock(mu);
+    id = next_id++;
   }
-  auto timer = std::make_shared<asio::steady_timer>(l.strand, l.backoff);
-  timer->async_wait([this, &l, timer](beast::error_code) {
-    if (!stopping) {
-      accept(l);
-    }
-  });
-}
-
-void StreamServer::Impl::accept(Listener& l) {
-  // The descriptors a connection will hold are taken before it is accepted: at the process's
-  // budget new connections wait in the backlog, and the process keeps the descriptors it needs
-  // for its own connections and files.
-  auto& budget = DescriptorBudget::process();
-  const std::size_t fds = descriptors_per_connection();
-  if (!budget.try_take(fds)) {
-    accept_later(l, "connections hold the descriptors the process gives to clients (" +
-                        std::to_string(budget.held()) + " of " +
-                        std::to_string(budget.capacity()) + ")");
-    return;
+  auto session = std::make_shared<Session>(*this, id, listener, std::move(slot), std::move(socket));
+  if (register_session(id, session)) {
+    asio::post(session->socket_executor(), [session] { session->start(); });
   }
-  const std::size_t worker = pick_worker();
-  l.acceptor.async_accept(workers.at(worker), [this, &l, &budget, fds, worker](
-                                                  beast::error_code ec, tcp::socket socket) {
-    if (stopping || !l.acceptor.is_open()) {
-      budget.give_back(fds);
-      return;
-    }
-    if (ec) {
-      // Out of descriptors (EMFILE: something else holds them) the pending connection stays in
-      // the backlog and the listener stays readable: back off instead of spinning on a
-      // failing accept.
-      budget.give_back(fds);
-      accept_later(l, "accept failed: " + ec.message());
-      return;
-    }
-    l.backoff = std::chrono::milliseconds(0);
-    if (connections.fetch_add(1) >= options.max_connections) {
-      connections.fetch_sub(1);
-      budget.give_back(fds);
-      beast::error_code ignored;
-      socket.close(ignored);
-      return accept(l);
-    }
-    beast::error_code ignored;
-    socket.set_option(tcp::no_delay(true), ignored);
-    uint64_t id = 0;
-    {
-      std::lock_guard lock(mu);
-      id = next_id++;
-    }
-    worker_connections[worker].fetch_add(1);
-    auto session = std::make_shared<Session>(*this, id, l.index, worker, std::move(socket));
-    if (register_session(id, session)) {
-      asio::post(session->socket_executor(), [session] { session->start(); });
-    }
-    accept(l);
-  });
 }
 
 bool StreamServer::Impl::register_session(uint64_t id, const std::shared_ptr<Session>& s) {
@@ -836,26 +755,23 @@ StreamServer::~StreamServer() = default;
 
 std::size_t StreamServer::listen(uint16_t port) {
   auto& s = *impl_;
-  auto l = std::make_unique<Impl::Listener>(s.workers.at(0), s.listeners.size());
-  const std::string where = s.options.host + ":" + std::to_string(port);
+  ListenerOptions lo;
+  lo.host = s.options.host;
+  lo.port = port;
+  lo.descriptors_per_connection = s.options.descriptors_per_connection;
+  lo.log_name = "http";
   try {
-    tcp::resolver resolver(s.workers.at(0));
-    const auto results = resolver.resolve(s.options.host, std::to_string(port),
-                                          tcp::resolver::passive | tcp::resolver::numeric_service);
-    const tcp::endpoint endpoint = results.begin()->endpoint();
-    l->acceptor.open(endpoint.protocol());
-    l->acceptor.set_option(asio::socket_base::reuse_address(true));
-    l->acceptor.bind(endpoint);
-    l->acceptor.listen(asio::socket_base::max_listen_connections);
-    l->port = l->acceptor.local_endpoint().port();
+    s.listeners.push_back(std::make_unique<Listener>(std::move(lo), s.workers, s.counts));
   } catch (const std::exception& e) {
-    throw std::runtime_error("http: cannot listen on " + where + ": " + e.what());
+    throw std::runtime_error("http: cannot listen on " + s.options.host + ":" +
+                             std::to_string(port) + ": " + e.what());
   }
-  s.listeners.push_back(std::move(l));
   return s.listeners.size() - 1;
 }
 
-uint16_t StreamServer::port(std::size_t listener) const { return impl_->listeners.at(listener)->port; }
+uint16_t StreamServer::port(std::size_t listener) const {
+  return impl_->listeners.at(listener)->port();
+}
 
 StrandPtr StreamServer::make_strand() {
   auto& s = *impl_;
@@ -864,8 +780,10 @@ StrandPtr StreamServer::make_strand() {
 
 void StreamServer::run(bool handle_signals) {
   auto& s = *impl_;
-  for (auto& l : s.listeners) {
-    asio::post(l->strand, [&s, lp = l.get()] { s.accept(*lp); });
+  for (std::size_t i = 0; i < s.listeners.size(); ++i) {
+    s.listeners[i]->start([&s, i](tcp::socket socket, ConnectionSlot slot) {
+      s.adopt(i, std::move(socket), std::move(slot));
+    });
   }
   if (handle_signals) {
     s.signals.emplace(s.workers.at(0), SIGINT, SIGTERM);
@@ -889,10 +807,7 @@ void StreamServer::run(bool handle_signals) {
   }
   const auto deadline = std::chrono::steady_clock::now() + drain;
   for (auto& l : s.listeners) {
-    asio::post(l->strand, [lp = l.get()] {
-      beast::error_code ec;
-      lp->acceptor.close(ec);
-    });
+    l->close();
   }
   for (auto& session : s.live_sessions()) {
     asio::post(session->socket_executor(), [session] { session->on_server_stop(); });

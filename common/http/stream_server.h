@@ -5,12 +5,14 @@
 // plain request -> response handler; modelsim serves its pods with it directly.
 //
 // Threads: Envoy's worker model (io_workers.h): `io_threads` workers, each an io_context with one
-// thread. A connection is placed on the worker with the fewest and lives there; the handler is
-// called on that worker's thread (IoWorkers::current() says which) and must not block.
+// thread. A connection is placed on the worker with the fewest and lives there (listener.h,
+// shared with the gRPC server); the handler is called on that worker's thread
+// (IoWorkers::current() says which) and must not block.
 // Bounds (like a production server): request body limit (413, read to the end first so the
 // client sees it), header limit (431), header and body read timeouts, keep-alive idle timeout,
-// a write timeout while the peer does not read, a cap on open connections (new ones beyond it
-// are closed at once), accept back-off when out of file descriptors. HTTP/1.0 clients get
+// a write timeout while the peer does not read; the listener's cap on open connections and the
+// process's descriptor budget (at either, new connections wait in the kernel's backlog) with
+// accept back-off. HTTP/1.0 clients get
 // their streamed answers without chunking, ended by the close.
 // While a response is being produced the server keeps reading the socket, so a client that
 // disconnects is noticed (ResponseStream::on_disconnect) before the next write.
@@ -40,7 +42,7 @@ struct StreamServerOptions {
   std::chrono::milliseconds idle_timeout{30000};
   std::chrono::milliseconds write_timeout{30000};
   std::chrono::milliseconds drain_timeout{5000};
-  std::size_t max_connections = 8192;
+  std::size_t max_connections = 8192;  // open at once; at the cap accept waits (0: no cap)
   // Descriptors one accepted connection will hold (the EPP's proxy: 2, its upstream too), taken
   // from the process's DescriptorBudget before it is accepted. 0: not counted, for health and
   // metrics listeners that must answer while clients hold the budget (give them a small

@@ -13,15 +13,22 @@
 // The protocol is gRPC over HTTP/2 as specified (PROTOCOL-HTTP2.md): POST, content-type
 // application/grpc, length-prefixed messages, status in trailers (trailers-only for a call that
 // ends before any message), grpc-timeout as the call's deadline. Messages are not compressed
-// (the server announces grpc-accept-encoding: identity; a compressed message ends the call
-// with UNIMPLEMENTED).
+// (the server announces grpc-accept-encoding: identity; a grpc-encoding other than identity
+// ends the call with UNIMPLEMENTED, a message with the compressed flag with INTERNAL, as gRPC's
+// own servers answer).
+//
+// Parts: the listener (common/http/listener.h, shared with the HTTP/1 StreamServer), one
+// Http2Connection per connection (http2_connection.h, nghttp2), the framing
+// (grpc_framing.h, pure) and, in grpc_server.cc, the calls.
 //
 // Bounds: a message over `max_message_bytes` ends its call with RESOURCE_EXHAUSTED before it is
 // buffered, one that does not fit the message budget goes to the handler's
-// on_message_over_budget() unread; a connection silent from the start is closed after `handshake_timeout`; `max_concurrent_streams` per connection (SETTINGS); connections take their
-// descriptor from the process's DescriptorBudget (at the budget the listener waits, as the HTTP
-// server does); unknown methods end with UNIMPLEMENTED; bytes that are not HTTP/2 close the
-// connection.
+// on_message_over_budget() unread; a connection silent from the start is closed after
+// `handshake_timeout`; `max_concurrent_streams` per connection (SETTINGS); connections take
+// their descriptor from the process's DescriptorBudget and a place under `max_connections`
+// (at either limit the listener waits, as the HTTP server's does); a new connection goes to the
+// worker with the fewest; unknown methods end with UNIMPLEMENTED; bytes that are not HTTP/2
+// close the connection.
 //
 // Threads: a call's handler and the GrpcCall it is given are used on the call's worker only
 // (GrpcCall::post gets there from any thread). start(), shutdown() and the destructor are the
@@ -32,6 +39,7 @@
 #include <memory>
 #include <string>
 
+#include "epp/extproc/grpc_status.h"
 #include "epp/extproc/http1_probe.h"
 
 namespace boost::asio::ssl {
@@ -43,24 +51,6 @@ class BodyBudget;
 }
 
 namespace llmd::epp::extproc {
-
-// gRPC status codes used here (grpc/status.h numbering).
-enum class GrpcCode : int {
-  kOk = 0,
-  kCancelled = 1,
-  kInvalidArgument = 3,
-  kDeadlineExceeded = 4,
-  kNotFound = 5,
-  kResourceExhausted = 8,
-  kUnimplemented = 12,
-  kInternal = 13,
-  kUnavailable = 14,
-};
-
-struct GrpcStatus {
-  GrpcCode code = GrpcCode::kOk;
-  std::string message;
-};
 
 // One call (one HTTP/2 stream) as its handler sees it. On the call's worker only, except post().
 class GrpcCall {

@@ -1,0 +1,328 @@
+#include "epp/extproc/http2_connection.h"
+
+#include <nghttp2/nghttp2.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include <boost/asio/io_context.hpp>
+#include <spdlog/spdlog.h>
+
+namespace llmd::epp::extproc {
+namespace {
+
+namespace net = boost::asio;
+using error_code = boost::system::error_code;
+
+constexpr std::size_t kWriteBatch = 256 * 1024;  // bytes gathered per socket write at most
+constexpr int32_t kStreamWindow = 4 * 1024 * 1024;  // a 16-MiB body in a few round trips
+constexpr int32_t kConnectionWindow = 16 * 1024 * 1024;
+
+std::vector<nghttp2_nv> to_nv(const std::vector<http::Header>& headers) {
+  // nghttp2 copies names and values on submit (no NO_COPY flags).
+  std::vector<nghttp2_nv> nv;
+  nv.reserve(headers.size());
+  for (const auto& h : headers) {
+    nv.push_back({reinterpret_cast<uint8_t*>(const_cast<char*>(h.name.data())),
+                  reinterpret_cast<uint8_t*>(const_cast<char*>(h.value.data())), h.name.size(),
+                  h.value.size(), NGHTTP2_NV_FLAG_NONE});
+  }
+  return nv;
+}
+
+bool is_request_headers(const nghttp2_frame* f) {
+  return f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST;
+}
+
+}  // namespace
+
+// nghttp2's C callbacks, translated into Http2Streams calls.
+struct Http2Callbacks {
+  static Http2Streams& streams(void* self) { return *static_cast<Http2Connection*>(self)->streams_; }
+
+  static int on_begin_headers(nghttp2_session*, const nghttp2_frame* f, void* self) {
+    if (is_request_headers(f)) {
+      streams(self).on_request_begin(f->hd.stream_id);
+    }
+    return 0;
+  }
+  static int on_header(nghttp2_session*, const nghttp2_frame* f, const uint8_t* name,
+                       std::size_t namelen, const uint8_t* value, std::size_t valuelen, uint8_t,
+                       void* self) {
+    if (is_request_headers(f)) {  // trailers from a client carry nothing a stream uses
+      streams(self).on_request_header(
+          f->hd.stream_id, std::string_view(reinterpret_cast<const char*>(name), namelen),
+          std::string_view(reinterpret_cast<const char*>(value), valuelen));
+    }
+    return 0;
+  }
+  static int on_frame_recv(nghttp2_session*, const nghttp2_frame* f, void* self) {
+    if (is_request_headers(f)) {
+      streams(self).on_request_headers_end(f->hd.stream_id);
+    }
+    if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
+        (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) {
+      streams(self).on_end_stream(f->hd.stream_id);
+    }
+    return 0;
+  }
+  static int on_data_chunk(nghttp2_session*, uint8_t, int32_t id, const uint8_t* data,
+                           std::size_t len, void* self) {
+    streams(self).on_data(id, std::string_view(reinterpret_cast<const char*>(data), len));
+    return 0;
+  }
+  static int on_stream_close(nghttp2_session*, int32_t id, uint32_t, void* self) {
+    streams(self).on_stream_close(id);
+    return 0;
+  }
+  // A body's bytes, then (once it is complete) its trailers.
+  static ssize_t read_body(nghttp2_session* session, int32_t id, uint8_t* buf, std::size_t length,
+                           uint32_t* flags, nghttp2_data_source* source, void*) {
+    auto& body = *static_cast<Http2Body*>(source->ptr);
+    if (const std::size_t n = body.read(buf, length); n > 0) {
+      return static_cast<ssize_t>(n);
+    }
+    if (!body.complete()) {
+      return NGHTTP2_ERR_DEFERRED;
+    }
+    *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+    const auto trailers = body.trailers();
+    const auto nv = to_nv(trailers);
+    nghttp2_submit_trailer(session, id, nv.data(), nv.size());
+    return 0;
+  }
+
+  static nghttp2_session_callbacks* get() {
+    static nghttp2_session_callbacks* const cbs = [] {
+      nghttp2_session_callbacks* c = nullptr;
+      nghttp2_session_callbacks_new(&c);
+      nghttp2_session_callbacks_set_on_begin_headers_callback(c, &on_begin_headers);
+      nghttp2_session_callbacks_set_on_header_callback(c, &on_header);
+      nghttp2_session_callbacks_set_on_frame_recv_callback(c, &on_frame_recv);
+      nghttp2_session_callbacks_set_on_data_chunk_recv_callback(c, &on_data_chunk);
+      nghttp2_session_callbacks_set_on_stream_close_callback(c, &on_stream_close);
+      return c;
+    }();
+    return cbs;
+  }
+};
+
+Http2Connection::Http2Connection(std::unique_ptr<ByteStream> stream, Http2Options options,
+                                 net::io_context& loop)
+    : options_(std::move(options)), stream_(std::move(stream)), handshake_(loop),
+      protocol_(options_.http1 ? Protocol::kUndecided : Protocol::kHttp2) {}
+
+Http2Connection::~Http2Connection() {
+  if (session_ != nullptr) {
+    nghttp2_session_del(session_);
+  }
+}
+
+void Http2Connection::set_streams(std::unique_ptr<Http2Streams> streams) {
+  streams_ = std::move(streams);
+}
+
+void Http2Connection::start() {
+  handshake_.expires_after(options_.handshake_timeout);
+  handshake_.async_wait([weak = weak_from_this()](error_code ec) {
+    if (auto self = weak.lock(); self && !ec && !self->heard_) {
+      self->close();
+    }
+  });
+  if (protocol_ == Protocol::kHttp2) {
+    start_http2();
+    flush();
+  }
+  read();
+}
+
+void Http2Connection::start_http2() {
+  nghttp2_session_server_new(&session_, Http2Callbacks::get(), this);
+  const nghttp2_settings_entry settings[] = {
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, options_.max_concurrent_streams},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(kStreamWindow)},
+  };
+  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
+  nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
+}
+
+void Http2Connection::heard() {
+  if (!heard_) {
+    heard_ = true;
+    handshake_.cancel();
+  }
+}
+
+bool Http2Connection::sniff(const uint8_t* data, std::size_t n) {
+  sniffed_.append(reinterpret_cast<const char*>(data), n);
+  if (protocol_ == Protocol::kUndecided) {
+    protocol_ = sniff_protocol(sniffed_);
+    if (protocol_ == Protocol::kUndecided) {
+      return true;  // a prefix of the preface: more bytes tell
+    }
+    if (protocol_ == Protocol::kHttp2) {
+      heard();
+      start_http2();
+      const std::string first = std::exchange(sniffed_, std::string());
+      return receive(reinterpret_cast<const uint8_t*>(first.data()), first.size());
+    }
+  }
+  auto answer = answer_http1(sniffed_, options_.http1);
+  if (!answer) {
+    return true;
+  }
+  auto out = std::make_shared<std::string>(std::move(*answer));
+  stream_->write(net::buffer(*out), [self = shared_from_this(), out](error_code, std::size_t) {
+    self->close();
+  });
+  return false;
+}
+
+bool Http2Connection::receive(const uint8_t* data, std::size_t n) {
+  const ssize_t rv = nghttp2_session_mem_recv(session_, data, n);
+  run_streams();
+  if (rv < 0) {
+    spdlog::debug("grpc: closing a connection: {}", nghttp2_strerror(static_cast<int>(rv)));
+    close();
+    return false;
+  }
+  flush();
+  return !closed_;
+}
+
+void Http2Connection::read() {
+  stream_->read_some(
+      net::buffer(read_buffer_), [self = shared_from_this()](error_code ec, std::size_t n) {
+        if (self->closed_) {
+          return;
+        }
+        if (ec) {
+          self->close();
+          return;
+        }
+        bool more = false;
+        if (self->protocol_ != Protocol::kHttp2) {
+          // Until the preface is complete (or for the whole HTTP/1.1 request) the handshake
+          // timeout still runs: a peer that stalls there is closed by it.
+          more = self->sniff(self->read_buffer_.data(), n);
+        } else {
+          self->heard();
+          more = self->receive(self->read_buffer_.data(), n);
+        }
+        if (more && !self->closed_) {
+          self->read();
+        }
+      });
+}
+
+void Http2Connection::run_streams() {
+  running_ = true;
+  streams_->run_pending();
+  running_ = false;
+}
+
+bool Http2Connection::gather_output() {
+  while (write_buffer_.size() < kWriteBatch) {
+    const uint8_t* data = nullptr;
+    const ssize_t n = nghttp2_session_mem_send(session_, &data);
+    if (n < 0) {
+      return false;
+    }
+    if (n == 0) {
+      break;
+    }
+    write_buffer_.append(reinterpret_cast<const char*>(data), static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+void Http2Connection::flush(bool may_run_streams) {
+  if (closed_ || writing_ || session_ == nullptr) {
+    return;
+  }
+  while (true) {
+    if (!gather_output()) {
+      close();
+      return;
+    }
+    // Sending the last frame of a stream closes it (on_stream_close): its handler goes now
+    // (or, after a submit, when the write returns), not at the connection's next read.
+    if (!may_run_streams || running_ || !streams_->has_pending()) {
+      break;
+    }
+    run_streams();
+  }
+  if (write_buffer_.empty()) {
+    if (nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0) {
+      close();
+    }
+    return;
+  }
+  writing_ = true;
+  stream_->write(net::buffer(write_buffer_), [self = shared_from_this()](error_code ec, std::size_t) {
+    self->writing_ = false;
+    self->write_buffer_.clear();
+    if (ec) {
+      self->close();
+      return;
+    }
+    self->flush();
+  });
+}
+
+void Http2Connection::flush_unless_running() {
+  if (!running_) {
+    // A submit from outside run_pending() (a handler's continuation, a deadline): the handler
+    // may be on the stack, so the streams it closes are acted on after the write, not here.
+    flush(false);
+  }
+}
+
+void Http2Connection::respond(int32_t stream, const std::vector<http::Header>& headers,
+                              Http2Body* body) {
+  if (closed_ || session_ == nullptr) {
+    return;
+  }
+  const auto nv = to_nv(headers);
+  if (body == nullptr) {
+    nghttp2_submit_response(session_, stream, nv.data(), nv.size(), nullptr);
+  } else {
+    nghttp2_data_provider provider{};
+    provider.source.ptr = body;
+    provider.read_callback = &Http2Callbacks::read_body;
+    nghttp2_submit_response(session_, stream, nv.data(), nv.size(), &provider);
+  }
+  flush_unless_running();
+}
+
+void Http2Connection::resume(int32_t stream) {
+  if (closed_ || session_ == nullptr) {
+    return;
+  }
+  nghttp2_session_resume_data(session_, stream);  // an error when not deferred: harmless
+  flush_unless_running();
+}
+
+void Http2Connection::go_away() {
+  if (closed_ || session_ == nullptr) {
+    return;
+  }
+  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                        nullptr, 0);
+  flush();
+}
+
+void Http2Connection::close() {
+  if (closed_) {
+    return;
+  }
+  closed_ = true;
+  running_ = true;  // the streams' reactions below write nothing
+  streams_->on_close();
+  handshake_.cancel();
+  stream_->close();
+}
+
+}  // namespace llmd::epp::extproc
