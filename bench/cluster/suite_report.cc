@@ -280,6 +280,7 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
       if (std::isfinite(v.gap_recovered)) gap.push_back(v.gap_recovered);
       old_rel.push_back(v.old_ttft_rel);
     }
+    if (present == 0) continue;  // not run (e.g. --strategies without it)
     const double ws = worst_of(j, &VerdictV2::slo);
     md << "| " << strategy_name(kJudged[j]) << " | " << good << " of " << present << " | " << tie
        << " | " << lose << " | " << rel(worst_of(j, &VerdictV2::ttft)) << " | "
