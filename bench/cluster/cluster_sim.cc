@@ -1299,18 +1299,28 @@ Summary summarize_subset(const std::vector<const RequestResult*>& rs, double sta
   s.duration_s = duration_s;
   double last_end_s = start_s + duration_s;
   s.requests = rs.size();
-  std::vector<double> ttft, tpot, ntpot, e2e;
+  std::vector<double> ttft, tpot, ntpot, e2e, free_ttft;
   std::vector<PredictedActual> pq_ttft, pq_tpot;
   double out_tokens = 0, cached = 0, prompt = 0;
-  std::size_t met = 0;
+  std::size_t met = 0, slo_met = 0;
   for (const auto* r : rs) {
-    s.has_slo |= r->slo_ttft_ms.has_value() || r->slo_tpot_ms.has_value();
+    const bool with_slo = r->slo_ttft_ms.has_value() || r->slo_tpot_ms.has_value();
+    s.has_slo |= with_slo;
     met += r->meets_slo() ? 1 : 0;
+    if (with_slo) {
+      ++s.slo_requests;
+      slo_met += r->meets_slo() ? 1 : 0;
+    } else {
+      ++s.free_requests;
+    }
     if (!r->ok) {
       continue;
     }
     ++s.ok;
     ttft.push_back(r->ttft_ms);
+    if (!with_slo) {
+      free_ttft.push_back(r->ttft_ms);
+    }
     e2e.push_back(r->e2e_ms);
     if (r->tpot_ms >= 0) {
       tpot.push_back(r->tpot_ms);
@@ -1331,6 +1341,9 @@ Summary summarize_subset(const std::vector<const RequestResult*>& rs, double sta
   }
   s.success_rate = rs.empty() ? 0 : static_cast<double>(s.ok) / static_cast<double>(rs.size());
   s.ttft = make_dist(std::move(ttft));
+  s.free_ttft = make_dist(std::move(free_ttft));
+  s.slo_pop_attainment =
+      s.slo_requests ? static_cast<double>(slo_met) / static_cast<double>(s.slo_requests) : 0;
   s.tpot = make_dist(std::move(tpot));
   s.ntpot = make_dist(std::move(ntpot));
   s.e2e = make_dist(std::move(e2e));

@@ -237,6 +237,11 @@ struct Summary {
   bool has_slo = false;
   double slo_attainment = 0;       // requests meeting every SLO given / requests
   double goodput_rps = 0;          // requests meeting the SLOs per second of stage time
+  // Per population (the suite's verdict v2 judges each on its own): the requests without SLO
+  // headers (TTFT of the successful ones) and those with them (share meeting every SLO given).
+  std::size_t free_requests = 0, slo_requests = 0;
+  Dist free_ttft;
+  double slo_pop_attainment = 0;   // 0 when no request carries SLO headers
   PredictionQuality pred_ttft, pred_tpot;
 };
 

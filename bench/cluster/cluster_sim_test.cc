@@ -237,6 +237,31 @@ TEST_F(ClusterSimTest, PodOutagesParseOrNameTheBadEntry) {
   EXPECT_THROW(run_cluster(make_trace(s), c), std::invalid_argument);
 }
 
+TEST_F(ClusterSimTest, SummariesSplitRequestsWithAndWithoutSloHeaders) {
+  // Verdict v2 judges the two populations apart (suite_verdict.h).
+  Scenario s = tiny("A", {{20, 2}, {60, 2}}, 2, 0.1);
+  s.slo_ttft_ms = 40;
+  s.slo_share = 0.5;
+  const auto trace = make_trace(s);
+  const RunResult r = run_cluster(trace, make_run_config(s, Strategy::kLoadPrefix111, kEppConfig));
+  const auto sums = summarize(trace, r);
+  std::size_t with = 0, met = 0, free_ok = 0;
+  for (const auto& q : r.requests) {
+    const bool slo = q.slo_ttft_ms.has_value() || q.slo_tpot_ms.has_value();
+    with += slo ? 1 : 0;
+    met += slo && q.meets_slo() ? 1 : 0;
+    free_ok += !slo && q.ok ? 1 : 0;
+  }
+  ASSERT_GT(with, 0u);
+  ASSERT_LT(with, r.requests.size());
+  const Summary& t = sums.back();
+  EXPECT_EQ(t.slo_requests, with);
+  EXPECT_EQ(t.free_requests + t.slo_requests, t.requests);
+  EXPECT_EQ(t.free_ttft.n, free_ok);
+  EXPECT_DOUBLE_EQ(t.slo_pop_attainment, static_cast<double>(met) / static_cast<double>(with));
+  for (const auto& sm : sums) EXPECT_EQ(sm.free_requests + sm.slo_requests, sm.requests);
+}
+
 TEST_F(ClusterSimTest, MultiTurnSessionsKeepOrder) {
   const Scenario s = tiny("C", {{40, 4}});
   const auto trace = make_trace(s);

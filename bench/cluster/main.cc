@@ -174,6 +174,7 @@ int main(int argc, char** argv) {
     ("suite-oracle-pods", "Generalization suite: run the two oracles on pools up to this many pods (default: 12, 0 with --suite-quick)", cxxopts::value<int>())
     ("suite-only", "Generalization suite: run only these scenario indices (comma list)", cxxopts::value<std::string>()->default_value(""))
     ("suite-reseed", "Generalization suite: replace each scenario's trace seed by a new one (same shape, other arrivals); 0 = off", cxxopts::value<uint64_t>()->default_value("0"))
+    ("suite-trace-seeds", "Generalization suite: trace seeds per scenario (the verdict is on their mean; the first is the scenario's own seed)", cxxopts::value<int>()->default_value("3"))
     ("suite-detail", "Generalization suite: also write the per-stage report (report.md, stages.csv) to <out-dir>/detail")
     ("epp-replicas", "Active-active EPP replicas over each pool (own pod table, in-flight view, prefix index, scrape phase)", cxxopts::value<int>()->default_value("1"))
     ("replica-split", "How the gateway splits arrivals between EPP replicas: rr | random", cxxopts::value<std::string>()->default_value("rr"))
@@ -411,14 +412,19 @@ int main(int argc, char** argv) {
   }
   // One entry per (scenario, seed), the seeds of a scenario next to each other.
   std::vector<ScenarioRuns> all;
+  // Suite scenarios run on their own seed and `--suite-trace-seeds` - 1 more (other arrivals,
+  // lengths, jitter and scheduling draws; the offset keeps clear of --suite-reseed's).
+  constexpr uint64_t kTraceSeedStep = 100000007;
+  const int trace_seeds = std::max(1, args["suite-trace-seeds"].as<int>());
   if (suite) {
-    seeds = {0};  // placeholder: every suite scenario runs once, on its own seed
+    seeds.clear();
+    for (int k = 0; k < trace_seeds; ++k) seeds.push_back(static_cast<uint64_t>(k));
   }
   for (const auto& sc : scenarios) {
     for (uint64_t seed : seeds) {
       ScenarioRuns sr;
       sr.scenario = sc;
-      sr.scenario.seed = suite ? sc.seed : seed;
+      sr.scenario.seed = suite ? sc.seed + seed * kTraceSeedStep : seed;
       sr.trace = make_trace(sr.scenario);
       sr.runs.resize(strategies.size());
       sr.summaries.resize(strategies.size());

@@ -310,7 +310,8 @@ double scrape_interval_ms(const Scenario& s, const TimeBase& t) {
 }
 
 double retrain_interval_ms(const Scenario& s, const TimeBase& t) {
-  return t.retrain_real_s * 1000.0 * s.effective_time_scale();
+  const double scaled = t.retrain_real_s * 1000.0 * s.effective_time_scale();
+  return s.max_retrain_ms > 0 ? std::min(scaled, s.max_retrain_ms) : scaled;
 }
 
 RunConfig make_run_config(const Scenario& s, Strategy strategy, const std::string& dir,

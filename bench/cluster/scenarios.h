@@ -33,6 +33,9 @@ struct Scenario {
   // Virtual time per real time for the EPP's and trainer's clocks; 0 = length_scale (requests
   // are that much shorter, so everything that happens per second happens that much faster).
   double time_scale = 0;
+  // Upper bound on the retrain interval in virtual ms (0 = none): the suite sets it so that
+  // every stage sees at least two retrains where its caps shorten stages below that.
+  double max_retrain_ms = 0;
   std::vector<workload::Stage> stages;  // cluster-wide rates (requests/s) and durations
   bool own_stage_length = false;  // --stage-seconds leaves these stages alone
   PoolSpec pool;            // kv_scale is set to length_scale by make_run_config

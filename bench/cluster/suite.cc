@@ -355,6 +355,9 @@ Scenario suite_scenario(const SuiteParams& p, const ProbeResult& probe, const Su
     s.stages.push_back({round_sig(f * probe.saturation_rps, 3), seconds});
   }
   s.own_stage_length = true;
+  if (o.retrains_per_stage > 0) {
+    s.max_retrain_ms = 1000.0 * seconds / o.retrains_per_stage;
+  }
   s.ladder = p.ladder == LadderShape::kMonotone;
   if (p.slo_share > 0) {
     s.slo_share = p.slo_share;

@@ -84,6 +84,11 @@ struct SuiteOptions {
   // No cap shortens a stage below this many retrain intervals (10 s x the length scale), so
   // that predicted-latency's model is refitted a few times per stage however large the pool.
   double min_retrains_per_stage = 2;
+  // Whatever the caps leave of a stage, predicted-latency's model is refitted at least this
+  // often per stage (the retrain interval is shortened to stage / this where it is longer):
+  // a deployment retrains every 10 s, and a stage shorter than two retrains would judge a
+  // model that never saw the stage's load (issue 51). 0 = the scaled interval as it is.
+  double retrains_per_stage = 2;
   int oracle_max_pods = 12;               // the oracle runs on pools up to this size
   double oracle_max_length_scale = 0.5;   // and length scales up to this
   // ~20 scenarios in a few minutes: pools up to 24 pods, length scales up to 0.3, 3-s stages,

@@ -266,3 +266,26 @@ TEST(SuiteTrace, MixturesAndSloSharesReachTheTrace) {
 
 }  // namespace
 }  // namespace llmd::cluster
+
+namespace llmd::cluster {
+namespace {
+
+TEST(SuiteRetrains, EveryStageSeesAtLeastTwoRetrainsInEveryModeHoweverShortTheCapsMakeIt) {
+  for (const SuiteOptions& o : {SuiteOptions{}, SuiteOptions::quick()}) {
+    int shortened = 0;
+    for (const auto& p : SuiteGenerator(o).generate(1, 100)) {
+      ProbeResult probe;
+      // A high-rate pool: the request cap shortens its stages to the 0.5-s floor.
+      probe.saturation_rps = 400.0 * p.pods;
+      const Scenario s = suite_scenario(p, probe, o);
+      const double stage_ms = 1000 * s.stages.front().duration_s;
+      const double retrain_ms = retrain_interval_ms(s, TimeBase{});
+      EXPECT_LE(2 * retrain_ms, stage_ms * (1 + 1e-9)) << p.describe();
+      shortened += retrain_ms < TimeBase{}.retrain_real_s * 1000 * p.length_scale ? 1 : 0;
+    }
+    EXPECT_GT(shortened, 0) << "some stages are capped below two scaled retrain intervals";
+  }
+}
+
+}  // namespace
+}  // namespace llmd::cluster
