@@ -489,7 +489,9 @@ struct ProxyServer::Impl {
       co_return Outcome::kRetryable;
     }
     if (res.status == 0 || res.status >= 500) {
-      const int status = res.status == 0 ? 504 : res.status;
+      // No answer: 504 when the first-byte timeout ran out, 502 when the pod closed or reset
+      // the connection (what the client gets too, as nginx and Envoy count it).
+      const int status = res.status != 0 ? res.status : res.timed_out ? 504 : 502;
       spdlog::warn("pod {} ({}) failed: {}", pod.name(), pod.address(),
                    res.status == 0 ? res.error : "HTTP " + std::to_string(status));
       flow.pod_failed(status, true);

@@ -16,6 +16,22 @@ namespace {
 
 using Json = nlohmann::json;
 
+// The JSON type of a value as the error message names it.
+const char* json_type_name(const Json& v) {
+  if (v.is_string()) return "string";
+  if (v.is_boolean()) return "boolean";
+  if (v.is_number()) return "number";
+  if (v.is_object()) return "object";
+  if (v.is_array()) return "list";
+  return "null";
+}
+
+// A field present with the wrong JSON type: the message ends in ", got a <type>", which
+// openai_error_body turns into OpenAI's code invalid_type.
+std::string wrong_type(const std::string& field, const std::string& expected, const Json& got) {
+  return "field '" + field + "' must be " + expected + ", got a " + json_type_name(got);
+}
+
 std::optional<double> parse_ms(const std::optional<std::string>& text, const std::string& name,
                                std::optional<std::string>& error) {
   if (!text || text->empty()) {
@@ -181,13 +197,27 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
   out.chat = path.ends_with("/chat/completions");
   if (out.chat) {
     const Json& messages = out.body.value("messages", Json());
-    if (!messages.is_array() || messages.empty()) {
+    if (messages.is_null()) {
       return "field 'messages' (non-empty list) is required for chat completions";
+    }
+    if (!messages.is_array()) {
+      return wrong_type("messages", "a list of message objects", messages);
+    }
+    if (messages.empty()) {
+      return "field 'messages' must not be empty";
     }
     for (std::size_t i = 0; i < messages.size(); ++i) {
       const Json& m = messages[i];
+      const std::string where = "messages[" + std::to_string(i) + "]";
       if (!m.is_object()) {
-        return "field 'messages[" + std::to_string(i) + "]' must be an object";
+        return "field '" + where + "' must be an object";
+      }
+      const auto role = m.find("role");
+      if (role == m.end() || role->is_null()) {
+        return "field '" + where + ".role' (string) is required";
+      }
+      if (!role->is_string()) {
+        return wrong_type(where + ".role", "a string", *role);
       }
       if (m.contains("content")) {
         if (auto error = append_content(m["content"], i, r.prompt_text)) {
@@ -413,6 +443,17 @@ std::optional<std::string> error_param(std::string_view message) {
   return std::string(message.substr(kField.size(), end - kField.size()));
 }
 
+namespace {
+bool is_wrong_type(std::string_view message) {
+  for (const char* type : {"string", "boolean", "number", "object", "list", "null"}) {
+    if (message.ends_with(std::string(", got a ") + type)) {
+      return true;
+    }
+  }
+  return false;
+}
+}  // namespace
+
 std::string openai_error_body(int status, const std::string& message) {
   std::optional<std::string> param;
   std::optional<std::string> code;
@@ -420,6 +461,7 @@ std::string openai_error_body(int status, const std::string& message) {
     param = error_param(message);
     if (param) {
       code = message.find("is required") != std::string::npos ? "missing_required_parameter"
+             : is_wrong_type(message)                         ? "invalid_type"
                                                               : "invalid_value";
     }
   } else if (status == 429) {

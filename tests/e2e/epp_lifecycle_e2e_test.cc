@@ -361,6 +361,27 @@ TEST_F(LifecycleStack, RejectionsBeforeTheFirstSuccessCarryTheModelName) {
   EXPECT_EQ(m.find("no-such"), std::string::npos);
 }
 
+// A pod's failure to answer is counted by its cause: a pod that closes the connection before a
+// response is 502 (as the client gets it), one that sends nothing within the first-byte
+// timeout is 504.
+TEST_F(LifecycleStack, PodAttemptCodesTellAClosedConnectionFromATimeout) {
+  StackOptions o;
+  o.pods = 1;
+  o.predictors = 1;
+  o.epp_args = {"--outlier-consecutive-failures", "0", "--upstream-first-byte-timeout-ms", "300"};
+  start(o);
+  fault(0, R"({"mode":"close","duration_ms":60000})");
+  EXPECT_EQ(stack_->complete(words(10, "c0"), 2).status, 502);
+  std::string m = stack_->metrics();
+  EXPECT_GE(metric_sum(m, "llmd_epp_pod_attempts_total{code=\"502\""), 1) << m;
+  EXPECT_EQ(metric_sum(m, "llmd_epp_pod_attempts_total{code=\"504\""), 0) << m;
+  fault(0, R"({"mode":"stall","duration_ms":60000})");
+  EXPECT_EQ(stack_->complete(words(10, "t0"), 2).status, 502);
+  m = stack_->metrics();
+  EXPECT_GE(metric_sum(m, "llmd_epp_pod_attempts_total{code=\"504\""), 1) << m;
+  fault(0, R"({"mode":"none"})");
+}
+
 // A client that abandons a stream the pod stopped sending releases the pod's in-flight count
 // at once, not after the upstream idle timeout (60 s): the EPP notices the client is gone and
 // ends the attempt as a client abort (499), not as a pod failure.

@@ -34,6 +34,22 @@ TEST(OpenAiError, ParamNamesTheFieldAndCodeIsAStringOrNull) {
   EXPECT_EQ(e["code"], "missing_required_parameter");
   e = error_of("/v1/chat/completions", R"({"model":"m","messages":[{"role":"user","content":1}]})");
   EXPECT_EQ(e["param"], "messages[0].content");
+  // Present with the wrong type is not missing (OpenAI: invalid_type); a message needs its role.
+  e = error_of("/v1/chat/completions", R"({"model":"m","messages":"hello"})");
+  EXPECT_EQ(e["param"], "messages");
+  EXPECT_EQ(e["code"], "invalid_type");
+  EXPECT_NE(e["message"].get<std::string>().find("got a string"), std::string::npos);
+  e = error_of("/v1/chat/completions", R"({"model":"m"})");
+  EXPECT_EQ(e["code"], "missing_required_parameter");
+  e = error_of("/v1/chat/completions", R"({"model":"m","messages":[]})");
+  EXPECT_EQ(e["param"], "messages");
+  EXPECT_EQ(e["code"], "invalid_value");
+  e = error_of("/v1/chat/completions", R"({"model":"m","messages":[{"content":"hi"}]})");
+  EXPECT_EQ(e["param"], "messages[0].role");
+  EXPECT_EQ(e["code"], "missing_required_parameter");
+  e = error_of("/v1/chat/completions", R"({"model":"m","messages":[{"role":3,"content":"hi"}]})");
+  EXPECT_EQ(e["param"], "messages[0].role");
+  EXPECT_EQ(e["code"], "invalid_type");
   e = error_of("/v1/completions", "{oops");
   EXPECT_TRUE(e["param"].is_null());
   EXPECT_TRUE(e["code"].is_null());
