@@ -89,7 +89,7 @@ struct RequestMetrics::Families {
     pod_attempts = &prometheus::BuildCounter()
                         .Name("llmd_epp_pod_attempts_total")
                         .Help("Requests sent to pods, retries included, by the pod's status "
-                              "(502/504: no answer)")
+                              "(502: refused or closed before answering, 504: no first byte in time)")
                         .Register(r);
   }
   prometheus::Family<prometheus::Histogram>*ttft, *duration, *predicted_ttft, *expected_ttft,
