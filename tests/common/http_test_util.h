@@ -95,6 +95,20 @@ inline std::pair<int, uint16_t> listen_on_loopback() {
   return {fd, ntohs(addr.sin_port)};
 }
 
+// A blocking loopback connection to `port` (-1 when refused), for byte-level clients.
+inline int connect_loopback(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // For scripted servers on a blocking descriptor: reads one request (its header, and the body its
 // Content-Length announces); false when the peer closed first.
 inline bool read_request(int fd) {

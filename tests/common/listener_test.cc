@@ -19,23 +19,12 @@
 
 #include "common/http/descriptor_budget.h"
 #include "common/http/io_workers.h"
+#include "tests/common/http_test_util.h"
 
 namespace llmd::http {
 namespace {
 
-// A blocking loopback connection to `port` (-1 when refused).
-int connect_loopback(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+using testing::connect_loopback;
 
 // What the listener accepted: the slots, kept until the test lets them go.
 class Accepted {

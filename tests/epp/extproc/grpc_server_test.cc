@@ -30,9 +30,12 @@
 #include "epp/extproc/external_processor.grpc.pb.h"
 #include "tests/epp/extproc/buffered_exchange.h"
 #include "tests/epp/extproc/pick_of_pod_a.h"
+#include "tests/common/http_test_util.h"
 
 namespace llmd::epp::extproc {
 namespace {
+
+using http::testing::connect_loopback;
 
 
 // Picks pod "a" at once, on the calling thread.
@@ -126,19 +129,7 @@ class GenericCall {
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
 };
 
-// A blocking loopback connection to `port` (-1 on failure).
-int connect_loopback(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+using http::testing::connect_loopback;
 
 // Reads until the peer closes (true) or 10 s pass without it (false: a hang guard).
 bool closed_by_peer(int fd) {
