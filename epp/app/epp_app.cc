@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <functional>
 #include <list>
 #include <optional>
@@ -58,9 +59,10 @@ discovery::LeaderElectionConfig resolve_leader_election(const EppOptions& o) {
   discovery::LeaderElectionConfig lc = o.leader_election;
   if (lc.identity.empty()) {
     char host[256] = {};
-    if (gethostname(host, sizeof(host) - 1) == 0) {
-      lc.identity = host;
+    if (gethostname(host, sizeof(host) - 1) != 0) {
+      std::snprintf(host, sizeof(host), "epp");
     }
+    lc.identity = discovery::default_leader_identity(host);
   }
   if (lc.lease_name.empty()) {
     const std::string& pool = o.discovery.pool_name;

@@ -78,7 +78,7 @@ void add_kubernetes_flags(config::FlagTable& t, EppOptions& e) {
          into(l.lease_namespace));
   t.text("leader-elect-identity", "POD_NAME", "",
          "Leader election: this replica's name in the Lease, unique per replica (default: the "
-         "host name, which is the pod's name)",
+         "host name plus a random suffix, as client-go's)",
          into(l.identity));
 }
 

@@ -61,6 +61,16 @@ std::string LeaderElectionConfig::validate() const {
   return "";
 }
 
+std::string default_leader_identity(const std::string& host) {
+  std::random_device entropy;
+  std::uniform_int_distribution<int> digit(0, 15);
+  std::string id = host + "_";
+  for (int i = 0; i < 16; ++i) {
+    id += "0123456789abcdef"[digit(entropy)];
+  }
+  return id;
+}
+
 std::string micro_time(std::chrono::system_clock::time_point t) {
   const auto us = std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch());
   const std::time_t secs = static_cast<std::time_t>(us.count() / 1000000);

@@ -68,6 +68,10 @@ struct StoredLease {
 };
 
 // A MicroTime: "2026-11-26T03:37:23.123456Z".
+// The identity a replica holds the Lease under when none is given: the host name plus "_" and
+// 16 random hex digits, as client-go's leader election names its callers, so that two replicas
+// on one host (or two processes with the same POD_NAME-less host name) never share one.
+std::string default_leader_identity(const std::string& host);
 std::string micro_time(std::chrono::system_clock::time_point t);
 // The Lease object to write (`resource_version` "" on create).
 nlohmann::json lease_json(const std::string& lease_namespace, const std::string& name,

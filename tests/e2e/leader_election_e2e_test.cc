@@ -10,8 +10,11 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <thread>
@@ -32,19 +35,22 @@ double since(Clock::time_point t0) {
 // One EPP replica with leader election on, named `name` in the Lease, authenticating to the API
 // server with its own token (so the fake server can partition it alone).
 struct ElectedEpp {
-  ElectedEpp(std::string replica, FakeLeaseApi& api, const std::string& config)
+  // `named`: the replica's identity is `replica`; else the EPP's default (as without POD_NAME).
+  ElectedEpp(std::string replica, FakeLeaseApi& api, const std::string& config, bool named = true)
       : name(std::move(replica)) {
     std::ofstream(dir.file("token")) << token() << "\n";
-    process = std::make_unique<Process>(
-        binary("epp/epp"),
-        std::vector<std::string>{
-            "--config", config, "--host", "127.0.0.1", "--port", std::to_string(port),
-            "--health-port", std::to_string(health_port), "--metrics-port",
-            std::to_string(metrics_port), "--kube-api-url", api.url(), "--kube-token-file",
-            dir.file("token"), "--leader-elect", "true", "--leader-elect-identity", name,
-            "--leader-elect-lease-namespace", "llm", "--leader-elect-lease-duration", "2",
-            "--leader-elect-renew-deadline", "1.5", "--leader-elect-retry-period", "0.3",
-            "--drain-timeout", "1"});
+    std::vector<std::string> args = {
+        "--config", config, "--host", "127.0.0.1", "--port", std::to_string(port),
+        "--health-port", std::to_string(health_port), "--metrics-port",
+        std::to_string(metrics_port), "--kube-api-url", api.url(), "--kube-token-file",
+        dir.file("token"), "--leader-elect", "true",
+        "--leader-elect-lease-namespace", "llm", "--leader-elect-lease-duration", "2",
+        "--leader-elect-renew-deadline", "1.5", "--leader-elect-retry-period", "0.3",
+        "--drain-timeout", "1"};
+    if (named) {
+      args.insert(args.end(), {"--leader-elect-identity", name});
+    }
+    process = std::make_unique<Process>(binary("epp/epp"), args);
   }
   std::string token() const { return "token-" + name; }
   int ready_status() const {
@@ -192,6 +198,39 @@ class LeaderElectionE2E : public ::testing::Test {
   ElectedEpp* leader = nullptr;
   ElectedEpp* standby = nullptr;
 };
+
+// Two replicas on one host with no identity given (no POD_NAME): each defaults to the host name
+// plus a random suffix, so one leads and the other stands by (with the host name alone both
+// would hold the Lease and serve).
+TEST(LeaderElectionDefaults, TwoUnnamedReplicasOnOneHostElectOneLeader) {
+  ASSERT_EQ(std::getenv("POD_NAME"), nullptr) << "the test needs POD_NAME unset";
+  TempDir dir;
+  const uint16_t pod_port = free_port_block(1);
+  ASSERT_NE(pod_port, 0);
+  Process pod(binary("bench/modelsim/modelsim"),
+              {"--pods", "1", "--base-port", std::to_string(pod_port), "--host", "127.0.0.1"});
+  ASSERT_TRUE(pod.wait_http_ok(pod_port, "/health")) << pod.log();
+  std::ofstream(dir.file("epp.yaml"))
+      << "pool:\n  pods:\n  - {name: pod-0, address: 127.0.0.1:" << pod_port
+      << "}\nscrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: " << LLMD_SOURCE_DIR
+      << "/epp/config/load-prefix.yaml\n";
+  FakeLeaseApi api;
+  ElectedEpp a("epp-a", api, dir.file("epp.yaml"), /*named=*/false);
+  ElectedEpp b("epp-b", api, dir.file("epp.yaml"), /*named=*/false);
+  ASSERT_TRUE(eventually([&] { return a.ready_status() == 200 || b.ready_status() == 200; }))
+      << a.process->log() << b.process->log();
+  const std::string holder = api.spec("llmd-epp")["holderIdentity"].get<std::string>();
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  EXPECT_EQ(holder.rfind(std::string(host) + "_", 0), 0u) << holder;
+  // The other one has read the Lease and refuses, naming the leader; it is not ready.
+  ElectedEpp& standby = a.ready_status() == 200 ? b : a;
+  EXPECT_TRUE(eventually([&] {
+    return standby.complete("x").body.find("the leader is " + holder) != std::string::npos;
+  })) << standby.process->log();
+  EXPECT_EQ(standby.ready_status(), 503);
+  EXPECT_EQ(standby.metric("llmd_epp_leader"), 0);
+}
 
 TEST_F(LeaderElectionE2E, OneLeaderServesAndTheStandbyTakesOverWarmWhenTheLeaderIsKilled) {
   EXPECT_EQ(api.spec("llmd-epp")["holderIdentity"], leader->name);

@@ -210,6 +210,19 @@ TEST(LeaderElection, APartitionedLeaderStopsLeadingBeforeTheStandbyCanTakeTheLea
   EXPECT_GE(takeovers, 25) << "partitions longer than the lease hand leadership over";
 }
 
+// Two replicas on one host (no POD_NAME) must not share an identity: both would think they
+// hold the Lease.
+TEST(Lease, TheDefaultIdentityIsTheHostPlusARandomSuffix) {
+  const std::string a = default_leader_identity("epp-host");
+  const std::string b = default_leader_identity("epp-host");
+  EXPECT_NE(a, b);
+  for (const auto& id : {a, b}) {
+    ASSERT_EQ(id.size(), std::string("epp-host_").size() + 16) << id;
+    EXPECT_EQ(id.rfind("epp-host_", 0), 0u) << id;
+    EXPECT_EQ(id.find_first_not_of("0123456789abcdef", 9), std::string::npos) << id;
+  }
+}
+
 TEST(Lease, JsonRoundTripAndMicroTime) {
   const auto t = std::chrono::system_clock::time_point{} + 1795664243s + 123456us;
   EXPECT_EQ(micro_time(t), "2026-11-26T03:37:23.123456Z");
