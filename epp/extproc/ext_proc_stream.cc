@@ -372,13 +372,23 @@ void ExtProcStream::on_response_body(const pb::HttpBody& body) {
   if (phase_ != Phase::kResponse) {
     return;
   }
-  flow_->response_bytes(body.body());
+  std::string_view relayed = body.body();
+  if (!response_broken_ && !flow_->response_bytes(body.body())) {
+    // The pod broke the protocol: the client's stream ends with the error event, the rest of
+    // the pod's bytes are dropped, and the attempt is the pod's failure.
+    response_broken_ = true;
+    flow_->pod_failed(502, false);
+    broken_tail_ = mid_stream_error_event();
+    relayed = broken_tail_;
+  } else if (response_broken_) {
+    relayed = {};
+  }
   if (!observability_) {
     pb::ProcessingResponse r;
     auto* common = r.mutable_response_body()->mutable_response();
     if (stream_response_) {
       auto* streamed = common->mutable_body_mutation()->mutable_streamed_response();
-      streamed->set_body(body.body());
+      streamed->set_body(std::string(relayed));
       streamed->set_end_of_stream(body.end_of_stream());
     }
     emit_(std::move(r));

@@ -113,6 +113,9 @@ class ExtProcStream : public std::enable_shared_from_this<ExtProcStream> {
   ExtProcOptions options_;
   ExtProcServices services_;
   FlowOptions flow_options_;
+  // The pod broke the SSE protocol mid-response: its remaining bytes are not relayed.
+  bool response_broken_ = false;
+  std::string broken_tail_;  // the error event that replaced the bytes it broke off at
   Emit emit_;
   Post post_;
   Phase phase_ = Phase::kRequestHeaders;

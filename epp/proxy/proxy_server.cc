@@ -35,12 +35,6 @@ namespace {
 namespace net = boost::asio;
 using Clock = std::chrono::steady_clock;
 
-// A stream the pod broke off ends with the same error object as one SSE event.
-std::string mid_stream_error_event() {
-  return "data: " +
-         openai_error_body(502, "The model server failed while streaming the response") + "\n\n";
-}
-
 // A pod's "host:port" ("[v6]:port") as the client core's origin; nullopt when it is not one.
 std::optional<llmd::http::Url> pod_origin(const std::string& address) {
   return llmd::http::parse_url("http://" + address);
@@ -562,7 +556,10 @@ struct ProxyServer::Impl {
         break;
       }
       if (!piece.bytes.empty()) {
-        flow.response_bytes(piece.bytes);
+        if (!flow.response_bytes(piece.bytes)) {
+          ok = false;  // the pod broke the protocol: ends as a mid-stream failure
+          break;
+        }
         if (watch.gone) {
           flow.client_gone();
           co_return Outcome::kClientGone;

@@ -250,17 +250,23 @@ void RequestFlow::served_by(const std::string& address) {
   }
 }
 
-void RequestFlow::response_bytes(std::string_view bytes) {
+bool RequestFlow::response_bytes(std::string_view bytes) {
   if (!attempt_ || attempt_->ended()) {
-    return;
+    return true;
   }
   response_bytes_ += static_cast<int64_t>(bytes.size());
   if (parsed_.request.streaming) {
     scanner_.feed(bytes);
+    if (scanner_.overlong()) {
+      spdlog::warn("request {}: pod {} sent an SSE line over {} bytes: not an OpenAI stream",
+                   request_id(), attempt_->record().pod.name(), SseScanner::kMaxLineBytes);
+      return false;
+    }
     attempt_->streamed(scanner_.content_chunks(), now());
   } else if (whole_.size() < options_.response_body_limit) {
     whole_.append(bytes);
   }
+  return true;
 }
 
 void RequestFlow::tokens(int64_t content_chunks, TimePoint at) {

@@ -122,8 +122,9 @@ class RequestFlow : public std::enable_shared_from_this<RequestFlow> {
   void served_by(const std::string& address);
 
   // Response bytes as they pass (SSE scanned for the first token and chunks; a non-streamed
-  // body kept, bounded, for its usage).
-  void response_bytes(std::string_view bytes);
+  // body kept, bounded, for its usage). False: the pod broke the protocol (an SSE line beyond
+  // SseScanner::kMaxLineBytes); the transport ends the response as a mid-stream failure.
+  bool response_bytes(std::string_view bytes);
   // A transport that sees tokens, not bytes (the simulator): `content_chunks` so far, the
   // last of them produced `at` (an event time, which may precede the clock's reading).
   void tokens(int64_t content_chunks, TimePoint at);

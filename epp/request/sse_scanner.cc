@@ -72,24 +72,34 @@ bool append_content(const Json& choices, std::string& out) {
 }  // namespace
 
 bool SseScanner::feed(std::string_view bytes) {
+  if (overlong_) {
+    return false;
+  }
+  // Only the new bytes are searched, and what was read is dropped once per call: linear however
+  // the stream is split.
+  std::size_t search = pending_.size();
   pending_.append(bytes);
+  std::size_t start = 0;
   bool first = false;
   std::size_t pos;
-  // Events end with a blank line; normalise CRLF so both framings work.
-  while ((pos = pending_.find('\n')) != std::string::npos) {
-    std::string line = pending_.substr(0, pos);
-    pending_.erase(0, pos + 1);
+  while ((pos = pending_.find('\n', search)) != std::string::npos) {
+    std::string_view line(pending_.data() + start, pos - start);
+    start = search = pos + 1;
     if (!line.empty() && line.back() == '\r') {
-      line.pop_back();
+      line.remove_suffix(1);  // events end with a blank line; CRLF framing works too
     }
-    if (line.rfind("data:", 0) == 0) {
-      std::string_view data(line);
-      data.remove_prefix(5);
+    if (line.starts_with("data:")) {
+      std::string_view data = line.substr(5);
       while (!data.empty() && data.front() == ' ') {
         data.remove_prefix(1);
       }
       first = handle_event(data) || first;
     }
+  }
+  pending_.erase(0, start);
+  if (pending_.size() > kMaxLineBytes) {
+    overlong_ = true;
+    std::string().swap(pending_);
   }
   return first;
 }

@@ -3,7 +3,8 @@
 // first content chunk (TTFT), counts content chunks (vLLM streams one token per chunk, so this
 // is the token count of a stream without usage), keeps the generated text (bounded; the prefix
 // index learns it) and picks up the final usage chunk. Pure; fed arbitrary byte splits of the
-// stream.
+// stream. Linear in its input; a line longer than kMaxLineBytes is the pod's protocol error
+// (overlong(): the scanner stops and holds nothing more).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -18,6 +19,9 @@ class SseScanner {
  public:
   // Returns true when this call saw the first event carrying generated content.
   bool feed(std::string_view bytes);
+  // No OpenAI event comes near this; a line that does is a pod that does not speak SSE.
+  static constexpr std::size_t kMaxLineBytes = 1024 * 1024;
+  bool overlong() const { return overlong_; }
   bool saw_content() const { return saw_content_; }
   bool saw_done() const { return saw_done_; }
   int64_t content_chunks() const { return content_chunks_; }
@@ -30,7 +34,8 @@ class SseScanner {
 
  private:
   bool handle_event(std::string_view data);
-  std::string pending_;
+  std::string pending_;  // the unterminated last line (never holds a '\n')
+  bool overlong_ = false;
   bool saw_content_ = false;
   bool saw_done_ = false;
   int64_t content_chunks_ = 0;

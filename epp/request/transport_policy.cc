@@ -42,6 +42,11 @@ RefusalAnswer wrong_route_answer(RequestFlow& flow, std::string_view path) {
   return a;
 }
 
+std::string mid_stream_error_event() {
+  return "data: " +
+         openai_error_body(502, "The model server failed while streaming the response") + "\n\n";
+}
+
 std::vector<HeaderField> response_headers(const std::string& destination,
                                           const std::string& request_id,
                                           const std::string& decision) {

@@ -49,6 +49,10 @@ RefusalAnswer refusal_answer(int status, const std::string& detail,
 // An inference path asked with another method: 405 with Allow: POST; any other path: 404.
 RefusalAnswer wrong_route_answer(RequestFlow& flow, std::string_view path);
 
+// The last event of a stream the pod broke off (or broke the protocol of): the OpenAI error
+// object as an SSE data event, so a client sees an error, not a truncated answer.
+std::string mid_stream_error_event();
+
 // What a pod's response gains on its way to the client: the pod it came from, the request id,
 // the decision explanation when asked for.
 std::vector<HeaderField> response_headers(const std::string& destination,

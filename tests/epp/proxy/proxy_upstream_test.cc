@@ -15,6 +15,7 @@
 
 #include "epp/datastore/pod_registry.h"
 #include "epp/proxy/proxy_server.h"
+#include "epp/request/sse_scanner.h"
 #include "tests/common/http_test_util.h"
 
 namespace llmd::epp {
@@ -270,6 +271,39 @@ TEST_F(ProxyUpstream, TheConnectionToThePodIsKeptForTheNextRequest) {
   EXPECT_EQ(pod_.requests(), 3);
   EXPECT_EQ(pod_.connections(), 1);
   EXPECT_EQ(proxy_.idle_upstream_connections(), 1u);
+}
+
+}  // namespace
+}  // namespace llmd::epp
+
+namespace llmd::epp {
+namespace {
+
+// A pod whose stream holds a line longer than any OpenAI event (a pod that does not speak SSE):
+// the client's stream ends with the error event and never reaches the pod's [DONE], and the
+// proxy holds no more than the bound while it reads.
+TEST(ProxyStream, AnSseLineBeyondTheBoundEndsTheStreamWithAnError) {
+  const std::string body =
+      "data: " + std::string(SseScanner::kMaxLineBytes + 4096, 'x') + "\n\ndata: [DONE]\n\n";
+  char size[32];
+  std::snprintf(size, sizeof(size), "%zx", body.size());
+  RawAnswerPod pod("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                   "Transfer-Encoding: chunked\r\n\r\n" + std::string(size) + "\r\n" + body +
+                       "\r\n0\r\n\r\n",
+                   true);
+  ProxyInFrontOf proxy(pod.address());
+  http::testing::RawSocket client(proxy.port(), 30);
+  const std::string request = R"({"model":"m","prompt":"hi","max_tokens":4,"stream":true})";
+  ASSERT_TRUE(client.send_all("POST /v1/completions HTTP/1.1\r\nHost: epp\r\n"
+                              "Content-Type: application/json\r\nContent-Length: " +
+                              std::to_string(request.size()) + "\r\n\r\n" + request));
+  while (client.read_some() > 0) {
+  }
+  const std::string& got = client.buffered();
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got.substr(0, 200);
+  EXPECT_NE(got.find("The model server failed while streaming"), std::string::npos)
+      << got.substr(got.size() > 300 ? got.size() - 300 : 0);
+  EXPECT_EQ(got.find("[DONE]"), std::string::npos);
 }
 
 }  // namespace

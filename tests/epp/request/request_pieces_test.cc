@@ -278,6 +278,35 @@ TEST(ResponseFacts, CarryTheUsagesPromptTokens) {
                    .prompt_tokens);
 }
 
+// Megabytes of blank lines are read in one pass (the scanner searches only new bytes), and the
+// event after them still counts.
+TEST(SseScanner, ManyLinesInOneFeedAndAnEventAfterThem) {
+  SseScanner s;
+  EXPECT_FALSE(s.feed(std::string(4 * 1024 * 1024, '\n')));
+  EXPECT_TRUE(s.feed("data: {\"choices\":[{\"index\":0,\"text\":\"a\"}]}\n\n"));
+  EXPECT_EQ(s.content_chunks(), 1);
+  EXPECT_FALSE(s.overlong());
+}
+
+// A line longer than the bound, however it is split, is the pod's protocol error: the scanner
+// stops and ignores what follows.
+TEST(SseScanner, ALineBeyondTheBoundIsOverlongAndStopsTheScanner) {
+  SseScanner s;
+  const std::string piece(64 * 1024, 'x');
+  EXPECT_FALSE(s.feed("data: "));
+  for (std::size_t sent = 0; sent < SseScanner::kMaxLineBytes; sent += piece.size()) {
+    ASSERT_FALSE(s.overlong()) << sent;  // 6 + 1 MiB after the last piece: one line too long
+    s.feed(piece);
+  }
+  EXPECT_TRUE(s.overlong());
+  EXPECT_FALSE(s.feed("\n\ndata: {\"choices\":[{\"index\":0,\"text\":\"a\"}]}\n\n"));
+  EXPECT_EQ(s.content_chunks(), 0);
+  // A line of exactly the bound is still read.
+  SseScanner t;
+  t.feed("data: " + std::string(SseScanner::kMaxLineBytes - 6, ' '));
+  EXPECT_FALSE(t.overlong());
+}
+
 TEST(SseScanner, CountsContentChunksAndKeepsTheAnswerWithoutUsage) {
   const std::string stream =
       "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n"
