@@ -59,6 +59,9 @@ class MessageDecoder {
   void skip();
   // Frees the buffer and drops everything fed from now on (the call ended).
   void stop();
+  // Bytes of a message (or of its prefix) have arrived without the rest: at the end of the
+  // stream that is a truncated message, which gRPC ends with INTERNAL.
+  bool holds_partial() const { return !stopped_ && (available() > 0 || skip_ > 0); }
   // The buffer's allocation now.
   std::size_t capacity() const { return in_.capacity(); }
 

@@ -345,7 +345,9 @@ void GrpcConnection::run(Event& e, Stream& s) {
       }
       break;
     case EventKind::kHalfClose:
-      if (s.handler && !s.call->ended_) {
+      if (s.call && !s.call->ended_ && s.decoder.holds_partial()) {
+        end_call(s, {GrpcCode::kInternal, "the stream ended inside a message (truncated)"});
+      } else if (s.handler && !s.call->ended_) {
         s.handler->on_half_close();
       }
       break;

@@ -65,6 +65,28 @@ TEST(GrpcFraming, TheDecoderReadsWhatTheEncoderWroteInAnyPieces) {
   EXPECT_EQ(decoder.capacity(), std::string().capacity());  // nothing held once all is taken
 }
 
+// What a stream's end would truncate: part of a prefix, part of a message, part of a skipped
+// one; a whole message taken leaves nothing.
+TEST(GrpcFraming, TheDecoderKnowsWhenItHoldsPartOfAMessage) {
+  MessageDecoder d(1024);
+  EXPECT_FALSE(d.holds_partial());
+  d.feed(prefix(0, 4).substr(0, 2));
+  EXPECT_TRUE(d.holds_partial());
+  d.feed(prefix(0, 4).substr(2) + "ab");
+  ASSERT_EQ(d.next().state, MessageDecoder::State::kPrefix);
+  EXPECT_FALSE(d.take().has_value());
+  EXPECT_TRUE(d.holds_partial());
+  d.feed("cd");
+  EXPECT_EQ(d.take().value_or(""), "abcd");
+  EXPECT_FALSE(d.holds_partial());
+  d.feed(prefix(0, 8) + "xy");
+  ASSERT_EQ(d.next().state, MessageDecoder::State::kPrefix);
+  d.skip();
+  EXPECT_TRUE(d.holds_partial()) << "six bytes of the skipped message are still to come";
+  d.feed("123456");
+  EXPECT_FALSE(d.holds_partial());
+}
+
 TEST(GrpcFraming, APrefixOf4GiBIsRefusedBeforeAnyByteOfItIsHeld) {
   MessageDecoder decoder(4 * 1024 * 1024);
   decoder.feed(prefix(0, 0xFFFFFFFFu) + "abc");

@@ -205,6 +205,19 @@ TEST_F(GrpcWireTest, ATimeoutOf99999999HoursIsNoDeadlineAndAShortOneEndsTheCall)
   EXPECT_EQ(short_one.fields["grpc-status"], "4");
 }
 
+// A stream that ends inside a message (its prefix announces 100 bytes, 10 arrive) is an error,
+// not an OK for the message that never came; nothing is echoed.
+TEST_F(GrpcWireTest, AStreamThatEndsInsideAMessageEndsWithInternal) {
+  RawCall call(server_->port());
+  ASSERT_TRUE(call.run("", prefix(0, 100) + std::string(10, 'a')));
+  EXPECT_EQ(call.fields[":status"], "200");
+  EXPECT_EQ(call.fields["grpc-status"], "13") << call.fields["grpc-message"];
+  EXPECT_EQ(call.data, "");
+  RawCall prefix_only(server_->port());
+  ASSERT_TRUE(prefix_only.run("", prefix(0, 100).substr(0, 3)));
+  EXPECT_EQ(prefix_only.fields["grpc-status"], "13") << prefix_only.fields["grpc-message"];
+}
+
 TEST_F(GrpcWireTest, ACompressedFlagWithoutGrpcEncodingEndsTheCallWithInternal) {
   RawCall call(server_->port());
   ASSERT_TRUE(call.run("", prefix(1, 3) + "abc"));
