@@ -41,10 +41,21 @@ class Plugin {
   virtual std::optional<bool> training_streaming_mode() const { return std::nullopt; }
 };
 
+// What plugins say about their own decision in a cycle whose decision is explained (the
+// x-llmd-decision header, the decision log). Written only through CycleContext::notes, which
+// is null in every other cycle, so an unexplained request formats nothing. The profile
+// attributes each note to the plugin instance that wrote it.
+struct DecisionNotes {
+  // How a plugin ranked pods its latency predictions could not tell apart (every prediction
+  // equal: e.g. the constant of a model not trained yet), one sentence each: what then decided.
+  std::vector<std::string> tie_breaks;
+};
+
 // Per-request scheduling state handed to every plugin.
 struct CycleContext {
   const SchedulingRequest& request;
   Rng& rng;
+  DecisionNotes* notes = nullptr;  // non-null only in an explained cycle
 };
 
 // Annotates candidates before scheduling. A failed producer never fails the request: it leaves

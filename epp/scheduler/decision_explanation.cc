@@ -28,6 +28,8 @@ std::string header_safe(std::string_view s, std::size_t max_len) {
 // header.
 constexpr std::size_t kMaxSentence = 160;
 constexpr std::size_t kMaxName = 64;
+// The scorer's and the picker's tie-break sentences together.
+constexpr std::size_t kMaxTieBreaks = 2 * kMaxSentence;
 
 }  // namespace
 
@@ -98,6 +100,9 @@ nlohmann::ordered_json decision_to_json(const DecisionExplanation& e,
   out["reason"] = e.reason;
   out["fallback"] = e.fallback;
   out["predictions"] = e.predictions_used;
+  if (!e.tie_breaks.empty()) {
+    out["tie_breaks"] = e.tie_breaks;
+  }
   out["picker"] = e.picker;
   json scorers = json::array();
   for (const auto& s : e.scorers) {
@@ -129,6 +134,12 @@ nlohmann::ordered_json decision_to_json(const DecisionExplanation& e,
     if (c->predicted_tpot_ms) {
       j["tpot_ms"] = round_to(*c->predicted_tpot_ms, 0.01);
     }
+    if (c->ttft_headroom_ms) {
+      j["ttft_headroom_ms"] = round_to(*c->ttft_headroom_ms, 0.01);
+    }
+    if (c->tpot_headroom_ms) {
+      j["tpot_headroom_ms"] = round_to(*c->tpot_headroom_ms, 0.01);
+    }
     if (c->prefix_score) {
       j["prefix"] = round_to(*c->prefix_score, 0.001);
     }
@@ -142,7 +153,7 @@ nlohmann::ordered_json decision_to_json(const DecisionExplanation& e,
         parts.push_back(round_to(s, 0.0001));
       }
       j["scores"] = std::move(parts);
-    } else {
+    } else if (!c->removed_by.empty()) {
       j["removed_by"] = c->removed_by;
     }
     candidates.push_back(std::move(j));
@@ -186,6 +197,13 @@ std::string decision_header_value(const DecisionExplanation& e, std::size_t max_
   if (!e.fallback.empty()) {
     out += " fallback=\"" + header_safe(e.fallback, kMaxSentence) + "\"";
   }
+  if (!e.tie_breaks.empty()) {
+    std::string joined;
+    for (const auto& t : e.tie_breaks) {
+      joined += (joined.empty() ? "" : "; ") + t;
+    }
+    out += " tiebreak=\"" + header_safe(joined, kMaxTieBreaks) + "\"";
+  }
   if (!e.reason.empty()) {
     out += " reason=\"" + header_safe(e.reason, kMaxSentence) + "\"";
   }
@@ -204,7 +222,7 @@ std::string decision_header_value(const DecisionExplanation& e, std::size_t max_
   std::size_t listed = 0;
   constexpr std::size_t kRoomForCount = 8;  // ";+NNNNNN"
   for (const auto* c : shown) {
-    std::string item = header_safe(c->name, kMaxName) + ":";
+    std::string item = header_safe(c->name, kMaxName);
     std::string fields;
     auto add = [&fields](const std::string& f) { fields += (fields.empty() ? "" : ",") + f; };
     if (c->predicted_ttft_ms) {
@@ -213,15 +231,23 @@ std::string decision_header_value(const DecisionExplanation& e, std::size_t max_
     if (c->predicted_tpot_ms) {
       add(fmt::format("tpot={:.1f}", *c->predicted_tpot_ms));
     }
+    if (c->ttft_headroom_ms) {
+      add(fmt::format("ttft_headroom={:.1f}", *c->ttft_headroom_ms));
+    }
+    if (c->tpot_headroom_ms) {
+      add(fmt::format("tpot_headroom={:.1f}", *c->tpot_headroom_ms));
+    }
     if (c->prefix_score) {
       add(fmt::format("prefix={:.2f}", *c->prefix_score));
     }
     if (c->score) {
       add(fmt::format("score={:.3f}", *c->score));
-    } else {
+    } else if (!c->removed_by.empty()) {
       add("removed=" + header_safe(c->removed_by, kMaxName));
     }
-    item += fields;
+    if (!fields.empty()) {
+      item += ":" + fields;
+    }
     const std::size_t head = out.size() + std::string_view(" candidates=").size();
     if (head + list.size() + 1 + item.size() + kRoomForCount > max_bytes) {
       break;

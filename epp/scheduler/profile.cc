@@ -56,6 +56,16 @@ void record_filter(DecisionExplanation& explain, const CandidatesByName& by_name
   explain.filters.push_back(std::move(step));
 }
 
+// Prefixes the tie-break notes `plugin` added since `from` with its instance name and moves them
+// into the explanation.
+void take_tie_breaks(DecisionExplanation& explain, DecisionNotes& notes, std::size_t from,
+                     const Plugin& plugin) {
+  for (std::size_t i = from; i < notes.tie_breaks.size(); ++i) {
+    explain.tie_breaks.push_back(plugin.name() + ": " + std::move(notes.tie_breaks[i]));
+  }
+  notes.tie_breaks.resize(from);
+}
+
 }  // namespace
 
 Profile::Profile(std::string name, std::vector<Stage<Filter>> filters,
@@ -130,9 +140,13 @@ ProfileResult Profile::run(CycleContext& ctx, std::vector<Endpoint> endpoints,
         }
       }
     }
+    const std::size_t notes_before = ctx.notes ? ctx.notes->tie_breaks.size() : 0;
     auto start = Clock::now();
     std::vector<double> scores = s.plugin->score(ctx, endpoints);
     observe_since(s.duration, start);
+    if (explain != nullptr && ctx.notes != nullptr) {
+      take_tie_breaks(*explain, *ctx.notes, notes_before, *s.plugin);
+    }
     if (scores.size() != endpoints.size()) {
       // A plugin bug, not a request error: its opinion is dropped, the request goes on.
       spdlog::error("scorer {} ({}) returned {} scores for {} endpoints; ignored",
@@ -157,9 +171,13 @@ ProfileResult Profile::run(CycleContext& ctx, std::vector<Endpoint> endpoints,
   for (std::size_t i = 0; i < endpoints.size(); ++i) {
     scored.push_back({&endpoints[i], total[i]});
   }
+  const std::size_t notes_before = ctx.notes ? ctx.notes->tie_breaks.size() : 0;
   auto start = Clock::now();
   std::size_t pick = picker_.plugin->pick(ctx, scored);
   observe_since(picker_.duration, start);
+  if (explain != nullptr && ctx.notes != nullptr) {
+    take_tie_breaks(*explain, *ctx.notes, notes_before, *picker_.plugin);
+  }
   if (pick >= endpoints.size()) {
     spdlog::error("picker {} ({}) returned index {} of {}; using 0", picker_.plugin->name(),
                   picker_.plugin->type(), pick, endpoints.size());

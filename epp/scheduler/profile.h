@@ -39,8 +39,9 @@ class Profile {
           Stage<Picker> picker);
 
   // `explain` (null for almost every request: nothing is recorded) gets the filters' removals,
-  // the scorers' outputs and the picker; its `candidates` must already list `endpoints` by
-  // name (the SchedulingCycle fills them).
+  // the scorers' outputs, the picker and the tie-breaks the scorers and the picker wrote to
+  // ctx.notes (set with it by the SchedulingCycle); its `candidates` must already list
+  // `endpoints` by name (the SchedulingCycle fills them).
   ProfileResult run(CycleContext& ctx, std::vector<Endpoint> endpoints,
                     DecisionExplanation* explain = nullptr) const;
 

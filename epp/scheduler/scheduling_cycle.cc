@@ -109,6 +109,7 @@ struct SchedulingCycle::Run {
   ScheduleResult result;
   // Only for a cycle the decision log sampled or whose request asked (null otherwise).
   std::unique_ptr<DecisionExplanation> explain;
+  DecisionNotes notes;  // what the plugins say about their decision (only when explained)
   bool logged = false;  // the decision log sampled this cycle
 };
 
@@ -146,6 +147,7 @@ void SchedulingCycle::schedule_async(PipelineConstPtr pipeline, const Scheduling
     c.explain->slo_tpot_ms = request.slo_tpot_ms;
     c.explain->priority = request.priority;
     c.explain->strict_priority = request.strict_priority;
+    c.ctx.notes = &c.notes;
   }
   auto finish_early = [&](prometheus::Counter* outcome) {
     count(outcome);
@@ -244,6 +246,14 @@ void SchedulingCycle::finish_run(Run& c) const {
       if (e.latency) {
         d.predicted_ttft_ms = e.latency->predicted_ttft_ms;
         d.predicted_tpot_ms = e.latency->predicted_tpot_ms;
+        // Only against an SLO the request has: without one the producer's headroom is the
+        // negated prediction, which says nothing the prediction does not.
+        if (c.ctx.request.slo_ttft_ms) {
+          d.ttft_headroom_ms = e.latency->ttft_headroom_ms;
+        }
+        if (c.ctx.request.slo_tpot_ms) {
+          d.tpot_headroom_ms = e.latency->tpot_headroom_ms;
+        }
       }
       if (e.prefix) {
         d.prefix_score = e.prefix->score();

@@ -4,6 +4,7 @@
 
 #include <iostream>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "tests/e2e/stack_fixture.h"
@@ -53,8 +54,11 @@ class DecisionStack : public StackTest {
         "    load_balance_targets:\n    - target: pool:empty\n";
     start(std::move(o));
   }
-  http::ClientResponse explained(const std::string& id, const std::string& prompt) {
-    return stack_->complete(prompt, 2, true, {{"x-llmd-debug", "1"}, {"x-request-id", id}});
+  http::ClientResponse explained(const std::string& id, const std::string& prompt,
+                                 std::vector<http::Header> extra = {}) {
+    std::vector<http::Header> h = {{"x-llmd-debug", "1"}, {"x-request-id", id}};
+    h.insert(h.end(), extra.begin(), extra.end());
+    return stack_->complete(prompt, 2, true, h);
   }
 };
 
@@ -67,6 +71,17 @@ TEST_F(DecisionStack, TheDebugHeaderAndTheDecisionLogShowTheCandidatesAndThePick
     header = std::string(r.header("x-llmd-decision"));
     ASSERT_FALSE(header.empty()) << "x-llmd-debug was not answered";
     if (header.find("predictions=yes") != std::string::npos) {
+      // A model not trained yet predicts one constant: the header then says what broke the tie.
+      std::set<std::string> ttfts;
+      const std::regex ttft(":ttft=([0-9.]+)");
+      for (auto it = std::sregex_iterator(header.begin(), header.end(), ttft);
+           it != std::sregex_iterator(); ++it) {
+        ttfts.insert((*it)[1]);
+      }
+      if (ttfts.size() == 1) {
+        EXPECT_NE(header.find(" tiebreak=\""), std::string::npos) << header;
+        std::cout << "untrained: x-llmd-decision: " << header << "\n";
+      }
       break;
     }
     EXPECT_NE(header.find("fallback=\""), std::string::npos) << header;
@@ -74,17 +89,29 @@ TEST_F(DecisionStack, TheDebugHeaderAndTheDecisionLogShowTheCandidatesAndThePick
   }
   ASSERT_NE(header.find("predictions=yes"), std::string::npos) << header;
 
-  auto r = explained("explain-me", words(30, "explained"));
+  auto r = explained("explain-me", words(30, "explained"), {{"x-llm-d-slo-ttft-ms", "60000"}});
   ASSERT_EQ(r.status, 200) << r.body;
   header = std::string(r.header("x-llmd-decision"));
+  EXPECT_NE(header.find(" slo=ttft:60000 "), std::string::npos) << header;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(header, m, std::regex("^pick=pod-([0-9]+) "))) << header;
   const int picked = std::stoi(m[1]);
   EXPECT_EQ(r.header("x-gateway-destination-endpoint"), stack_->pod_address(picked))
       << "the header names the pod that answered";
   for (int i = 0; i < 4; ++i) {
-    EXPECT_NE(header.find("pod-" + std::to_string(i) + ":ttft="), std::string::npos)
-        << "pod-" << i << " with its predicted TTFT: " << header;
+    EXPECT_TRUE(std::regex_search(
+        header, std::regex("pod-" + std::to_string(i) + ":ttft=[0-9.]+,tpot=[0-9.]+,"
+                           "ttft_headroom=[0-9.]+")))
+        << "pod-" << i << " with its predicted TTFT and headroom under the SLO: " << header;
+  }
+  // removed= only on a pod a filter removed, each named in filters=.
+  std::smatch filters;
+  ASSERT_TRUE(std::regex_search(header, filters, std::regex(" filters=([^ ]*)"))) << header;
+  const std::string steps = "," + filters[1].str();
+  for (auto it = std::sregex_iterator(header.begin(), header.end(), std::regex("removed=([^;]*)"));
+       it != std::sregex_iterator(); ++it) {
+    EXPECT_NE(steps.find("," + (*it)[1].str() + ":"), std::string::npos)
+        << (*it)[1] << " is not a filter: " << header;
   }
   EXPECT_NE(header.find(",score="), std::string::npos) << header;
   EXPECT_NE(header.find(" filters="), std::string::npos) << header;
@@ -99,7 +126,10 @@ TEST_F(DecisionStack, TheDebugHeaderAndTheDecisionLogShowTheCandidatesAndThePick
   EXPECT_EQ(line["candidates"][0]["name"], line["pick"]);
   for (const auto& c : line["candidates"]) {
     EXPECT_TRUE(c.contains("ttft_ms") && c.contains("tpot_ms")) << c.dump();
+    EXPECT_TRUE(c.contains("ttft_headroom_ms")) << c.dump();
     EXPECT_TRUE(c.contains("score") || c.contains("removed_by")) << c.dump();
+    EXPECT_TRUE(!c.contains("removed_by") || !c["removed_by"].get<std::string>().empty())
+        << c.dump();
   }
   EXPECT_FALSE(line["filters"].empty()) << line.dump();
   // What an operator sees, in the test's output.

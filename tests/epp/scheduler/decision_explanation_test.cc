@@ -2,6 +2,7 @@
 // by the DecisionLog), its two bounded formats, and the log's sampling and line budget.
 #include "epp/scheduler/decision_explanation.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <prometheus/registry.h>
@@ -89,6 +90,101 @@ TEST_F(DefaultPipelineExplained, ARequestThatAsksGetsCandidatesFiltersScoresAndT
   EXPECT_EQ(e.candidates[1].scorer_scores.size(), e.scorers.size());
   EXPECT_FALSE(e.picker.empty());
   EXPECT_TRUE(lines_.empty()) << "the log samples nothing at rate 0";
+  // removed= names the filter on the two pods it removed, and only there.
+  const std::string header = decision_header_value(e, 10, 2048);
+  EXPECT_NE(header.find("a:ttft="), std::string::npos) << header;
+  std::size_t removed = 0;
+  for (auto at = header.find("removed="); at != std::string::npos;
+       at = header.find("removed=", at + 1)) {
+    EXPECT_EQ(header.compare(at, 8 + strict.name.size(), "removed=" + strict.name), 0) << header;
+    ++removed;
+  }
+  EXPECT_EQ(removed, 2u) << header;
+  // Distinct predictions decided: no tie-break to explain.
+  EXPECT_TRUE(e.tie_breaks.empty()) << e.tie_breaks.front();
+  EXPECT_EQ(header.find("tiebreak="), std::string::npos) << header;
+}
+
+// The request's SLOs, and each candidate's headroom against them (SLO - predicted), so a
+// client sees which pods were predicted to meet the SLO it sent.
+TEST_F(DefaultPipelineExplained, EachCandidatesHeadroomAgainstTheRequestsSlos) {
+  services_.source.answers = {{90, 11}, {300, 12}, {70, 60}};
+  SchedulingRequest req = testing::request(std::string(200, 'h'));
+  req.slo_ttft_ms = 250;
+  req.slo_tpot_ms = 50;
+  req.streaming = true;  // TPOT is neutral (headroom 0) for a request that does not stream
+  req.explain = true;
+  FixedRng rng({}, 0.5);
+  auto r = director_->schedule(req, pods(), rng);
+  ASSERT_TRUE(r.ok());
+  ASSERT_NE(r.explanation, nullptr);
+  const DecisionExplanation& e = *r.explanation;
+  ASSERT_EQ(e.candidates.size(), 3u);
+  for (const auto& c : e.candidates) {
+    ASSERT_TRUE(c.ttft_headroom_ms && c.tpot_headroom_ms && c.predicted_ttft_ms) << c.name;
+    EXPECT_NEAR(*c.ttft_headroom_ms, 250 - *c.predicted_ttft_ms, 1e-9) << c.name;
+    EXPECT_NEAR(*c.tpot_headroom_ms, 50 - *c.predicted_tpot_ms, 1e-9) << c.name;
+  }
+  EXPECT_LT(*e.candidates[1].ttft_headroom_ms, 0) << "b is predicted to miss the TTFT SLO";
+  EXPECT_LT(*e.candidates[2].tpot_headroom_ms, 0) << "c is predicted to miss the TPOT SLO";
+  const std::string header = decision_header_value(e, 10, 2048);
+  EXPECT_NE(header.find(" slo=ttft:250,tpot:50 "), std::string::npos) << header;
+  for (const auto& c : e.candidates) {
+    EXPECT_NE(header.find(fmt::format("{}:ttft={:.1f},tpot={:.1f},ttft_headroom={:.1f},"
+                                      "tpot_headroom={:.1f}",
+                                      c.name, *c.predicted_ttft_ms, *c.predicted_tpot_ms,
+                                      *c.ttft_headroom_ms, *c.tpot_headroom_ms)),
+              std::string::npos)
+        << header;
+  }
+  const auto j = decision_to_json(e, 10);
+  EXPECT_EQ(j["slo_ttft_ms"], 250);
+  for (const auto& c : j["candidates"]) {
+    EXPECT_TRUE(c.contains("ttft_headroom_ms") && c.contains("tpot_headroom_ms")) << c.dump();
+  }
+
+  // Only the SLO the request has: a TTFT SLO alone shows TTFT headroom alone; none, none.
+  req.slo_tpot_ms.reset();
+  r = director_->schedule(req, pods(), rng);
+  ASSERT_NE(r.explanation, nullptr);
+  for (const auto& c : r.explanation->candidates) {
+    EXPECT_TRUE(c.ttft_headroom_ms.has_value()) << c.name;
+    EXPECT_FALSE(c.tpot_headroom_ms.has_value()) << c.name;
+  }
+  req.slo_ttft_ms.reset();
+  r = director_->schedule(req, pods(), rng);
+  ASSERT_NE(r.explanation, nullptr);
+  const std::string none = decision_header_value(*r.explanation, 10, 2048);
+  EXPECT_EQ(none.find("headroom="), std::string::npos) << none;
+}
+
+// A model not trained yet predicts one constant for every pod: predictions=yes, yet they rank
+// nothing. The decision says what did (the scorer's fallback, the picker's rotation).
+TEST_F(DefaultPipelineExplained, EqualPredictionsSayWhatBrokeTheTie) {
+  services_.source.answers = {{100, 10}, {100, 10}, {100, 10}};
+  SchedulingRequest req = testing::request(std::string(200, 't'));
+  req.explain = true;
+  log_.configure({.sample_rate = 1, .max_lines_per_second = 100});
+  FixedRng rng({}, 0.5);
+  auto r = director_->schedule(req, pods(), rng);
+  ASSERT_TRUE(r.ok());
+  ASSERT_NE(r.explanation, nullptr);
+  const DecisionExplanation& e = *r.explanation;
+  EXPECT_TRUE(e.predictions_used);
+  ASSERT_EQ(e.tie_breaks.size(), 2u) << ::testing::PrintToString(e.tie_breaks);
+  EXPECT_EQ(e.tie_breaks[0], e.scorers.at(0).name + ": equal predictions for 3 pods: ranked by "
+                             "prefill work (prompt tokens in flight plus the request's "
+                             "uncached ones)");
+  EXPECT_EQ(e.tie_breaks[1], e.picker + ": equal predictions: rotated over the 3 best-scored "
+                             "pods (least recently picked)");
+  const std::string header = decision_header_value(e, 10, 2048);
+  EXPECT_NE(header.find(" predictions=yes "), std::string::npos) << header;
+  EXPECT_NE(header.find(" tiebreak=\"" + e.tie_breaks[0] + "; " + e.tie_breaks[1] + "\""),
+            std::string::npos)
+      << header;
+  ASSERT_EQ(lines_.size(), 1u);
+  auto j = nlohmann::json::parse(lines_[0].substr(std::string_view("decision ").size()));
+  EXPECT_EQ(j["tie_breaks"], nlohmann::json(e.tie_breaks)) << lines_[0];
 }
 
 TEST_F(DefaultPipelineExplained, NoPredictionsIsTheFallbackReason) {
@@ -153,6 +249,21 @@ TEST_F(DefaultPipelineExplained, ADenialIsExplained) {
   EXPECT_TRUE(header.starts_with("outcome=denied")) << header;
   EXPECT_NE(header.find(" slo=ttft:10 priority=-1"), std::string::npos)
       << "the SchedulingCycle copies the request's SLO and priority: " << header;
+  // The admitter decided before any filter ran: no pod was removed, and each is shown with
+  // the headroom that got the request shed.
+  EXPECT_EQ(header.find("removed="), std::string::npos) << header;
+  for (const auto& c : r.explanation->candidates) {
+    ASSERT_TRUE(c.ttft_headroom_ms.has_value()) << c.name;
+    EXPECT_LT(*c.ttft_headroom_ms, 0) << c.name;
+    EXPECT_NE(header.find(fmt::format("{}:ttft={:.1f},tpot={:.1f},ttft_headroom={:.1f}", c.name,
+                                      *c.predicted_ttft_ms, *c.predicted_tpot_ms,
+                                      *c.ttft_headroom_ms)),
+              std::string::npos)
+        << header;
+  }
+  for (const auto& c : decision_to_json(*r.explanation, 10)["candidates"]) {
+    EXPECT_FALSE(c.contains("removed_by")) << c.dump();
+  }
 }
 
 TEST(DirectorExplain, NoCandidatesIsExplained) {

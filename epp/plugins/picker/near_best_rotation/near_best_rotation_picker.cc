@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
+
 #include "epp/interface/rng.h"
 #include "epp/plugins/picker/weighted_random/weighted_random_picker.h"
 
@@ -144,6 +146,11 @@ std::size_t NearBestRotationPicker::pick(CycleContext& ctx,
     }
   }
 
+  if (tie && ctx.notes != nullptr) {
+    ctx.notes->tie_breaks.push_back(fmt::format(
+        "equal predictions: rotated over the {} best-scored pods (least recently picked)",
+        std::count(near.begin(), near.end(), 1)));
+  }
   std::lock_guard lock(mu_);
   std::size_t chosen = scored.size(), ties = 0;
   uint64_t chosen_seq = 0;

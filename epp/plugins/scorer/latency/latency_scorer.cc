@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
+
 namespace llmd::epp {
 namespace {
 
@@ -143,7 +145,7 @@ std::vector<double> LatencyScorer::score(CycleContext& ctx,
     // Without SLO headers every headroom is -predicted (all "negative"): the cost ranks them.
     std::vector<std::size_t> predicted = pos;
     predicted.insert(predicted.end(), neg.begin(), neg.end());
-    score_latency_cost(ctx.request, endpoints, predicted, out);
+    score_latency_cost(ctx.request, endpoints, predicted, out, ctx.notes);
     return out;
   }
   // We improve on the reference: a pod without a prediction is in no bucket (score 0) instead
@@ -153,18 +155,21 @@ std::vector<double> LatencyScorer::score(CycleContext& ctx,
       case Strategy::kCompositeMost: score_composite(endpoints, pos, false, out); break;
       case Strategy::kCompositeLeast: score_composite(endpoints, pos, true, out); break;
       case Strategy::kLatencyComposite:
-        score_latency_composite(ctx.request, endpoints, pos, out);
+        score_latency_composite(ctx.request, endpoints, pos, out, ctx.notes);
         break;
-      case Strategy::kLatencyCost: score_latency_cost(ctx.request, endpoints, pos, out); break;
-      default: score_bucket(ctx.request, endpoints, pos, strategy_ == Strategy::kMost, out);
+      case Strategy::kLatencyCost:
+        score_latency_cost(ctx.request, endpoints, pos, out, ctx.notes);
+        break;
+      default:
+        score_bucket(ctx.request, endpoints, pos, strategy_ == Strategy::kMost, out, ctx.notes);
     }
     return out;
   }
   if (config_.sloMissStrategy != "least" && ctx.request.has_slo()) {
     if (config_.sloMissStrategy == "latency-composite") {
-      score_latency_composite(ctx.request, endpoints, neg, out);
+      score_latency_composite(ctx.request, endpoints, neg, out, ctx.notes);
     } else if (config_.sloMissStrategy == "latency-cost") {
-      score_latency_cost(ctx.request, endpoints, neg, out);
+      score_latency_cost(ctx.request, endpoints, neg, out, ctx.notes);
     } else {
       // "concentrate": the inverted composite, so the misses pile onto the busiest pod.
       score_composite(endpoints, neg, config_.sloMissStrategy == "concentrate", out);
@@ -184,7 +189,7 @@ std::vector<double> LatencyScorer::score(CycleContext& ctx,
   }
   for (const auto* bucket : {&idle, &tpot_only, &ttft_only, &both}) {
     if (!bucket->empty()) {
-      score_bucket(ctx.request, endpoints, *bucket, false, out);
+      score_bucket(ctx.request, endpoints, *bucket, false, out, ctx.notes);
       break;
     }
   }
@@ -194,7 +199,7 @@ std::vector<double> LatencyScorer::score(CycleContext& ctx,
 void LatencyScorer::score_bucket(const SchedulingRequest& request,
                                  std::span<const Endpoint> endpoints,
                                  const std::vector<std::size_t>& idx, bool most,
-                                 std::vector<double>& out) const {
+                                 std::vector<double>& out, DecisionNotes* notes) const {
   double sum = config_.ttftWeight + config_.tpotWeight;
   double alpha = config_.ttftWeight / sum, beta = config_.tpotWeight / sum;
   double min_t = std::numeric_limits<double>::max(), max_t = -min_t;
@@ -210,11 +215,7 @@ void LatencyScorer::score_bucket(const SchedulingRequest& request,
     // No prediction tells these pods apart (e.g. the cold-start constant): the scraped load
     // and prefix affinity can. `most` spreads, so it prefers free capacity, as does `least`
     // here: packing onto the fullest pod needs a prediction that says it still fits.
-    if (config_.indistinctPredictions == "prefill-work") {
-      score_prefill_work(request, endpoints, idx, out);
-    } else {
-      score_composite(endpoints, idx, false, out);
-    }
+    score_indistinct(request, endpoints, idx, out, notes);
     return;
   }
   // A dimension where all pods are equal carries no information: give its weight to the other
@@ -244,13 +245,21 @@ void LatencyScorer::score_bucket(const SchedulingRequest& request,
 void LatencyScorer::score_latency_composite(const SchedulingRequest& request,
                                             std::span<const Endpoint> endpoints,
                                             const std::vector<std::size_t>& idx,
-                                            std::vector<double>& out) const {
+                                            std::vector<double>& out,
+                                            DecisionNotes* notes) const {
   // The predictions decide between pods they tell apart; within the model's error the pool's
   // cost (prefix hit, queue, KV) does.
   std::vector<double> ratio(endpoints.size(), 0.0);
   const double sum = config_.ttftWeight + config_.tpotWeight;
   score_ratio(endpoints, idx, false, config_.ttftWeight / sum, config_.tpotWeight / sum, ratio);
   score_composite(endpoints, idx, false, out, &request);
+  if (notes != nullptr && idx.size() > 1 &&
+      std::all_of(idx.begin(), idx.end(), [&](std::size_t i) { return ratio[i] == ratio[idx[0]]; })) {
+    // Equal ratios: the composite factor alone ranked these pods.
+    notes->tie_breaks.push_back(fmt::format(
+        "equal predictions for {} pods: ranked by the composite load/prefix score (free KV, "
+        "queue, prefix hit)", idx.size()));
+  }
   for (std::size_t i : idx) {
     out[i] = std::clamp(out[i] * ratio[i], 0.0, 1.0);
   }
@@ -259,7 +268,7 @@ void LatencyScorer::score_latency_composite(const SchedulingRequest& request,
 void LatencyScorer::score_latency_cost(const SchedulingRequest& request,
                                        std::span<const Endpoint> endpoints,
                                        const std::vector<std::size_t>& idx,
-                                       std::vector<double>& out) const {
+                                       std::vector<double>& out, DecisionNotes* notes) const {
   // vLLM serves its waiting queue first come, first served: the request's own prefill delays
   // every request that arrives at the pod while it waits, and in a pool kept even about as
   // many arrive during that wait as wait on a pod now (Little's law: the candidates' mean
@@ -277,11 +286,7 @@ void LatencyScorer::score_latency_cost(const SchedulingRequest& request,
   if (idx.size() > 1 && hi_t - lo_t <= kEps) {
     // Predictions that tell no pod apart (a model not trained yet, or pods whose features fall
     // in the same leaves) know nothing of the load: the composite load and prefix score does.
-    if (config_.indistinctPredictions == "prefill-work") {
-      score_prefill_work(request, endpoints, idx, out);
-    } else {
-      score_composite(endpoints, idx, false, out);
-    }
+    score_indistinct(request, endpoints, idx, out, notes);
     return;
   }
   double queue = 0;
@@ -336,6 +341,24 @@ void LatencyScorer::score_ratio(std::span<const Endpoint> endpoints,
     double c = alpha * share(l.predicted_ttft_ms, lo_t, hi_t) +
                beta * share(l.predicted_tpot_ms, lo_p, hi_p);
     out[i] = std::clamp(c, 0.01, 1.0);
+  }
+}
+
+void LatencyScorer::score_indistinct(const SchedulingRequest& request,
+                                     std::span<const Endpoint> endpoints,
+                                     const std::vector<std::size_t>& idx,
+                                     std::vector<double>& out, DecisionNotes* notes) const {
+  const bool prefill_work = config_.indistinctPredictions == "prefill-work";
+  if (prefill_work) {
+    score_prefill_work(request, endpoints, idx, out);
+  } else {
+    score_composite(endpoints, idx, false, out);
+  }
+  if (notes != nullptr) {
+    notes->tie_breaks.push_back(fmt::format(
+        "equal predictions for {} pods: ranked by {}", idx.size(),
+        prefill_work ? "prefill work (prompt tokens in flight plus the request's uncached ones)"
+                     : "the composite load/prefix score (free KV, queue, prefix hit)"));
   }
 }
 

@@ -93,9 +93,14 @@ class LatencyScorer final : public PluginBase<Scorer> {
 
  private:
   // Writes scores of endpoints[idx...] into `out` (others untouched).
+  // `notes` (null unless the cycle is explained) gets what ranked pods whose predictions tie.
   void score_bucket(const SchedulingRequest& request, std::span<const Endpoint> endpoints,
-                    const std::vector<std::size_t>& idx, bool most,
-                    std::vector<double>& out) const;
+                    const std::vector<std::size_t>& idx, bool most, std::vector<double>& out,
+                    DecisionNotes* notes) const;
+  // The scores for pods whose predictions tell none apart (indistinctPredictions).
+  void score_indistinct(const SchedulingRequest& request, std::span<const Endpoint> endpoints,
+                        const std::vector<std::size_t>& idx, std::vector<double>& out,
+                        DecisionNotes* notes) const;
   void score_prefill_work(const SchedulingRequest& request, std::span<const Endpoint> endpoints,
                           const std::vector<std::size_t>& idx, std::vector<double>& out) const;
   // `worth_for` (latency-composite): the prefix term weighs the hit the request would get by
@@ -106,11 +111,12 @@ class LatencyScorer final : public PluginBase<Scorer> {
   // latency-composite: the composite score times the latency ratio (score_ratio, not packing).
   void score_latency_composite(const SchedulingRequest& request,
                                std::span<const Endpoint> endpoints,
-                               const std::vector<std::size_t>& idx,
-                               std::vector<double>& out) const;
+                               const std::vector<std::size_t>& idx, std::vector<double>& out,
+                               DecisionNotes* notes) const;
   // latency-cost: the blend of lowest cost / the pod's (TTFT) and the TPOT ratio.
   void score_latency_cost(const SchedulingRequest& request, std::span<const Endpoint> endpoints,
-                          const std::vector<std::size_t>& idx, std::vector<double>& out) const;
+                          const std::vector<std::size_t>& idx, std::vector<double>& out,
+                          DecisionNotes* notes) const;
   // Ratio normalization: the blend (weights alpha, beta) of lowest prediction / prediction per
   // dimension, or prediction / highest prediction when packing; in [0.01, 1].
   void score_ratio(std::span<const Endpoint> endpoints, const std::vector<std::size_t>& idx,
