@@ -108,7 +108,8 @@ TEST_F(DecisionStack, TheDebugHeaderAndTheDecisionLogShowTheCandidatesAndThePick
   std::smatch filters;
   ASSERT_TRUE(std::regex_search(header, filters, std::regex(" filters=([^ ]*)"))) << header;
   const std::string steps = "," + filters[1].str();
-  for (auto it = std::sregex_iterator(header.begin(), header.end(), std::regex("removed=([^;]*)"));
+  const std::regex removed("removed=([^;]*)");
+  for (auto it = std::sregex_iterator(header.begin(), header.end(), removed);
        it != std::sregex_iterator(); ++it) {
     EXPECT_NE(steps.find("," + (*it)[1].str() + ":"), std::string::npos)
         << (*it)[1] << " is not a filter: " << header;
