@@ -22,16 +22,21 @@ std::filesystem::path beside(const std::string& config_path, const std::string& 
 }
 
 std::vector<PodConfig> read_pods(const YAML::Node& root, PodSource pods_from) {
-  YAML::Node pods = root["pool"]["pods"];
+  const YAML::Node pool = root["pool"];
+  if (pool && !pool.IsMap()) {
+    throw std::runtime_error("pool must be a mapping with a pods list");
+  }
+  const bool has_pods = pool && pool["pods"];
   if (pods_from == PodSource::kKubernetes) {
-    if (pods) {
+    if (has_pods) {
       throw std::runtime_error(
           "pool.pods is not allowed with Kubernetes discovery (--pool-name / --pool-selector): "
           "the pods come from the API server");
     }
     return {};
   }
-  if (!pods || !pods.IsSequence() || pods.size() == 0) {
+  const YAML::Node pods = has_pods ? pool["pods"] : YAML::Node();
+  if (!has_pods || !pods.IsSequence() || pods.size() == 0) {
     throw std::runtime_error("pool.pods must be a non-empty list");
   }
   std::vector<PodConfig> out;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <iomanip>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -119,7 +120,7 @@ std::string at_line(const YAML::Node& n) {
 
 std::string format(double v) {
   std::ostringstream o;
-  o << v;
+  o << std::setprecision(15) << v;
   return o.str();
 }
 

@@ -1641,9 +1641,10 @@ TEST(DeployChecks, DetectLeaderElectionDrift) {
        "there is no standby to take over"},
       {"one identity for all", [&](Render& r) { set_env(r, "POD_NAME", "epp"); },
        "must come from the pod's metadata.name"},
-      {"renew deadline past the lease", [&](Render& r) {
-         set_env(r, "EPP_LEADER_ELECT_RENEW_DEADLINE_S", "15");
-       }, "lease duration (whole s) > renew deadline"},
+      {"lease timing set by its old env", [&](Render& r) {
+         (*container(r, "epp"))["env"].push_back(
+             {{"name", "EPP_LEADER_ELECT_RENEW_DEADLINE_S"}, {"value", "15"}});
+       }, "refuses: the setting moved to the config file"},
       {"Lease RBAC without update", [&](Render& r) {
          doc(r, "Role", "epp-leader-election")["rules"][1]["verbs"] = Json::array({"get"});
        }, "may not update Lease llmd-epp-vllm"},

@@ -107,9 +107,9 @@ TEST_F(StartupConfigFile, BadValuesNameTheKeyItsLineAndTheRange) {
     }
     return std::string();
   };
-  // The fixture's first three lines are the pool and the inline pipeline.
+  // The fixture's first five lines are the pool and the inline pipeline.
   EXPECT_NE(error("proxy:\n  idleTimeoutMs: 0\n")
-                .find("line 5: proxy.idleTimeoutMs: 0 is out of range [1, 86400000]"),
+                .find("line 7: proxy.idleTimeoutMs: 0 is out of range [1, 86400000]"),
             std::string::npos);
   EXPECT_NE(error("outlierDetection: {maxEjectionPercent: 101}\n")
                 .find("outlierDetection.maxEjectionPercent: 101 is out of range [0, 100]"),
