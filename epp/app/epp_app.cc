@@ -55,8 +55,12 @@ namespace asio = boost::asio;
 namespace {
 
 // The defaults the --leader-elect-* flags describe, resolved on this machine.
-discovery::LeaderElectionConfig resolve_leader_election(const EppOptions& o) {
+discovery::LeaderElectionConfig resolve_leader_election(const EppOptions& o,
+                                                        const StartupSettings& s) {
   discovery::LeaderElectionConfig lc = o.leader_election;
+  lc.lease_duration = s.lease_duration;
+  lc.renew_deadline = s.renew_deadline;
+  lc.retry_period = s.retry_period;
   if (lc.identity.empty()) {
     char host[256] = {};
     if (gethostname(host, sizeof(host) - 1) != 0) {
@@ -237,11 +241,11 @@ EppApp::Impl::Impl(const EppOptions& o)
         }
         return l;
       }()),
-      decision_log(file_cfg.decision_log.over(o.decision_log), {}, &registry),
+      decision_log(file_cfg.decision_log, {}, &registry),
       scheduling_cycle(loaded.pipeline, &sched_metrics, &decision_log),
-      pods(o.upstream.staleness.value_or(file_cfg.staleness)),
+      pods(o.upstream.staleness.value_or(file_cfg.startup.staleness)),
       scraper(ScraperOptions{.interval = o.upstream.scrape_interval.value_or(
-                                 file_cfg.scrape_interval),
+                                 file_cfg.startup.scrape_interval),
                              .config = std::make_shared<const ScrapeConfig>(
                                  with_upstream_flags(loaded.settings.scrape, o.upstream))},
               pods),
@@ -256,7 +260,7 @@ EppApp::Impl::Impl(const EppOptions& o)
       gate([this](const std::string& pool) { return port.pool_candidates(pool); }, &registry,
            &flow_control),
       elector(o.leader_elect ? std::make_unique<discovery::LeaderElector>(
-                                   resolve_leader_election(o),
+                                   resolve_leader_election(o, file_cfg.startup),
                                    discovery::KubeApiOptions{o.discovery.api_url,
                                                              o.discovery.token_file,
                                                              o.discovery.ca_file})
@@ -296,7 +300,7 @@ EppApp::Impl::Impl(const EppOptions& o)
                scrape.scheme, scrape.path, scrape.default_engine, scrape.engine_label_key);
   pods.set_role_label(loaded.settings.endpoint_role_label);
   pods.set_pods(file_cfg.pods);
-  pods.configure_outlier_detection(o.outliers);
+  pods.configure_outlier_detection(file_cfg.startup.outliers);
   model_labels.set_pool_serves([this](const std::string& model) {
     return pods.serves_model(model);
   });
@@ -309,6 +313,11 @@ EppApp::Impl::Impl(const EppOptions& o)
   sinks.add(port);
 
   ProxyOptions po = o.proxy;
+  po.header_timeout = file_cfg.startup.header_timeout;
+  po.idle_timeout = file_cfg.startup.idle_timeout;
+  po.upstream_first_byte_timeout = file_cfg.startup.upstream_first_byte_timeout;
+  po.default_prediction = file_cfg.startup.prediction_based_scheduling;
+  po.forward_priority = file_cfg.startup.forward_priority;
   po.shared_body_budget = body_budget;
   po.not_serving = [this] { return standby(); };
   po.upstream_opened = &epp_metrics.upstream_opened();
@@ -383,6 +392,10 @@ LoadResult EppApp::Impl::load(const EppFileConfig& c) {
 }
 
 std::string EppApp::Impl::apply(const EppFileConfig& next) {
+  // The components these configure were built with them at start.
+  if (auto keys = changed_startup_keys(file_cfg.startup, next.startup); !keys.empty()) {
+    return "changed " + keys + ", which is read at start: restart the EPP to change it";
+  }
   LoadResult l = load(next);
   if (!l.ok()) {
     return l.error;
@@ -399,7 +412,7 @@ std::string EppApp::Impl::apply(const EppFileConfig& next) {
   file_objectives = next.objectives;
   port.set_config(objectives(), next.load_balancing, l.pipeline);
   gate.configure(next.router_queue);
-  decision_log.configure(next.decision_log.over(options.decision_log));
+  decision_log.configure(next.decision_log);
   return "";
 }
 
@@ -527,7 +540,8 @@ void EppApp::Impl::start() {
   reloader = std::make_unique<ConfigReloader>(
       options.config_path, pod_source, file_cfg,
       [this](const EppFileConfig& next) { return apply(next); });
-  every(options.reload_check, [this] { reloader->check(); });
+  // Kubernetes updates a mounted ConfigMap within a minute; a second adds nothing to notice.
+  every(std::chrono::seconds(1), [this] { reloader->check(); });
   // The router queue also drains on fresh scrapes and expires waiters by its timeout.
   every(std::chrono::milliseconds(5), [this] { gate.tick(); });
   // The health port's gRPC statuses follow the pool, the Lease and the drain.

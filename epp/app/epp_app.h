@@ -12,7 +12,7 @@
 //  - the caller: construction, start(), drain(), stop();
 //  - the timer thread runs the app's io_context and owns its periodic work: the router queue's
 //    5-ms tick, the gRPC readiness sync every 100 ms (gateway mode), and the config reload check
-//    every --reload-check-ms, which is where a new config generation is swapped in;
+//    every second, which is where a new config generation is swapped in;
 //  - the proxy thread runs ProxyServer::run (its --io-threads I/O threads), whose workers also
 //    serve ext_proc; the health port (gRPC health and HTTP probes) has a worker of its own
 //    ("epp-health"), and one thread runs the metrics server (/metrics collects the scrape-time

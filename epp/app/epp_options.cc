@@ -21,7 +21,7 @@ namespace {
 // Discovery and leader election: both talk to the Kubernetes API server.
 void add_kubernetes_flags(config::FlagTable& t, EppOptions& e) {
   discovery::DiscoveryOptions& d = e.discovery;
-  discovery::LeaderElectionConfig& l = e.leader_election;
+  discovery::LeaderElectionConfig& l = e.leader_election;  // durations: the config file's
   t.text("pool-name", "EPP_POOL_NAME", "",
          "Kubernetes discovery: the InferencePool whose selector and target port name the pods "
          "(the config file then lists no pods)",
@@ -55,20 +55,6 @@ void add_kubernetes_flags(config::FlagTable& t, EppOptions& e) {
             "Active-passive replicas: only the holder of a coordination.k8s.io/v1 Lease is ready "
             "and serves; the others stand by warm (pods, metrics, predictions) and answer 503",
             into(e.leader_elect));
-  t.when([&e] { return e.leader_elect; });  // checked only with leader election, as ever
-  t.integer("leader-elect-lease-duration", "EPP_LEADER_ELECT_LEASE_DURATION_S", "15",
-            "Leader election: whole seconds a Lease stays valid without renewal (a standby "
-            "takes it over after this long)",
-            {1, 3600}, count_into(l.lease_duration));
-  t.number("leader-elect-renew-deadline", "EPP_LEADER_ELECT_RENEW_DEADLINE_S", "10",
-           "Leader election: seconds a leader may fail to renew before it stops serving (< "
-           "lease duration)",
-           {0.001, 3600}, seconds_into(l.renew_deadline));
-  t.number("leader-elect-retry-period", "EPP_LEADER_ELECT_RETRY_PERIOD_S", "2",
-           "Leader election: seconds between renewals (leader) or attempts to acquire "
-           "(standby)",
-           {0.001, 3600}, seconds_into(l.retry_period));
-  t.always();
   t.text("leader-elect-lease-name", "EPP_LEADER_ELECT_LEASE_NAME", "",
          "Leader election: the Lease (default llmd-epp-<pool-name>, or llmd-epp)",
          into(l.lease_name));
@@ -159,80 +145,15 @@ void add_flags(config::FlagTable& t, EppOptions& e, std::string& health_host,
          "predicts before its first sync (empty: memory only)",
          into(e.in_process.model_dir));
   t.always();
-  // The training mode lives in the pipeline, where upstream defines it (one place).
-  t.text("streaming-mode", "LATENCY_STREAMING_MODE", "",
-         "Moved: set streamingMode on the pipeline's predicted-latency-producer (given: exit 2)",
-         [](const std::string& v) {
-           if (!v.empty()) {
-             throw std::invalid_argument(
-                 "--streaming-mode / LATENCY_STREAMING_MODE is gone: the training mode is the "
-                 "pipeline's, as upstream defines it: set `streamingMode: " + v +
-                 "` in the parameters of predicted-latency-producer (default false: TTFT := "
-                 "end-to-end latency)");
-           }
-         });
-  t.boolean("prediction-based-scheduling", "PREDICTION_BASED_SCHEDULING", "true",
-            "Default of the x-prediction-based-scheduling header", into(p.default_prediction));
-  // Checked only with a predictor (unused without one; the EPP has never refused them then).
-  t.when([&e] { return !e.prediction_server_url.empty(); });
-  t.integer("prediction-deadline-ms", "PREDICTION_DEADLINE_MS", "50",
-            "Wait for predictions at most this", {1, 60000},
-            count_into(e.predictor.request_deadline));
-  t.integer("coalesce-window-us", "PREDICTION_COALESCE_WINDOW_US", "1000", "Coalescing window",
-            {0, 1000000}, count_into(e.predictor.coalesce_window));
-  t.boolean("coalesce-adaptive", "PREDICTION_COALESCE_ADAPTIVE", "true",
-            "Send a batch at once while none is in flight (the window runs only while one is)",
-            into(e.predictor.adaptive_coalescing));
-  t.always();
-  t.integer("io-threads", "EPP_IO_THREADS", "2", "Proxy workers: event loops of one thread each, connections spread over them", {1, 64},
+  t.integer("io-threads", "EPP_IO_THREADS", "2",
+            "Proxy workers: event loops of one thread each, connections spread over them", {1, 64},
             cast_into(p.io_threads));
-  t.integer("header-timeout-ms", "EPP_HEADER_TIMEOUT_MS", "10000",
-            "Time a client has to send a request's headers once it started", {1, 3600000},
-            count_into(p.header_timeout));
-  t.integer("idle-timeout-ms", "EPP_IDLE_TIMEOUT_MS", "60000",
-            "Keep-alive idle time between requests, and the bound of a body upload",
-            {1, 86400000}, count_into(p.idle_timeout));
-  t.integer("upstream-first-byte-timeout-ms", "EPP_UPSTREAM_FIRST_BYTE_TIMEOUT_MS", "30000",
-            "A pod that sends no response header within this is treated as failed", {10, {}},
-            count_into(p.upstream_first_byte_timeout));
-  t.integer("outlier-consecutive-failures", "EPP_OUTLIER_CONSECUTIVE_FAILURES", "5",
-            "Outlier detection: a pod whose requests fail this many times in a row (connect "
-            "error, timeout, 5xx, broken stream) is ejected; 0 = never",
-            {0, 1000}, cast_into(e.outliers.consecutive_failures));
-  t.integer("outlier-base-ejection-ms", "EPP_OUTLIER_BASE_EJECTION_MS", "30000",
-            "Outlier detection: the first ejection's length; the n-th lasts n times as long",
-            {1, {}}, count_into(e.outliers.base_ejection));
-  t.integer("outlier-max-ejection-ms", "EPP_OUTLIER_MAX_EJECTION_MS", "300000",
-            "Outlier detection: no ejection lasts longer", {1, {}},
-            count_into(e.outliers.max_ejection));
-  t.number("outlier-max-ejection-percent", "EPP_OUTLIER_MAX_EJECTION_PERCENT", "10",
-           "Outlier detection: at most this share of the pool is ejected at once (always >= 1 "
-           "pod)",
-           {0, 100}, into(e.outliers.max_ejection_percent));
-  t.number("panic-threshold-percent", "EPP_PANIC_THRESHOLD_PERCENT", "50",
-           "Below this share of healthy pods (fresh metrics, not ejected) the EPP routes over "
-           "every pod that ever answered a scrape instead of answering 503; 0 = never",
-           {0, 100}, into(e.outliers.panic_threshold_percent));
-  t.boolean("forward-priority", "EPP_FORWARD_PRIORITY", "true",
-            "Forward a non-zero soft priority to the pod as vLLM's `priority` (lower = first; "
-            "the pods need --scheduling-policy priority)",
-            into(p.forward_priority));
   t.integer("max-body-bytes", "EPP_MAX_BODY_BYTES", "16777216", "Largest accepted request body",
             {1024, {}}, cast_into(p.body_limit));
   t.integer("body-budget-bytes", "EPP_BODY_BUDGET_BYTES", "268435456",
             "Request bodies held at once (503 + Retry-After beyond)", {1024, {}},
             cast_into(p.body_budget));
-  t.integer("reload-check-ms", "EPP_RELOAD_CHECK_MS", "1000", "How often config files are checked",
-            {10, {}}, count_into(e.reload_check));
   add_kubernetes_flags(t, e);
-  t.number("decision-log-sample-rate", "EPP_DECISION_LOG_SAMPLE_RATE", "0",
-           "Share of requests whose scheduling decision is logged (one 'decision {json}' line "
-           "at info level: candidates, predictions, filters, scores, pick); the config file's "
-           "decisionLog.sampleRate overrides it on every reload; 0 = off",
-           {0, 1}, into(e.decision_log.sample_rate));
-  t.number("decision-log-max-lines-per-second", "EPP_DECISION_LOG_MAX_LINES_PER_SECOND", "10",
-           "Decision log line budget (sampled requests beyond it are counted, not logged)",
-           {0.001, 1e6}, into(e.decision_log.max_lines_per_second));
   t.boolean("allow-debug-header", "EPP_ALLOW_DEBUG_HEADER", "false",
             "Answer a request that sends x-llmd-debug: 1 with its scheduling decision in the "
             "x-llmd-decision response header (shows pod names and load to clients: off by "
@@ -240,6 +161,67 @@ void add_flags(config::FlagTable& t, EppOptions& e, std::string& health_host,
             into(p.allow_debug_header));
   t.text("log-level", "LOG_LEVEL", "info", "trace | debug | info | warn | error",
          into(e.log_level));
+}
+
+// Settings that were flags and now live in one place, the config file (tuning is not
+// deployment): given as a flag or env, each exits 2 naming its new home, never ignored.
+struct MovedFlag {
+  const char* flag;
+  const char* env;
+  const char* home;  // where the setting lives now
+};
+constexpr MovedFlag kMovedFlags[] = {
+    {"streaming-mode", "LATENCY_STREAMING_MODE",
+     "`streamingMode` in the parameters of predicted-latency-producer (upstream's place)"},
+    {"prediction-deadline-ms", "PREDICTION_DEADLINE_MS",
+     "`predictionDeadlineMs` in the parameters of predicted-latency-producer"},
+    {"prediction-based-scheduling", "PREDICTION_BASED_SCHEDULING",
+     "`requests.predictionBasedScheduling` in the config file"},
+    {"forward-priority", "EPP_FORWARD_PRIORITY", "`requests.forwardPriority` in the config file"},
+    {"coalesce-window-us", "PREDICTION_COALESCE_WINDOW_US",
+     "LATENCY_COALESCE_WINDOW_MS (the Go predictor client's variable, whole ms; default 1)"},
+    {"coalesce-adaptive", "PREDICTION_COALESCE_ADAPTIVE",
+     "nothing: a batch always leaves at once while none is in flight"},
+    {"header-timeout-ms", "EPP_HEADER_TIMEOUT_MS", "`proxy.headerTimeoutMs` in the config file"},
+    {"idle-timeout-ms", "EPP_IDLE_TIMEOUT_MS", "`proxy.idleTimeoutMs` in the config file"},
+    {"upstream-first-byte-timeout-ms", "EPP_UPSTREAM_FIRST_BYTE_TIMEOUT_MS",
+     "`proxy.upstreamFirstByteTimeoutMs` in the config file"},
+    {"outlier-consecutive-failures", "EPP_OUTLIER_CONSECUTIVE_FAILURES",
+     "`outlierDetection.consecutiveFailures` in the config file"},
+    {"outlier-base-ejection-ms", "EPP_OUTLIER_BASE_EJECTION_MS",
+     "`outlierDetection.baseEjectionMs` in the config file"},
+    {"outlier-max-ejection-ms", "EPP_OUTLIER_MAX_EJECTION_MS",
+     "`outlierDetection.maxEjectionMs` in the config file"},
+    {"outlier-max-ejection-percent", "EPP_OUTLIER_MAX_EJECTION_PERCENT",
+     "`outlierDetection.maxEjectionPercent` in the config file"},
+    {"panic-threshold-percent", "EPP_PANIC_THRESHOLD_PERCENT",
+     "`outlierDetection.panicThresholdPercent` in the config file"},
+    {"reload-check-ms", "EPP_RELOAD_CHECK_MS", "nothing: config files are checked every second"},
+    {"decision-log-sample-rate", "EPP_DECISION_LOG_SAMPLE_RATE",
+     "`decisionLog.sampleRate` in the config file (re-read on every reload)"},
+    {"decision-log-max-lines-per-second", "EPP_DECISION_LOG_MAX_LINES_PER_SECOND",
+     "`decisionLog.maxLinesPerSecond` in the config file"},
+    {"leader-elect-lease-duration", "EPP_LEADER_ELECT_LEASE_DURATION_S",
+     "`leaderElection.leaseDurationSeconds` in the config file"},
+    {"leader-elect-renew-deadline", "EPP_LEADER_ELECT_RENEW_DEADLINE_S",
+     "`leaderElection.renewDeadlineSeconds` in the config file"},
+    {"leader-elect-retry-period", "EPP_LEADER_ELECT_RETRY_PERIOD_S",
+     "`leaderElection.retryPeriodSeconds` in the config file"},
+};
+
+void add_moved_flags(config::FlagTable& t) {
+  t.section(kMovedSection);
+  for (const MovedFlag& m : kMovedFlags) {
+    t.text(m.flag, m.env, "", std::string("Now ") + m.home,
+           [m](const std::string& v) {
+             if (!v.empty()) {
+               throw std::invalid_argument(std::string("--") + m.flag + " / " + m.env +
+                                           " is no longer a flag: set " + m.home + " (got '" +
+                                           v + "')");
+             }
+           });
+  }
+  t.section("");
 }
 
 }  // namespace
@@ -254,6 +236,7 @@ std::optional<EppOptions> parse_epp_options(int argc, char** argv) {
   add_flags(table, e, health_host, metrics_host, ext_proc_host);
   UpstreamFlagValues upstream;
   add_upstream_flags(table, e, upstream);
+  add_moved_flags(table);
   if (!options.parse(argc, argv)) {
     return std::nullopt;
   }
@@ -283,9 +266,6 @@ std::optional<EppOptions> parse_epp_options(int argc, char** argv) {
           e.feedback.trainer_url + "'");
     }
     e.in_process.trainer_url = e.feedback.trainer_url;
-  }
-  if (auto error = e.outliers.validate(); !error.empty()) {
-    throw std::invalid_argument(error);
   }
   e.discovery.selector = discovery::parse_selector(e.pool_selector);
   return e;

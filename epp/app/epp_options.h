@@ -10,14 +10,12 @@
 #include <optional>
 #include <string>
 
-#include "epp/datastore/outlier_detection.h"
 #include "epp/discovery/leader_elector.h"
 #include "epp/discovery/pod_discovery.h"
 #include "epp/feedback/training_feedback.h"
 #include "epp/predictor_client/in_process_predictions.h"
 #include "epp/predictor_client/predictor_client.h"
 #include "epp/proxy/proxy_server.h"
-#include "epp/scheduler/decision_log.h"
 #include "common/config/logging.h"
 
 namespace llmd::epp {
@@ -54,13 +52,12 @@ struct UpstreamSettings {
 };
 
 struct EppOptions {
-  std::string config_path;  // pool + pipeline YAML, re-read every reload_check
+  std::string config_path;  // pool + pipeline YAML, checked for changes every second
   std::string log_level;
   UpstreamSettings upstream;
-  std::chrono::milliseconds reload_check{1000};
 
-  // Proxy mode (host, port, limits, timeouts; not_serving and the upstream counters are left
-  // for the app to set). proxy.host is also the address of every other listener whose own host
+  // Proxy mode (host, port, limits; the timeouts and request defaults come from the config
+  // file's startup settings, not_serving and the upstream counters are left for the app). proxy.host is also the address of every other listener whose own host
   // flag is empty; the hosts below are resolved, never empty.
   ProxyOptions proxy;
   std::string health_host;
@@ -80,8 +77,6 @@ struct EppOptions {
   bool in_process_predictions = false;
   predictor_client::InProcessPredictionsConfig in_process;
   FeedbackOptions feedback;  // feedback.trainer_url empty = off
-  OutlierDetectionOptions outliers;  // validated
-  DecisionLogConfig decision_log;    // the flags' settings; the file's decisionLog overrides
 
   // Kubernetes: discovery when a pool name or selector is given. The API server's address and
   // credentials (api_url, token_file, ca_file) serve leader election too.
@@ -89,10 +84,13 @@ struct EppOptions {
   std::string pool_selector;  // as given, for the start-up log
   bool discover() const { return !discovery.pool_name.empty() || !pool_selector.empty(); }
   bool leader_elect = false;
-  // Durations checked; identity, lease name and namespace as given ("" = the defaults their
-  // flags describe, see resolve_leader_election in epp_app.cc).
+  // Identity, lease name and namespace as given ("" = the defaults their flags describe, see
+  // resolve_leader_election in epp_app.cc); the durations come from the config file.
   discovery::LeaderElectionConfig leader_election;
 };
+
+// The --help section listing the flags that became config-file keys (each exits 2 if given).
+inline constexpr const char* kMovedSection = "Moved to the config file (given: exit 2)";
 
 // nullopt when --help was given (the help is printed). Throws std::invalid_argument on an
 // unknown flag or a bad value.

@@ -127,9 +127,6 @@ std::optional<int64_t> env_integer(const char* name, int64_t min, int64_t max) {
 // and documented where ours needs no such setting. One setting in two places is an error.
 void read_predictor_client_env(const config::FlagTable& t, EppOptions& e) {
   if (auto ms = env_integer("LATENCY_COALESCE_WINDOW_MS", 0, 1000)) {
-    refuse_if(t.given("coalesce-window-us"),
-              "LATENCY_COALESCE_WINDOW_MS and --coalesce-window-us / "
-              "PREDICTION_COALESCE_WINDOW_US set the same window: give one");
     e.predictor.coalesce_window = std::chrono::microseconds(*ms * 1000);
   }
   if (auto n = env_integer("LATENCY_MAX_CONCURRENT_DISPATCHES", 1, 100000)) {
@@ -383,7 +380,7 @@ void resolve_upstream_flags(const config::FlagTable& t, EppOptions& e,
             "over plain HTTP (use --metrics-endpoint-auth for bearer-token access)");
   refuse_if(raw.emit_endpoint_scores,
             "--emit-endpoint-scores=true is not supported: the per-endpoint scores are in the "
-            "decision log (--decision-log-sample-rate) and the x-llmd-decision header "
+            "decision log (decisionLog.sampleRate in the config file) and the x-llmd-decision header "
             "(--allow-debug-header), not in Envoy's dynamic metadata");
   if (!raw.grpc_max_recv.empty()) {
     auto bytes = parse_byte_size(raw.grpc_max_recv);

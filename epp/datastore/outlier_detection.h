@@ -32,6 +32,7 @@ struct OutlierDetectionOptions {
 
   // Empty when valid, else what is wrong (names the option).
   std::string validate() const;
+  bool operator==(const OutlierDetectionOptions&) const = default;
 };
 
 class PodOutlierState {

@@ -44,19 +44,19 @@ std::string LeaderElectionConfig::validate() const {
            "--pool-namespace, or the service account's namespace file)";
   }
   if (lease_duration.count() < 1) {
-    return "--leader-elect-lease-duration must be at least 1 s";
+    return "leaderElection.leaseDurationSeconds must be at least 1";
   }
   if (renew_deadline.count() <= 0 || retry_period.count() <= 0) {
-    return "--leader-elect-renew-deadline and --leader-elect-retry-period must be > 0";
+    return "leaderElection.renewDeadlineSeconds and retryPeriodSeconds must be > 0";
   }
   // A leader must give up before a standby may take the Lease.
   if (!(renew_deadline < lease_duration)) {
-    return "--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline";
+    return "leaderElection.leaseDurationSeconds must be greater than renewDeadlineSeconds";
   }
   // A leader must be able to try more than once within its deadline.
   if (!(kJitterFactor * static_cast<double>(retry_period.count()) <
         static_cast<double>(renew_deadline.count()))) {
-    return "--leader-elect-renew-deadline must be greater than 1.2 x --leader-elect-retry-period";
+    return "leaderElection.renewDeadlineSeconds must be greater than 1.2 x retryPeriodSeconds";
   }
   return "";
 }

@@ -155,7 +155,6 @@ struct PredictorClient::Impl {
       return std::vector<Prediction>{};
     }
     const auto now = Clock::now();
-    deadline = std::min(deadline, now + config.request_deadline);
     if (deadline <= now) {
       metrics.error(ErrorKind::kDeadline);
       return std::nullopt;
@@ -284,7 +283,6 @@ struct PredictorClient::Impl {
       return;
     }
     const auto now = Clock::now();
-    deadline = std::min(deadline, now + config.request_deadline);
     if (deadline <= now) {
       metrics.error(ErrorKind::kDeadline);
       done(std::nullopt);

@@ -56,8 +56,9 @@ struct PredictorClientConfig {
   // Batches in flight at once (further bounded by the replicas' AIMD windows). Default 36;
   // >= 1.
   std::size_t max_concurrent_dispatches = 36;
-  // Upper bound on any caller's wait: predict() waits until min(deadline, now + this).
-  // Default 50 ms; > 0.
+  // The deadline of predict(rows) without one, and the dispatcher's longest sleep. A caller
+  // that passes a deadline waits until it: the scheduling pipeline's predictionDeadlineMs is
+  // the one setting of how long a request waits for predictions. Default 50 ms; > 0.
   std::chrono::milliseconds request_deadline{50};
   // Timeout of one dispatch attempt (further capped by the batch's remaining deadline). The
   // default 25 ms leaves room for the one retry inside the default 50 ms deadline; > 0.

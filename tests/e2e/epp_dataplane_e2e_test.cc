@@ -116,7 +116,8 @@ TEST_F(DataPlaneStack, BelowThePanicThresholdEveryPodIsTriedAndTheEppStaysReady)
   StackOptions o;
   o.pods = 2;
   o.predictors = 1;
-  o.epp_args = {"--outlier-consecutive-failures", "1", "--outlier-max-ejection-percent", "100"};
+  o.startup["outlierDetection.consecutiveFailures"] = "1";
+  o.startup["outlierDetection.maxEjectionPercent"] = "100";
   start(o);
   fault(0, R"({"mode":"error"})");
   fault(1, R"({"mode":"error"})");

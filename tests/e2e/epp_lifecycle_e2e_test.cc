@@ -248,7 +248,7 @@ TEST_F(LifecycleStack, HttpEdgesHeaderTimeoutAllowAndHttp10) {
   StackOptions o;
   o.pods = 1;
   o.predictors = 1;
-  o.epp_args = {"--header-timeout-ms", "300"};
+  o.startup["proxy.headerTimeoutMs"] = "300";
   start(o);
   {
     // Headers that never finish: dropped after the header timeout, not the 60-s idle timeout.
@@ -314,8 +314,10 @@ TEST_F(LifecycleStack, RequestCountsAreWhatClientsGotAndPodAttemptsApart) {
   o.pods = 2;
   o.predictors = 1;
   // One failure ejects a pod, the whole pool may be ejected and there is no panic routing.
-  o.epp_args = {"--max-body-bytes", "4096", "--outlier-consecutive-failures", "1",
-                "--outlier-max-ejection-percent", "100", "--panic-threshold-percent", "0"};
+  o.epp_args = {"--max-body-bytes", "4096"};
+  o.startup["outlierDetection.consecutiveFailures"] = "1";
+  o.startup["outlierDetection.maxEjectionPercent"] = "100";
+  o.startup["outlierDetection.panicThresholdPercent"] = "0";
   start(o);
   fault(0, R"({"mode":"error","duration_ms":60000})");
   fault(1, R"({"mode":"error","duration_ms":60000})");
@@ -345,7 +347,8 @@ TEST_F(LifecycleStack, RejectionsBeforeTheFirstSuccessCarryTheModelName) {
   StackOptions o;
   o.pods = 1;
   o.predictors = 1;
-  o.epp_args = {"--outlier-consecutive-failures", "1", "--panic-threshold-percent", "0"};
+  o.startup["outlierDetection.consecutiveFailures"] = "1";
+  o.startup["outlierDetection.panicThresholdPercent"] = "0";
   start(o);
   fault(0, R"({"mode":"error","duration_ms":60000})");
   EXPECT_EQ(stack_->complete(words(10, "l0"), 2).status, 502);  // the only pod answers 500
@@ -368,7 +371,8 @@ TEST_F(LifecycleStack, PodAttemptCodesTellAClosedConnectionFromATimeout) {
   StackOptions o;
   o.pods = 1;
   o.predictors = 1;
-  o.epp_args = {"--outlier-consecutive-failures", "0", "--upstream-first-byte-timeout-ms", "300"};
+  o.startup["outlierDetection.consecutiveFailures"] = "0";
+  o.startup["proxy.upstreamFirstByteTimeoutMs"] = "300";
   start(o);
   fault(0, R"({"mode":"close","duration_ms":60000})");
   EXPECT_EQ(stack_->complete(words(10, "c0"), 2).status, 502);
@@ -389,7 +393,7 @@ TEST_F(LifecycleStack, ClientThatAbandonsAHungStreamReleasesThePodAtOnce) {
   StackOptions o;
   o.pods = 1;
   o.predictors = 1;
-  o.epp_args = {"--upstream-first-byte-timeout-ms", "60000"};
+  o.startup["proxy.upstreamFirstByteTimeoutMs"] = "60000";
   start(o);
   {
     RawSocket client(stack_->epp_port);
@@ -482,8 +486,9 @@ TEST_F(LifecycleStack, EveryEppErrorIsAnOpenAiErrorObject) {
   StackOptions o;
   o.pods = 1;
   o.predictors = 1;
-  o.epp_args = {"--max-body-bytes", "4096", "--outlier-consecutive-failures", "1",
-                "--panic-threshold-percent", "0"};
+  o.epp_args = {"--max-body-bytes", "4096"};
+  o.startup["outlierDetection.consecutiveFailures"] = "1";
+  o.startup["outlierDetection.panicThresholdPercent"] = "0";
   start(o);
   fault(0, R"({"mode":"error","duration_ms":60000})");
   http::HttpClient c("127.0.0.1", stack_->epp_port);

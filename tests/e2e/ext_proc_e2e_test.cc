@@ -345,8 +345,10 @@ TEST_F(ExtProcStack, AStandbyIsNotServingOverGrpcAndPicksOnceItLeads) {
   o.predictors = 1;
   o.epp_args = {"--kube-api-url", api.url(), "--kube-token-file", dir.file("token"),
                 "--leader-elect", "true", "--leader-elect-identity", "epp-gw",
-                "--leader-elect-lease-namespace", "llm", "--leader-elect-lease-duration", "2",
-                "--leader-elect-renew-deadline", "1.5", "--leader-elect-retry-period", "0.3"};
+                "--leader-elect-lease-namespace", "llm"};
+  o.startup["leaderElection.leaseDurationSeconds"] = "2";
+  o.startup["leaderElection.renewDeadlineSeconds"] = "1.5";
+  o.startup["leaderElection.retryPeriodSeconds"] = "0.3";
   start_gateway_mode(o);  // ready: it leads
   using Serving = grpc::health::v1::HealthCheckResponse;
   auto eventually = [&](const std::string& service, Serving::ServingStatus want) {

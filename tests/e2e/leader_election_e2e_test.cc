@@ -28,6 +28,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Short Lease durations, so that a take-over happens within seconds.
+constexpr const char* kFastLease =
+    "leaderElection: {leaseDurationSeconds: 2, renewDeadlineSeconds: 1.5, "
+    "retryPeriodSeconds: 0.3}\n";
+
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -44,9 +49,7 @@ struct ElectedEpp {
         "--health-port", std::to_string(health_port), "--metrics-port",
         std::to_string(metrics_port), "--kube-api-url", api.url(), "--kube-token-file",
         dir.file("token"), "--leader-elect", "true",
-        "--leader-elect-lease-namespace", "llm", "--leader-elect-lease-duration", "2",
-        "--leader-elect-renew-deadline", "1.5", "--leader-elect-retry-period", "0.3",
-        "--drain-timeout", "1"};
+        "--leader-elect-lease-namespace", "llm", "--drain-timeout", "1"};
     if (named) {
       args.insert(args.end(), {"--leader-elect-identity", name});
     }
@@ -170,7 +173,7 @@ class LeaderElectionE2E : public ::testing::Test {
     ASSERT_TRUE(pod->wait_http_ok(pod_port, "/health")) << pod->log();
     std::ofstream(dir.file("epp.yaml"))
         << "pool:\n  pods:\n  - {name: pod-0, address: 127.0.0.1:" << pod_port
-        << "}\nscrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: " << LLMD_SOURCE_DIR
+        << "}\nscrapeIntervalMs: 50\nstalenessMs: 1000\n" << kFastLease << "pipeline: " << LLMD_SOURCE_DIR
         << "/epp/config/load-prefix.yaml\n";
     a = std::make_unique<ElectedEpp>("epp-a", api, dir.file("epp.yaml"));
     b = std::make_unique<ElectedEpp>("epp-b", api, dir.file("epp.yaml"));
@@ -212,7 +215,7 @@ TEST(LeaderElectionDefaults, TwoUnnamedReplicasOnOneHostElectOneLeader) {
   ASSERT_TRUE(pod.wait_http_ok(pod_port, "/health")) << pod.log();
   std::ofstream(dir.file("epp.yaml"))
       << "pool:\n  pods:\n  - {name: pod-0, address: 127.0.0.1:" << pod_port
-      << "}\nscrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: " << LLMD_SOURCE_DIR
+      << "}\nscrapeIntervalMs: 50\nstalenessMs: 1000\n" << kFastLease << "pipeline: " << LLMD_SOURCE_DIR
       << "/epp/config/load-prefix.yaml\n";
   FakeLeaseApi api;
   ElectedEpp a("epp-a", api, dir.file("epp.yaml"), /*named=*/false);

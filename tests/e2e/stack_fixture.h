@@ -25,6 +25,9 @@ struct StackOptions {
   std::string pipeline = "default-pipeline.yaml";  // in epp/config/, or an absolute path
   std::vector<std::string> pod_labels;  // per pod, an inline YAML map such as "{pool: a}"
   std::string extra_config;             // appended to the EPP config (policies)
+  // The config file's start-up settings, "section.key" -> YAML value (startup_settings.h).
+  // A pod that sends no header within 2 s has failed: tests wait on it, not on 30 s.
+  std::map<std::string, std::string> startup = {{"proxy.upstreamFirstByteTimeoutMs", "2000"}};
   std::vector<std::string> trainer_args;  // appended to the trainer's command line
   int epp_max_open_files = 0;             // > 0: the EPP's RLIMIT_NOFILE
   // Set: the EPP and the predictors use this (shared) trainer and the stack starts none
@@ -102,8 +105,7 @@ class Stack {
         "--config", pool, "--host", "127.0.0.1", "--port", std::to_string(epp_port),
         "--health-port", std::to_string(health_port), "--metrics-port",
         std::to_string(metrics_port), "--prediction-server-url", urls, "--training-server-url",
-        trainer_url, "--upstream-first-byte-timeout-ms",
-        "2000", "--log-level", "debug"};
+        trainer_url, "--log-level", "debug"};
     if (options_.in_process_predictions) {
       args.insert(args.end(), {"--in-process-predictions", "true", "--model-sync-interval", "0.5"});
     }
@@ -131,10 +133,26 @@ class Stack {
       }
       f << "}\n";
     }
+    f << startup_sections();
     f << "scrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: "
       << (pipeline.starts_with("/") ? "" : std::string(LLMD_SOURCE_DIR) + "/epp/config/") << pipeline << "\n" << with_ports(options_.extra_config);
     f.close();
     std::rename(tmp.c_str(), dir_.file("pool.yaml").c_str());
+  }
+
+  // options_.startup as YAML sections: "proxy: {a: 1, b: 2}" lines.
+  std::string startup_sections() const {
+    std::map<std::string, std::string> sections;
+    for (const auto& [path, value] : options_.startup) {
+      const auto dot = path.find('.');
+      std::string& line = sections[path.substr(0, dot)];
+      line += (line.empty() ? "" : ", ") + path.substr(dot + 1) + ": " + value;
+    }
+    std::string out;
+    for (const auto& [section, keys] : sections) {
+      out += section + ": {" + keys + "}\n";
+    }
+    return out;
   }
 
   // "{pod:N}" -> the port of pod N (for policies that name pods by URL).

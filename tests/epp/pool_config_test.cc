@@ -1,5 +1,6 @@
 // The EPP config file: its decisionLog section (the run-time switch of the sampled decision
-// log), and its one schema with upstream's EndpointPickerConfig (the chart's config as it is).
+// log), its start-up tuning sections, and its one schema with upstream's EndpointPickerConfig
+// (the chart's config as it is).
 #include "epp/config/pool_config.h"
 
 #include <fstream>
@@ -28,16 +29,15 @@ class DecisionLogConfigFile : public ::testing::Test {
   llmd::testing::TempDir dir_;
 };
 
-TEST_F(DecisionLogConfigFile, KeysTheFileSetsOverrideTheFlagsAndTheOthersKeepThem) {
-  const DecisionLogConfig flags{.sample_rate = 0, .max_lines_per_second = 7, .max_candidates = 4};
-  EXPECT_EQ(load("").decision_log.over(flags), flags);
-  const DecisionLogConfig d = load("decisionLog: {sampleRate: 0.25}\n").decision_log.over(flags);
+TEST_F(DecisionLogConfigFile, KeysTheFileSetsAndTheOthersKeepTheirDefaults) {
+  EXPECT_EQ(load("").decision_log, DecisionLogConfig{});
+  const DecisionLogConfig d = load("decisionLog: {sampleRate: 0.25}\n").decision_log;
   EXPECT_DOUBLE_EQ(d.sample_rate, 0.25);
-  EXPECT_DOUBLE_EQ(d.max_lines_per_second, 7);
-  EXPECT_EQ(d.max_candidates, 4u);
+  EXPECT_DOUBLE_EQ(d.max_lines_per_second, DecisionLogConfig{}.max_lines_per_second);
+  EXPECT_EQ(d.max_candidates, DecisionLogConfig{}.max_candidates);
   const DecisionLogConfig all =
       load("decisionLog: {sampleRate: 1, maxLinesPerSecond: 50, maxCandidates: 3}\n")
-          .decision_log.over(flags);
+          .decision_log;
   EXPECT_EQ(all, (DecisionLogConfig{.sample_rate = 1, .max_lines_per_second = 50,
                                     .max_candidates = 3}));
 }
@@ -58,6 +58,84 @@ TEST_F(DecisionLogConfigFile, BadValuesAndUnknownKeysAreRefusedByName) {
   EXPECT_NE(error("decisionLog: {sample_rate: 1}\n").find("unknown key 'sample_rate'"),
             std::string::npos);
   EXPECT_NE(error("decisionLog: 0.5\n").find("mapping"), std::string::npos);
+}
+
+// The tuning sections read at start (startup_settings.h), with the same file fixture.
+using StartupConfigFile = DecisionLogConfigFile;
+
+TEST_F(StartupConfigFile, TheDocumentedDefaultsAreTheOnesInForce) {
+  const StartupSettings s = load("").startup;
+  StartupSettings plain;
+  plain.as_read = s.as_read;  // the defaults as the table documents them, the fields as coded
+  EXPECT_EQ(s, plain);
+  EXPECT_EQ(s.as_read.size(), startup_keys().size());
+}
+
+TEST_F(StartupConfigFile, EverySectionIsRead) {
+  const StartupSettings s =
+      load("scrapeIntervalMs: 25\nstalenessMs: 900\n"
+           "requests: {predictionBasedScheduling: false, forwardPriority: false}\n"
+           "proxy: {headerTimeoutMs: 500, idleTimeoutMs: 700, upstreamFirstByteTimeoutMs: 900}\n"
+           "outlierDetection: {consecutiveFailures: 2, baseEjectionMs: 100, maxEjectionMs: 400,\n"
+           "  maxEjectionPercent: 33.5, panicThresholdPercent: 0}\n"
+           "leaderElection: {leaseDurationSeconds: 4, renewDeadlineSeconds: 2.5,\n"
+           "  retryPeriodSeconds: 0.5}\n")
+          .startup;
+  EXPECT_EQ(s.scrape_interval, std::chrono::milliseconds(25));
+  EXPECT_EQ(s.staleness, std::chrono::milliseconds(900));
+  EXPECT_FALSE(s.prediction_based_scheduling);
+  EXPECT_FALSE(s.forward_priority);
+  EXPECT_EQ(s.header_timeout, std::chrono::milliseconds(500));
+  EXPECT_EQ(s.idle_timeout, std::chrono::milliseconds(700));
+  EXPECT_EQ(s.upstream_first_byte_timeout, std::chrono::milliseconds(900));
+  EXPECT_EQ(s.outliers.consecutive_failures, 2);
+  EXPECT_EQ(s.outliers.base_ejection, std::chrono::milliseconds(100));
+  EXPECT_EQ(s.outliers.max_ejection, std::chrono::milliseconds(400));
+  EXPECT_DOUBLE_EQ(s.outliers.max_ejection_percent, 33.5);
+  EXPECT_DOUBLE_EQ(s.outliers.panic_threshold_percent, 0);
+  EXPECT_EQ(s.lease_duration, std::chrono::seconds(4));
+  EXPECT_EQ(s.renew_deadline, std::chrono::milliseconds(2500));
+  EXPECT_EQ(s.retry_period, std::chrono::milliseconds(500));
+}
+
+TEST_F(StartupConfigFile, BadValuesNameTheKeyItsLineAndTheRange) {
+  auto error = [this](const std::string& section) {
+    try {
+      load(section);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // The fixture's first five lines are the pool and the inline pipeline.
+  EXPECT_NE(error("proxy:\n  idleTimeoutMs: 0\n")
+                .find("line 7: proxy.idleTimeoutMs: 0 is out of range [1, 86400000]"),
+            std::string::npos);
+  EXPECT_NE(error("outlierDetection: {maxEjectionPercent: 101}\n")
+                .find("outlierDetection.maxEjectionPercent: 101 is out of range [0, 100]"),
+            std::string::npos);
+  EXPECT_NE(error("requests: {forwardPriority: maybe}\n")
+                .find("requests.forwardPriority: expected true or false, got 'maybe'"),
+            std::string::npos);
+  EXPECT_NE(error("proxy: {headerTimeoutMs: 1.5}\n").find("expected a whole number"),
+            std::string::npos);
+  EXPECT_NE(error("proxy: {headerTimeout: 10}\n")
+                .find("proxy: unknown key 'headerTimeout' (known: headerTimeoutMs, "
+                      "idleTimeoutMs, upstreamFirstByteTimeoutMs)"),
+            std::string::npos);
+  EXPECT_NE(error("proxy: 10\n").find("proxy must be a mapping"), std::string::npos);
+  EXPECT_NE(error("outlierDetection: {baseEjectionMs: 1000, maxEjectionMs: 10}\n")
+                .find("outlier max ejection time must be >= the base ejection time"),
+            std::string::npos);
+}
+
+TEST_F(StartupConfigFile, ARestartIsNeededToChangeThemAndTheChangedKeysAreNamed) {
+  const StartupSettings before = load("proxy: {idleTimeoutMs: 700}\n").startup;
+  EXPECT_EQ(changed_startup_keys(before, load("proxy: {idleTimeoutMs: 700}\n").startup), "");
+  EXPECT_EQ(changed_startup_keys(before, load("scrapeIntervalMs: 20\nproxy: {}\n"
+                                              "requests: {forwardPriority: false}\n")
+                                             .startup),
+            "scrapeIntervalMs, requests.forwardPriority, proxy.idleTimeoutMs");
 }
 
 std::string read(const std::string& path) {
@@ -111,7 +189,7 @@ TEST_F(UpstreamConfigFile, TheChartsConfigIsTheEppConfigFile) {
   EXPECT_EQ(load_epp_config(write(chart("gie-v1.5.0-inferencepool-latency-predictor.yaml") +
                                   "pool:\n  pods:\n  - {name: p, address: 127.0.0.1:9100}\n"
                                   "scrapeIntervalMs: 25\n"))
-                .scrape_interval,
+                .startup.scrape_interval,
             std::chrono::milliseconds(25));
 }
 

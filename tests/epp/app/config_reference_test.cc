@@ -3,10 +3,15 @@
 // - the plugin registry (register_builtin_plugins): for every registered type, the parameters
 //   its factory reads (the strict parameter reader names them when it refuses an unknown key),
 //   each described by the row of the same name in the plugin's README parameter table.
+// - the config file's start-up settings (epp/config/startup_settings.h: kStartupKeys).
 // The test fails when the committed page differs from the rendered one, when a factory reads a
 // parameter its README does not describe, or when a README describes one its factory does not
-// read. Regenerate the page with
+// read. A second test fails when one setting has two homes (a flag and a config key or plugin
+// parameter of the same name), and when the EPP has more than 35 flags of its own. Regenerate
+// the page with
 //   LLMD_REGENERATE_DOCS=1 build/tests/epp/epp_config_reference_test
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -23,9 +28,11 @@
 #include <nlohmann/json.hpp>
 
 #include "epp/app/epp_options.h"
+#include "epp/config/startup_settings.h"
 #include "epp/datastore/prefix_index.h"
 #include "epp/plugins/register.h"
 #include "epp/scheduler/handle.h"
+#include "epp/scheduler/config_loader.h"
 #include "epp/scheduler/registry.h"
 
 namespace llmd::epp {
@@ -253,6 +260,103 @@ std::optional<std::set<std::string>> factory_parameters(const PluginFactory& f,
   return out;
 }
 
+// ---- One setting, one home ---------------------------------------------------------------
+
+// A setting's name as words: "--leader-elect-renew-deadline" and "renewDeadlineSeconds" ->
+// {leader, elect, renew, deadline} and {renew, deadline}; units are not part of the name.
+std::vector<std::string> words_of(const std::string& name) {
+  static const std::set<std::string> kUnits = {"ms", "us", "s", "sec", "seconds", "percent",
+                                               "bytes"};
+  std::vector<std::string> out;
+  std::string w;
+  auto flush = [&] {
+    if (!w.empty() && kUnits.count(w) == 0) {
+      out.push_back(w);
+    }
+    w.clear();
+  };
+  for (char c : name) {
+    if (c == '-' || c == '_' || c == '.') {
+      flush();
+    } else if (std::isupper(static_cast<unsigned char>(c))) {
+      flush();
+      w += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    } else {
+      w += c;
+    }
+  }
+  flush();
+  return out;
+}
+
+struct Knob {
+  std::string where;  // "flag --x", "config key a.b", "parameter p of plugin t"
+  std::vector<std::string> words;  // the name's words; for a config key, its last part's
+};
+
+bool ends_with(const std::vector<std::string>& a, const std::vector<std::string>& tail) {
+  return tail.size() <= a.size() && std::equal(tail.rbegin(), tail.rend(), a.rbegin());
+}
+
+// Pairs of a flag and a config key or plugin parameter that name the same setting: the same
+// words, or the flag's words ending with a name of two words or more (a prefix such as
+// "leader-elect-" or "outlier-" only says which component it is for).
+std::vector<std::string> knobs_defined_twice(const std::vector<Knob>& flags,
+                                             const std::vector<Knob>& others) {
+  std::vector<std::string> out;
+  for (const Knob& f : flags) {
+    for (const Knob& k : others) {
+      if (f.words == k.words || (k.words.size() >= 2 && ends_with(f.words, k.words))) {
+        out.push_back(f.where + " and " + k.where);
+      }
+    }
+  }
+  return out;
+}
+
+// The EPP's own flags as --help lists them (not upstream's, not the moved ones).
+std::vector<Knob> own_flags() {
+  std::vector<Knob> out;
+  for (const auto& s : parse_help(epp_help())) {
+    if (!s.title.empty()) {
+      continue;
+    }
+    for (const auto& r : s.rows) {
+      const std::string name = r.names.substr(r.names.rfind("--") + 2);
+      if (name != "help" && name != "version") {
+        out.push_back({"flag --" + name, words_of(name)});
+      }
+    }
+  }
+  return out;
+}
+
+// Every config-file key and plugin parameter.
+std::vector<Knob> file_settings() {
+  std::vector<Knob> out;
+  for (const StartupKey& k : startup_keys()) {
+    const std::string path(k.path);
+    out.push_back({"config key " + path, words_of(path.substr(path.rfind('.') + 1))});
+  }
+  for (const char* key : {"sampleRate", "maxLinesPerSecond", "maxCandidates"}) {
+    out.push_back({std::string("config key decisionLog.") + key, words_of(key)});
+  }
+  for (std::string_view key : kEppFileKeys) {
+    out.push_back({"config key " + std::string(key), words_of(std::string(key))});
+  }
+  PluginRegistry registry;
+  register_builtin_plugins(registry);
+  for (const auto& type : registry.types()) {
+    std::string error;
+    if (auto params = factory_parameters(*registry.find(type), error)) {
+      for (const auto& p : *params) {
+        out.push_back({"parameter " + p + " of plugin " + type, words_of(p)});
+      }
+    }
+  }
+  return out;
+}
+
 std::string render(std::vector<std::string>& problems) {
   std::ostringstream o;
   o << "# Configuration reference\n\n"
@@ -261,14 +365,16 @@ std::string render(std::vector<std::string>& problems) {
     << kRegenerate << " -->\n\n"
     << "Every setting of the EPP in one place: its command-line flags (with their environment "
        "variables and defaults, as `epp --help` prints them) and every plugin type the config "
-       "file may name, with the parameters its factory reads. The config file's other keys "
+       "file may name, with the parameters its factory reads, and the tuning the config file "
+       "holds for the EPP's start. The config file's other keys "
        "(`pool`, `pipeline`, `routerQueue`, `objectives`, `loadBalancing`, `decisionLog`) are "
        "described in the [user guide](user-guide.md) and shown together in "
        "`epp/config/policies-example.yaml`; upstream's names for each are mapped in "
        "[coming-from-upstream.md](coming-from-upstream.md). The trainer and the predictor list "
        "their flags with `--help`; their environment names are the reference sidecars' "
        "([spec/predictor-api.md](spec/predictor-api.md)).\n\n"
-    << "- [Flags](#flags)\n- [Plugins](#plugins)\n\n";
+    << "- [Flags](#flags)\n- [Config file: settings read at start](#config-file-settings-read-at-start)\n"
+       "- [Plugins](#plugins)\n\n";
 
   o << "## Flags\n\n"
     << "Precedence: flag > environment variable > default. A bad value exits 2 with a "
@@ -284,6 +390,17 @@ std::string render(std::vector<std::string>& problems) {
         << " | " << (r.default_value.empty() ? "" : "`" + cell(r.default_value) + "`") << " | "
         << cell(r.help) << " |\n";
     }
+  }
+
+  o << "\n## Config file: settings read at start\n\n"
+    << "Tuning that is not deployment, in the config file once (`epp/config/startup_settings.h`). "
+       "A key left out keeps its default; a bad value or an unknown key exits 2 naming the key "
+       "and its line. The components these configure are built with them, so a reload that "
+       "changes one is refused (the log names the key): restart the EPP to change it.\n\n"
+    << "| key | default | meaning |\n|---|---|---|\n";
+  for (const StartupKey& k : startup_keys()) {
+    o << "| `" << k.path << "` | `" << k.default_value << "` | " << cell(std::string(k.meaning))
+      << " |\n";
   }
 
   PluginRegistry registry;
@@ -375,6 +492,40 @@ TEST(ConfigurationReference, MatchesTheFlagTableAndThePluginRegistry) {
       }
     }
   }
+}
+
+TEST(ConfigurationReference, EverySettingHasOneHomeAndTheEppFewFlags) {
+  const std::vector<Knob> flags = own_flags();
+  for (const auto& twice : knobs_defined_twice(flags, file_settings())) {
+    ADD_FAILURE() << "one setting in two places: " << twice;
+  }
+  EXPECT_LE(flags.size() + 2, 35u) << "the EPP's own flags, --help and --version included: "
+                                      "tuning belongs in the config file";
+}
+
+// The check itself finds what the EPP used to have: the prediction deadline as a flag and a
+// producer parameter, the decision log's rate as a flag and a config key, the Lease's renew
+// deadline under a component prefix; and it leaves different settings apart.
+TEST(ConfigurationReference, FindsASettingDefinedTwice) {
+  const std::vector<Knob> flags = {{"flag --prediction-deadline-ms", words_of("prediction-deadline-ms")},
+                                   {"flag --decision-log-sample-rate", words_of("decision-log-sample-rate")},
+                                   {"flag --leader-elect-renew-deadline", words_of("leader-elect-renew-deadline")},
+                                   {"flag --idle-timeout-ms", words_of("idle-timeout-ms")}};
+  const std::vector<Knob> others = {
+      {"parameter predictionDeadlineMs", words_of("predictionDeadlineMs")},
+      {"config key decisionLog.sampleRate", words_of("sampleRate")},
+      {"config key leaderElection.renewDeadlineSeconds", words_of("renewDeadlineSeconds")},
+      {"config key proxy.headerTimeoutMs", words_of("headerTimeoutMs")},
+      {"config key routerQueue", words_of("routerQueue")}};
+  EXPECT_EQ(knobs_defined_twice(flags, others),
+            (std::vector<std::string>{
+                "flag --prediction-deadline-ms and parameter predictionDeadlineMs",
+                "flag --decision-log-sample-rate and config key decisionLog.sampleRate",
+                "flag --leader-elect-renew-deadline and config key "
+                "leaderElection.renewDeadlineSeconds"}));
+  EXPECT_EQ(words_of("--leader-elect-renew-deadline"),
+            (std::vector<std::string>{"leader", "elect", "renew", "deadline"}));
+  EXPECT_EQ(words_of("renewDeadlineSeconds"), (std::vector<std::string>{"renew", "deadline"}));
 }
 
 // The rendering itself: a section header, an option with a shorthand, wrapped help, several

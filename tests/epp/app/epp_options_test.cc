@@ -33,7 +33,6 @@ const EnvVars kNoEnv = {
     {"EPP_POOL_NAME", std::nullopt},    {"EPP_POOL_SELECTOR", std::nullopt},
     {"EPP_IO_THREADS", std::nullopt},   {"PREDICTION_SERVER_URL", std::nullopt},
     {"EPP_OUTLIER_BASE_EJECTION_MS", std::nullopt},
-    {"EPP_OUTLIER_MAX_EJECTION_MS", std::nullopt},
     {"EPP_LEADER_ELECT_RENEW_DEADLINE_S", std::nullopt},
     {"EPP_LEADER_ELECT", std::nullopt},
     {"EPP_TARGET_PORT", std::nullopt},
@@ -52,45 +51,28 @@ TEST(EppOptions, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(o->metrics_port, 9090);
   EXPECT_EQ(o->ext_proc_port, 0);
   EXPECT_EQ(o->drain_timeout, milliseconds(25000));
-  EXPECT_EQ(o->reload_check, milliseconds(1000));
   EXPECT_EQ(o->proxy.io_threads, 2);
   EXPECT_EQ(o->proxy.body_limit, 16u << 20);
   EXPECT_EQ(o->proxy.body_budget, 256u << 20);
-  EXPECT_EQ(o->proxy.upstream_first_byte_timeout, milliseconds(30000));
   EXPECT_TRUE(o->prediction_server_url.empty());
-  EXPECT_EQ(o->outliers.consecutive_failures, 5);
-  EXPECT_EQ(o->outliers.base_ejection, milliseconds(30000));
-  EXPECT_EQ(o->outliers.max_ejection, milliseconds(300000));
-  EXPECT_DOUBLE_EQ(o->outliers.panic_threshold_percent, 50);
   EXPECT_FALSE(o->discover());
   EXPECT_FALSE(o->leader_elect);
   // The defaults of the options that are read only when their feature is on.
   const auto on = parse({"--prediction-server-url", "http://127.0.0.1:8001", "--pool-selector",
                          "app=vllm", "--leader-elect", "true"});
   ASSERT_TRUE(on);
-  EXPECT_EQ(on->predictor.request_deadline, milliseconds(50));
   EXPECT_EQ(on->predictor.coalesce_window, std::chrono::microseconds(1000));
   EXPECT_TRUE(on->predictor.adaptive_coalescing);
   EXPECT_EQ(on->discovery.target_port, 8000);
-  EXPECT_EQ(on->leader_election.lease_duration, std::chrono::seconds(15));
-  EXPECT_EQ(on->leader_election.renew_deadline, milliseconds(10000));
-  EXPECT_EQ(on->leader_election.retry_period, milliseconds(2000));
 }
 
 // As the EPP has always done: a value of a feature that is off is not looked at, so a bad one
 // there does not stop the EPP; the same value with the feature on does.
 TEST(EppOptions, OptionsOfAFeatureThatIsOffAreNotChecked) {
   ScopedEnv env(kNoEnv);
-  EXPECT_TRUE(parse({"--prediction-deadline-ms", "0", "--coalesce-adaptive", "maybe"}));
-  EXPECT_EQ(error_of({"--prediction-deadline-ms", "0", "--prediction-server-url", "http://a:1"}),
-            "--prediction-deadline-ms / PREDICTION_DEADLINE_MS: 0 is out of range [1, 60000]");
   EXPECT_TRUE(parse({"--target-port", "0"}));
   EXPECT_EQ(error_of({"--target-port", "0", "--pool-name", "pool"}),
             "--target-port / EPP_TARGET_PORT: 0 is out of range [1, 65535]");
-  EXPECT_TRUE(parse({"--leader-elect-retry-period", "x"}));
-  EXPECT_EQ(error_of({"--leader-elect-retry-period", "x", "--leader-elect", "on"}),
-            "--leader-elect-retry-period / EPP_LEADER_ELECT_RETRY_PERIOD_S: expected a number, "
-            "got 'x'");
 }
 
 TEST(EppOptions, EnvFillsWhatNoFlagGivesAndEmptyHostsFollowTheProxyHost) {
@@ -102,8 +84,7 @@ TEST(EppOptions, EnvFillsWhatNoFlagGivesAndEmptyHostsFollowTheProxyHost) {
                         {"EPP_DRAIN_TIMEOUT_S", "1.5"},
                         {"EPP_POOL_SELECTOR", "app=vllm, tier = decode"},
                         {"EPP_POOL_NAME", std::nullopt},
-                        {"EPP_LEADER_ELECT", "true"},
-                        {"EPP_LEADER_ELECT_RENEW_DEADLINE_S", "0.25"}});
+                        {"EPP_LEADER_ELECT", "true"}});
   const auto o = parse({"--port", "7000"});
   ASSERT_TRUE(o);
   EXPECT_EQ(o->proxy.port, 7000) << "a flag wins over its env";
@@ -112,7 +93,6 @@ TEST(EppOptions, EnvFillsWhatNoFlagGivesAndEmptyHostsFollowTheProxyHost) {
   EXPECT_EQ(o->metrics_host, "0.0.0.0");
   EXPECT_EQ(o->ext_proc_host, "0.0.0.0");
   EXPECT_EQ(o->drain_timeout, milliseconds(1500));
-  EXPECT_EQ(o->leader_election.renew_deadline, milliseconds(250));
   EXPECT_TRUE(o->discover());
   EXPECT_EQ(o->discovery.selector,
             (std::map<std::string, std::string>{{"app", "vllm"}, {"tier", "decode"}}));
@@ -132,18 +112,29 @@ TEST(EppOptions, PredictorUrlsAreSplitAndChecked) {
 TEST(EppOptions, BadValuesNameTheFlagAndItsEnv) {
   ScopedEnv env(kNoEnv);
   EXPECT_EQ(error_of({"--port", "70000"}), "--port / EPP_PORT: 70000 is out of range [0, 65535]");
-  EXPECT_EQ(error_of({"--reload-check-ms", "5"}),
-            "--reload-check-ms / EPP_RELOAD_CHECK_MS: 5 is out of range [10, inf]");
-  EXPECT_EQ(error_of({"--streaming-mode", "false"}),
-            "--streaming-mode / LATENCY_STREAMING_MODE is gone: the training mode is the "
-            "pipeline's, as upstream defines it: set `streamingMode: false` in the parameters of "
-            "predicted-latency-producer (default false: TTFT := end-to-end latency)");
   EXPECT_EQ(error_of({"--pool-selector", "app"}), "--pool-selector: expected key=value, got 'app'");
-  EXPECT_EQ(error_of({"--outlier-base-ejection-ms", "1000", "--outlier-max-ejection-ms", "10"}),
-            "outlier max ejection time must be >= the base ejection time");
   EXPECT_NE(error_of({"--no-such-flag"}).find("no-such-flag"), std::string::npos);
   ScopedEnv bad_env(EnvVars{{"EPP_IO_THREADS", "two"}});
   EXPECT_EQ(error_of({}), "--io-threads / EPP_IO_THREADS: expected an integer, got 'two'");
+}
+
+// Tuning settings that were flags live in the config file now: the old flag or its env exits
+// with the key to set instead, so a deployment that still sets one learns where it went.
+TEST(EppOptions, MovedFlagsAndTheirEnvNameTheirNewHome) {
+  ScopedEnv env(EnvVars{{"EPP_OUTLIER_BASE_EJECTION_MS", std::nullopt},
+                        {"EPP_LEADER_ELECT_RENEW_DEADLINE_S", "0.25"}});
+  EXPECT_EQ(error_of({"--outlier-base-ejection-ms", "1000"}),
+            "--outlier-base-ejection-ms / EPP_OUTLIER_BASE_EJECTION_MS is no longer a flag: set "
+            "`outlierDetection.baseEjectionMs` in the config file (got '1000')");
+  EXPECT_EQ(error_of({}),
+            "--leader-elect-renew-deadline / EPP_LEADER_ELECT_RENEW_DEADLINE_S is no longer a "
+            "flag: set `leaderElection.renewDeadlineSeconds` in the config file (got '0.25')");
+  ScopedEnv no_lease(EnvVars{{"EPP_LEADER_ELECT_RENEW_DEADLINE_S", std::nullopt}});
+  EXPECT_EQ(error_of({"--streaming-mode", "false"}),
+            "--streaming-mode / LATENCY_STREAMING_MODE is no longer a flag: set `streamingMode` "
+            "in the parameters of predicted-latency-producer (upstream's place) (got 'false')");
+  EXPECT_NE(error_of({"--prediction-deadline-ms", "20"}).find("`predictionDeadlineMs`"),
+            std::string::npos);
 }
 
 TEST(EppOptions, InProcessPredictionsTakeTheTrainersUrlAndExcludeReplicas) {

@@ -58,10 +58,10 @@ TEST(LeaderElectionConfig, TheLeaderMustGiveUpBeforeTheLeaseExpiresAndRetryWithi
   EXPECT_EQ(config("a").validate(), "");
   auto c = config("a");
   c.renew_deadline = 15s;
-  EXPECT_NE(c.validate().find("greater than --leader-elect-renew-deadline"), std::string::npos);
+  EXPECT_NE(c.validate().find("greater than renewDeadlineSeconds"), std::string::npos);
   c = config("a");
   c.retry_period = 9s;  // 1.2 x 9 s > 10 s
-  EXPECT_NE(c.validate().find("1.2 x --leader-elect-retry-period"), std::string::npos);
+  EXPECT_NE(c.validate().find("1.2 x retryPeriodSeconds"), std::string::npos);
   c = config("");
   EXPECT_NE(c.validate().find("identity"), std::string::npos);
   EXPECT_THROW(LeaderElection{c}, std::invalid_argument);

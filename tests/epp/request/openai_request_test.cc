@@ -141,7 +141,7 @@ TEST(UpstreamBody, SoftPriorityIsForwardedInVllmPolarity) {
   auto body = Json::parse(*upstream_body(p, nullptr, true));
   EXPECT_EQ(body["priority"], -3);  // vLLM: lower value is served first
   EXPECT_EQ(body["nvext"]["agent_hints"]["priority"], 3);
-  EXPECT_FALSE(upstream_body(p, nullptr, false));  // --forward-priority=false
+  EXPECT_FALSE(upstream_body(p, nullptr, false));  // requests.forwardPriority: false
   InboundHeaders h;
   h.priority = "-2";  // less important than 0 -> a larger vLLM value
   EXPECT_EQ(Json::parse(*upstream_body(parse(kPlain, h), nullptr, true))["priority"], 2);

@@ -10,8 +10,8 @@
 namespace llmd::epp {
 
 std::string PredictedLatencyProducer::Config::validate() const {
-  if (!(predictionDeadlineMs > 0)) {
-    return param_error("predictionDeadlineMs", predictionDeadlineMs, "> 0");
+  if (!(predictionDeadlineMs > 0 && predictionDeadlineMs <= 60000)) {
+    return param_error("predictionDeadlineMs", predictionDeadlineMs, "in (0, 60000]");
   }
   if (!(sloBufferFactor > 0)) {
     return param_error("sloBufferFactor", sloBufferFactor, "> 0");
