@@ -124,8 +124,8 @@ std::optional<int64_t> env_integer(const char* name, int64_t min, int64_t max) {
 
 // The Go latency-predictor client's env (GIE sidecars/latencypredictorasync/types.go), which
 // the charts set on the EPP container: each onto our predictor client or feedback, or checked
-// and documented where ours needs no such setting. One setting in two places is an error.
-void read_predictor_client_env(const config::FlagTable& t, EppOptions& e) {
+// and documented where ours needs no such setting.
+void read_predictor_client_env(EppOptions& e) {
   if (auto ms = env_integer("LATENCY_COALESCE_WINDOW_MS", 0, 1000)) {
     e.predictor.coalesce_window = std::chrono::microseconds(*ms * 1000);
   }
@@ -329,7 +329,7 @@ void resolve_upstream_flags(const config::FlagTable& t, EppOptions& e,
                  "SDK in Debian 12); requests are traced by the decision log and header instead");
   }
 
-  read_predictor_client_env(t, e);
+  read_predictor_client_env(e);
 
   // Configuration.
   if (!raw.config_text.empty()) {

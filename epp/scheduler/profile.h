@@ -14,6 +14,8 @@
 
 namespace llmd::epp {
 
+class ProfileTrace;
+
 template <class T>
 struct Stage {
   std::shared_ptr<const T> plugin;
@@ -51,6 +53,13 @@ class Profile {
   const Stage<Picker>& picker() const { return picker_; }
 
  private:
+  std::vector<Endpoint> run_filter(const Stage<Filter>& f, CycleContext& ctx,
+                                   std::vector<Endpoint> endpoints, ProfileTrace& trace) const;
+  void add_scores(const ScorerStage& s, CycleContext& ctx, const std::vector<Endpoint>& endpoints,
+                  std::vector<double>& total, ProfileTrace& trace) const;
+  std::size_t run_picker(CycleContext& ctx, std::vector<Endpoint>& endpoints,
+                         const std::vector<double>& total, ProfileTrace& trace) const;
+
   std::string name_;
   std::vector<Stage<Filter>> filters_;
   std::vector<ScorerStage> scorers_;
