@@ -171,85 +171,93 @@ int64_t count_words(std::string_view text) {
   return n;
 }
 
-std::optional<std::string> parse_openai_request(std::string_view path, std::string_view body,
-                                                const InboundHeaders& headers,
-                                                const RequestDefaults& defaults,
-                                                ParsedRequest& out) {
+namespace {
+
+using Error = std::optional<std::string>;
+
+// The body as JSON: bounded depth, parsed without exceptions (a bad body is the client's error,
+// never a throw on the data path).
+Error parse_body(std::string_view body, Json& out) {
   if (json::find_excess_depth(body) != std::string_view::npos) {
     return "request body is nested deeper than " + std::to_string(json::kMaxJsonDepth) +
            " levels";
   }
-  try {
-    out.body = Json::parse(body.begin(), body.end());
-  } catch (const Json::exception&) {
+  out = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (out.is_discarded()) {
     return "request body is not valid JSON";
   }
-  if (!out.body.is_object()) {
+  if (!out.is_object()) {
     return "request body must be a JSON object";
   }
-  SchedulingRequest& r = out.request;
-  r.request_id = headers.request_id;
-  r.objective = headers.objective;
-  if (!out.body.contains("model") || !out.body["model"].is_string()) {
-    return "field 'model' (string) is required";
+  return std::nullopt;
+}
+
+// Chat messages: each an object with a string role; their text (content strings and text
+// parts), each followed by a space, is the prompt.
+Error read_messages(const Json& body, std::string& prompt) {
+  const Json& messages = body.value("messages", Json());
+  if (messages.is_null()) {
+    return "field 'messages' (non-empty list) is required for chat completions";
   }
-  r.model = out.body["model"].get<std::string>();
-  out.chat = path.ends_with("/chat/completions");
+  if (!messages.is_array()) {
+    return wrong_type("messages", "a list of message objects", messages);
+  }
+  if (messages.empty()) {
+    return "field 'messages' must not be empty";
+  }
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    const Json& m = messages[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) {
+      return "field '" + where + "' must be an object";
+    }
+    const auto role = m.find("role");
+    if (role == m.end() || role->is_null()) {
+      return "field '" + where + ".role' (string) is required";
+    }
+    if (!role->is_string()) {
+      return wrong_type(where + ".role", "a string", *role);
+    }
+    if (const auto content = m.find("content"); content != m.end()) {
+      if (auto error = append_content(*content, i, prompt)) {
+        return error;
+      }
+      prompt += ' ';
+    }
+  }
+  return std::nullopt;
+}
+
+// The prompt text of a chat or completions request. A completion's single string prompt moves
+// out of the body (one copy of a long prompt instead of two).
+Error read_prompt(ParsedRequest& out) {
+  std::string& text = out.request.prompt_text;
   if (out.chat) {
-    const Json& messages = out.body.value("messages", Json());
-    if (messages.is_null()) {
-      return "field 'messages' (non-empty list) is required for chat completions";
-    }
-    if (!messages.is_array()) {
-      return wrong_type("messages", "a list of message objects", messages);
-    }
-    if (messages.empty()) {
-      return "field 'messages' must not be empty";
-    }
-    for (std::size_t i = 0; i < messages.size(); ++i) {
-      const Json& m = messages[i];
-      const std::string where = "messages[" + std::to_string(i) + "]";
-      if (!m.is_object()) {
-        return "field '" + where + "' must be an object";
-      }
-      const auto role = m.find("role");
-      if (role == m.end() || role->is_null()) {
-        return "field '" + where + ".role' (string) is required";
-      }
-      if (!role->is_string()) {
-        return wrong_type(where + ".role", "a string", *role);
-      }
-      if (m.contains("content")) {
-        if (auto error = append_content(m["content"], i, r.prompt_text)) {
-          return error;
-        }
-        r.prompt_text += ' ';
-      }
-    }
-  } else if (auto p = out.body.find("prompt"); p != out.body.end() && p->is_string()) {
-    r.prompt_text = std::move(p->get_ref<std::string&>());
+    return read_messages(out.body, text);
+  }
+  if (auto p = out.body.find("prompt"); p != out.body.end() && p->is_string()) {
+    text = std::move(p->get_ref<std::string&>());
     *p = "";
     out.prompt_in_text = true;
-  } else {
-    const Json& prompt = out.body.value("prompt", Json());
-    if (auto error = prompt_text(prompt, r.prompt_text)) {
-      return error;
-    }
+    return std::nullopt;
   }
-  r.input_tokens = count_words(r.prompt_text);
-  // Every field the EPP reads is type-checked: a wrong type is the client's error (400 naming
-  // the field), never an exception that drops the connection.
-  // Booleans as vLLM reads them (pydantic's lax mode, common/json/lax_bool.h): "stream": "true"
-  // streams. The body goes to the pod as the client wrote it.
-  if (const auto s = out.body.find("stream"); s != out.body.end() && !s->is_null()) {
+  return prompt_text(out.body.value("prompt", Json()), text);
+}
+
+// The generation fields the EPP reads, type-checked: a wrong type is the client's error (400
+// naming the field). Booleans as vLLM reads them (pydantic's lax mode,
+// common/json/lax_bool.h): "stream": "true" streams; the body goes to the pod as written.
+Error read_generation_fields(ParsedRequest& out) {
+  const Json& body = out.body;
+  if (const auto s = body.find("stream"); s != body.end() && !s->is_null()) {
     const auto v = json::lax_bool(*s);
     if (!v) {
       return "field 'stream' must be a boolean (true, false, 0, 1, \"true\", \"false\", ...), "
              "got " + shown(*s);
     }
-    r.streaming = *v;
+    out.request.streaming = *v;
   }
-  if (const auto so = out.body.find("stream_options"); so != out.body.end() && !so->is_null()) {
+  if (const auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
     if (!so->is_object()) {
       return "field 'stream_options' must be an object";
     }
@@ -259,7 +267,7 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
     }
   }
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
-    if (const auto m = out.body.find(key); m != out.body.end() && !m->is_null()) {
+    if (const auto m = body.find(key); m != body.end() && !m->is_null()) {
       if (!m->is_number_integer() || m->get<int64_t>() < 0 ||
           (m->is_number_unsigned() && m->get<uint64_t>() > INT64_MAX)) {
         return std::string("field '") + key + "' must be a non-negative integer";
@@ -267,37 +275,41 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
       out.max_tokens = m->get<int64_t>();
     }
   }
-  const Objective* objective = nullptr;
-  if (!r.objective.empty() && defaults.objectives != nullptr) {
-    objective = defaults.objectives->find(r.objective);
+  return std::nullopt;
+}
+
+// Dynamo's nvext.agent_hints priorities in the body (over the objective's).
+Error read_agent_hints(const Json& body, SchedulingRequest& r) {
+  const auto nvext = body.find("nvext");
+  if (nvext == body.end() || !nvext->is_object()) {
+    return std::nullopt;
   }
-  out.unknown_objective = !r.objective.empty() && objective == nullptr;
-  if (objective != nullptr) {
-    r.priority = objective->priority;
-    r.strict_priority = objective->strict_priority;
+  const Json& hints = nvext->value("agent_hints", Json());
+  if (!hints.is_object()) {
+    return std::nullopt;
   }
-  if (out.body.contains("nvext") && out.body["nvext"].is_object()) {
-    const Json& hints = out.body["nvext"].value("agent_hints", Json());
-    if (hints.is_object()) {
-      if (hints.contains("priority")) {
-        if (!in_priority_range(hints["priority"])) {
-          return "field 'nvext.agent_hints.priority' must be an integer in [-2147483648, "
-                 "2147483647]";
-        }
-        r.priority = hints["priority"].get<int64_t>();
-      }
-      if (hints.contains("strict_priority")) {
-        if (!in_priority_range(hints["strict_priority"]) ||
-            hints["strict_priority"].get<int64_t>() < 0) {
-          return "field 'nvext.agent_hints.strict_priority' must be an integer in [0, "
-                 "2147483647]";
-        }
-        r.strict_priority = hints["strict_priority"].get<int64_t>();
-      }
+  if (const auto p = hints.find("priority"); p != hints.end()) {
+    if (!in_priority_range(*p)) {
+      return "field 'nvext.agent_hints.priority' must be an integer in [-2147483648, "
+             "2147483647]";
     }
+    r.priority = p->get<int64_t>();
   }
-  out.vllm_priority_in_body = out.body.contains("priority") && !out.body["priority"].is_null();
-  std::optional<std::string> error;
+  if (const auto p = hints.find("strict_priority"); p != hints.end()) {
+    if (!in_priority_range(*p) || p->get<int64_t>() < 0) {
+      return "field 'nvext.agent_hints.strict_priority' must be an integer in [0, "
+             "2147483647]";
+    }
+    r.strict_priority = p->get<int64_t>();
+  }
+  return std::nullopt;
+}
+
+// The priority and SLO headers (over the body and the objective); the objective's SLOs fill
+// what the headers leave out.
+Error read_priority_and_slo_headers(const InboundHeaders& headers, const Objective* objective,
+                                    SchedulingRequest& r) {
+  Error error;
   if (auto p = parse_int(headers.priority, "x-dynamo-request-priority", error)) {
     if (*p < INT32_MIN || *p > INT32_MAX) {
       return "header x-dynamo-request-priority must be an integer in [-2147483648, 2147483647]";
@@ -323,29 +335,46 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
       r.slo_tpot_ms = objective->slo_tpot_ms;
     }
   }
+  return std::nullopt;
+}
+
+Error read_metadata_header(const std::string& text, SchedulingRequest& r) {
+  const Json m = json::find_excess_depth(text) == std::string_view::npos
+                     ? Json::parse(text, nullptr, false)
+                     : Json(Json::value_t::discarded);
+  if (!m.is_object()) {
+    return "header x-metadata must be a JSON object of strings, e.g. {\"tier\":\"gold\"}";
+  }
+  for (const auto& [k, v] : m.items()) {
+    if (!v.is_string()) {
+      return "header x-metadata: value of '" + k + "' must be a string";
+    }
+    r.metadata[k] = v.get<std::string>();
+  }
+  return std::nullopt;
+}
+
+std::string lower(std::string v) {
+  for (auto& c : v) {
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return v;
+}
+
+// Subject, metadata, the prediction switch and the debug header.
+Error read_request_headers(const InboundHeaders& headers, const RequestDefaults& defaults,
+                           SchedulingRequest& r) {
   if (headers.subject) {
     r.subject = *headers.subject;
   }
   if (headers.metadata && !headers.metadata->empty()) {
-    Json m = json::find_excess_depth(*headers.metadata) == std::string_view::npos
-                 ? Json::parse(*headers.metadata, nullptr, false)
-                 : Json(Json::value_t::discarded);
-    if (!m.is_object()) {
-      return "header x-metadata must be a JSON object of strings, e.g. {\"tier\":\"gold\"}";
-    }
-    for (const auto& [k, v] : m.items()) {
-      if (!v.is_string()) {
-        return "header x-metadata: value of '" + k + "' must be a string";
-      }
-      r.metadata[k] = v.get<std::string>();
+    if (auto error = read_metadata_header(*headers.metadata, r)) {
+      return error;
     }
   }
   r.prediction_enabled = defaults.prediction_enabled;
   if (headers.prediction_based_scheduling) {
-    std::string v = *headers.prediction_based_scheduling;
-    for (auto& c : v) {
-      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    }
+    const std::string v = lower(*headers.prediction_based_scheduling);
     if (v == "false" || v == "0" || v == "no") {
       r.prediction_enabled = false;
     } else if (v == "true" || v == "1" || v == "yes") {
@@ -356,13 +385,54 @@ std::optional<std::string> parse_openai_request(std::string_view path, std::stri
   }
   if (defaults.allow_debug_header && headers.debug) {
     // Any value but an explicit "no" asks: a debugging client is never refused over it.
-    std::string v = *headers.debug;
-    for (auto& c : v) {
-      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    }
+    const std::string v = lower(*headers.debug);
     r.explain = !(v == "0" || v == "false" || v == "no" || v == "off");
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> parse_openai_request(std::string_view path, std::string_view body,
+                                                const InboundHeaders& headers,
+                                                const RequestDefaults& defaults,
+                                                ParsedRequest& out) {
+  if (auto error = parse_body(body, out.body)) {
+    return error;
+  }
+  SchedulingRequest& r = out.request;
+  r.request_id = headers.request_id;
+  r.objective = headers.objective;
+  const auto model = out.body.find("model");
+  if (model == out.body.end() || !model->is_string()) {
+    return "field 'model' (string) is required";
+  }
+  r.model = model->get<std::string>();
+  out.chat = path.ends_with("/chat/completions");
+  if (auto error = read_prompt(out)) {
+    return error;
+  }
+  r.input_tokens = count_words(r.prompt_text);
+  if (auto error = read_generation_fields(out)) {
+    return error;
+  }
+  const Objective* objective = r.objective.empty() || defaults.objectives == nullptr
+                                   ? nullptr
+                                   : defaults.objectives->find(r.objective);
+  out.unknown_objective = !r.objective.empty() && objective == nullptr;
+  if (objective != nullptr) {
+    r.priority = objective->priority;
+    r.strict_priority = objective->strict_priority;
+  }
+  if (auto error = read_agent_hints(out.body, r)) {
+    return error;
+  }
+  const auto vllm_priority = out.body.find("priority");
+  out.vllm_priority_in_body = vllm_priority != out.body.end() && !vllm_priority->is_null();
+  if (auto error = read_priority_and_slo_headers(headers, objective, r)) {
+    return error;
+  }
+  return read_request_headers(headers, defaults, r);
 }
 
 std::optional<std::string> upstream_body(const ParsedRequest& parsed,
