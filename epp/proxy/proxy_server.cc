@@ -120,7 +120,130 @@ std::optional<std::size_t> small_body_length(const llmd::http::ClientResponse& r
   return n;
 }
 
-// nginx's code for a request whose client went away before an answer.
+// The request to the pod: end-to-end client headers travel on (Authorization for pods started
+// with --api-key, OpenAI-Organization, trace context, ...); hop-by-hop ones and those the EPP
+// sets do not. The body is borrowed from `body` (prompts run to 16 MiB), which must outlive
+// the write.
+llmd::http::ClientRequest upstream_request(const llmd::http::Request& req,
+                                           const std::string& base_path, const std::string& pod,
+                                           const std::string& request_id,
+                                           const std::string& body) {
+  llmd::http::ClientRequest up;
+  up.method = "POST";
+  up.target = base_path + req.target;
+  for (const auto& h : req.headers) {
+    if (!is_hop_by_hop(h.name) && h.name != "host" && h.name != "content-length" &&
+        h.name != "content-type" && h.name != "expect" && h.name != "x-request-id" &&
+        !named_by_connection(req.headers, h.name)) {
+      up.headers.push_back(h);
+    }
+  }
+  up.headers.push_back({"host", pod});
+  up.headers.push_back({"x-request-id", request_id});
+  up.content_type = "application/json";
+  up.borrowed_body = body;
+  return up;
+}
+
+// The response head the client gets: the pod's headers without its cookies (not the router's
+// to hand out: they would pin or leak sessions), framing and Server (the EPP's own) and the
+// EPP's response headers (which the EPP sets itself, after).
+struct ResponseHead {
+  int status = 0;
+  std::string content_type = "application/json";
+  std::vector<llmd::http::Header> headers;
+};
+
+ResponseHead response_head(llmd::http::ClientResponse& res, const std::string& pod,
+                           const std::string& request_id, const std::string& decision) {
+  ResponseHead head;
+  head.status = res.status;
+  for (auto& field : res.headers) {  // names lower-case
+    const std::string& name = field.name;
+    if (name == "content-length" || is_hop_by_hop(name) || name == "set-cookie" ||
+        name == "server" || name == "x-request-id" || name == "x-gateway-destination-endpoint" ||
+        name == kDecisionHeader) {
+      continue;
+    }
+    if (name == "content-type") {
+      head.content_type = std::move(field.value);
+      continue;
+    }
+    head.headers.push_back(std::move(field));
+  }
+  for (auto& [name, value] : response_headers(pod, request_id, decision)) {
+    head.headers.push_back({std::move(name), std::move(value)});
+  }
+  return head;
+}
+
+// One response on its way to the client. A small body of known length (a non-streamed
+// completion) is collected and answered in one write with its length: one send instead of
+// three (headers, chunk, last chunk) on both sides. Anything else goes out as it arrives
+// (chunked; HTTP/1.0 clients get it unchunked, ended by the close, so a broken-off body is as
+// visible as a missing chunk). Lives in the attempt's coroutine, on its strand.
+class ResponseRelay {
+ public:
+  ResponseRelay(llmd::http::ResponseStream& client, ResponseHead head,
+                std::optional<std::size_t> whole_length)
+      : client_(client), head_(std::move(head)), collecting_(whole_length.has_value()) {
+    if (collecting_) {
+      collected_.reserve(*whole_length);
+    } else {
+      client_.begin_stream(head_.status, std::move(head_.content_type), std::move(head_.headers));
+    }
+  }
+
+  void append(std::string_view bytes) {
+    if (collecting_) {
+      collected_.append(bytes);  // the parser ends the body at its announced length
+    } else {
+      client_.write(std::string(bytes));
+    }
+  }
+
+  // The pod failed after the response started. A clean end would pass a truncated answer off
+  // as complete: a stream gets an error event, and neither kind of body gets its terminating
+  // chunk, so every HTTP client reports an incomplete response.
+  void fail(bool event_stream) {
+    start_streaming();
+    if (event_stream) {
+      client_.write(mid_stream_error_event());
+    }
+    client_.end_incomplete();
+  }
+
+  void finish() {
+    if (!collecting_) {
+      client_.end();
+      return;
+    }
+    llmd::http::Response whole;
+    whole.status = head_.status;
+    whole.content_type = std::move(head_.content_type);
+    whole.headers = std::move(head_.headers);
+    whole.body = std::move(collected_);
+    client_.respond(std::move(whole));
+  }
+
+ private:
+  // From collecting to streaming: what was collected goes first.
+  void start_streaming() {
+    if (!collecting_) {
+      return;
+    }
+    collecting_ = false;
+    client_.begin_stream(head_.status, head_.content_type, head_.headers);
+    if (!collected_.empty()) {
+      client_.write(std::move(collected_));
+    }
+  }
+
+  llmd::http::ResponseStream& client_;
+  ResponseHead head_;
+  bool collecting_;
+  std::string collected_;  // the body so far while collecting
+};
 
 // Awaits a callback-style operation without holding a thread: `start(done)` begins it, and
 // done(T), called once on any thread, resumes the coroutine on its own executor.
@@ -408,79 +531,65 @@ struct ProxyServer::Impl {
   // kAborted: the response started but could not be completed; the connection must close.
   enum class Outcome { kDone, kRetryable, kClientGone, kAborted };
 
-  // One attempt on `pod` (the flow's next_pod()): bytes both ways through the client core (a
-  // kept-alive connection first; one the pod closed meanwhile is replaced and the request sent
-  // once more); the flow is told what happens and keeps the bookkeeping.
-  net::awaitable<Outcome> forward(llmd::http::ClientCore& pods, llmd::http::ResponseStream& client,
-                                  ClientWatch& watch, const llmd::http::Request& req,
-                                  RequestFlow& flow, const Endpoint& pod,
-                                  const std::string& decision) {
-    const std::string& request_id = flow.request_id();
-    flow.dispatch();
-    const std::string& body = flow.forwarded_body() ? *flow.forwarded_body() : req.body;
+  // The one way an attempt ends because the client left: the flow releases what it holds.
+  static Outcome client_left(RequestFlow& flow) {
+    flow.client_gone();
+    return Outcome::kClientGone;
+  }
+
+  // A client that leaves ends the attempt at once, even while the pod is silent (a hung stream
+  // would otherwise hold the pod's in-flight count until the first-byte or idle timeout): the
+  // exchange with the pod is cancelled. Set for the attempt's life; on_gone runs on its strand.
+  struct CancelOnGone {
+    CancelOnGone(ClientWatch& w, llmd::http::ClientCallPtr& call) : watch(w) {
+      watch.on_gone = [&call] {
+        if (call) {
+          call->cancel();
+        }
+      };
+    }
+    ~CancelOnGone() { watch.on_gone = nullptr; }
+    CancelOnGone(const CancelOnGone&) = delete;
+    CancelOnGone& operator=(const CancelOnGone&) = delete;
+    ClientWatch& watch;
+  };
+
+  struct Opened {
+    llmd::http::ClientResponse head;
+    llmd::http::ClientCallPtr body;
+  };
+
+  // Sends the request and waits for the response head (a kept-alive connection first; one the
+  // pod closed meanwhile is replaced and the request sent once more). `call` is the exchange,
+  // for cancelling it.
+  net::awaitable<Opened> open_pod(llmd::http::ClientCore& pods, const llmd::http::Url& origin,
+                                  llmd::http::ClientRequest& up,
+                                  llmd::http::ClientCallPtr& call) {
     auto executor = co_await net::this_coro::executor;
-    const std::optional<llmd::http::Url> origin = pod_origin(pod.address());
-    if (!origin) {
-      spdlog::warn("pod {} has no usable address '{}'", pod.name(), pod.address());
-      flow.pod_failed(502, true);
-      co_return Outcome::kRetryable;
-    }
-    llmd::http::ClientRequest up;
-    up.method = "POST";
-    up.target = flow.route().base_path + req.target;
-    // End-to-end client headers travel on (Authorization for pods started with --api-key,
-    // OpenAI-Organization, trace context, ...); hop-by-hop ones and those the EPP sets do not.
-    for (const auto& h : req.headers) {
-      if (!is_hop_by_hop(h.name) && h.name != "host" && h.name != "content-length" &&
-          h.name != "content-type" && h.name != "expect" && h.name != "x-request-id" &&
-          !named_by_connection(req.headers, h.name)) {
-        up.headers.push_back(h);
-      }
-    }
-    up.headers.push_back({"host", pod.address()});
-    up.headers.push_back({"x-request-id", request_id});
-    up.content_type = "application/json";
-    // The body is sent from the caller's buffer (not a copy: prompts run to 16 MiB). It
-    // outlives the write: the header's callback, awaited below, comes after the write ended.
-    up.borrowed_body = body;
-    llmd::http::ClientCallPtr call;
-    // A client that leaves ends the attempt at once, even while the pod is silent (a hung
-    // stream would otherwise hold the pod's in-flight count until the first-byte or idle
-    // timeout): the exchange with the pod is cancelled. on_gone runs on this strand.
-    watch.on_gone = [&call] {
-      if (call) {
-        call->cancel();
-      }
-    };
-    struct ClearOnGone {
-      ClientWatch& w;
-      ~ClearOnGone() { w.on_gone = nullptr; }
-    } clear_on_gone{watch};
-    if (watch.gone) {
-      flow.client_gone();
-      co_return Outcome::kClientGone;
-    }
-    struct Opened {
-      llmd::http::ClientResponse head;
-      llmd::http::ClientCallPtr body;
-    };
     auto open = [this, &pods, &call, &origin, &up, &executor](auto done) {
-      call = pods.open(*origin, std::move(up), upstream_timeouts, executor,
+      call = pods.open(origin, std::move(up), upstream_timeouts, executor,
                        [done](llmd::http::ClientResponse head,
                               llmd::http::ClientCallPtr body) mutable {
                          done(Opened{std::move(head), std::move(body)});
                        });
     };
     Opened opened = co_await await_callback<Opened>(open);
-    llmd::http::ClientResponse& res = opened.head;
+    co_return opened;
+  }
+
+  // What a response head without a usable answer means for the attempt, or nullopt to relay
+  // it: no connection or a 5xx is the pod's failure (retryable); a cancelled one, the client's.
+  static std::optional<Outcome> failed_head(const llmd::http::ClientResponse& res,
+                                            const llmd::http::ClientCallPtr& call,
+                                            const ClientWatch& watch, RequestFlow& flow,
+                                            const Endpoint& pod) {
     if (res.status == 0 && watch.gone) {
-      flow.client_gone();  // cancelled by on_gone, not the pod's failure
-      co_return Outcome::kClientGone;
+      return client_left(flow);  // cancelled by on_gone, not the pod's failure
     }
     if (res.status == 0 && !(call && call->connected())) {
       spdlog::warn("connect to pod {} ({}) failed: {}", pod.name(), pod.address(), res.error);
       flow.pod_failed(502, true);
-      co_return Outcome::kRetryable;
+      return Outcome::kRetryable;
     }
     if (res.status == 0 || res.status >= 500) {
       // No answer: 504 when the first-byte timeout ran out, 502 when the pod closed or reset
@@ -489,86 +598,37 @@ struct ProxyServer::Impl {
       spdlog::warn("pod {} ({}) failed: {}", pod.name(), pod.address(),
                    res.status == 0 ? res.error : "HTTP " + std::to_string(status));
       flow.pod_failed(status, true);
-      co_return Outcome::kRetryable;  // dropping the call closes the connection
+      return Outcome::kRetryable;  // dropping the call closes the connection
     }
     if (watch.gone) {
-      flow.client_gone();
-      co_return Outcome::kClientGone;
+      return client_left(flow);
     }
-    // A small body of known length (a non-streamed completion) is collected and answered in
-    // one write with its length: one send instead of three (headers, chunk, last chunk) on both
-    // sides. Anything else goes out as it arrives (chunked; HTTP/1.0 clients get it unchunked,
-    // ended by the close, so a broken-off body is as visible as a missing chunk).
-    const std::optional<std::size_t> whole_length = small_body_length(res);
-    std::string content_type = "application/json";
-    std::vector<llmd::http::Header> head;
-    for (auto& field : res.headers) {  // names lower-case
-      // A pod's cookies are not the router's to hand out (they would pin or leak sessions);
-      // length, framing and Server are the EPP's own.
-      const std::string& name = field.name;
-      if (name == "content-length" || is_hop_by_hop(name) || name == "set-cookie" ||
-          name == "server" || name == "x-request-id" || name == "x-gateway-destination-endpoint" ||
-          name == kDecisionHeader) {
-        continue;
-      }
-      if (name == "content-type") {
-        content_type = std::move(field.value);
-        continue;
-      }
-      head.push_back(std::move(field));
-    }
-    for (auto& [name, value] : response_headers(pod.address(), request_id, decision)) {
-      head.push_back({std::move(name), std::move(value)});
-    }
-    std::string collected;  // the body so far while `whole_length` holds
-    bool collecting = whole_length.has_value();
-    if (collecting) {
-      collected.reserve(*whole_length);
-    } else {
-      client.begin_stream(res.status, content_type, std::move(head));
-    }
-    // From collecting to streaming: what was collected goes first.
-    auto start_streaming = [&] {
-      if (collecting) {
-        collecting = false;
-        client.begin_stream(res.status, content_type, head);
-        if (!collected.empty()) {
-          client.write(std::move(collected));
-        }
-      }
-    };
-    // The pod is read only when this loop asks: while the client is slow, TCP holds the pod
-    // back. The connection goes back to the pool once the body was read to its end.
-    const llmd::http::ClientCallPtr& stream = opened.body;
-    bool ok = true;
+    return std::nullopt;
+  }
+
+  // Relays the body: the pod is read only when this loop asks, so while the client is slow TCP
+  // holds the pod back. kDone: read to its end (the connection goes back to the pool);
+  // kAborted: the pod failed or broke the protocol mid-response; kClientGone.
+  net::awaitable<Outcome> relay_body(const llmd::http::ClientCallPtr& stream,
+                                     ResponseRelay& relay, llmd::http::ResponseStream& client,
+                                     const ClientWatch& watch, RequestFlow& flow) {
     while (true) {
       auto read = [&stream](auto done) {
         stream->read([done](llmd::http::BodyPiece piece) mutable { done(std::move(piece)); });
       };
       // `bytes` stay valid until the next read.
       const llmd::http::BodyPiece piece = co_await await_callback<llmd::http::BodyPiece>(read);
-      if (!piece.error.empty() && watch.gone) {
-        flow.client_gone();  // cancelled by on_gone, not the pod's failure
-        co_return Outcome::kClientGone;
-      }
       if (!piece.error.empty()) {
-        ok = false;
-        break;
+        co_return watch.gone ? client_left(flow) : Outcome::kAborted;
       }
       if (!piece.bytes.empty()) {
         if (!flow.response_bytes(piece.bytes)) {
-          ok = false;  // the pod broke the protocol: ends as a mid-stream failure
-          break;
+          co_return Outcome::kAborted;
         }
         if (watch.gone) {
-          flow.client_gone();
-          co_return Outcome::kClientGone;
+          co_return client_left(flow);
         }
-        if (collecting) {
-          collected.append(piece.bytes);  // the parser ends the body at its announced length
-        } else {
-          client.write(std::string(piece.bytes));
-        }
+        relay.append(piece.bytes);
         if (client.buffered() > kClientHighWater) {
           // The client reads slower than the pod writes: stop reading the pod until it
           // catches up; the write timeout ends a client that stopped.
@@ -577,40 +637,58 @@ struct ProxyServer::Impl {
           };
           co_await await_callback<bool>(drained);
           if (watch.gone) {
-            flow.client_gone();
-            co_return Outcome::kClientGone;
+            co_return client_left(flow);
           }
         }
       }
       if (piece.end) {
-        break;
+        co_return Outcome::kDone;
       }
     }
-    if (!ok) {
-      start_streaming();
-      // The pod failed after the response started. A clean end would pass a truncated answer
-      // off as complete: a stream gets an error event, and neither kind of body gets its
-      // terminating chunk, so every HTTP client reports an incomplete response.
+  }
+
+  // One attempt on `pod` (the flow's next_pod()); the flow is told what happens and keeps the
+  // bookkeeping.
+  net::awaitable<Outcome> forward(llmd::http::ClientCore& pods, llmd::http::ResponseStream& client,
+                                  ClientWatch& watch, const llmd::http::Request& req,
+                                  RequestFlow& flow, const Endpoint& pod,
+                                  const std::string& decision) {
+    const std::string& request_id = flow.request_id();
+    flow.dispatch();
+    const std::optional<llmd::http::Url> origin = pod_origin(pod.address());
+    if (!origin) {
+      spdlog::warn("pod {} has no usable address '{}'", pod.name(), pod.address());
+      flow.pod_failed(502, true);
+      co_return Outcome::kRetryable;
+    }
+    const std::string& body = flow.forwarded_body() ? *flow.forwarded_body() : req.body;
+    llmd::http::ClientRequest up =
+        upstream_request(req, flow.route().base_path, pod.address(), request_id, body);
+    llmd::http::ClientCallPtr call;
+    const CancelOnGone cancel_on_gone(watch, call);
+    if (watch.gone) {
+      co_return client_left(flow);
+    }
+    Opened opened = co_await open_pod(pods, *origin, up, call);
+    if (const std::optional<Outcome> failed = failed_head(opened.head, call, watch, flow, pod)) {
+      co_return *failed;
+    }
+    const std::optional<std::size_t> whole_length = small_body_length(opened.head);
+    ResponseRelay relay(client, response_head(opened.head, pod.address(), request_id, decision),
+                        whole_length);
+    const Outcome relayed = co_await relay_body(opened.body, relay, client, watch, flow);
+    if (relayed == Outcome::kClientGone) {
+      co_return relayed;
+    }
+    if (relayed == Outcome::kAborted) {
       spdlog::warn("request {}: pod {} ({}) failed mid-response", request_id, pod.name(),
                    pod.address());
-      if (flow.streaming()) {
-        client.write(mid_stream_error_event());
-      }
-      client.end_incomplete();
+      relay.fail(flow.streaming());
       flow.pod_failed(502, false);
       co_return Outcome::kAborted;
     }
-    if (collecting) {
-      llmd::http::Response whole;
-      whole.status = res.status;
-      whole.content_type = std::move(content_type);
-      whole.headers = std::move(head);
-      whole.body = std::move(collected);
-      client.respond(std::move(whole));
-    } else {
-      client.end();
-    }
-    const int status = res.status;
+    relay.finish();
+    const int status = opened.head.status;
     flow.response_ended(status);
     if (const PodAttempt* done = flow.attempt()) {
       spdlog::debug("request {} -> {} ({}) status {} ttft {:.1f} ms e2e {:.1f} ms, queued and "
