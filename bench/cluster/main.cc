@@ -131,10 +131,16 @@ void parallel_for(std::size_t n, int threads, const std::function<bool(std::size
   }
 }
 
-}  // namespace
+// A bad command line: main prints it and exits 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// A run that failed (a probe or a simulation threw): main exits 1; the error is printed.
+struct RunFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
-int main(int argc, char** argv) {
-  reexec_with_malloc_tunables(argv);
+cxxopts::Options make_options() {
   cxxopts::Options opts("cluster_sim", "Virtual-time routing benchmark over simulated vLLM pods");
   // clang-format off
   opts.add_options()
@@ -184,177 +190,299 @@ int main(int argc, char** argv) {
     ("no-report", "Print summaries only")
     ("h,help", "Help");
   // clang-format on
-  cxxopts::ParseResult args;
-  try {
-    args = opts.parse(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << e.what() << "\n";
-    return 2;
-  }
-  if (args.count("help")) {
-    std::cout << opts.help() << "\n";
-    return 0;
-  }
-  spdlog::set_level(spdlog::level::warn);
-  std::vector<uint64_t> seeds;
+  return opts;
+}
+
+std::vector<uint64_t> read_seeds(const cxxopts::ParseResult& args) {
   if (args.count("seed")) {
-    seeds = {args["seed"].as<uint64_t>()};
-  } else if (auto parsed = parse_seeds(args["seeds"].as<std::string>())) {
-    seeds = *parsed;
-  } else {
-    std::cerr << "--seeds: expected a comma list of integers\n";
-    return 2;
+    return {args["seed"].as<uint64_t>()};
   }
-  const int epp_replicas = args["epp-replicas"].as<int>();
-  const std::string split_by = args["replica-split"].as<std::string>();
-  const std::string training = args["replica-training"].as<std::string>();
-  if (epp_replicas < 1 || epp_replicas > 64 || (split_by != "rr" && split_by != "random") ||
-      (training != "shared" && training != "own")) {
-    std::cerr << "--epp-replicas must be in [1, 64], --replica-split rr or random, "
-                 "--replica-training shared or own\n";
-    return 2;
+  if (auto parsed = parse_seeds(args["seeds"].as<std::string>())) {
+    return *parsed;
   }
-  const auto replica_split =
-      split_by == "random" ? RunConfig::ReplicaSplit::kRandom : RunConfig::ReplicaSplit::kRoundRobin;
-  const bool shared_training = training == "shared";
-  const std::string sharing = args["replica-sharing"].as<std::string>();
-  if (sharing != "none" && sharing != "scrape" && sharing != "decision") {
-    std::cerr << "--replica-sharing must be none, scrape or decision\n";
-    return 2;
-  }
-  const auto replica_sharing = sharing == "scrape"     ? RunConfig::ReplicaSharing::kAtScrape
-                               : sharing == "decision" ? RunConfig::ReplicaSharing::kEveryDecision
-                                                       : RunConfig::ReplicaSharing::kNone;
-  std::vector<RunConfig::PodOutage> outages;
-  try {
-    outages = parse_pod_outages(args["pod-outages"].as<std::string>());
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "--pod-outages: " << e.what() << "\n";
-    return 2;
-  }
-  const std::string epp_dir = args["epp-config-dir"].as<std::string>();
+  throw UsageError("--seeds: expected a comma list of integers");
+}
+
+TimeBase read_time_base(const cxxopts::ParseResult& args) {
   TimeBase time;
   time.scrape_real_ms = args["scrape-real-ms"].as<double>();
   time.retrain_real_s = args["retrain-real-s"].as<double>();
   if (!(time.scrape_real_ms >= 0) || !(time.retrain_real_s > 0)) {
-    std::cerr << "--scrape-real-ms must be >= 0 and --retrain-real-s > 0\n";
-    return 2;
+    throw UsageError("--scrape-real-ms must be >= 0 and --retrain-real-s > 0");
   }
-  SetOptions set;
-  set.quick = args.count("quick") > 0;
-  set.stage_seconds = args["stage-seconds"].as<double>();
+  return time;
+}
 
-  const int threads = std::max(1, args["threads"].as<int>());
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    throw UsageError("cannot read " + path);
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::optional<epp::RouterQueueConfig> read_router_queue(const std::string& path) {
+  if (path.empty()) {
+    return std::nullopt;
+  }
+  try {
+    YAML::Node doc = YAML::LoadFile(path);
+    auto parsed = epp::parse_router_queue_config(
+        epp::yaml_to_json(doc["routerQueue"] ? doc["routerQueue"] : doc));
+    if (auto* error = std::get_if<std::string>(&parsed)) {
+      throw UsageError(path + ": " + *error);
+    }
+    return std::get<epp::RouterQueueConfig>(std::move(parsed));
+  } catch (const YAML::Exception& e) {
+    throw UsageError(path + ": " + e.what());
+  }
+}
+
+// The settings every run shares, whatever its scenario and strategy: applied to each run's
+// RunConfig after make_run_config.
+struct SharedRunSettings {
+  int oracle_max_probes = 0;
+  double oracle_horizon_ms = 0;
+  double request_timeout_ms = 0;
+  std::string pipeline_override;
+  std::optional<epp::RouterQueueConfig> router_queue;
+  int epp_replicas = 1;
+  RunConfig::ReplicaSplit replica_split = RunConfig::ReplicaSplit::kRoundRobin;
+  bool shared_training = true;
+  RunConfig::ReplicaSharing replica_sharing = RunConfig::ReplicaSharing::kNone;
+  std::vector<RunConfig::PodOutage> outages;
+  std::optional<bool> linear_base;
+  std::optional<model::Objective> objective;
+  HashPrompts hash_prompts = HashPrompts::kAuto;
+
+  void apply(RunConfig& cfg) const {
+    cfg.oracle_max_probes = oracle_max_probes;
+    cfg.oracle_horizon_ms = oracle_horizon_ms;
+    cfg.request_timeout_ms = request_timeout_ms;
+    cfg.pipeline_override = pipeline_override;
+    cfg.router_queue = router_queue;
+    cfg.epp_replicas = epp_replicas;
+    cfg.replica_split = replica_split;
+    cfg.shared_training = shared_training;
+    cfg.replica_sharing = replica_sharing;
+    cfg.outages = outages;
+    if (linear_base) {
+      cfg.linear_base = linear_base;
+    }
+    if (objective) {
+      cfg.objective = objective;
+    }
+    cfg.hash_prompts = hash_prompts;
+  }
+};
+
+void read_replica_settings(const cxxopts::ParseResult& args, SharedRunSettings& s) {
+  s.epp_replicas = args["epp-replicas"].as<int>();
+  const std::string split_by = args["replica-split"].as<std::string>();
+  const std::string training = args["replica-training"].as<std::string>();
+  if (s.epp_replicas < 1 || s.epp_replicas > 64 || (split_by != "rr" && split_by != "random") ||
+      (training != "shared" && training != "own")) {
+    throw UsageError("--epp-replicas must be in [1, 64], --replica-split rr or random, "
+                     "--replica-training shared or own");
+  }
+  s.replica_split = split_by == "random" ? RunConfig::ReplicaSplit::kRandom
+                                         : RunConfig::ReplicaSplit::kRoundRobin;
+  s.shared_training = training == "shared";
+  const std::string sharing = args["replica-sharing"].as<std::string>();
+  if (sharing != "none" && sharing != "scrape" && sharing != "decision") {
+    throw UsageError("--replica-sharing must be none, scrape or decision");
+  }
+  s.replica_sharing = sharing == "scrape"     ? RunConfig::ReplicaSharing::kAtScrape
+                      : sharing == "decision" ? RunConfig::ReplicaSharing::kEveryDecision
+                                              : RunConfig::ReplicaSharing::kNone;
+}
+
+void read_ablation_settings(const cxxopts::ParseResult& args, SharedRunSettings& s) {
+  if (const auto lb = args["linear-base"].as<std::string>(); !lb.empty()) {
+    if (lb != "true" && lb != "false") {
+      throw UsageError("--linear-base must be true or false, got '" + lb + "'");
+    }
+    s.linear_base = lb == "true";
+  }
+  if (const auto ob = args["objective"].as<std::string>(); !ob.empty()) {
+    s.objective = model::parse_objective(ob);
+    if (!s.objective) {
+      throw UsageError("--objective must be quantile or mean, got '" + ob + "'");
+    }
+  }
+  const std::string hp = args["hash-prompts"].as<std::string>();
+  if (hp != "auto" && hp != "always" && hp != "never") {
+    throw UsageError("--hash-prompts must be auto, always or never, got '" + hp + "'");
+  }
+  s.hash_prompts = hp == "always"  ? HashPrompts::kAlways
+                   : hp == "never" ? HashPrompts::kNever
+                                   : HashPrompts::kAuto;
+  if (const std::string pf = args["pipeline-file"].as<std::string>(); !pf.empty()) {
+    s.pipeline_override = read_file(pf);
+  }
+}
+
+SharedRunSettings read_shared_settings(const cxxopts::ParseResult& args) {
+  SharedRunSettings s;
+  read_replica_settings(args, s);
+  read_ablation_settings(args, s);
+  try {
+    s.outages = parse_pod_outages(args["pod-outages"].as<std::string>());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--pod-outages: ") + e.what());
+  }
+  s.oracle_max_probes = args["oracle-probes"].as<int>();
+  s.oracle_horizon_ms = args["oracle-horizon-ms"].as<double>();
+  s.request_timeout_ms = args["timeout-s"].as<double>() * 1000.0;
+  s.router_queue = read_router_queue(args["router-queue"].as<std::string>());
+  return s;
+}
+
+// The scenarios to run and, for the suite, what was drawn and what probing them cost.
+struct ScenarioSet {
+  std::string name;
   std::vector<Scenario> scenarios;
-  std::string set_name = args.count("holdout") ? "holdout" : "default";
-  const bool suite = args.count("suite") > 0 || args.count("suite-quick") > 0;
-  const uint64_t suite_seed = args["suite-seed"].as<uint64_t>();
+  bool suite = false;
+  uint64_t suite_seed = 0;
   std::vector<SuiteEntry> suite_entries;
   int suite_oracle_max_pods = 0;
   double probe_wall_s = 0, probe_cpu_s = 0;
-  if (suite) {
-    // Draw, then probe each scenario's saturation with round-robin, then run the set below with
-    // each scenario's own seed.
-    set_name = "suite";
-    SuiteOptions so = args.count("suite-quick") ? SuiteOptions::quick() : SuiteOptions{};
-    if (args.count("suite-oracle-pods")) {
-      so.oracle_max_pods = args["suite-oracle-pods"].as<int>();
-    }
-    suite_oracle_max_pods = so.oracle_max_pods;
-    const int n = args.count("suite") ? args["suite"].as<int>() : 20;
-    std::vector<int> only;
-    if (const std::string want = args["suite-only"].as<std::string>(); !want.empty()) {
-      for (const auto& k : split(want, ',')) {
-        only.push_back(std::stoi(k));
-      }
-    }
-    const uint64_t reseed = args["suite-reseed"].as<uint64_t>();
-    for (auto p : SuiteGenerator(so).generate(suite_seed, n)) {
-      if (!only.empty() && std::find(only.begin(), only.end(), p.index) == only.end()) {
-        continue;
-      }
-      if (reseed > 0) {
-        p.seed += reseed * 1000003;
-      }
-      suite_entries.push_back({p, {}});
-    }
-    std::mutex probe_mu;
-    bool probe_failed = false;
-    const auto probe_t0 = std::chrono::steady_clock::now();
-    const double probe_cpu0 = process_cpu_s();
-    parallel_for(suite_entries.size(), threads, [&](std::size_t i) {
-      auto& e = suite_entries[i];
-      try {
-        e.probe = probe_saturation(e.params, so, [&](const Scenario& probe) {
-          const auto trace = make_trace(probe);
-          return summarize(
-              trace, run_cluster(trace, make_run_config(probe, Strategy::kRoundRobin, epp_dir, time)));
-        });
-        std::lock_guard lock(probe_mu);
-        std::cout << e.params.name() << " probe: saturation " << e.probe.saturation_rps
-                  << " req/s" << (e.probe.saturated ? "" : " (extrapolated)") << "; "
-                  << e.params.describe() << std::endl;
-        return true;
-      } catch (const std::exception& ex) {
-        std::lock_guard lock(probe_mu);
-        std::cerr << e.params.name() << " probe: " << ex.what() << std::endl;
-        probe_failed = true;
-        return false;
-      }
-    });
-    if (probe_failed) {
-      return 1;
-    }
-    probe_wall_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - probe_t0).count();
-    probe_cpu_s = process_cpu_s() - probe_cpu0;
-    std::cout << "probes: " << probe_wall_s << " s wall, " << probe_cpu_s << " s CPU" << std::endl;
-    for (const auto& e : suite_entries) {
-      scenarios.push_back(suite_scenario(e.params, e.probe, so));
-    }
-  } else if (!args["preset"].as<std::string>().empty()) {
-    set_name = "custom";
-    Scenario s;
-    s.name = "custom";
-    s.preset = args["preset"].as<std::string>();
-    s.title = "custom: preset " + s.preset;
-    std::string err;
-    auto st = workload::parse_stages(args["stages"].as<std::string>(), &err);
-    if (!st) {
-      std::cerr << "--stages: " << err << "\n";
-      return 2;
-    }
-    s.stages = *st;
-    s.pool.num_pods = args["pods"].as<int>();
-    s.pool.num_slow = args["slow-pods"].as<int>();
-    s.length_scale = args["length-scale"].as<double>();
-    s.time_scale = args["time-scale"].as<double>();
-    s.saturation_rps = args["saturation-rps"].as<double>();
-    s.unshared = args.count("unshared") > 0;
-    if (args.count("slo-ttft-ms")) s.slo_ttft_ms = args["slo-ttft-ms"].as<double>();
-    if (args.count("slo-tpot-ms")) s.slo_tpot_ms = args["slo-tpot-ms"].as<double>();
-    scenarios.push_back(s);
-  } else {
-    auto all = args.count("holdout") ? holdout_scenarios(set) : default_scenarios(set);
-    const std::string want = args["scenarios"].as<std::string>();
-    if (want == "all") {
-      scenarios = all;
-    } else {
-      for (const auto& name : split(want, ',')) {
-        bool found = false;
-        for (const auto& s : all) {
-          if (s.name == name) {
-            scenarios.push_back(s);
-            found = true;
-          }
-        }
-        if (!found) {
-          std::cerr << "unknown scenario " << name << " in the " << set_name << " set\n";
-          return 2;
-        }
-      }
+};
+
+std::vector<SuiteEntry> draw_suite(const cxxopts::ParseResult& args, const SuiteOptions& so,
+                                   uint64_t suite_seed) {
+  const int n = args.count("suite") ? args["suite"].as<int>() : 20;
+  std::vector<int> only;
+  for (const auto& k : split(args["suite-only"].as<std::string>(), ',')) {
+    try {
+      only.push_back(std::stoi(k));
+    } catch (const std::exception&) {
+      throw UsageError("--suite-only: expected a comma list of indices, got '" + k + "'");
     }
   }
+  const uint64_t reseed = args["suite-reseed"].as<uint64_t>();
+  std::vector<SuiteEntry> entries;
+  for (auto p : SuiteGenerator(so).generate(suite_seed, n)) {
+    if (!only.empty() && std::find(only.begin(), only.end(), p.index) == only.end()) {
+      continue;
+    }
+    if (reseed > 0) {
+      p.seed += reseed * 1000003;
+    }
+    entries.push_back({p, {}});
+  }
+  return entries;
+}
+
+// Probes each drawn scenario's saturation with round-robin (in parallel).
+void probe_suite(ScenarioSet& set, const SuiteOptions& so, int threads,
+                 const std::string& epp_dir, const TimeBase& time) {
+  std::mutex probe_mu;
+  bool probe_failed = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = process_cpu_s();
+  parallel_for(set.suite_entries.size(), threads, [&](std::size_t i) {
+    auto& e = set.suite_entries[i];
+    try {
+      e.probe = probe_saturation(e.params, so, [&](const Scenario& probe) {
+        const auto trace = make_trace(probe);
+        return summarize(trace, run_cluster(trace, make_run_config(probe, Strategy::kRoundRobin,
+                                                                   epp_dir, time)));
+      });
+      std::lock_guard lock(probe_mu);
+      std::cout << e.params.name() << " probe: saturation " << e.probe.saturation_rps
+                << " req/s" << (e.probe.saturated ? "" : " (extrapolated)") << "; "
+                << e.params.describe() << std::endl;
+      return true;
+    } catch (const std::exception& ex) {
+      std::lock_guard lock(probe_mu);
+      std::cerr << e.params.name() << " probe: " << ex.what() << std::endl;
+      probe_failed = true;
+      return false;
+    }
+  });
+  if (probe_failed) {
+    throw RunFailed("a saturation probe failed");
+  }
+  set.probe_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  set.probe_cpu_s = process_cpu_s() - cpu0;
+  std::cout << "probes: " << set.probe_wall_s << " s wall, " << set.probe_cpu_s << " s CPU"
+            << std::endl;
+}
+
+// Draw, then probe each scenario's saturation with round-robin; the scenarios then run with
+// each one's own seed.
+ScenarioSet suite_set(const cxxopts::ParseResult& args, int threads, const std::string& epp_dir,
+                      const TimeBase& time) {
+  ScenarioSet set;
+  set.name = "suite";
+  set.suite = true;
+  set.suite_seed = args["suite-seed"].as<uint64_t>();
+  SuiteOptions so = args.count("suite-quick") ? SuiteOptions::quick() : SuiteOptions{};
+  if (args.count("suite-oracle-pods")) {
+    so.oracle_max_pods = args["suite-oracle-pods"].as<int>();
+  }
+  set.suite_oracle_max_pods = so.oracle_max_pods;
+  set.suite_entries = draw_suite(args, so, set.suite_seed);
+  probe_suite(set, so, threads, epp_dir, time);
+  for (const auto& e : set.suite_entries) {
+    set.scenarios.push_back(suite_scenario(e.params, e.probe, so));
+  }
+  return set;
+}
+
+ScenarioSet custom_set(const cxxopts::ParseResult& args) {
+  Scenario s;
+  s.name = "custom";
+  s.preset = args["preset"].as<std::string>();
+  s.title = "custom: preset " + s.preset;
+  std::string err;
+  auto st = workload::parse_stages(args["stages"].as<std::string>(), &err);
+  if (!st) {
+    throw UsageError("--stages: " + err);
+  }
+  s.stages = *st;
+  s.pool.num_pods = args["pods"].as<int>();
+  s.pool.num_slow = args["slow-pods"].as<int>();
+  s.length_scale = args["length-scale"].as<double>();
+  s.time_scale = args["time-scale"].as<double>();
+  s.saturation_rps = args["saturation-rps"].as<double>();
+  s.unshared = args.count("unshared") > 0;
+  if (args.count("slo-ttft-ms")) s.slo_ttft_ms = args["slo-ttft-ms"].as<double>();
+  if (args.count("slo-tpot-ms")) s.slo_tpot_ms = args["slo-tpot-ms"].as<double>();
+  ScenarioSet set;
+  set.name = "custom";
+  set.scenarios.push_back(s);
+  return set;
+}
+
+ScenarioSet named_set(const cxxopts::ParseResult& args) {
+  SetOptions options;
+  options.quick = args.count("quick") > 0;
+  options.stage_seconds = args["stage-seconds"].as<double>();
+  ScenarioSet set;
+  set.name = args.count("holdout") ? "holdout" : "default";
+  auto all = args.count("holdout") ? holdout_scenarios(options) : default_scenarios(options);
+  const std::string want = args["scenarios"].as<std::string>();
+  if (want == "all") {
+    set.scenarios = all;
+    return set;
+  }
+  for (const auto& name : split(want, ',')) {
+    const auto before = set.scenarios.size();
+    std::copy_if(all.begin(), all.end(), std::back_inserter(set.scenarios),
+                 [&](const Scenario& s) { return s.name == name; });
+    if (set.scenarios.size() == before) {
+      throw UsageError("unknown scenario " + name + " in the " + set.name + " set");
+    }
+  }
+  return set;
+}
+
+std::vector<Strategy> read_strategies(const cxxopts::ParseResult& args, bool suite,
+                                      const std::string& epp_dir) {
   std::vector<Strategy> strategies;
   if (const std::string want = args["strategies"].as<std::string>(); want == "all") {
     strategies.assign(kAllStrategies.begin(), kAllStrategies.end());
@@ -367,64 +495,33 @@ int main(int argc, char** argv) {
     for (const auto& k : split(want, ',')) {
       auto s = parse_strategy(k);
       if (!s) {
-        std::cerr << "unknown strategy " << k << "\n";
-        return 2;
+        throw UsageError("unknown strategy " + k);
       }
       strategies.push_back(*s);
     }
   }
-  // A missing pipeline file (pl_upstream before epp/config/upstream-pipeline.yaml exists)
-  // fails here, before minutes of other runs.
+  // A missing pipeline file fails here, before minutes of other runs.
   for (Strategy s : strategies) {
     std::string err;
     if (!is_oracle(s) && !pipeline_yaml(s, epp_dir, &err)) {
-      std::cerr << err << "\n";
-      return 2;
+      throw UsageError(err);
     }
   }
+  return strategies;
+}
 
-  std::string pipeline_override;
-  if (const std::string pf = args["pipeline-file"].as<std::string>(); !pf.empty()) {
-    std::ifstream in(pf);
-    if (!in) {
-      std::cerr << "cannot read " << pf << "\n";
-      return 2;
-    }
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    pipeline_override = ss.str();
-  }
-  std::optional<epp::RouterQueueConfig> router_queue;
-  if (const std::string rq = args["router-queue"].as<std::string>(); !rq.empty()) {
-    try {
-      YAML::Node doc = YAML::LoadFile(rq);
-      auto parsed = epp::parse_router_queue_config(
-          epp::yaml_to_json(doc["routerQueue"] ? doc["routerQueue"] : doc));
-      if (auto* error = std::get_if<std::string>(&parsed)) {
-        std::cerr << rq << ": " << *error << "\n";
-        return 2;
-      }
-      router_queue = std::get<epp::RouterQueueConfig>(std::move(parsed));
-    } catch (const YAML::Exception& e) {
-      std::cerr << rq << ": " << e.what() << "\n";
-      return 2;
-    }
-  }
-  // One entry per (scenario, seed), the seeds of a scenario next to each other.
-  std::vector<ScenarioRuns> all;
-  // Suite scenarios run on their own seed and `--suite-trace-seeds` - 1 more (other arrivals,
-  // lengths, jitter and scheduling draws; the offset keeps clear of --suite-reseed's).
+// One entry per (scenario, seed), the seeds of a scenario next to each other. Suite scenarios
+// run on their own seed and `trace_seeds` - 1 more (other arrivals, lengths, jitter and
+// scheduling draws; the offset keeps clear of --suite-reseed's).
+std::vector<ScenarioRuns> plan_entries(const ScenarioSet& set, const std::vector<uint64_t>& seeds,
+                                       const std::vector<Strategy>& strategies) {
   constexpr uint64_t kTraceSeedStep = 100000007;
-  const int trace_seeds = std::max(1, args["suite-trace-seeds"].as<int>());
-  if (suite) {
-    seeds.clear();
-    for (int k = 0; k < trace_seeds; ++k) seeds.push_back(static_cast<uint64_t>(k));
-  }
-  for (const auto& sc : scenarios) {
+  std::vector<ScenarioRuns> all;
+  for (const auto& sc : set.scenarios) {
     for (uint64_t seed : seeds) {
       ScenarioRuns sr;
       sr.scenario = sc;
-      sr.scenario.seed = suite ? sc.seed + seed * kTraceSeedStep : seed;
+      sr.scenario.seed = set.suite ? sc.seed + seed * kTraceSeedStep : seed;
       sr.trace = make_trace(sr.scenario);
       sr.runs.resize(strategies.size());
       sr.summaries.resize(strategies.size());
@@ -434,15 +531,22 @@ int main(int argc, char** argv) {
       all.push_back(std::move(sr));
     }
   }
-  struct Job {
-    std::size_t entry;
-    std::size_t strategy;
-    double cost;
-  };
+  return all;
+}
+
+struct Job {
+  std::size_t entry;
+  std::size_t strategy;
+  double cost;
+};
+
+// Every (entry, strategy) a scenario runs, the expensive ones first so the workers finish
+// together: generated tokens dominate a run's cost; the oracle and the model loop multiply it.
+std::vector<Job> plan_jobs(const std::vector<ScenarioRuns>& all,
+                           const std::vector<Strategy>& strategies) {
   std::vector<Job> jobs;
   for (std::size_t i = 0; i < all.size(); ++i) {
     const auto& only = all[i].scenario.strategies;
-    // Generated tokens dominate a run's cost; the oracle and the model loop multiply it.
     double tokens = 0;
     for (const auto& r : all[i].trace.requests) tokens += static_cast<double>(r.max_tokens);
     for (std::size_t k = 0; k < strategies.size(); ++k) {
@@ -452,38 +556,24 @@ int main(int argc, char** argv) {
       }
     }
   }
-  // Expensive runs first so the workers finish together.
   std::stable_sort(jobs.begin(), jobs.end(),
                    [](const Job& a, const Job& b) { return a.cost > b.cost; });
+  return jobs;
+}
 
-  const auto t0 = std::chrono::steady_clock::now();
-  const double cpu_start = process_cpu_s();
+// Runs every job on `threads` threads, storing each result in its entry. Single requests are
+// kept only where the report plots them (the first seed, outside the suite).
+void run_jobs(std::vector<ScenarioRuns>& all, const std::vector<Job>& jobs,
+              const std::vector<Strategy>& strategies, const SharedRunSettings& shared,
+              const std::string& epp_dir, const TimeBase& time, int threads, bool suite,
+              uint64_t first_seed) {
   std::mutex out_mu;
   bool failed = false;
   parallel_for(jobs.size(), threads, [&](std::size_t j) {
     const Job job = jobs[j];
     auto& sr = all[job.entry];
     RunConfig cfg = make_run_config(sr.scenario, strategies[job.strategy], epp_dir, time);
-    cfg.oracle_max_probes = args["oracle-probes"].as<int>();
-    cfg.oracle_horizon_ms = args["oracle-horizon-ms"].as<double>();
-    cfg.request_timeout_ms = args["timeout-s"].as<double>() * 1000.0;
-    cfg.pipeline_override = pipeline_override;
-    cfg.router_queue = router_queue;
-    cfg.epp_replicas = epp_replicas;
-    cfg.replica_split = replica_split;
-    cfg.shared_training = shared_training;
-    cfg.replica_sharing = replica_sharing;
-    cfg.outages = outages;
-    if (const auto lb = args["linear-base"].as<std::string>(); !lb.empty()) {
-      cfg.linear_base = lb == "true";
-    }
-    if (const auto ob = args["objective"].as<std::string>(); !ob.empty()) {
-      cfg.objective = model::parse_objective(ob);
-    }
-    const std::string hp = args["hash-prompts"].as<std::string>();
-    cfg.hash_prompts = hp == "always" ? HashPrompts::kAlways
-                       : hp == "never" ? HashPrompts::kNever
-                                       : HashPrompts::kAuto;
+    shared.apply(cfg);
     try {
       const double cpu0 = thread_cpu_s();
       RunResult r = run_cluster(sr.trace, cfg);
@@ -491,8 +581,7 @@ int main(int argc, char** argv) {
       auto sums = summarize(sr.trace, r);
       const double cold = cold_share(r);
       const std::string line = one_line(sr.scenario, r, sums.back());
-      // Single requests are only needed for the first seed's prediction plots.
-      if (suite || sr.scenario.seed != seeds.front()) {
+      if (suite || sr.scenario.seed != first_seed) {
         std::vector<RequestResult>().swap(r.requests);
       }
       std::lock_guard lock(out_mu);
@@ -511,44 +600,95 @@ int main(int argc, char** argv) {
     }
   });
   if (failed) {
-    return 1;
+    throw RunFailed("a run failed");
   }
+}
+
+void write_reports(const cxxopts::ParseResult& args, const ScenarioSet& set,
+                   const std::vector<ScenarioRuns>& all, ReportInfo info) {
+  if (args.count("no-report")) {
+    return;
+  }
+  const std::string dir = args["out-dir"].as<std::string>();
+  if (!set.suite) {
+    write_outputs(dir, all, info);
+    std::cout << "wrote " << dir << "/report.md\n";
+    return;
+  }
+  info.seeds = {set.suite_seed};
+  info.total_wall_s += set.probe_wall_s;
+  info.total_cpu_s += set.probe_cpu_s;
+  write_suite(dir, set.suite_entries, all, info, set.suite_seed);
+  std::cout << "wrote " << dir << "/suite.md\n";
+  if (args.count("suite-detail")) {
+    write_outputs(dir + "/detail", all, info);
+    std::cout << "wrote " << dir << "/detail/report.md\n";
+  }
+}
+
+int run(const cxxopts::ParseResult& args, int argc, char** argv) {
+  std::vector<uint64_t> seeds = read_seeds(args);
+  const TimeBase time = read_time_base(args);
+  const SharedRunSettings shared = read_shared_settings(args);
+  const std::string epp_dir = args["epp-config-dir"].as<std::string>();
+  const int threads = std::max(1, args["threads"].as<int>());
+  const bool suite = args.count("suite") > 0 || args.count("suite-quick") > 0;
+  const std::vector<Strategy> strategies = read_strategies(args, suite, epp_dir);
+  const ScenarioSet set = suite ? suite_set(args, threads, epp_dir, time)
+                          : !args["preset"].as<std::string>().empty() ? custom_set(args)
+                                                                       : named_set(args);
+  if (suite) {  // trace seeds 0..n-1 on top of each scenario's own
+    seeds.clear();
+    for (int k = 0; k < std::max(1, args["suite-trace-seeds"].as<int>()); ++k) {
+      seeds.push_back(static_cast<uint64_t>(k));
+    }
+  }
+  std::vector<ScenarioRuns> all = plan_entries(set, seeds, strategies);
+  const auto t0 = std::chrono::steady_clock::now();
+  const double cpu_start = process_cpu_s();
+  run_jobs(all, plan_jobs(all, strategies), strategies, shared, epp_dir, time, threads, suite,
+           seeds.front());
   ReportInfo info;
-  info.total_wall_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  info.total_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   info.total_cpu_s = process_cpu_s() - cpu_start;
   info.threads = threads;
   info.seeds = seeds;
-  info.set_name = set_name;
+  info.set_name = set.name;
   for (int i = 0; i < argc; ++i) {
-    if (i > 0) {
-      info.command += ' ';
-    }
-    info.command += argv[i];
+    info.command += (i > 0 ? " " : "") + std::string(argv[i]);
   }
   info.machine = machine_line();
   info.time = time;
   info.timeout_s = args["timeout-s"].as<double>();
   info.oracle_probes = args["oracle-probes"].as<int>();
   info.oracle_horizon_ms = args["oracle-horizon-ms"].as<double>();
-  info.suite_oracle_max_pods = suite_oracle_max_pods;
+  info.suite_oracle_max_pods = set.suite_oracle_max_pods;
   std::cout << "total wall time " << info.total_wall_s << " s, CPU time " << info.total_cpu_s
             << " s\n";
-  if (suite && !args.count("no-report")) {
-    info.seeds = {suite_seed};
-    info.total_wall_s += probe_wall_s;
-    info.total_cpu_s += probe_cpu_s;
-    const std::string dir = args["out-dir"].as<std::string>();
-    write_suite(dir, suite_entries, all, info, suite_seed);
-    std::cout << "wrote " << dir << "/suite.md\n";
-    if (args.count("suite-detail")) {
-      write_outputs(dir + "/detail", all, info);
-      std::cout << "wrote " << dir << "/detail/report.md\n";
-    }
-  } else if (!args.count("no-report")) {
-    const std::string dir = args["out-dir"].as<std::string>();
-    write_outputs(dir, all, info);
-    std::cout << "wrote " << dir << "/report.md\n";
-  }
+  write_reports(args, set, all, std::move(info));
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  reexec_with_malloc_tunables(argv);
+  cxxopts::Options opts = make_options();
+  try {
+    const cxxopts::ParseResult args = opts.parse(argc, argv);
+    if (args.count("help")) {
+      std::cout << opts.help() << "\n";
+      return 0;
+    }
+    spdlog::set_level(spdlog::level::warn);
+    return run(args, argc, argv);
+  } catch (const UsageError& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  } catch (const RunFailed&) {
+    return 1;  // what failed was printed where it failed
+  } catch (const cxxopts::exceptions::exception& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
 }
