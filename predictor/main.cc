@@ -35,7 +35,8 @@ int run(int argc, char** argv) {
   o.add("model-sync-interval", "MODEL_SYNC_INTERVAL_SEC", "10", "Seconds between model syncs");
   o.add("model-sync-timeout", "MODEL_SYNC_TIMEOUT_SEC", "5",
         "Seconds each call to the trainer may take (connect, send, answer); a sync round stops at "
-        "the first call that times out", {"HTTP_TIMEOUT"});
+        "the first call that times out",
+        {"HTTP_TIMEOUT"});
   o.add("local-ttft-model-path", "LOCAL_TTFT_MODEL_PATH", "/tmp/prediction_models/ttft.ubj",
         "Local copy of the TTFT model");
   o.add("local-tpot-model-path", "LOCAL_TPOT_MODEL_PATH", "/tmp/prediction_models/tpot.ubj",
@@ -47,10 +48,13 @@ int run(int argc, char** argv) {
   o.add("model-type", "LATENCY_MODEL_TYPE", "xgboost", "Must be xgboost");
   o.add("objective-type", "LATENCY_OBJECTIVE_TYPE", "quantile",
         "Reported objective (must match the trainer)");
-  o.add("quantile-alpha", "LATENCY_QUANTILE_ALPHA", "0.9", "Reported quantile (must match the trainer)");
-  o.add("workers", "PREDICT_WORKERS", std::to_string(std::max(1u, std::thread::hardware_concurrency())),
+  o.add("quantile-alpha", "LATENCY_QUANTILE_ALPHA", "0.9",
+        "Reported quantile (must match the trainer)");
+  o.add("workers", "PREDICT_WORKERS",
+        std::to_string(std::max(1u, std::thread::hardware_concurrency())),
         "HTTP worker threads (default = cores; the reference's uvicorn worker processes become "
-        "threads of this one predictor)", {"UVICORN_WORKERS"});
+        "threads of this one predictor)",
+        {"UVICORN_WORKERS"});
   http::add_server_limit_flags(o, "PREDICT_");
   o.add("max-bulk-rows", "PREDICT_MAX_BULK_ROWS", "10000", "Most rows per bulk request");
   o.add("log-level", "LOG_LEVEL", "info", "trace | debug | info | warn | error");
@@ -64,12 +68,15 @@ int run(int argc, char** argv) {
                                 "' is not implemented; this predictor serves xgboost models");
   }
   if (!model::parse_objective(o.str("objective-type"))) {
-    throw std::invalid_argument("--objective-type / LATENCY_OBJECTIVE_TYPE: expected quantile or mean");
+    throw std::invalid_argument(
+        "--objective-type / LATENCY_OBJECTIVE_TYPE: expected quantile or mean");
   }
   const std::string url = o.str("training-server-url");
   if (!url.empty() && !http::parse_url(url)) {
-    throw std::invalid_argument("--training-server-url / TRAINING_SERVER_URL: expected "
-                                "http://host:port, got '" + url + "'");
+    throw std::invalid_argument(
+        "--training-server-url / TRAINING_SERVER_URL: expected "
+        "http://host:port, got '" +
+        url + "'");
   }
   predictor::SyncConfig sync_cfg;
   sync_cfg.trainer_url = url;
@@ -106,8 +113,8 @@ int run(int argc, char** argv) {
   server.start();
   sync.start();
   spdlog::info("predictor listening on {}:{} with {} workers (trainer {}, ready {})",
-               server_opts.host, server.port(), server_opts.io_threads,
-               url.empty() ? "none" : url, store.current()->ready());
+               server_opts.host, server.port(), server_opts.io_threads, url.empty() ? "none" : url,
+               store.current()->ready());
   if (info.admin_token.empty() && !http::is_loopback_host(server_opts.host)) {
     spdlog::warn("no --admin-token: whoever reaches {} may POST /reload", server_opts.host);
   }

@@ -14,12 +14,13 @@ std::shared_ptr<const CompiledModel> compile_one(std::string_view bytes, int64_t
                             " features, schema has " +
                             std::to_string(features::columns(target->feature_set()).size()));
   }
-  return std::make_shared<const CompiledModel>(
-      CompiledModel{std::move(forest), target->transform(), target->feature_set(),
-                    target->linear_base()});
+  return std::make_shared<const CompiledModel>(CompiledModel{
+      std::move(forest), target->transform(), target->feature_set(), target->linear_base()});
 }
 
-bool is_gated(const std::string& name) { return name.ends_with("_gated"); }
+bool is_gated(const std::string& name) {
+  return name.ends_with("_gated");
+}
 
 }  // namespace
 
@@ -62,8 +63,8 @@ void CompiledModel::predict_rows(const features::FeatureInput* rows, const uint3
   }
 }
 
-void CompiledTarget::predict_batch(const features::FeatureInput* rows, std::size_t n,
-                                   double* out, double* expected) const {
+void CompiledTarget::predict_batch(const features::FeatureInput* rows, std::size_t n, double* out,
+                                   double* expected) const {
   thread_local std::vector<uint32_t> first;
   thread_local std::vector<uint32_t> second;
   first.clear();

@@ -49,7 +49,9 @@ struct ModelSync::Metrics {
 ModelSync::ModelSync(SyncConfig config, ModelStore& store, prometheus::Registry& registry)
     : config_(std::move(config)), store_(store), metrics_(std::make_unique<Metrics>(registry)) {}
 
-ModelSync::~ModelSync() { stop(); }
+ModelSync::~ModelSync() {
+  stop();
+}
 
 void ModelSync::load_local() {
   std::lock_guard lock(mu_);
@@ -131,7 +133,8 @@ ModelSync::Outcome ModelSync::sync_model(const std::string& name, std::string& e
   }
   auto dl = client.get(url->base_path + "/model/" + name + "/download");
   if (dl.status != 200) {
-    error = "download of " + name + " -> " + (dl.status == 0 ? dl.error : std::to_string(dl.status));
+    error =
+        "download of " + name + " -> " + (dl.status == 0 ? dl.error : std::to_string(dl.status));
     return dl.status == 0 ? Outcome::kUnreachable : Outcome::kFailed;
   }
   std::string_view length = dl.header("content-length");

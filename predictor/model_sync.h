@@ -84,9 +84,9 @@ class ModelSync {
   std::map<std::string, ModelIdentity> seen_;  // guarded by mu_
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
-  bool stopping_ = false;                                     // guarded by stop_mu_
-  bool kicked_ = false;                                       // guarded by stop_mu_
-  std::vector<std::function<void(SyncResult)>> waiting_;      // guarded by stop_mu_
+  bool stopping_ = false;                                 // guarded by stop_mu_
+  bool kicked_ = false;                                   // guarded by stop_mu_
+  std::vector<std::function<void(SyncResult)>> waiting_;  // guarded by stop_mu_
   std::thread thread_;
 };
 

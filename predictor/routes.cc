@@ -295,7 +295,8 @@ class Handlers {
     out.append(whole.data(), whole.data() + whole.size());
     const auto frac = static_cast<int>(us % 1000);
     const char tail[4] = {'.', static_cast<char>('0' + frac / 100),
-                          static_cast<char>('0' + frac / 10 % 10), static_cast<char>('0' + frac % 10)};
+                          static_cast<char>('0' + frac / 10 % 10),
+                          static_cast<char>('0' + frac % 10)};
     out.append(tail, tail + 4);
   }
 
@@ -334,7 +335,7 @@ PredictorHttp make_predictor_http(ModelStore& store, ModelSync& sync, const Pred
   out.router = make_router(h, registry);
   auto router = std::make_shared<http::Router>(out.router);
   out.handler = [h, router, &sync, token = info.admin_token](http::Request&& req,
-                                                       http::ResponseStreamPtr stream) {
+                                                             http::ResponseStreamPtr stream) {
     if (req.method == "POST" && req.path == "/reload") {
       if (auto refused = http::require_bearer(token, req)) {
         return stream->respond(*refused);

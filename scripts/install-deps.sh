@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages this project builds and runs with. No-op when all are present.
 set -euo pipefail
 PKGS=(
-  build-essential cmake pkg-config ccache curl
+  build-essential cmake pkg-config ccache curl clang-format git
   libboost-dev libboost-system-dev
   nlohmann-json3-dev libsimdjson-dev
   libxgboost-dev

@@ -2,7 +2,9 @@
 
 namespace llmd::trainer {
 
-bool BatchIdWindow::contains(std::string_view id) const { return known_.count(id) > 0; }
+bool BatchIdWindow::contains(std::string_view id) const {
+  return known_.count(id) > 0;
+}
 
 void BatchIdWindow::add(const std::string& id) {
   if (id.empty() || capacity_ == 0 || contains(id)) {

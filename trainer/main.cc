@@ -31,15 +31,18 @@ void add_options(config::Options& o) {
   o.add("port", "TRAINING_PORT", "8000", "Port to listen on");
   o.add("io-threads", "TRAINING_IO_THREADS", "2",
         "HTTP io threads (the reference's uvicorn worker processes become threads of this one "
-        "trainer)", {"UVICORN_WORKERS"});
+        "trainer)",
+        {"UVICORN_WORKERS"});
   o.add("retraining-interval", "LATENCY_RETRAINING_INTERVAL_SEC", "10",
         "Seconds between retraining checks (a fit runs only when new samples arrived)");
   o.add("min-samples-for-retrain", "LATENCY_MIN_SAMPLES_FOR_RETRAIN", "100",
         "Minimum training samples of a target before it is fitted");
   o.add("max-training-data-size-per-bucket", "LATENCY_MAX_TRAINING_DATA_SIZE_PER_BUCKET", "500",
         "FIFO window per (queue, cache, prefix) bucket");
-  o.add("test-train-ratio", "LATENCY_TEST_TRAIN_RATIO", "0.1", "Share of entries held out for evaluation");
-  o.add("max-test-data-size", "LATENCY_MAX_TEST_DATA_SIZE", "1000", "Hold-out FIFO size per target");
+  o.add("test-train-ratio", "LATENCY_TEST_TRAIN_RATIO", "0.1",
+        "Share of entries held out for evaluation");
+  o.add("max-test-data-size", "LATENCY_MAX_TEST_DATA_SIZE", "1000",
+        "Hold-out FIFO size per target");
   o.add("model-type", "LATENCY_MODEL_TYPE", "xgboost",
         "xgboost (bayesian_ridge and lightgbm are not implemented and are refused)");
   o.add("quantile-alpha", "LATENCY_QUANTILE_ALPHA", "0.9", "Quantile of the quantile objective");
@@ -53,22 +56,27 @@ void add_options(config::Options& o) {
         "Also fit noqueue/queued sub-models when both splits are large enough");
   o.add("min-samples-for-ensemble-split", "LATENCY_MIN_SAMPLES_FOR_ENSEMBLE_SPLIT", "200",
         "Minimum samples in each split before the ensemble is fitted");
-  o.add("ttft-model-path", "LATENCY_TTFT_MODEL_PATH", "/tmp/latency_models/ttft.ubj", "TTFT model file");
-  o.add("tpot-model-path", "LATENCY_TPOT_MODEL_PATH", "/tmp/latency_models/tpot.ubj", "TPOT model file");
+  o.add("ttft-model-path", "LATENCY_TTFT_MODEL_PATH", "/tmp/latency_models/ttft.ubj",
+        "TTFT model file");
+  o.add("tpot-model-path", "LATENCY_TPOT_MODEL_PATH", "/tmp/latency_models/tpot.ubj",
+        "TPOT model file");
   o.add("ttft-gated-model-path", "LATENCY_TTFT_GATED_MODEL_PATH",
         "/tmp/latency_models/ttft_gated.bin", "TTFT ensemble model file");
   o.add("tpot-gated-model-path", "LATENCY_TPOT_GATED_MODEL_PATH",
         "/tmp/latency_models/tpot_gated.bin", "TPOT ensemble model file");
   o.add("samples-path", "LATENCY_SAMPLES_PATH", "",
         "Sample snapshot file (default: training_samples.bin next to the TTFT model)");
-  o.add("snapshot-interval", "LATENCY_SNAPSHOT_INTERVAL_SEC", "10", "Seconds between sample snapshots");
+  o.add("snapshot-interval", "LATENCY_SNAPSHOT_INTERVAL_SEC", "10",
+        "Seconds between sample snapshots");
   o.add("n-estimators", "LATENCY_XGB_N_ESTIMATORS", "200", "Trees per model");
   o.add("max-depth", "LATENCY_XGB_MAX_DEPTH", "6", "Tree depth");
   o.add("learning-rate", "LATENCY_XGB_LEARNING_RATE", "0.05", "Shrinkage per tree");
-  o.add("fit-threads", "LATENCY_FIT_THREADS", std::to_string(std::max(1u, std::thread::hardware_concurrency())),
+  o.add("fit-threads", "LATENCY_FIT_THREADS",
+        std::to_string(std::max(1u, std::thread::hardware_concurrency())),
         "Threads per XGBoost fit");
   http::add_server_limit_flags(o, "LATENCY_");
-  o.add("max-bulk-entries", "LATENCY_MAX_BULK_ENTRIES", "100000", "Most entries per /add_training_data_bulk");
+  o.add("max-bulk-entries", "LATENCY_MAX_BULK_ENTRIES", "100000",
+        "Most entries per /add_training_data_bulk");
   o.add("log-level", "LOG_LEVEL", "info", "trace | debug | info | warn | error");
 }
 
@@ -86,21 +94,26 @@ int run(int argc, char** argv) {
   }
   auto objective = model::parse_objective(o.str("objective-type"));
   if (!objective) {
-    throw std::invalid_argument("--objective-type / LATENCY_OBJECTIVE_TYPE: expected quantile or "
-                                "mean, got '" + o.str("objective-type") + "'");
+    throw std::invalid_argument(
+        "--objective-type / LATENCY_OBJECTIVE_TYPE: expected quantile or "
+        "mean, got '" +
+        o.str("objective-type") + "'");
   }
   trainer::TrainerConfig cfg;
   cfg.retraining_interval_sec = o.number("retraining-interval", 0.01, 86400);
   cfg.min_samples_for_retrain = static_cast<std::size_t>(o.integer("min-samples-for-retrain", 1));
-  cfg.store.max_per_bucket = static_cast<std::size_t>(o.integer("max-training-data-size-per-bucket", 1, 1000000));
+  cfg.store.max_per_bucket =
+      static_cast<std::size_t>(o.integer("max-training-data-size-per-bucket", 1, 1000000));
   cfg.store.test_ratio = o.number("test-train-ratio", 0.0, 0.9);
-  cfg.store.max_test_per_target = static_cast<std::size_t>(o.integer("max-test-data-size", 0, 10000000));
+  cfg.store.max_test_per_target =
+      static_cast<std::size_t>(o.integer("max-test-data-size", 0, 10000000));
   cfg.objective = *objective;
   cfg.quantile_alpha = o.number("quantile-alpha", 0.01, 0.99);
   cfg.ensemble_mode = o.boolean("ensemble-mode");
   cfg.linear_base = o.boolean("linear-base");
   cfg.durable_ingest = o.boolean("durable-ingest");
-  cfg.min_samples_for_split = static_cast<std::size_t>(o.integer("min-samples-for-ensemble-split", 1));
+  cfg.min_samples_for_split =
+      static_cast<std::size_t>(o.integer("min-samples-for-ensemble-split", 1));
   cfg.ttft_model_path = o.str("ttft-model-path");
   cfg.tpot_model_path = o.str("tpot-model-path");
   cfg.ttft_gated_model_path = o.str("ttft-gated-model-path");

@@ -26,8 +26,8 @@ Matrix build(FeatureSet set, const std::vector<Sample>& samples,
   for (std::size_t i = 0; i < idx.size(); ++i) {
     const Sample& s = samples[idx[i]];
     features::fill_row(s.features, set, &m.x[i * m.cols]);
-    m.y[i] = log_target ? static_cast<float>(std::log1p(static_cast<double>(s.actual_ms)))
-                        : s.actual_ms;
+    m.y[i] =
+        log_target ? static_cast<float>(std::log1p(static_cast<double>(s.actual_ms))) : s.actual_ms;
   }
   return m;
 }
@@ -142,8 +142,8 @@ model::TargetModelPtr fit_target_model(const FitConfig& cfg, FeatureSet set,
 
   std::mt19937_64 rng(seed);
   std::shuffle(all.begin(), all.end(), rng);
-  std::size_t n_cal = static_cast<std::size_t>(cfg.calibration_fraction *
-                                               static_cast<double>(samples.size()));
+  std::size_t n_cal =
+      static_cast<std::size_t>(cfg.calibration_fraction * static_cast<double>(samples.size()));
   std::vector<std::size_t> fit_idx(all.begin(), all.end() - static_cast<std::ptrdiff_t>(n_cal));
   std::vector<std::size_t> cal_idx(all.end() - static_cast<std::ptrdiff_t>(n_cal), all.end());
   if (n_cal < 20) {

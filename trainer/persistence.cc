@@ -239,7 +239,9 @@ SnapshotLoad decode_snapshot(const std::string& bytes, SampleStore& store,
   return result;
 }
 
-std::string sample_log_header() { return std::string(kLogMagic, sizeof(kLogMagic)); }
+std::string sample_log_header() {
+  return std::string(kLogMagic, sizeof(kLogMagic));
+}
 
 bool is_current_sample_log(const std::string& bytes) {
   return bytes.size() >= sizeof(kLogMagic) && std::memcmp(bytes.data(), kLogMagic, 8) == 0;
@@ -329,7 +331,8 @@ void SampleLog::open_existing() {
     const int err = errno;
     ::close(fd_);
     fd_ = -1;
-    throw std::runtime_error(fmt::format("cannot stat sample log {}: {}", path_, std::strerror(err)));
+    throw std::runtime_error(
+        fmt::format("cannot stat sample log {}: {}", path_, std::strerror(err)));
   }
   good_size_ = static_cast<uint64_t>(st.st_size);
   dirty_ = false;
@@ -351,8 +354,8 @@ void SampleLog::append(const std::string& entry) {
   if (dirty_) {
     roll_back();
     if (dirty_) {
-      throw std::runtime_error(fmt::format("sample log cannot be cut back to its last entry: {}",
-                                           std::strerror(errno)));
+      throw std::runtime_error(
+          fmt::format("sample log cannot be cut back to its last entry: {}", std::strerror(errno)));
     }
   }
   std::size_t done = 0;

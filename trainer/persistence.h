@@ -34,9 +34,9 @@ inline constexpr std::size_t kBlockRecords = 4096;
 std::string encode_snapshot(const SampleStore& store, const BatchIdWindow* batch_ids = nullptr);
 
 struct SnapshotLoad {
-  bool ok = false;          // the file was a snapshot / log and (some of) it was restored
-  bool complete = false;    // nothing was damaged, torn or missing
-  std::size_t samples = 0;  // records restored
+  bool ok = false;                  // the file was a snapshot / log and (some of) it was restored
+  bool complete = false;            // nothing was damaged, torn or missing
+  std::size_t samples = 0;          // records restored
   std::size_t lost_samples = 0;     // records announced (snapshot end frame) but not restored,
                                     // or estimated from the bytes skipped when that is unknown
   std::size_t damaged_regions = 0;  // runs of bytes skipped while resynchronising

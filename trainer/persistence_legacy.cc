@@ -37,7 +37,8 @@ SnapshotLoad restore_blocks(const std::string& bytes, std::size_t pos, SampleSto
       return result;
     }
     if (bytes.size() - pos < 8) {
-      result.error = fmt::format("{} cut after {} blocks ({} records)", what, block, result.samples);
+      result.error =
+          fmt::format("{} cut after {} blocks ({} records)", what, block, result.samples);
       return result;
     }
     uint32_t count;
@@ -51,8 +52,8 @@ SnapshotLoad restore_blocks(const std::string& bytes, std::size_t pos, SampleSto
     uint32_t stored;
     std::memcpy(&stored, bytes.data() + pos + body, 4);
     if (stored != codec::crc(bytes.data() + pos, body)) {
-      result.error = fmt::format("{} checksum mismatch in block {} (after {} records)", what,
-                                 block, result.samples);
+      result.error = fmt::format("{} checksum mismatch in block {} (after {} records)", what, block,
+                                 result.samples);
       return result;
     }
     if (count == 0) {
@@ -126,7 +127,9 @@ bool is_snapshot(const std::string& bytes) {
   return starts_with(bytes, kMagic1) || starts_with(bytes, kMagic2);
 }
 
-bool is_log(const std::string& bytes) { return starts_with(bytes, kLogMagic1); }
+bool is_log(const std::string& bytes) {
+  return starts_with(bytes, kLogMagic1);
+}
 
 SnapshotLoad decode_snapshot(const std::string& bytes, SampleStore& store) {
   SnapshotLoad result;

@@ -181,7 +181,8 @@ class Handlers {
     FlushResult r = s_.flush(training, test, metrics);
     std::vector<std::string> parts;
     if (training) {
-      parts.push_back(fmt::format("{} TTFT and {} TPOT training samples", r.training[0], r.training[1]));
+      parts.push_back(
+          fmt::format("{} TTFT and {} TPOT training samples", r.training[0], r.training[1]));
     }
     if (test) {
       parts.push_back(fmt::format("{} TTFT and {} TPOT test samples", r.test[0], r.test[1]));
@@ -189,8 +190,9 @@ class Handlers {
     if (metrics) {
       parts.push_back("evaluation metrics");
     }
-    std::string message = parts.empty() ? "No data flushed"
-                                         : "Successfully flushed: " + fmt::format("{}", fmt::join(parts, ", "));
+    std::string message =
+        parts.empty() ? "No data flushed"
+                      : "Successfully flushed: " + fmt::format("{}", fmt::join(parts, ", "));
     return Response::json(200, Json{{"success", true},
                                     {"flushed_at", util::now_rfc3339()},
                                     {"reason", reason ? Json(*reason) : Json(nullptr)},
@@ -229,7 +231,8 @@ class Handlers {
                {"ttft_queued_samples", d.queued[0]},
                {"tpot_noqueue_samples", d.noqueue[1]},
                {"tpot_queued_samples", d.queued[1]}}},
-             {"metrics", {{"ttft_scores_count", d.scores_count[0]}, {"tpot_scores_count", d.scores_count[1]}}},
+             {"metrics",
+              {{"ttft_scores_count", d.scores_count[0]}, {"tpot_scores_count", d.scores_count[1]}}},
              {"bucket_distribution", buckets},
              {"model_ready", true},
              {"last_retrain",
@@ -239,20 +242,25 @@ class Handlers {
   Response download_info(Request&) {
     auto m = s_.models();
     return Response::json(
-        200, Json{{"model_type", "xgboost"},
-                  {"quantile", s_.config().quantile_alpha},
-                  {"objective_type", objective()},
-                  {"available_endpoints",
-                   {{"trees", {{"ttft_trees", "/model/ttft/xgb/json"}, {"tpot_trees", "/model/tpot/xgb/json"}}},
-                    {"models", {{"ttft", "/model/ttft/download"}, {"tpot", "/model/tpot/download"},
-                                {"ttft_gated", "/model/ttft_gated/download"},
-                                {"tpot_gated", "/model/tpot_gated/download"}}},
-                    {"export", "/model/export"}}},
-                  {"model_status", {{"ttft_model_ready", m->ttft.base != nullptr},
-                                    {"tpot_model_ready", m->tpot.base != nullptr}}},
-                  {"version", m->version},
-                  {"generation", m->generation},
-                  {"evaluation_info", evaluations_json(s_)}});
+        200,
+        Json{{"model_type", "xgboost"},
+             {"quantile", s_.config().quantile_alpha},
+             {"objective_type", objective()},
+             {"available_endpoints",
+              {{"trees",
+                {{"ttft_trees", "/model/ttft/xgb/json"}, {"tpot_trees", "/model/tpot/xgb/json"}}},
+               {"models",
+                {{"ttft", "/model/ttft/download"},
+                 {"tpot", "/model/tpot/download"},
+                 {"ttft_gated", "/model/ttft_gated/download"},
+                 {"tpot_gated", "/model/tpot_gated/download"}}},
+               {"export", "/model/export"}}},
+             {"model_status",
+              {{"ttft_model_ready", m->ttft.base != nullptr},
+               {"tpot_model_ready", m->tpot.base != nullptr}}},
+             {"version", m->version},
+             {"generation", m->generation},
+             {"evaluation_info", evaluations_json(s_)}});
   }
 
   Response models_list(Request&) {
@@ -319,9 +327,10 @@ class Handlers {
       return error;
     }
     Response r = Response::text(200, *f->bytes, "application/octet-stream");
-    r.headers.push_back({"content-disposition",
-                         fmt::format("attachment; filename=\"{}\"",
-                                     std::filesystem::path(s_.model_path(name)).filename().string())});
+    r.headers.push_back(
+        {"content-disposition",
+         fmt::format("attachment; filename=\"{}\"",
+                     std::filesystem::path(s_.model_path(name)).filename().string())});
     r.headers.push_back({"x-model-version", std::to_string(f->version)});
     return r;
   }
@@ -346,7 +355,9 @@ class Handlers {
   }
 
   double quantile() const { return s_.config().quantile_alpha; }
-  std::string objective() const { return std::string(model::objective_name(s_.config().objective)); }
+  std::string objective() const {
+    return std::string(model::objective_name(s_.config().objective));
+  }
 
  private:
   TrainerService& s_;
@@ -371,16 +382,22 @@ http::Router make_router(TrainerService& service, prometheus::Registry& registry
       return fn(*h, req);
     });
   };
-  admin("POST", "/add_training_data_bulk", [](Handlers& x, Request& q) { return x.add_training_data(q); });
-  add("GET", "/healthz", [](Handlers&, Request&) { return Response::json(200, Json{{"status", "ok"}}); });
-  add("GET", "/readyz", [](Handlers&, Request&) { return Response::json(200, Json{{"status", "ready"}}); });
+  admin("POST", "/add_training_data_bulk",
+        [](Handlers& x, Request& q) { return x.add_training_data(q); });
+  add("GET", "/healthz", [](Handlers&, Request&) {
+    return Response::json(200, Json{{"status", "ok"}});
+  });
+  add("GET", "/readyz", [](Handlers&, Request&) {
+    return Response::json(200, Json{{"status", "ready"}});
+  });
   add("GET", "/", [](Handlers& x, Request&) {
     return Response::json(200, Json{{"message", "Latency Predictor Training Server"},
                                     {"model_type", "xgboost"},
                                     {"objective_type", x.objective()},
                                     {"quantile", x.quantile()},
-                                    {"description", "Collects TTFT/TPOT samples in stratified buckets "
-                                                    "and retrains XGBoost latency models."}});
+                                    {"description",
+                                     "Collects TTFT/TPOT samples in stratified buckets "
+                                     "and retrains XGBoost latency models."}});
   });
   add("POST", "/predict", [](Handlers& x, Request& q) { return x.predict(q); });
   admin("POST", "/flush", [](Handlers& x, Request& q) { return x.flush(q); });

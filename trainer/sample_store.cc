@@ -6,7 +6,9 @@
 
 namespace llmd::trainer {
 
-std::string_view target_name(Target t) { return t == Target::kTtft ? "ttft" : "tpot"; }
+std::string_view target_name(Target t) {
+  return t == Target::kTtft ? "ttft" : "tpot";
+}
 
 BucketKey BucketKey::from_index(int i) {
   BucketKey k;
@@ -41,7 +43,9 @@ int cache_bucket(double kv) {
   return b < 0 ? 0 : (b > 19 ? 19 : b);
 }
 
-int prefix_bucket(double p) { return features::prefill_score_bucket(p); }
+int prefix_bucket(double p) {
+  return features::prefill_score_bucket(p);
+}
 
 BucketKey bucket_of(const features::FeatureInput& f) {
   return BucketKey{queue_bucket(f.num_request_waiting), cache_bucket(f.kv_cache_percentage),
@@ -53,8 +57,8 @@ SampleStore::SampleStore(SampleStoreConfig config) : config_(config), rng_(confi
 namespace {
 
 // Where one observation goes: the hold-out draw from `rng`, then one sample per observed target.
-void place(std::mt19937_64& rng, double test_ratio, const features::FeatureInput& f,
-           double ttft_ms, double tpot_ms, std::vector<SampleStore::Placement>& out) {
+void place(std::mt19937_64& rng, double test_ratio, const features::FeatureInput& f, double ttft_ms,
+           double tpot_ms, std::vector<SampleStore::Placement>& out) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
   const bool test = u(rng) < test_ratio;
   const double values[2] = {ttft_ms, tpot_ms};

@@ -54,7 +54,9 @@ void describe(const model::TargetModel& m, PublishedModels& out, int target) {
 using features::FeatureSet;
 using Clock = std::chrono::steady_clock;
 
-FeatureSet base_set(Target t) { return t == Target::kTtft ? FeatureSet::kTtft : FeatureSet::kTpot; }
+FeatureSet base_set(Target t) {
+  return t == Target::kTtft ? FeatureSet::kTtft : FeatureSet::kTpot;
+}
 FeatureSet noqueue_set(Target t) {
   return t == Target::kTtft ? FeatureSet::kTtftNoQueue : FeatureSet::kTpotNoQueue;
 }
@@ -124,8 +126,9 @@ struct TrainerService::Metrics {
       ingested_by[i] = &ingested.Add({{"target", n}});
       fit_ok[i] = &fits.Add({{"target", n}, {"result", "ok"}});
       fit_error[i] = &fits.Add({{"target", n}, {"result", "error"}});
-      fit_hist[i] = &fit_seconds.Add({{"target", n}}, prometheus::Histogram::BucketBoundaries{
-                                                          0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
+      fit_hist[i] = &fit_seconds.Add(
+          {{"target", n}},
+          prometheus::Histogram::BucketBoundaries{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
       mape[i] = &gauges.Add({{"target", n}});
       cov[i] = &coverage.Add({{"target", n}});
       live[i] = &live_ape.Add({{"target", n}});
@@ -172,7 +175,9 @@ TrainerService::TrainerService(TrainerConfig config, prometheus::Registry& regis
   load_snapshot_at_start();
 }
 
-TrainerService::~TrainerService() { stop_background(); }
+TrainerService::~TrainerService() {
+  stop_background();
+}
 
 std::string TrainerService::model_path(const std::string& name) const {
   if (name == "ttft") return config_.ttft_model_path;
@@ -190,8 +195,7 @@ std::string TrainerService::samples_path() const {
   return (dir / "training_samples.bin").string();
 }
 
-std::pair<std::string, int64_t> TrainerService::load_or_start_generation(
-    bool models_found) const {
+std::pair<std::string, int64_t> TrainerService::load_or_start_generation(bool models_found) const {
   const auto path = std::filesystem::path(config_.ttft_model_path).parent_path() / "generation";
   if (models_found) {
     // "<id>\n<highest published version>\n" (earlier trainers wrote the id alone).
@@ -244,8 +248,9 @@ void TrainerService::load_models_at_start() {
         int64_t v = pred.base->version();
         auto mtime = std::filesystem::last_write_time(path);
         auto sys = std::chrono::file_clock::to_sys(mtime);
-        next->files[name] = ModelFile{std::make_shared<const std::string>(std::move(*bytes)), v,
-                                      std::chrono::time_point_cast<util::SystemTime::duration>(sys)};
+        next->files[name] =
+            ModelFile{std::make_shared<const std::string>(std::move(*bytes)), v,
+                      std::chrono::time_point_cast<util::SystemTime::duration>(sys)};
         next->version = std::max(next->version, v);
         spdlog::info("loaded {} model from {} (version {})", name, path, v);
       } catch (const std::exception& e) {
@@ -275,10 +280,12 @@ void TrainerService::load_models_at_start() {
   } else if (published_before > next->version) {
     // The model files are older than what this lineage already served (their write was
     // refused, e.g. by a full disk): serve them under a version above it, never below.
-    const int64_t v = persist_lineage(generation, published_before + 1) ? published_before + 1
-                                                                       : published_before;
-    spdlog::warn("model files are at version {} but lineage {} published version {}: serving "
-                 "them as version {}", next->version, generation, published_before, v);
+    const int64_t v =
+        persist_lineage(generation, published_before + 1) ? published_before + 1 : published_before;
+    spdlog::warn(
+        "model files are at version {} but lineage {} published version {}: serving "
+        "them as version {}",
+        next->version, generation, published_before, v);
     next->version = v;
     for (Target t : kTargets) {
       const std::string name(target_name(t));
@@ -298,7 +305,8 @@ void TrainerService::load_models_at_start() {
       continue;
     }
     const std::string name(target_name(t));
-    pred.base = model::make_constant_model(base_set(t), config_.default_model_ms, config_.objective);
+    pred.base =
+        model::make_constant_model(base_set(t), config_.default_model_ms, config_.objective);
     pred.gated = nullptr;
     next->files[name] = make_file(pred.base->serialize(next->version), next->version);
     describe(*pred.base, *next, static_cast<int>(t));
@@ -326,8 +334,10 @@ void TrainerService::load_snapshot_at_start() {
     if (auto bytes = util::read_file(path)) {
       auto r = decode_snapshot(*bytes, store_, &batch_ids_);
       if (!r.ok || !r.complete) {
-        spdlog::error("sample snapshot {}: {}; restored {} samples, lost {} ({} damaged "
-                      "region(s))", path, r.error, r.samples, r.lost_samples, r.damaged_regions);
+        spdlog::error(
+            "sample snapshot {}: {}; restored {} samples, lost {} ({} damaged "
+            "region(s))",
+            path, r.error, r.samples, r.lost_samples, r.damaged_regions);
         // A copy for inspection; the file itself stays until a new snapshot replaces it, so a
         // rewrite refused by a full disk loses nothing more.
         try {
@@ -595,10 +605,11 @@ bool TrainerService::train_once() {
       if (eval) {
         metrics_->mape[ti]->Set(eval->mape_percent);
         metrics_->cov[ti]->Set(eval->coverage_percent);
-        spdlog::info("trained {} on {} samples in {:.2f}s (ensemble {}): hold-out n={} coverage "
-                     "{:.1f}% pinball {:.3f} MAPE {:.1f}%",
-                     name, samples.size(), secs, pred.gated ? "on" : "off", eval->samples,
-                     eval->coverage_percent, eval->pinball_loss, eval->mape_percent);
+        spdlog::info(
+            "trained {} on {} samples in {:.2f}s (ensemble {}): hold-out n={} coverage "
+            "{:.1f}% pinball {:.3f} MAPE {:.1f}%",
+            name, samples.size(), secs, pred.gated ? "on" : "off", eval->samples,
+            eval->coverage_percent, eval->pinball_loss, eval->mape_percent);
       } else {
         spdlog::info("trained {} on {} samples in {:.2f}s (no hold-out samples yet)", name,
                      samples.size(), secs);
@@ -712,9 +723,8 @@ std::string TrainerService::export_bundle() const {
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
   for (const auto& [name, file] : m->files) {
-    auto mtime = std::chrono::duration_cast<std::chrono::seconds>(
-                     file.modified.time_since_epoch())
-                     .count();
+    auto mtime =
+        std::chrono::duration_cast<std::chrono::seconds>(file.modified.time_since_epoch()).count();
     members.push_back({std::filesystem::path(model_path(name)).filename().string(), *file.bytes,
                        mtime > 0 ? mtime : now});
   }
@@ -773,10 +783,12 @@ std::string TrainerService::reference_metrics_text() const {
           n, key.queue, key.cache, key.prefix, count));
     }
     for (int k = 0; k < kQueueBuckets; ++k) {
-      line(fmt::format("training_samples_queue_total{{model=\"{}\",queue_bucket=\"{}\"}} {}", n, k, q[k]));
+      line(fmt::format("training_samples_queue_total{{model=\"{}\",queue_bucket=\"{}\"}} {}", n, k,
+                       q[k]));
     }
     for (int k = 0; k < kCacheBuckets; ++k) {
-      line(fmt::format("training_samples_cache_total{{model=\"{}\",cache_bucket=\"{}\"}} {}", n, k, c[k]));
+      line(fmt::format("training_samples_cache_total{{model=\"{}\",cache_bucket=\"{}\"}} {}", n, k,
+                       c[k]));
     }
     for (int k = 0; k < kPrefixBuckets; ++k) {
       line(fmt::format(
@@ -788,7 +800,8 @@ std::string TrainerService::reference_metrics_text() const {
       if (config_.objective == model::Objective::kQuantile) {
         line(fmt::format("{}_quantile_loss{{idx=\"{}\"}} {}", n, idx, e.pinball_loss));
         line(fmt::format("{}_coverage_percent{{idx=\"{}\"}} {}", n, idx, e.coverage_percent));
-        line(fmt::format("{}_violation_rate_percent{{idx=\"{}\"}} {}", n, idx, e.violation_percent));
+        line(
+            fmt::format("{}_violation_rate_percent{{idx=\"{}\"}} {}", n, idx, e.violation_percent));
       } else {
         line(fmt::format("{}_mae{{idx=\"{}\"}} {}", n, idx, e.mae));
         line(fmt::format("{}_rmse{{idx=\"{}\"}} {}", n, idx, e.rmse));

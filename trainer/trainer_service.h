@@ -169,13 +169,13 @@ class TrainerService {
   // logged in the same critical section that stored it, and a snapshot (which empties the
   // log) cannot fall between the two.
   std::mutex log_mu_;
-  std::unique_ptr<SampleLog> log_;                 // guarded by log_mu_; null = not durable
+  std::unique_ptr<SampleLog> log_;  // guarded by log_mu_; null = not durable
   mutable std::mutex mu_;
-  SampleStore store_;                              // guarded by mu_
-  BatchIdWindow batch_ids_;                        // guarded by mu_
-  std::array<std::deque<Evaluation>, 2> evals_;    // guarded by mu_
-  uint64_t snapshot_generation_ = 0;               // guarded by mu_
-  uint64_t change_counter_ = 0;                    // guarded by mu_; bumps on add and flush
+  SampleStore store_;                            // guarded by mu_
+  BatchIdWindow batch_ids_;                      // guarded by mu_
+  std::array<std::deque<Evaluation>, 2> evals_;  // guarded by mu_
+  uint64_t snapshot_generation_ = 0;             // guarded by mu_
+  uint64_t change_counter_ = 0;                  // guarded by mu_; bumps on add and flush
 
   mutable std::mutex published_mu_;
   std::shared_ptr<const PublishedModels> published_;  // guarded by published_mu_

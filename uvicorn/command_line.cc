@@ -69,7 +69,8 @@ Parsed split(const std::vector<std::string>& args) {
     const auto eq = a.find('=');
     const std::string flag = a.substr(0, eq);
     if (!supported(flag)) {
-      throw UsageError("no such option: " + flag + " (this entrypoint starts our trainer or "
+      throw UsageError("no such option: " + flag +
+                       " (this entrypoint starts our trainer or "
                        "predictor and takes only --host, --port, --workers and --log-level)");
     }
     if (eq != std::string::npos) {
@@ -94,8 +95,8 @@ std::optional<Value> lookup(const Parsed& p, const Environment& env, const Setti
     return Value{it->second, std::string(s.flag)};
   }
   for (std::string_view name : {s.env, fallback_env}) {
-    if (auto it = env.find(std::string(name)); !name.empty() && it != env.end() &&
-                                               !it->second.empty()) {
+    if (auto it = env.find(std::string(name));
+        !name.empty() && it != env.end() && !it->second.empty()) {
       return Value{it->second, std::string(name)};
     }
   }
@@ -140,7 +141,8 @@ const Target& target_of(const std::string& app) {
       return t;
     }
   }
-  throw UsageError("APP '" + app + "' is not a reference sidecar (prediction_server:app or "
+  throw UsageError("APP '" + app +
+                   "' is not a reference sidecar (prediction_server:app or "
                    "training_server:app, with any package before the module)");
 }
 
@@ -157,7 +159,8 @@ std::vector<std::string> consumed_envs(const Environment& env) {
       mapped = mapped || name == s.env;
     }
     if (!mapped) {
-      throw UsageError(name + " is a uvicorn setting this entrypoint does not support (it maps "
+      throw UsageError(name +
+                       " is a uvicorn setting this entrypoint does not support (it maps "
                        "UVICORN_HOST, UVICORN_PORT, UVICORN_WORKERS, UVICORN_LOG_LEVEL and "
                        "UVICORN_APP)");
     }

@@ -64,30 +64,48 @@ std::string emit(const YAML::Node& n) {
 
 std::string_view strategy_name(Strategy s) {
   switch (s) {
-    case Strategy::kRoundRobin: return "round-robin";
-    case Strategy::kLoadPrefix111: return "load+prefix(1,1,1)";
-    case Strategy::kLoadPrefix322: return "load+prefix(3,2,2)";
-    case Strategy::kPredictedLeast: return "predicted-latency";
-    case Strategy::kPredictedMost: return "predicted-latency(most)";
-    case Strategy::kPredictedUpstream: return "predicted-latency(upstream)";
-    case Strategy::kOracle: return "oracle";
-    case Strategy::kOracleCost: return "oracle(cost)";
-    case Strategy::kOracleSlo: return "oracle(slo)";
+    case Strategy::kRoundRobin:
+      return "round-robin";
+    case Strategy::kLoadPrefix111:
+      return "load+prefix(1,1,1)";
+    case Strategy::kLoadPrefix322:
+      return "load+prefix(3,2,2)";
+    case Strategy::kPredictedLeast:
+      return "predicted-latency";
+    case Strategy::kPredictedMost:
+      return "predicted-latency(most)";
+    case Strategy::kPredictedUpstream:
+      return "predicted-latency(upstream)";
+    case Strategy::kOracle:
+      return "oracle";
+    case Strategy::kOracleCost:
+      return "oracle(cost)";
+    case Strategy::kOracleSlo:
+      return "oracle(slo)";
   }
   return "?";
 }
 
 std::string_view strategy_key(Strategy s) {
   switch (s) {
-    case Strategy::kRoundRobin: return "rr";
-    case Strategy::kLoadPrefix111: return "lp111";
-    case Strategy::kLoadPrefix322: return "lp322";
-    case Strategy::kPredictedLeast: return "pl_least";
-    case Strategy::kPredictedMost: return "pl_most";
-    case Strategy::kPredictedUpstream: return "pl_upstream";
-    case Strategy::kOracle: return "oracle";
-    case Strategy::kOracleCost: return "oracle_cost";
-    case Strategy::kOracleSlo: return "oracle_slo";
+    case Strategy::kRoundRobin:
+      return "rr";
+    case Strategy::kLoadPrefix111:
+      return "lp111";
+    case Strategy::kLoadPrefix322:
+      return "lp322";
+    case Strategy::kPredictedLeast:
+      return "pl_least";
+    case Strategy::kPredictedMost:
+      return "pl_most";
+    case Strategy::kPredictedUpstream:
+      return "pl_upstream";
+    case Strategy::kOracle:
+      return "oracle";
+    case Strategy::kOracleCost:
+      return "oracle_cost";
+    case Strategy::kOracleSlo:
+      return "oracle_slo";
   }
   return "?";
 }
@@ -124,15 +142,24 @@ std::optional<std::string> pipeline_yaml(Strategy s, const std::string& dir, std
   };
   const char* file = nullptr;
   switch (s) {
-    case Strategy::kRoundRobin: file = "round-robin.yaml"; break;
+    case Strategy::kRoundRobin:
+      file = "round-robin.yaml";
+      break;
     case Strategy::kLoadPrefix111:
-    case Strategy::kLoadPrefix322: file = "load-prefix.yaml"; break;
+    case Strategy::kLoadPrefix322:
+      file = "load-prefix.yaml";
+      break;
     case Strategy::kPredictedLeast:
-    case Strategy::kPredictedMost: file = "default-pipeline.yaml"; break;
-    case Strategy::kPredictedUpstream: file = "upstream-pipeline.yaml"; break;
+    case Strategy::kPredictedMost:
+      file = "default-pipeline.yaml";
+      break;
+    case Strategy::kPredictedUpstream:
+      file = "upstream-pipeline.yaml";
+      break;
     case Strategy::kOracle:
     case Strategy::kOracleCost:
-    case Strategy::kOracleSlo: return fail("the oracle has no pipeline");
+    case Strategy::kOracleSlo:
+      return fail("the oracle has no pipeline");
   }
   const std::string path = (std::filesystem::path(dir) / file).string();
   if (s == Strategy::kPredictedUpstream && !std::filesystem::exists(path)) {
@@ -237,13 +264,13 @@ class ScratchDir {
 };
 
 enum class EvKind : int {
-  kEngine = 0,   // a pod's next step boundary
-  kTimeout = 1,  // a request's client timeout
-  kScrape = 2,   // metrics refresh of every pod
-  kFlush = 3,    // training feedback flush (every virtual second)
-  kRetrain = 4,  // train_once
-  kReady = 5,    // a session's next turn may be sent (its previous turn ended)
-  kArrival = 6,  // the next trace arrival
+  kEngine = 0,    // a pod's next step boundary
+  kTimeout = 1,   // a request's client timeout
+  kScrape = 2,    // metrics refresh of every pod
+  kFlush = 3,     // training feedback flush (every virtual second)
+  kRetrain = 4,   // train_once
+  kReady = 5,     // a session's next turn may be sent (its previous turn ended)
+  kArrival = 6,   // the next trace arrival
   kContinue = 7,  // what request flows posted (router queue wake-ups), at the time posted
   kOutage = 8,    // a pod becomes unreachable: the streams it serves break
 };
@@ -289,8 +316,8 @@ class ClusterRun {
     for (const auto& o : cfg.outages) {
       if (o.pod < 0 || o.pod >= cfg.pool.num_pods || !(o.from_ms >= 0) || !(o.to_ms > o.from_ms)) {
         throw std::invalid_argument("bad pod outage: pod " + std::to_string(o.pod) + " from " +
-                                    std::to_string(o.from_ms) + " to " +
-                                    std::to_string(o.to_ms) + " ms");
+                                    std::to_string(o.from_ms) + " to " + std::to_string(o.to_ms) +
+                                    " ms");
       }
     }
     // The EPP's pod table and in-flight bookkeeping, on the virtual clock. Scrapes fail only
@@ -317,11 +344,11 @@ class ClusterRun {
       }
     }
     root_ = sim::root_hash(kModel);
-    hash_prompts_ = cfg.hash_prompts == HashPrompts::kAlways ||
-                    (cfg.hash_prompts == HashPrompts::kAuto &&
-                     (trace.spec.shared_prefix || trace.spec.multi_turn ||
-                      (trace.mix_spec &&
-                       (trace.mix_spec->shared_prefix || trace.mix_spec->multi_turn))));
+    hash_prompts_ =
+        cfg.hash_prompts == HashPrompts::kAlways ||
+        (cfg.hash_prompts == HashPrompts::kAuto &&
+         (trace.spec.shared_prefix || trace.spec.multi_turn ||
+          (trace.mix_spec && (trace.mix_spec->shared_prefix || trace.mix_spec->multi_turn))));
     if (!is_oracle(cfg.strategy)) {
       std::string err;
       auto yaml = cfg.pipeline_override.empty()
@@ -358,8 +385,8 @@ class ClusterRun {
         r.scheduling_cycle = std::make_unique<epp::SchedulingCycle>(loaded.pipeline);
         // The EPP's scheduling port and completion fan-out: what the proxy calls, on the
         // virtual clock (training feedback first, then the prefix index learns the answer).
-        r.port = std::make_unique<epp::EppSchedulingPort>(*r.scheduling_cycle, r.registry, r.predictor,
-                                                          [this] { return vclock(now_); });
+        r.port = std::make_unique<epp::EppSchedulingPort>(
+            *r.scheduling_cycle, r.registry, r.predictor, [this] { return vclock(now_); });
         if (r.predictor != nullptr) {
           r.sinks.add(*r.predictor);
         }
@@ -428,7 +455,9 @@ class ClusterRun {
           reschedule(static_cast<int>(ev.id));
           break;
         }
-        case EvKind::kTimeout: on_timeout(static_cast<uint64_t>(ev.id)); break;
+        case EvKind::kTimeout:
+          on_timeout(static_cast<uint64_t>(ev.id));
+          break;
         case EvKind::kScrape:
           refresh_metrics(*replicas_[static_cast<std::size_t>(ev.id)]);
           if (auto& gate = replicas_[static_cast<std::size_t>(ev.id)]->gate) {
@@ -445,7 +474,9 @@ class ClusterRun {
           }
           push(now_ + 1000, EvKind::kFlush, 0);
           break;
-        case EvKind::kRetrain: retrain(); break;
+        case EvKind::kRetrain:
+          retrain();
+          break;
         case EvKind::kContinue: {
           continue_pending_ = false;
           std::deque<std::function<void()>> due;
@@ -455,13 +486,16 @@ class ClusterRun {
           }
           break;
         }
-        case EvKind::kReady: dispatch(static_cast<std::size_t>(ev.id)); break;
-        case EvKind::kOutage: break_streams(static_cast<int>(ev.id)); break;
+        case EvKind::kReady:
+          dispatch(static_cast<std::size_t>(ev.id));
+          break;
+        case EvKind::kOutage:
+          break_streams(static_cast<int>(ev.id));
+          break;
         case EvKind::kArrival: {
           const auto i = static_cast<std::size_t>(ev.id);
           if (i + 1 < n) {
-            push(trace_.requests[i + 1].arrival_ms, EvKind::kArrival,
-                 static_cast<int64_t>(i + 1));
+            push(trace_.requests[i + 1].arrival_ms, EvKind::kArrival, static_cast<int64_t>(i + 1));
           }
           Session& s = sessions_[trace_.requests[i].session];
           if (s.busy) {
@@ -703,8 +737,8 @@ class ClusterRun {
   // The prompt tokens `req` would have to prefill on `p` (the engine's cache, exactly).
   int64_t uncached_tokens(const Pod& p, const sim::SimRequest& req) const {
     const int64_t block = p.engine.config().block_size;
-    const int64_t hits = p.engine.block_pool().cached_prefix(req.block_hashes,
-                                                             (req.prompt_tokens - 1) / block);
+    const int64_t hits =
+        p.engine.block_pool().cached_prefix(req.block_hashes, (req.prompt_tokens - 1) / block);
     return req.prompt_tokens - hits * block;
   }
 
@@ -932,10 +966,9 @@ class ClusterRun {
     }
     auto flow = epp::RequestFlow::create(
         epp::FlowOptions{},
-        epp::FlowServices{oracle ? static_cast<epp::SchedulingPort*>(&oracle_port_)
-                                 : rep.port.get(),
-                          &rep.registry, rep.port ? &rep.sinks : nullptr, rep.gate.get(),
-                          &rng_},
+        epp::FlowServices{
+            oracle ? static_cast<epp::SchedulingPort*>(&oracle_port_) : rep.port.get(),
+            &rep.registry, rep.port ? &rep.sinks : nullptr, rep.gate.get(), &rng_},
         std::move(post), [this] { return vclock(now_); });
     const std::string id = f.request.request_id;
     epp::SchedulingRequest request = f.request;

@@ -3,8 +3,8 @@
 //
 // One run = one workload trace replayed against a pool of SimEngines under one routing strategy,
 // on a discrete-event virtual clock (milliseconds). Every routing decision goes through the real
-// EPP scheduling code (epp/scheduler SchedulingCycle, the YAML pipelines of epp/config, the plugins and
-// the shared PrefixIndex); the predicted-latency strategies get their predictions from the
+// EPP scheduling code (epp/scheduler SchedulingCycle, the YAML pipelines of epp/config, the plugins
+// and the shared PrefixIndex); the predicted-latency strategies get their predictions from the
 // trainer's own code in-process (TrainerService fits on the run's completed requests every
 // virtual `retrain_interval_ms`; the published model files are compiled with the predictor's
 // flat-forest path and served through an in-process PredictionSource).
@@ -25,25 +25,25 @@
 namespace llmd::cluster {
 
 enum class Strategy {
-  kRoundRobin,       // epp/config/round-robin.yaml
-  kLoadPrefix111,    // epp/config/load-prefix.yaml (prefix 1, queue 1, kv 1)
-  kLoadPrefix322,    // the same pipeline with weights prefix 3, queue 2, kv 2 (generated YAML)
-  kPredictedLeast,   // epp/config/default-pipeline.yaml (headroomSelectionStrategy least)
-  kPredictedMost,    // the same with headroomSelectionStrategy: most
+  kRoundRobin,         // epp/config/round-robin.yaml
+  kLoadPrefix111,      // epp/config/load-prefix.yaml (prefix 1, queue 1, kv 1)
+  kLoadPrefix322,      // the same pipeline with weights prefix 3, queue 2, kv 2 (generated YAML)
+  kPredictedLeast,     // epp/config/default-pipeline.yaml (headroomSelectionStrategy least)
+  kPredictedMost,      // the same with headroomSelectionStrategy: most
   kPredictedUpstream,  // epp/config/upstream-pipeline.yaml (the upstream-faithful pipeline)
-  kOracle,           // lowest true TTFT, probed on engine copies
-  kOracleCost,       // lowest true TTFT plus the delay its prefill adds behind it (non-myopic)
-  kOracleSlo,        // goodput: the greedy oracle, but a request whose TTFT SLO no probed pod
-                     // meets goes to the pod with the longest waiting queue (only on request)
+  kOracle,             // lowest true TTFT, probed on engine copies
+  kOracleCost,         // lowest true TTFT plus the delay its prefill adds behind it (non-myopic)
+  kOracleSlo,          // goodput: the greedy oracle, but a request whose TTFT SLO no probed pod
+                       // meets goes to the pod with the longest waiting queue (only on request)
 };
 inline constexpr std::array kAllStrategies = {
-    Strategy::kRoundRobin,     Strategy::kLoadPrefix111,      Strategy::kLoadPrefix322,
+    Strategy::kRoundRobin,     Strategy::kLoadPrefix111,     Strategy::kLoadPrefix322,
     Strategy::kPredictedLeast, Strategy::kPredictedUpstream, Strategy::kPredictedMost,
-    Strategy::kOracle,         Strategy::kOracleCost,         Strategy::kOracleSlo};
+    Strategy::kOracle,         Strategy::kOracleCost,        Strategy::kOracleSlo};
 // What the report runs unless --strategies says otherwise (predicted-latency(most) only on
 // request: without SLO headers it decides exactly like the default pipeline).
 inline constexpr std::array kDefaultStrategies = {
-    Strategy::kRoundRobin,     Strategy::kLoadPrefix111,      Strategy::kLoadPrefix322,
+    Strategy::kRoundRobin,     Strategy::kLoadPrefix111,     Strategy::kLoadPrefix322,
     Strategy::kPredictedLeast, Strategy::kPredictedUpstream, Strategy::kOracle};
 
 std::string_view strategy_name(Strategy s);  // "round-robin", "load+prefix(1,1,1)", ...
@@ -76,16 +76,16 @@ enum class HashPrompts { kAuto, kAlways, kNever };
 struct RunConfig {
   PoolSpec pool;
   Strategy strategy = Strategy::kRoundRobin;
-  uint64_t seed = 1;                    // scheduling randomness (pickers, exploration)
-  double scrape_interval_ms = 50;       // metrics refresh period; 0 = exact metrics per decision
-  double retrain_interval_ms = 10000;   // predicted-latency: TrainerService::train_once period
-  double request_timeout_ms = 60000;    // the client aborts a request after this; 0 = never
-  std::string epp_config_dir;           // holds round-robin.yaml, load-prefix.yaml, ...
+  uint64_t seed = 1;                   // scheduling randomness (pickers, exploration)
+  double scrape_interval_ms = 50;      // metrics refresh period; 0 = exact metrics per decision
+  double retrain_interval_ms = 10000;  // predicted-latency: TrainerService::train_once period
+  double request_timeout_ms = 60000;   // the client aborts a request after this; 0 = never
+  std::string epp_config_dir;          // holds round-robin.yaml, load-prefix.yaml, ...
   // Oracle: probe at most this many pods per request (0 = all), cheapest estimate first; a
   // probe stops once it can no longer beat the best found; `oracle_horizon_ms` caps a probe.
   int oracle_max_probes = 0;
-  double oracle_horizon_ms = 0;         // 0 = no cap
-  std::string work_dir;                 // scratch directory for trainer files ("" = temp dir)
+  double oracle_horizon_ms = 0;  // 0 = no cap
+  std::string work_dir;          // scratch directory for trainer files ("" = temp dir)
   HashPrompts hash_prompts = HashPrompts::kAuto;
   // Replaces the strategy's pipeline YAML (ablations; the strategy still decides whether
   // predictions are trained and served).
@@ -138,23 +138,23 @@ struct RequestResult {
   double sent_ms = -1;      // dispatched (later than scheduled when the previous turn ran late)
   int pod = -1;
   bool ok = false;
-  std::string error;        // "" when ok
+  std::string error;  // "" when ok
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;
   int64_t output_tokens = 0;
   int64_t preemptions = 0;
   double ttft_ms = -1;
-  double tpot_ms = -1;      // -1 when fewer than two output tokens
+  double tpot_ms = -1;  // -1 when fewer than two output tokens
   double e2e_ms = -1;
-  double queued_ms = 0;     // sent -> dispatched: the router queue's wait (part of TTFT)
+  double queued_ms = 0;  // sent -> dispatched: the router queue's wait (part of TTFT)
   std::optional<double> slo_ttft_ms;
   std::optional<double> slo_tpot_ms;
   double predicted_ttft_ms = -1;  // picked pod's prediction, -1 without
   double predicted_tpot_ms = -1;
-  double expected_ttft_ms = -1;   // picked pod's central estimate (LatencyPredictionInfo)
+  double expected_ttft_ms = -1;  // picked pod's central estimate (LatencyPredictionInfo)
   double expected_tpot_ms = -1;
   features::FeatureInput picked_row;  // the picked pod's feature row (with a prediction)
-  bool meets_slo() const;   // ok and within both SLOs that were given
+  bool meets_slo() const;             // ok and within both SLOs that were given
 };
 
 struct RetrainRecord {
@@ -170,8 +170,8 @@ struct RetrainRecord {
 struct PodSummary {
   std::string name;
   std::string profile;
-  int64_t requests = 0;           // dispatched to this pod
-  int64_t prefix_queries = 0;     // engine counters at the end of the run
+  int64_t requests = 0;        // dispatched to this pod
+  int64_t prefix_queries = 0;  // engine counters at the end of the run
   int64_t prefix_hits = 0;
   int64_t preemptions = 0;
   int64_t evictions = 0;
@@ -192,13 +192,13 @@ struct RunResult {
   std::vector<RequestResult> requests;  // trace order
   std::vector<RetrainRecord> retrains;
   std::vector<PodSummary> pods;
-  double end_ms = 0;                    // virtual time when the last request ended
+  double end_ms = 0;  // virtual time when the last request ended
   double wall_s = 0;
   double train_wall_s = 0;
-  int64_t cycles = 0;                   // scheduling decisions
+  int64_t cycles = 0;  // scheduling decisions
   int64_t cycles_with_predictions = 0;
-  int64_t oracle_probes = 0;            // engine copies simulated
-  int64_t oracle_truncated = 0;         // decisions where a probe cap applied
+  int64_t oracle_probes = 0;     // engine copies simulated
+  int64_t oracle_truncated = 0;  // decisions where a probe cap applied
   int64_t token_events = 0;
   int64_t attempts_refused = 0;  // dispatches to an unreachable pod (outages)
   int64_t retries = 0;           // requests served by their second attempt
@@ -223,8 +223,8 @@ struct PredictionQuality {
 };
 
 struct Summary {
-  int stage = -1;             // -1 = whole run
-  double rate = 0;            // offered requests/s (trace stage rate)
+  int stage = -1;   // -1 = whole run
+  double rate = 0;  // offered requests/s (trace stage rate)
   double duration_s = 0;
   std::size_t requests = 0;
   std::size_t ok = 0;
@@ -233,15 +233,15 @@ struct Summary {
   // Output tokens of the stage's successful requests / time from the stage's start until the
   // later of its end and its last request's completion (overload stretches the denominator).
   double output_tokens_per_s = 0;
-  double prefix_hit_rate = 0;      // cached / prompt tokens when first scheduled (engine stats)
+  double prefix_hit_rate = 0;  // cached / prompt tokens when first scheduled (engine stats)
   bool has_slo = false;
-  double slo_attainment = 0;       // requests meeting every SLO given / requests
-  double goodput_rps = 0;          // requests meeting the SLOs per second of stage time
+  double slo_attainment = 0;  // requests meeting every SLO given / requests
+  double goodput_rps = 0;     // requests meeting the SLOs per second of stage time
   // Per population (the suite's verdict v2 judges each on its own): the requests without SLO
   // headers (TTFT of the successful ones) and those with them (share meeting every SLO given).
   std::size_t free_requests = 0, slo_requests = 0;
   Dist free_ttft;
-  double slo_pop_attainment = 0;   // 0 when no request carries SLO headers
+  double slo_pop_attainment = 0;  // 0 when no request carries SLO headers
   PredictionQuality pred_ttft, pred_tpot;
 };
 

@@ -456,11 +456,9 @@ TEST_F(ClusterSimTest, EppReplicasThatShareFindMoreOfTheirConversationsCached) {
 
 TEST_F(ClusterSimTest, PipelinesOfEveryStrategyLoad) {
   std::string err;
-  const bool upstream_file =
-      std::filesystem::exists(kEppConfig + "/upstream-pipeline.yaml");
+  const bool upstream_file = std::filesystem::exists(kEppConfig + "/upstream-pipeline.yaml");
   for (Strategy st : kAllStrategies) {
-    const bool expected =
-        !is_oracle(st) && (st != Strategy::kPredictedUpstream || upstream_file);
+    const bool expected = !is_oracle(st) && (st != Strategy::kPredictedUpstream || upstream_file);
     auto y = pipeline_yaml(st, kEppConfig, &err);
     EXPECT_EQ(y.has_value(), expected) << strategy_name(st) << ": " << err;
     EXPECT_EQ(parse_strategy(strategy_key(st)), st);
@@ -493,8 +491,8 @@ TEST_F(ClusterSimTest, ClocksFollowTheTimeScale) {
   // Default: the time scale is the length scale.
   EXPECT_DOUBLE_EQ(s.effective_time_scale(), 0.1);
   RunConfig c = make_run_config(s, Strategy::kPredictedLeast, kEppConfig);
-  EXPECT_DOUBLE_EQ(c.scrape_interval_ms, 5.0);       // 50 ms real x 0.1
-  EXPECT_DOUBLE_EQ(c.retrain_interval_ms, 1000.0);   // 10 s real x 0.1
+  EXPECT_DOUBLE_EQ(c.scrape_interval_ms, 5.0);      // 50 ms real x 0.1
+  EXPECT_DOUBLE_EQ(c.retrain_interval_ms, 1000.0);  // 10 s real x 0.1
   EXPECT_DOUBLE_EQ(c.pool.kv_scale, 0.1);
   // Full length keeps the real clocks.
   s.length_scale = 1.0;
@@ -585,8 +583,10 @@ TEST_F(ClusterSimTest, StagesSplitAtSaturation) {
       const auto over = overload_stages(sc);
       EXPECT_EQ(below.size() + over.size(), sc.stages.size());
       EXPECT_FALSE(below.empty());
-      for (int i : below) EXPECT_LE(sc.stages[static_cast<std::size_t>(i)].rate, 0.9 * sc.saturation_rps + 1e-6);
-      for (int i : over) EXPECT_GT(sc.stages[static_cast<std::size_t>(i)].rate, 0.9 * sc.saturation_rps);
+      for (int i : below)
+        EXPECT_LE(sc.stages[static_cast<std::size_t>(i)].rate, 0.9 * sc.saturation_rps + 1e-6);
+      for (int i : over)
+        EXPECT_GT(sc.stages[static_cast<std::size_t>(i)].rate, 0.9 * sc.saturation_rps);
     }
   }
   Scenario unknown = tiny("C", {{10, 1}, {20, 1}});
@@ -688,8 +688,8 @@ TEST_F(ClusterSimTest, ASlowerPodIsMeasuredAgainstTheModelAndItsPredictionsAreSc
   EXPECT_GT(slow.max_ttft_prediction_scale, 1.25) << describe(r);
   EXPECT_GT(slow.max_tpot_prediction_scale, 1.0) << describe(r);
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(r.pods[i].max_ttft_residual_factor, 1.0) << "never slower than its pool; "
-                                                       << describe(r);
+    EXPECT_EQ(r.pods[i].max_ttft_residual_factor, 1.0)
+        << "never slower than its pool; " << describe(r);
   }
 
   RunConfig off = make_run_config(s, Strategy::kPredictedLeast, kEppConfig);

@@ -284,8 +284,9 @@ void read_replica_settings(const cxxopts::ParseResult& args, SharedRunSettings& 
   const std::string training = args["replica-training"].as<std::string>();
   if (s.epp_replicas < 1 || s.epp_replicas > 64 || (split_by != "rr" && split_by != "random") ||
       (training != "shared" && training != "own")) {
-    throw UsageError("--epp-replicas must be in [1, 64], --replica-split rr or random, "
-                     "--replica-training shared or own");
+    throw UsageError(
+        "--epp-replicas must be in [1, 64], --replica-split rr or random, "
+        "--replica-training shared or own");
   }
   s.replica_split = split_by == "random" ? RunConfig::ReplicaSplit::kRandom
                                          : RunConfig::ReplicaSplit::kRoundRobin;
@@ -377,8 +378,8 @@ std::vector<SuiteEntry> draw_suite(const cxxopts::ParseResult& args, const Suite
 }
 
 // Probes each drawn scenario's saturation with round-robin (in parallel).
-void probe_suite(ScenarioSet& set, const SuiteOptions& so, int threads,
-                 const std::string& epp_dir, const TimeBase& time) {
+void probe_suite(ScenarioSet& set, const SuiteOptions& so, int threads, const std::string& epp_dir,
+                 const TimeBase& time) {
   std::mutex probe_mu;
   bool probe_failed = false;
   const auto t0 = std::chrono::steady_clock::now();
@@ -392,9 +393,9 @@ void probe_suite(ScenarioSet& set, const SuiteOptions& so, int threads,
                                                                    epp_dir, time)));
       });
       std::lock_guard lock(probe_mu);
-      std::cout << e.params.name() << " probe: saturation " << e.probe.saturation_rps
-                << " req/s" << (e.probe.saturated ? "" : " (extrapolated)") << "; "
-                << e.params.describe() << std::endl;
+      std::cout << e.params.name() << " probe: saturation " << e.probe.saturation_rps << " req/s"
+                << (e.probe.saturated ? "" : " (extrapolated)") << "; " << e.params.describe()
+                << std::endl;
       return true;
     } catch (const std::exception& ex) {
       std::lock_guard lock(probe_mu);
@@ -636,7 +637,7 @@ int run(const cxxopts::ParseResult& args, int argc, char** argv) {
   const std::vector<Strategy> strategies = read_strategies(args, suite, epp_dir);
   const ScenarioSet set = suite ? suite_set(args, threads, epp_dir, time)
                           : !args["preset"].as<std::string>().empty() ? custom_set(args)
-                                                                       : named_set(args);
+                                                                      : named_set(args);
   if (suite) {  // trace seeds 0..n-1 on top of each scenario's own
     seeds.clear();
     for (int k = 0; k < std::max(1, args["suite-trace-seeds"].as<int>()); ++k) {

@@ -57,7 +57,9 @@ const std::vector<Summary>* sums_of(const ScenarioRuns& sr, Strategy s) {
   return k < 0 ? nullptr : &sr.summaries[static_cast<std::size_t>(k)];
 }
 
-bool is_predicted(Strategy s) { return uses_predictions(s); }
+bool is_predicted(Strategy s) {
+  return uses_predictions(s);
+}
 
 void setup_section(std::ostream& o, const std::vector<ScenarioGroup>& groups,
                    const ReportInfo& info) {
@@ -81,13 +83,12 @@ void setup_section(std::ostream& o, const std::vector<ScenarioGroup>& groups,
     double requests = 0;
     for (const auto* sr : g.seeds) requests += static_cast<double>(sr->trace.requests.size());
     requests /= static_cast<double>(g.seeds.size());
-    const std::string sat =
-        s.saturation_rps > 0 ? fmt("%g", s.saturation_rps) + "; " +
-                                   stage_list(below_saturation_stages(s))
-                             : std::string("unknown");
+    const std::string sat = s.saturation_rps > 0 ? fmt("%g", s.saturation_rps) + "; " +
+                                                       stage_list(below_saturation_stages(s))
+                                                 : std::string("unknown");
     o << "| " << s.name << " | " << title << " | " << pool << " | " << s.length_scale << " | "
-      << s.effective_time_scale() << ": " << fmt("%g ms", scrape_interval_ms(s, info.time))
-      << " / " << fmt("%g s", retrain_interval_ms(s, info.time) / 1000.0) << " | "
+      << s.effective_time_scale() << ": " << fmt("%g ms", scrape_interval_ms(s, info.time)) << " / "
+      << fmt("%g s", retrain_interval_ms(s, info.time) / 1000.0) << " | "
       << workload::format_stages(g.seeds.front()->trace.stages) << " | " << sat << " | "
       << num(requests) << " | " << slo << " |\n";
   }
@@ -137,9 +138,9 @@ void headline_section(std::ostream& o, const std::vector<ScenarioGroup>& groups,
         const double r = gap_recovered(g, s);
         gap = std::isfinite(r) ? fmt("%.0f%%", 100.0 * r) : "-";
       }
-      o << "| " << g.name << " | " << strategy_name(s) << " | " << spread(f.ttft_p95, ms)
-        << " | " << spread(f.ttft_p50, ms) << " | " << (g.has_slo() ? spread(f.slo, pct) : "-")
-        << " | " << vs << " | " << gap << " |\n";
+      o << "| " << g.name << " | " << strategy_name(s) << " | " << spread(f.ttft_p95, ms) << " | "
+        << spread(f.ttft_p50, ms) << " | " << (g.has_slo() ? spread(f.slo, pct) : "-") << " | "
+        << vs << " | " << gap << " |\n";
     }
     o << "| " << g.name << " | *best heuristic (per seed)* | " << spread(bh.ttft_p95, ms) << " | "
       << spread(bh.ttft_p50, ms) << " | " << (g.has_slo() ? spread(bh.slo, pct) : "-")
@@ -180,8 +181,8 @@ void verdict_section(std::ostream& o, const std::vector<ScenarioGroup>& groups,
     o << "\n";
   }
   o << "\n";
-  for (Strategy s : {Strategy::kPredictedLeast, Strategy::kPredictedUpstream,
-                     Strategy::kPredictedMost}) {
+  for (Strategy s :
+       {Strategy::kPredictedLeast, Strategy::kPredictedUpstream, Strategy::kPredictedMost}) {
     int wins = 0, pairs = 0;
     std::string lost;
     for (const auto& g : groups) {
@@ -208,7 +209,8 @@ void saturation_section(std::ostream& o, const std::vector<ScenarioGroup>& group
   o << "*Below saturation*: stages at or below 0.9x the rate at which round-robin saturates "
        "the pool (Setup table): g-mean TTFT p50/p95 over those stages, and the live error of "
        "the picked pod's expected TTFT (the model's median) against the actual (MAPE, pooled "
-       "over those stages' requests). *Overload*: the other stages, mean over them of the goodput (requests per "
+       "over those stages' requests). *Overload*: the other stages, mean over them of the goodput "
+       "(requests per "
        "second of stage time that completed within the client timeout and, with SLO headers, "
        "met their SLOs), the output tokens/s and the success rate.\n\n";
   o << "| scenario | strategy | below: TTFT p50 | below: TTFT p95 | below: live TTFT MAPE | "
@@ -229,10 +231,9 @@ void saturation_section(std::ostream& o, const std::vector<ScenarioGroup>& group
         ok.add(f.over_success);
       }
       o << "| " << g.name << " | " << strategy_name(s) << " | " << ms(p50.mean) << " | "
-        << ms(p95.mean) << " | "
-        << (mape.n ? fmt("%.1f%%", mape.mean) : std::string("-")) << " | "
-        << (good.n ? fmt("%.1f", good.mean) : std::string("-")) << " | " << num(tok.mean)
-        << " | " << pct(ok.mean) << " |\n";
+        << ms(p95.mean) << " | " << (mape.n ? fmt("%.1f%%", mape.mean) : std::string("-")) << " | "
+        << (good.n ? fmt("%.1f", good.mean) : std::string("-")) << " | " << num(tok.mean) << " | "
+        << pct(ok.mean) << " |\n";
     }
   }
   o << "\n";
@@ -268,10 +269,10 @@ void diagnostics_section(std::ostream& o, const std::vector<ScenarioGroup>& grou
       sp_bh.add(pod_spread(sr->runs[static_cast<std::size_t>(bh)]));
     }
     if (stages == 0) continue;
-    o << "| " << g.name << " | " << won << " of " << stages << " | " << pct(hit_pl.mean)
-      << " / " << pct(hit_bh.mean) << " | " << fmt("%.0f%%", mape.mean) << " | "
-      << fmt("%.0f%%", cov.mean) << " | " << pct(cold.mean) << " | "
-      << fmt("%.2f", sp_pl.mean) << " / " << fmt("%.2f", sp_bh.mean) << " |\n";
+    o << "| " << g.name << " | " << won << " of " << stages << " | " << pct(hit_pl.mean) << " / "
+      << pct(hit_bh.mean) << " | " << fmt("%.0f%%", mape.mean) << " | " << fmt("%.0f%%", cov.mean)
+      << " | " << pct(cold.mean) << " | " << fmt("%.2f", sp_pl.mean) << " / "
+      << fmt("%.2f", sp_bh.mean) << " |\n";
   }
   o << "\n";
 }
@@ -292,8 +293,8 @@ void stage_section(std::ostream& o, const std::vector<ScenarioGroup>& groups) {
     const auto* first = g.seeds.front();
     if (const int k = find_run(*first, Strategy::kPredictedLeast);
         k >= 0 && !first->runs[static_cast<std::size_t>(k)].requests.empty()) {
-      o << "![predicted vs actual TTFT (seed " << first->scenario.seed << ")](plots/pred_"
-        << g.name << ".png)\n";
+      o << "![predicted vs actual TTFT (seed " << first->scenario.seed << ")](plots/pred_" << g.name
+        << ".png)\n";
     }
     o << "\n| stage | req/s | strategy | success | TTFT p50 | TTFT p95 | TTFT p99 | TPOT p50 | "
          "E2E p95 | out tok/s | prefix hit |";
@@ -372,8 +373,8 @@ void quality_section(std::ostream& o, const std::vector<ScenarioGroup>& groups) 
         if (f.below_pred_ttft.n > 0) bm.add(f.below_pred_ttft.mape_percent);
       }
       auto p = [](const Spread& x) { return x.n ? fmt("%.1f%%", x.mean) : std::string("-"); };
-      o << "| " << g.name << " | " << strategy_name(s) << " | " << p(tm) << " | " << p(tc)
-        << " | " << p(pm) << " | " << p(pc) << " | " << p(bm) << " |\n";
+      o << "| " << g.name << " | " << strategy_name(s) << " | " << p(tm) << " | " << p(tc) << " | "
+        << p(pm) << " | " << p(pc) << " | " << p(bm) << " |\n";
     }
   }
   o << "\n";
@@ -418,13 +419,12 @@ void runs_section(std::ostream& o, const std::vector<ScenarioGroup>& groups) {
         hit.add(q > 0 ? static_cast<double>(h) / static_cast<double>(q) : 0);
         pre.add(static_cast<double>(p));
       }
-      o << "| " << g.name << " | " << strategy_name(s) << " | " << req.n << " | "
-        << num(req.mean) << " | " << num(virt.mean) << " | " << fmt("%.1f", wall.mean) << " | "
-        << fmt("%.1f", cpu.mean) << " | "
-        << fmt("%.1f", wall.mean > 0 ? virt.mean / wall.mean : 0) << " | "
-        << fmt("%.1f", train.mean) << " | " << num(retrains.mean) << " (" << num(published.mean)
-        << ") | " << (probes.n ? fmt("%.2f", probes.mean) : std::string("-")) << " | "
-        << pct(hit.mean) << " | " << num(pre.mean) << " |\n";
+      o << "| " << g.name << " | " << strategy_name(s) << " | " << req.n << " | " << num(req.mean)
+        << " | " << num(virt.mean) << " | " << fmt("%.1f", wall.mean) << " | "
+        << fmt("%.1f", cpu.mean) << " | " << fmt("%.1f", wall.mean > 0 ? virt.mean / wall.mean : 0)
+        << " | " << fmt("%.1f", train.mean) << " | " << num(retrains.mean) << " ("
+        << num(published.mean) << ") | " << (probes.n ? fmt("%.2f", probes.mean) : std::string("-"))
+        << " | " << pct(hit.mean) << " | " << num(pre.mean) << " |\n";
     }
   }
   o << "\n";
@@ -437,8 +437,7 @@ std::string one_line(const Scenario& s, const RunResult& r, const Summary& t) {
   o << s.name << " seed " << s.seed << " / " << strategy_name(r.strategy) << ": "
     << r.requests.size() << " req, ok " << pct(t.success_rate) << ", TTFT p50/p95/p99 "
     << ms(t.ttft.p50) << "/" << ms(t.ttft.p95) << "/" << ms(t.ttft.p99) << " ms, TPOT p50 "
-    << ms(t.tpot.p50) << " ms, E2E p95 " << ms(t.e2e.p95) << " ms, hit "
-    << pct(t.prefix_hit_rate);
+    << ms(t.tpot.p50) << " ms, E2E p95 " << ms(t.e2e.p95) << " ms, hit " << pct(t.prefix_hit_rate);
   if (t.has_slo) o << ", SLO " << pct(t.slo_attainment);
   if (t.pred_ttft.n) {
     o << ", pred TTFT MAPE " << fmt("%.0f%%", t.pred_ttft.mape_percent) << " cov "
@@ -461,15 +460,16 @@ void write_outputs(const std::string& out_dir, const std::vector<ScenarioRuns>& 
   const auto groups = group_by_scenario(all);
   std::ofstream o(std::filesystem::path(out_dir) / "report.md");
   o << "# Routing benchmark: predicted-latency vs heuristics vs oracle (virtual time)\n\n";
-  o << "Generated by `bench/cluster/run_report.sh` (`" << info.command << "`) on "
-    << utc_now() << ".\n";
+  o << "Generated by `bench/cluster/run_report.sh` (`" << info.command << "`) on " << utc_now()
+    << ".\n";
   o << "Scenario set: " << info.set_name << ". Seeds: " << seeds_text(info.seeds)
     << " (each scenario, strategy and seed is one run). Machine: " << info.machine
     << ". Runs in parallel: " << info.threads
     << ". Wall time of all runs: " << fmt("%.0f", info.total_wall_s)
     << " s (CPU time: " << fmt("%.0f", info.total_cpu_s) << " s).\n\n";
   o << "Every routing decision goes through the real EPP scheduling code "
-       "(`epp::SchedulingCycle` with the pipelines of `epp/config`); the predicted-latency strategies' "
+       "(`epp::SchedulingCycle` with the pipelines of `epp/config`); the predicted-latency "
+       "strategies' "
        "models are trained in-process by `trainer::TrainerService` on the run's own completed "
        "requests and served through the predictor's compiled flat-forest path. Details, "
        "scaling and caveats: [bench/cluster/README.md](../../cluster/README.md).\n\n";
@@ -479,8 +479,7 @@ void write_outputs(const std::string& out_dir, const std::vector<ScenarioRuns>& 
   saturation_section(o, groups);
   diagnostics_section(o, groups);
   if (info.set_name == "default") {
-    if (std::ifstream disc(std::filesystem::path(LLMD_SOURCE_DIR) /
-                           "bench/cluster/discussion.md");
+    if (std::ifstream disc(std::filesystem::path(LLMD_SOURCE_DIR) / "bench/cluster/discussion.md");
         disc) {
       o << disc.rdbuf() << "\n";
     }

@@ -17,8 +17,9 @@ struct ScenarioRuns {
   // single requests (the first seed: prediction plots); elsewhere it is released after the
   // summaries are made, so that three seeds of the full set stay small in memory.
   std::vector<RunResult> runs;
-  std::vector<std::vector<Summary>> summaries;  // per run: stages then the whole run; empty = not run
-  std::vector<double> cold_share;               // per run: decisions before the first trained model
+  std::vector<std::vector<Summary>>
+      summaries;                   // per run: stages then the whole run; empty = not run
+  std::vector<double> cold_share;  // per run: decisions before the first trained model
   // Per run: CPU seconds of the thread that ran it, a cost that other load on the machine
   // barely changes. XGBoost's OpenMP helper thread (up to a third of a predicted-latency
   // run's training) is not included.

@@ -12,8 +12,8 @@ namespace llmd::cluster {
 namespace {
 
 void write_stage_row(std::ostream& o, const ScenarioRuns& sr, Strategy strat, const Summary& s) {
-  o << sr.scenario.name << ',' << sr.scenario.seed << ',' << strategy_key(strat) << ','
-    << s.stage << ',' << s.rate << ',' << s.duration_s << ',' << s.requests << ',' << s.ok << ','
+  o << sr.scenario.name << ',' << sr.scenario.seed << ',' << strategy_key(strat) << ',' << s.stage
+    << ',' << s.rate << ',' << s.duration_s << ',' << s.requests << ',' << s.ok << ','
     << s.success_rate << ',' << s.ttft.mean << ',' << s.ttft.p50 << ',' << s.ttft.p95 << ','
     << s.ttft.p99 << ',' << s.tpot.p50 << ',' << s.tpot.p99 << ',' << s.ntpot.p50 << ','
     << s.ntpot.p99 << ',' << s.e2e.p50 << ',' << s.e2e.p95 << ',' << s.output_tokens_per_s << ','
@@ -112,9 +112,8 @@ std::vector<StageMeans> stage_means(const ScenarioGroup& g, Strategy strat) {
   }
   for (auto& m : out) {
     const double n = std::max(1, m.n);
-    for (double* v : {&m.ttft_p50, &m.ttft_p95, &m.ttft_p99, &m.tpot_p50, &m.tpot_p99,
-                      &m.e2e_p50, &m.e2e_p95, &m.out_tok_s, &m.prefix_hit, &m.success, &m.slo,
-                      &m.ntpot_p50}) {
+    for (double* v : {&m.ttft_p50, &m.ttft_p95, &m.ttft_p99, &m.tpot_p50, &m.tpot_p99, &m.e2e_p50,
+                      &m.e2e_p95, &m.out_tok_s, &m.prefix_hit, &m.success, &m.slo, &m.ntpot_p50}) {
       *v /= n;
     }
   }
@@ -142,11 +141,11 @@ void write_data(const std::string& out_dir, const std::vector<ScenarioRuns>& all
       const auto& sums = sr.summaries[k];
       if (sums.empty()) continue;
       for (const auto& s : sums) write_stage_row(st, sr, r.strategy, s);
-      runs << sr.scenario.name << ',' << sr.scenario.seed << ',' << strategy_key(r.strategy)
-           << ',' << sums.back().requests << ',' << r.end_ms / 1000.0 << ',' << r.wall_s << ','
-           << sr.cpu_s[k] << ',' << r.train_wall_s << ',' << r.retrains.size() << ',' << r.cycles << ','
-           << r.cycles_with_predictions << ',' << r.oracle_probes << ',' << r.oracle_truncated
-           << ',' << r.token_events << '\n';
+      runs << sr.scenario.name << ',' << sr.scenario.seed << ',' << strategy_key(r.strategy) << ','
+           << sums.back().requests << ',' << r.end_ms / 1000.0 << ',' << r.wall_s << ','
+           << sr.cpu_s[k] << ',' << r.train_wall_s << ',' << r.retrains.size() << ',' << r.cycles
+           << ',' << r.cycles_with_predictions << ',' << r.oracle_probes << ','
+           << r.oracle_truncated << ',' << r.token_events << '\n';
     }
   }
 
@@ -164,7 +163,8 @@ void write_data(const std::string& out_dir, const std::vector<ScenarioRuns>& all
     int blocks = 0;
     for (Strategy strat : strategies_of(g)) {
       ++blocks;
-      lad << "\"" << strategy_name(strat) << "\" stage rate ttft_p50 ttft_p95 ttft_p99 "
+      lad << "\"" << strategy_name(strat)
+          << "\" stage rate ttft_p50 ttft_p95 ttft_p99 "
              "tpot_p50 tpot_p99 e2e_p50 e2e_p95 out_tok_s prefix_hit success slo_attainment "
              "ntpot_p50\n";
       const auto means = stage_means(g, strat);

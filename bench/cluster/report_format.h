@@ -22,9 +22,13 @@ inline std::string ms(double v) {
 inline std::string pct(double frac) {
   return std::isfinite(frac) ? fmt("%.1f%%", 100.0 * frac) : "-";
 }
-inline std::string num(double v) { return std::isfinite(v) ? fmt("%.0f", v) : "-"; }
+inline std::string num(double v) {
+  return std::isfinite(v) ? fmt("%.0f", v) : "-";
+}
 // Relative difference with one decimal, so that a small loss never reads "+0%".
-inline std::string rel(double r) { return std::isfinite(r) ? fmt("%+.1f%%", 100.0 * r) : "-"; }
+inline std::string rel(double r) {
+  return std::isfinite(r) ? fmt("%+.1f%%", 100.0 * r) : "-";
+}
 
 inline std::string utc_now() {
   const std::time_t t = std::time(nullptr);

@@ -39,8 +39,7 @@ Scenario two_by_two() {
 std::vector<Summary> sums(double base, double slo = -1) {
   std::vector<Summary> out = {stage(0, 10, base / 2, base, 10, 100, 10),
                               stage(1, 20, base / 2, 2 * base, 20, 300, 30),
-                              stage(2, 30, base, 4 * base, 25),
-                              stage(3, 40, base, 8 * base, 15)};
+                              stage(2, 30, base, 4 * base, 25), stage(3, 40, base, 8 * base, 15)};
   Summary total = stage(-1, 25, base, 8 * base);
   if (slo >= 0) {
     total.has_slo = true;
@@ -92,10 +91,14 @@ TEST(ClusterSimReportTest, VerdictsAndGapUseTheBestHeuristicPerSeed) {
   // Seed 1: lp322 is the best heuristic (8), predicted-latency 9, oracle 6.
   // Seed 2: round-robin is best (10), predicted-latency 10 (a tie counts as a win), oracle 6.
   std::vector<ScenarioRuns> all;
-  all.push_back(seed_runs(1, {{Strategy::kRoundRobin, 12}, {Strategy::kLoadPrefix322, 8},
-                              {Strategy::kPredictedLeast, 9}, {Strategy::kOracle, 6}}));
-  all.push_back(seed_runs(2, {{Strategy::kRoundRobin, 10}, {Strategy::kLoadPrefix322, 11},
-                              {Strategy::kPredictedLeast, 10}, {Strategy::kOracle, 6}}));
+  all.push_back(seed_runs(1, {{Strategy::kRoundRobin, 12},
+                              {Strategy::kLoadPrefix322, 8},
+                              {Strategy::kPredictedLeast, 9},
+                              {Strategy::kOracle, 6}}));
+  all.push_back(seed_runs(2, {{Strategy::kRoundRobin, 10},
+                              {Strategy::kLoadPrefix322, 11},
+                              {Strategy::kPredictedLeast, 10},
+                              {Strategy::kOracle, 6}}));
   const auto groups = group_by_scenario(all);
   ASSERT_EQ(groups.size(), 1u);
   ASSERT_EQ(groups[0].seeds.size(), 2u);
@@ -124,7 +127,8 @@ TEST(ClusterSimReportTest, VerdictsAndGapUseTheBestHeuristicPerSeed) {
 TEST(ClusterSimReportTest, SloScenariosNeedBothConditions) {
   // Lower TTFT than every heuristic but lower attainment than round-robin: not a win.
   const ScenarioRuns sr = seed_runs(
-      1, {{Strategy::kRoundRobin, 10}, {Strategy::kLoadPrefix111, 12}, {Strategy::kPredictedLeast, 9}},
+      1,
+      {{Strategy::kRoundRobin, 10}, {Strategy::kLoadPrefix111, 12}, {Strategy::kPredictedLeast, 9}},
       /*slo_pl=*/0.80, /*slo_rr=*/0.85);
   const SeedVerdict v = seed_verdict(sr, Strategy::kPredictedLeast);
   EXPECT_TRUE(v.ttft_ok);
@@ -136,7 +140,8 @@ TEST(ClusterSimReportTest, SloScenariosNeedBothConditions) {
 
 TEST(ClusterSimReportTest, PastSaturationTheVerdictComparesGoodputWithSlosAndTtftWithout) {
   // Without SLOs: the overload stages' g-mean TTFT p95 against the lowest heuristic's.
-  ScenarioRuns sr = seed_runs(1, {{Strategy::kRoundRobin, 12}, {Strategy::kLoadPrefix322, 8},
+  ScenarioRuns sr = seed_runs(1, {{Strategy::kRoundRobin, 12},
+                                  {Strategy::kLoadPrefix322, 8},
                                   {Strategy::kPredictedLeast, 10}});
   EXPECT_EQ(best_heuristic_overload(sr), 1);
   SuiteVerdict v = suite_verdict(sr, Strategy::kPredictedLeast);

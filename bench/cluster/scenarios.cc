@@ -134,8 +134,9 @@ std::vector<Scenario> default_scenarios(const SetOptions& options) {
     s.own_stage_length = true;
     s.saturation_rps = 5600;  // ten times sharegpt's pool: every stage is below saturation
     s.strategies = {Strategy::kRoundRobin, Strategy::kLoadPrefix111, Strategy::kPredictedLeast};
-    s.note = "only round-robin, load+prefix (1,1,1) (= (3,2,2) without shared prefixes) and "
-             "predicted-latency; the oracle would copy 100 engines per request";
+    s.note =
+        "only round-robin, load+prefix (1,1,1) (= (3,2,2) without shared prefixes) and "
+        "predicted-latency; the oracle would copy 100 engines per request";
     out.push_back(s);
   }
   {

@@ -26,9 +26,9 @@ struct TimeBase {
 };
 
 struct Scenario {
-  std::string name;         // file-safe id: A, B, C, D, sharegpt, production, slo, hetero, ...
-  std::string title;        // one line for the report
-  std::string preset;       // workload preset
+  std::string name;    // file-safe id: A, B, C, D, sharegpt, production, slo, hetero, ...
+  std::string title;   // one line for the report
+  std::string preset;  // workload preset
   double length_scale = 0.1;
   // Virtual time per real time for the EPP's and trainer's clocks; 0 = length_scale (requests
   // are that much shorter, so everything that happens per second happens that much faster).
@@ -37,8 +37,8 @@ struct Scenario {
   // every stage sees at least two retrains where its caps shorten stages below that.
   double max_retrain_ms = 0;
   std::vector<workload::Stage> stages;  // cluster-wide rates (requests/s) and durations
-  bool own_stage_length = false;  // --stage-seconds leaves these stages alone
-  PoolSpec pool;            // kv_scale is set to length_scale by make_run_config
+  bool own_stage_length = false;        // --stage-seconds leaves these stages alone
+  PoolSpec pool;                        // kv_scale is set to length_scale by make_run_config
   std::optional<double> slo_ttft_ms;
   std::optional<double> slo_tpot_ms;
   // Every request is a fresh single-turn user without a system prompt (the preset's length
@@ -60,16 +60,16 @@ struct Scenario {
   // report into below-saturation and overload stages).
   double saturation_rps = 0;
   uint64_t seed = 1;
-  bool ladder = true;       // stages are a QPS ladder (plot latency vs QPS)
+  bool ladder = true;                // stages are a QPS ladder (plot latency vs QPS)
   std::vector<Strategy> strategies;  // empty = every strategy asked for
-  std::string note;         // extra line for the report
+  std::string note;                  // extra line for the report
 
   double effective_time_scale() const { return time_scale > 0 ? time_scale : length_scale; }
 };
 
 struct SetOptions {
-  bool quick = false;         // 2-pod pools, three 5-s stages: for tests and smoke runs
-  double stage_seconds = 0;   // 0 = kDefaultStageSeconds (5 with quick)
+  bool quick = false;        // 2-pod pools, three 5-s stages: for tests and smoke runs
+  double stage_seconds = 0;  // 0 = kDefaultStageSeconds (5 with quick)
 };
 
 // The default set: ladders on presets A-D and sharegpt, production's low/high alternation, the

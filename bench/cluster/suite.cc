@@ -23,9 +23,7 @@ class Draw {
   explicit Draw(uint64_t seed) : state_(seed) {}
   double unit() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
   double uniform(double lo, double hi) { return lo + (hi - lo) * unit(); }
-  double log_uniform(double lo, double hi) {
-    return std::exp(uniform(std::log(lo), std::log(hi)));
-  }
+  double log_uniform(double lo, double hi) { return std::exp(uniform(std::log(lo), std::log(hi))); }
   int below(int n) { return static_cast<int>(unit() * n); }  // [0, n)
 
  private:
@@ -56,7 +54,9 @@ double round_sig(double v, int digits) {
   return std::round(v * mag) / mag;
 }
 
-double stage_scale(const SuiteParams& p) { return std::max(1.0, p.length_scale / 0.1); }
+double stage_scale(const SuiteParams& p) {
+  return std::max(1.0, p.length_scale / 0.1);
+}
 
 void apply_shape(const SuiteParams& p, Scenario& s) {
   s.preset = p.preset;
@@ -91,21 +91,30 @@ void apply_shape(const SuiteParams& p, Scenario& s) {
 
 std::string_view sharing_name(Sharing s) {
   switch (s) {
-    case Sharing::kUnshared: return "unshared";
-    case Sharing::kNoSystemPrompt: return "no-system-prompt";
-    case Sharing::kPreset: return "preset";
-    case Sharing::kLight: return "light";
-    case Sharing::kHeavy: return "heavy";
+    case Sharing::kUnshared:
+      return "unshared";
+    case Sharing::kNoSystemPrompt:
+      return "no-system-prompt";
+    case Sharing::kPreset:
+      return "preset";
+    case Sharing::kLight:
+      return "light";
+    case Sharing::kHeavy:
+      return "heavy";
   }
   return "?";
 }
 
 std::string_view ladder_name(LadderShape l) {
   switch (l) {
-    case LadderShape::kMonotone: return "monotone";
-    case LadderShape::kUpDown: return "up-down";
-    case LadderShape::kBursty: return "bursty";
-    case LadderShape::kPlateau: return "plateau";
+    case LadderShape::kMonotone:
+      return "monotone";
+    case LadderShape::kUpDown:
+      return "up-down";
+    case LadderShape::kBursty:
+      return "bursty";
+    case LadderShape::kPlateau:
+      return "plateau";
   }
   return "?";
 }
@@ -123,7 +132,8 @@ std::string SuiteParams::describe() const {
   }
   out += ", " + preset;
   if (!mix_preset.empty()) {
-    out += "+" + mix_preset + " " + std::to_string(static_cast<int>(std::lround(100 * mix_share))) + " %";
+    out += "+" + mix_preset + " " + std::to_string(static_cast<int>(std::lround(100 * mix_share))) +
+           " %";
   }
   out += ", sharing " + std::string(sharing_name(sharing)) + ", " +
          std::string(ladder_name(ladder)) + " ";
@@ -299,9 +309,8 @@ bool probe_stage_saturated(const std::vector<Summary>& sums, std::size_t i) {
          sums.at(i).success_rate < 0.999;
 }
 
-ProbeResult probe_saturation(
-    const SuiteParams& p, const SuiteOptions& o,
-    const std::function<std::vector<Summary>(const Scenario&)>& run) {
+ProbeResult probe_saturation(const SuiteParams& p, const SuiteOptions& o,
+                             const std::function<std::vector<Summary>(const Scenario&)>& run) {
   const Scenario full = probe_scenario(p, o);
   for (std::size_t k = 2;; ++k) {
     Scenario part = full;
@@ -395,8 +404,8 @@ SuiteVerdict suite_verdict(const ScenarioRuns& sr, Strategy s) {
   v.best = sv.best_ttft;
   v.has_slo = sr.scenario.slo_ttft_ms || sr.scenario.slo_tpot_ms;
   v.slo_pts = v.has_slo ? sv.slo_pts : 0;
-  v.as_good = v.ttft_rel <= kSuiteTtftTolerance &&
-              (!v.has_slo || v.slo_pts >= -kSuiteSloTolerancePts);
+  v.as_good =
+      v.ttft_rel <= kSuiteTtftTolerance && (!v.has_slo || v.slo_pts >= -kSuiteSloTolerancePts);
   const int mine = find_run(sr, s);
   if (const int bo = best_heuristic_overload(sr); bo >= 0 && mine >= 0) {
     const RunFigures a = run_figures(sr.scenario, sr.summaries[static_cast<std::size_t>(mine)]);

@@ -41,36 +41,36 @@ std::string_view ladder_name(LadderShape l);
 // One drawn scenario, before its saturation rate is known.
 struct SuiteParams {
   int index = 0;
-  uint64_t seed = 1;           // the scenario's trace, engine and scheduling seed
-  int pods = 2;                // all pods
-  int mid = 0;                 // of which on the mid profile
-  int slow = 0;                // and on the slow profile
+  uint64_t seed = 1;  // the scenario's trace, engine and scheduling seed
+  int pods = 2;       // all pods
+  int mid = 0;        // of which on the mid profile
+  int slow = 0;       // and on the slow profile
   std::string preset;
-  std::string mix_preset;      // "" = one workload
-  double mix_share = 0;        // of requests from mix_preset
+  std::string mix_preset;  // "" = one workload
+  double mix_share = 0;    // of requests from mix_preset
   Sharing sharing = Sharing::kPreset;
   LadderShape ladder = LadderShape::kMonotone;
-  std::vector<double> load;    // stage rates as multiples of the saturation rate
-  double slo_share = 0;        // share of requests with SLO headers: 0, 0.5 or 1
+  std::vector<double> load;  // stage rates as multiples of the saturation rate
+  double slo_share = 0;      // share of requests with SLO headers: 0, 0.5 or 1
   // SLOs as multiples of round-robin's TTFT / TPOT p90 in the probe's first (lightest) stage;
   // 0 = no such header.
   double slo_ttft_x = 0, slo_tpot_x = 0;
   double length_scale = 0.1;
-  bool oracle = false;         // cheap enough to run the oracle too
+  bool oracle = false;  // cheap enough to run the oracle too
 
   std::string name() const;      // "s007"
   std::string describe() const;  // the parameters on one line
 };
 
 struct SuiteOptions {
-  int min_pods = 2, max_pods = 100;       // drawn log-uniformly
-  double max_slow_share = 0.5;            // mid + slow pods, at most this share of the pool
+  int min_pods = 2, max_pods = 100;  // drawn log-uniformly
+  double max_slow_share = 0.5;       // mid + slow pods, at most this share of the pool
   double min_length_scale = 0.1, max_length_scale = 1.0;  // drawn log-uniformly
   int stages = 6;
   // Virtual seconds per stage at length scale 0.1 (a stage is 10x longer at full length, so
   // that each stage holds as many requests and retrains whatever the scale).
   double stage_seconds = 4;
-  double probe_stage_seconds = 2;         // the same for the saturation probe
+  double probe_stage_seconds = 2;  // the same for the saturation probe
   // Stages are shortened so that a scenario sends at most about this many requests (large
   // pools of short requests would otherwise take hours); the probe gets a third of it.
   double max_requests = 25000;
@@ -89,8 +89,8 @@ struct SuiteOptions {
   // a deployment retrains every 10 s, and a stage shorter than two retrains would judge a
   // model that never saw the stage's load (issue 51). 0 = the scaled interval as it is.
   double retrains_per_stage = 2;
-  int oracle_max_pods = 12;               // the oracle runs on pools up to this size
-  double oracle_max_length_scale = 0.5;   // and length scales up to this
+  int oracle_max_pods = 12;              // the oracle runs on pools up to this size
+  double oracle_max_length_scale = 0.5;  // and length scales up to this
   // ~20 scenarios in a few minutes: pools up to 24 pods, length scales up to 0.3, 3-s stages,
   // at most 8000 requests (no work or pod-time cap), no oracle.
   static SuiteOptions quick();
@@ -122,14 +122,13 @@ struct ProbeResult {
   double saturation_rps = 0;
   double base_ttft_p90_ms = 0;  // round-robin's TTFT / TPOT p90 in the lightest probe stage
   double base_tpot_p90_ms = 0;
-  bool saturated = true;        // false: no probe stage saturated (the rate is extrapolated)
+  bool saturated = true;  // false: no probe stage saturated (the rate is extrapolated)
 };
 // Runs the probe's ladder one stage longer at a time (from two stages) until a stage saturates,
 // so that no run goes deep into overload: `run` replays a scenario with round-robin and returns
 // its per-stage summaries. Then read_probe on the last run.
-ProbeResult probe_saturation(
-    const SuiteParams& p, const SuiteOptions& o,
-    const std::function<std::vector<Summary>(const Scenario&)>& run);
+ProbeResult probe_saturation(const SuiteParams& p, const SuiteOptions& o,
+                             const std::function<std::vector<Summary>(const Scenario&)>& run);
 // Whether probe stage `i` is saturated: TTFT p50 above 2x or p95 above 4x the first stage's,
 // or failures.
 bool probe_stage_saturated(const std::vector<Summary>& sums, std::size_t i);
@@ -149,8 +148,8 @@ inline constexpr double kSuiteSloTolerancePts = 0.5;
 
 struct SuiteVerdict {
   bool present = false;
-  double ttft_rel = 0;     // strategy / best heuristic - 1, g-mean TTFT p95
-  double slo_pts = 0;      // attainment - best heuristic's, points (SLO scenarios)
+  double ttft_rel = 0;  // strategy / best heuristic - 1, g-mean TTFT p95
+  double slo_pts = 0;   // attainment - best heuristic's, points (SLO scenarios)
   bool has_slo = false;
   bool as_good = false;
   Strategy best = Strategy::kRoundRobin;  // best heuristic by g-mean TTFT p95

@@ -20,12 +20,14 @@ namespace {
 using namespace format;
 
 // NaN-safe: "-" for a missing figure.
-std::string fig(const char* f, double v) { return std::isfinite(v) ? fmt(f, v) : "-"; }
+std::string fig(const char* f, double v) {
+  return std::isfinite(v) ? fmt(f, v) : "-";
+}
 
 constexpr std::array kJudged = {Strategy::kPredictedLeast, Strategy::kPredictedUpstream};
 // The report's columns: the default strategies and the cost-aware oracle.
-constexpr std::array kColumns = {Strategy::kRoundRobin,      Strategy::kLoadPrefix111,
-                                 Strategy::kLoadPrefix322,   Strategy::kPredictedLeast,
+constexpr std::array kColumns = {Strategy::kRoundRobin,        Strategy::kLoadPrefix111,
+                                 Strategy::kLoadPrefix322,     Strategy::kPredictedLeast,
                                  Strategy::kPredictedUpstream, Strategy::kOracle,
                                  Strategy::kOracleCost};
 
@@ -131,8 +133,8 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
       const auto k = strategy_key(s);
       csv << ",v2_" << k << ",v2_ttft_" << k << ",v2_ttft_spread_" << k << ",v2_slo_" << k
           << ",v2_slo_spread_" << k << ",v2_e2e_" << k << ",v2_e2e_spread_" << k
-          << ",best_heuristic_" << k << ",ttft_rel_" << k << ",slo_pts_" << k << ",as_good_"
-          << k << ",gap_recovered_" << k << ",overload_loss_" << k;
+          << ",best_heuristic_" << k << ",ttft_rel_" << k << ",slo_pts_" << k << ",as_good_" << k
+          << ",gap_recovered_" << k << ",overload_loss_" << k;
     }
     csv << ",v2_oracle,v2_oracle_cost,cpu_s\n";
     for (std::size_t i = 0; i < n; ++i) {
@@ -145,11 +147,10 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
       }
       csv << p.index << ',' << p.name() << ',' << p.seed << ',' << groups[i].seeds.size() << ','
           << p.pods << ',' << p.mid << ',' << p.slow << ',' << p.preset << ',' << p.mix_preset
-          << ',' << p.mix_share << ',' << sharing_name(p.sharing) << ','
-          << ladder_name(p.ladder) << ',' << load << ',' << p.slo_share << ','
-          << (sc.slo_ttft_ms ? *sc.slo_ttft_ms : 0) << ',' << (sc.slo_tpot_ms ? *sc.slo_tpot_ms : 0)
-          << ',' << p.length_scale << ',' << entries[i].probe.saturation_rps << ','
-          << (entries[i].probe.saturated ? 1 : 0) << ','
+          << ',' << p.mix_share << ',' << sharing_name(p.sharing) << ',' << ladder_name(p.ladder)
+          << ',' << load << ',' << p.slo_share << ',' << (sc.slo_ttft_ms ? *sc.slo_ttft_ms : 0)
+          << ',' << (sc.slo_tpot_ms ? *sc.slo_tpot_ms : 0) << ',' << p.length_scale << ','
+          << entries[i].probe.saturation_rps << ',' << (entries[i].probe.saturated ? 1 : 0) << ','
           << fig("%.3f", sc.stages.empty() ? kNaN : sc.stages.front().duration_s) << ','
           << fig("%.0f", retrain_interval_ms(sc, info.time));
       for (Strategy s : kColumns) {
@@ -164,11 +165,10 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
         auto c = [&](const CriterionVerdict& cv, const char* f) {
           return cv.present ? fig(f, cv.delta) + "," + fig(f, cv.spread) : std::string(",");
         };
-        csv << ',' << (v.present ? outcome_name(v.outcome) : "") << ',' << c(v.ttft, "%.5f")
-            << ',' << c(v.slo, "%.2f") << ',' << c(v.e2e, "%.5f") << ','
-            << strategy_key(v.old_best) << ',' << fig("%.5f", v.old_ttft_rel) << ','
-            << fig("%.2f", v.old_slo_pts) << ',' << (v.old_as_good ? 1 : 0) << ','
-            << fig("%.3f", v.gap_recovered) << ','
+        csv << ',' << (v.present ? outcome_name(v.outcome) : "") << ',' << c(v.ttft, "%.5f") << ','
+            << c(v.slo, "%.2f") << ',' << c(v.e2e, "%.5f") << ',' << strategy_key(v.old_best) << ','
+            << fig("%.5f", v.old_ttft_rel) << ',' << fig("%.2f", v.old_slo_pts) << ','
+            << (v.old_as_good ? 1 : 0) << ',' << fig("%.3f", v.gap_recovered) << ','
             << fig("%.5f", overload_loss(groups[i], kJudged[j]));
       }
       for (const auto& o : oracles[i]) {
@@ -195,8 +195,8 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
           auto it = figs[i].find(s);
           const PopulationFigures p =
               it == figs[i].end() || k >= it->second.size() ? PopulationFigures{} : it->second[k];
-          csv << ',' << fig("%.3f", p.free_ttft_p95) << ',' << fig("%.2f", p.slo_attainment)
-              << ',' << fig("%.3f", p.e2e_p50) << ',' << fig("%.3f", p.ttft_p95) << ','
+          csv << ',' << fig("%.3f", p.free_ttft_p95) << ',' << fig("%.2f", p.slo_attainment) << ','
+              << fig("%.3f", p.e2e_p50) << ',' << fig("%.3f", p.ttft_p95) << ','
               << fig("%.2f", p.attainment);
         }
         csv << '\n';
@@ -206,8 +206,8 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
 
   // suite.md
   std::ofstream md(dir + "/suite.md");
-  md << "# Generalization suite: " << n << " random scenarios, suite seed " << suite_seed
-     << "\n\n" << utc_now() << ". ";
+  md << "# Generalization suite: " << n << " random scenarios, suite seed " << suite_seed << "\n\n"
+     << utc_now() << ". ";
   md << "Generated by `" << info.command << "` on " << info.machine << " (" << info.threads
      << " threads): " << fig("%.0f", info.total_wall_s) << " s wall, "
      << fig("%.0f", info.total_cpu_s) << " s CPU, saturation probes included. Each scenario is "
@@ -243,8 +243,7 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
        << info.suite_oracle_max_pods
        << " pods) where an oracle beats the fastest heuristic. The oracles probe copies of the "
           "engines (at most "
-       << info.oracle_probes << " pods per request, up to "
-       << fig("%.0f", info.oracle_horizon_ms)
+       << info.oracle_probes << " pods per request, up to " << fig("%.0f", info.oracle_horizon_ms)
        << " ms of simulated time per probe): the greedy one (lowest true TTFT) and the "
           "cost-aware one (true TTFT plus the request's own prefill time there times the pool's "
           "mean waiting queue).";
@@ -261,7 +260,8 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
     double w = kNaN;
     for (std::size_t i = 0; i < n; ++i) {
       const CriterionVerdict& cv = verdicts[i][j].*c;
-      if (cv.present && cv.outcome == Outcome::kLoss) w = std::isfinite(w) ? std::max(w, cv.loss) : cv.loss;
+      if (cv.present && cv.outcome == Outcome::kLoss)
+        w = std::isfinite(w) ? std::max(w, cv.loss) : cv.loss;
     }
     return w;
   };
@@ -307,9 +307,9 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
       md << "\n**The oracles by the same verdict** (what a router that knows every true latency "
             "reaches): they ran on "
          << ran << " scenarios; the better of the two is at least as good in " << good << " of "
-         << ran << " (ties " << tie << "; greedy alone " << greedy << ", cost-aware alone "
-         << cost << "). The better oracle's mean g-mean TTFT p95 is "
-         << rel(quantile(orel, 0.5)) << " against the fastest heuristic in the median scenario.\n";
+         << ran << " (ties " << tie << "; greedy alone " << greedy << ", cost-aware alone " << cost
+         << "). The better oracle's mean g-mean TTFT p95 is " << rel(quantile(orel, 0.5))
+         << " against the fastest heuristic in the median scenario.\n";
     }
   }
 
@@ -319,7 +319,8 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     const VerdictV2 &va = verdicts[a][0], &vb = verdicts[b][0];
     if (va.present != vb.present) return va.present;
-    if (va.outcome != vb.outcome) return static_cast<int>(va.outcome) > static_cast<int>(vb.outcome);
+    if (va.outcome != vb.outcome)
+      return static_cast<int>(va.outcome) > static_cast<int>(vb.outcome);
     return va.severity() > vb.severity();
   });
   md << "\n## The default pipeline's worst 5 (verdict v2)\n\n| scenario | parameters | "
@@ -331,8 +332,8 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
     const VerdictV2& v = verdicts[i][0];
     if (!v.present) continue;
     md << "| " << entries[i].params.name() << " | " << entries[i].params.describe() << " | "
-       << fig("%.4g", entries[i].probe.saturation_rps) << " | " << outcome_name(v.outcome)
-       << " | " << crit(v.ttft, false)
+       << fig("%.4g", entries[i].probe.saturation_rps) << " | " << outcome_name(v.outcome) << " | "
+       << crit(v.ttft, false)
        << (v.ttft.present ? " vs " + std::string(strategy_name(v.ttft.against)) : "") << " | "
        << crit(v.slo, true)
        << (v.slo.present ? " vs " + std::string(strategy_name(v.slo.against)) : "") << " | "
@@ -347,7 +348,8 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
     const Scenario& sc = groups[i].scenario();
     std::string slo = "-";
     if (sc.slo_ttft_ms) {
-      slo = fig("%.0f", *sc.slo_ttft_ms) + (sc.slo_tpot_ms ? " / " + fig("%.1f", *sc.slo_tpot_ms) : "");
+      slo = fig("%.0f", *sc.slo_ttft_ms) +
+            (sc.slo_tpot_ms ? " / " + fig("%.1f", *sc.slo_tpot_ms) : "");
     }
     std::string p95s;
     for (Strategy s : kColumns) {
@@ -363,8 +365,8 @@ void write_suite(const std::string& dir, const std::vector<SuiteEntry>& entries,
        << fig("%.2f", sc.stages.empty() ? kNaN : sc.stages.front().duration_s) << " / "
        << fig("%.0f", retrain_interval_ms(sc, info.time)) << " | " << p95s << " | "
        << (v.present ? std::string(outcome_name(v.outcome)) : "-") << ": " << crit(v.ttft, false)
-       << " / " << crit(v.slo, true) << " / " << crit(v.e2e, false) << " | "
-       << rel(v.old_ttft_rel) << (std::isfinite(v.old_slo_pts) ? fig(", %+.1f pts", v.old_slo_pts) : "")
+       << " / " << crit(v.slo, true) << " / " << crit(v.e2e, false) << " | " << rel(v.old_ttft_rel)
+       << (std::isfinite(v.old_slo_pts) ? fig(", %+.1f pts", v.old_slo_pts) : "")
        << (v.old_as_good ? "" : " **loss**") << " | "
        << (u.present ? std::string(outcome_name(u.outcome)) : "-") << " | "
        << (o ? std::string(outcome_name(*o)) : "-") << " | " << fig("%.0f", cpu_of(groups[i]))

@@ -14,8 +14,7 @@ bool same(const SuiteParams& a, const SuiteParams& b) {
          a.slow == b.slow && a.preset == b.preset && a.mix_preset == b.mix_preset &&
          a.mix_share == b.mix_share && a.sharing == b.sharing && a.ladder == b.ladder &&
          a.load == b.load && a.slo_share == b.slo_share && a.slo_ttft_x == b.slo_ttft_x &&
-         a.slo_tpot_x == b.slo_tpot_x && a.length_scale == b.length_scale &&
-         a.oracle == b.oracle;
+         a.slo_tpot_x == b.slo_tpot_x && a.length_scale == b.length_scale && a.oracle == b.oracle;
 }
 
 TEST(SuiteGenerator, TheSameSeedGivesTheSameScenariosAndALargerSuiteExtendsASmallerOne) {
@@ -140,8 +139,8 @@ TEST(SuiteProbe, SaturationSitsBetweenTheLastCalmStageAndTheFirstQueuedOne) {
   }
   ASSERT_EQ(probe.strategies, std::vector<Strategy>{Strategy::kRoundRobin});
 
-  std::vector<Summary> sums = {stage(10), stage(11), stage(14), stage(19), stage(80),
-                               stage(400), stage(900)};
+  std::vector<Summary> sums = {stage(10), stage(11),  stage(14), stage(19),
+                               stage(80), stage(400), stage(900)};
   ProbeResult r = read_probe(probe, sums);
   EXPECT_TRUE(r.saturated);
   EXPECT_NEAR(r.saturation_rps, std::sqrt(probe.stages[3].rate * probe.stages[4].rate),

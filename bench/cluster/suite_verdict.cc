@@ -84,9 +84,12 @@ CriterionVerdict judge(const SeedFigures& runs, Strategy s, Field f, bool higher
 
 std::string_view outcome_name(Outcome o) {
   switch (o) {
-    case Outcome::kAsGood: return "as good";
-    case Outcome::kTie: return "tie";
-    case Outcome::kLoss: return "loss";
+    case Outcome::kAsGood:
+      return "as good";
+    case Outcome::kTie:
+      return "tie";
+    case Outcome::kLoss:
+      return "loss";
   }
   return "?";
 }

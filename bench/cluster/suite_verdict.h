@@ -44,11 +44,11 @@ enum class Outcome { kAsGood, kTie, kLoss };
 std::string_view outcome_name(Outcome o);  // "as good", "tie", "loss"
 
 struct CriterionVerdict {
-  bool present = false;     // the population exists and both sides ran
+  bool present = false;                      // the population exists and both sides ran
   Strategy against = Strategy::kRoundRobin;  // the heuristic judged against (best by the mean)
-  double delta = kNaN;      // mean-based: ratio - 1 for (a) and (c), points for (b)
-  double loss = 0;          // > 0 when outside the tolerance: excess fraction or shortfall points
-  double spread = 0;        // half the range over seeds of the per-seed delta (0 with one seed)
+  double delta = kNaN;  // mean-based: ratio - 1 for (a) and (c), points for (b)
+  double loss = 0;      // > 0 when outside the tolerance: excess fraction or shortfall points
+  double spread = 0;    // half the range over seeds of the per-seed delta (0 with one seed)
   Outcome outcome = Outcome::kAsGood;
 };
 

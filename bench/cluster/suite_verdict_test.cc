@@ -134,8 +134,8 @@ TEST(SuiteVerdictV2, PopulationFiguresSplitTheRequestsAndSkipStagesWithoutThem) 
   total.slo_attainment = 0.9;
   total.slo_requests = 20;
   total.slo_pop_attainment = 0.8;
-  const auto p = population_figures({stage(10, 5, 20, 50), stage(0, 0, 40, 200),
-                                     stage(40, 5, 80, 800), total});
+  const auto p = population_figures(
+      {stage(10, 5, 20, 50), stage(0, 0, 40, 200), stage(40, 5, 80, 800), total});
   EXPECT_NEAR(p.free_ttft_p95, 20, 1e-9) << "g-mean of 10 and 40; the stage without any skipped";
   EXPECT_NEAR(p.ttft_p95, 40, 1e-9);
   EXPECT_NEAR(p.e2e_p50, 200, 1e-9);

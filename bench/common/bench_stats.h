@@ -15,7 +15,8 @@ inline double percentile(std::vector<double> v, double q) {
   if (v.empty()) {
     return 0;
   }
-  std::size_t idx = std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())));
+  std::size_t idx =
+      std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())));
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(idx), v.end());
   return v[idx];
 }
@@ -79,9 +80,8 @@ inline std::string cpu_model() {
   while (std::getline(in, line)) {
     if (line.rfind("model name", 0) == 0) {
       const auto colon = line.find(':');
-      const auto start = colon == std::string::npos
-                             ? std::string::npos
-                             : line.find_first_not_of(" \t", colon + 1);
+      const auto start =
+          colon == std::string::npos ? std::string::npos : line.find_first_not_of(" \t", colon + 1);
       if (start != std::string::npos) {
         return line.substr(start);
       }

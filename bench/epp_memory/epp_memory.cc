@@ -71,8 +71,11 @@ std::string make_body(double mib, int max_tokens, int i) {
   while (prompt.size() + word.size() < target) {
     prompt += word;
   }
-  return Json{{"model", "meta-llama/Llama-3.1-8B-Instruct"}, {"prompt", std::move(prompt)},
-              {"max_tokens", max_tokens}, {"stream", true}}.dump();
+  return Json{{"model", "meta-llama/Llama-3.1-8B-Instruct"},
+              {"prompt", std::move(prompt)},
+              {"max_tokens", max_tokens},
+              {"stream", true}}
+      .dump();
 }
 
 // One modelsim pod (simulated time `time_scale` x faster than wall time) and the real EPP.
@@ -91,10 +94,10 @@ struct Stack {
         << "pipeline: " << LLMD_SOURCE_DIR << "/epp/config/default-pipeline.yaml\n";
     port = llmd::testing::free_port();
     const uint16_t health = llmd::testing::free_port(), metrics = llmd::testing::free_port();
-    std::vector<std::string> args{"--config", dir.file("pool.yaml"), "--host", "127.0.0.1",
-                                  "--port", std::to_string(port), "--health-port",
-                                  std::to_string(health), "--metrics-port",
-                                  std::to_string(metrics), "--log-level", "warn"};
+    std::vector<std::string> args{
+        "--config",       dir.file("pool.yaml"),   "--host",        "127.0.0.1",
+        "--port",         std::to_string(port),    "--health-port", std::to_string(health),
+        "--metrics-port", std::to_string(metrics), "--log-level",   "warn"};
     if (with_ext_proc) {
       ext_proc_port = llmd::testing::free_port();
       args.insert(args.end(), {"--ext-proc-port", std::to_string(ext_proc_port)});
@@ -136,13 +139,15 @@ Result run_slow_readers(const Options& opt) {
   r.label = opt.label;
   r.concurrency = opt.slow_readers;
   r.date = llmd::util::now_rfc3339();
-  const std::string body = Json{{"model", "meta-llama/Llama-3.1-8B-Instruct"},
-                                {"prompt", "tell me everything"},
-                                {"max_tokens", 100000},
-                                {"stream", true}}.dump();
-  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: epp\r\n"
-                              "Content-Type: application/json\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string body = Json{
+      {"model", "meta-llama/Llama-3.1-8B-Instruct"},
+      {"prompt", "tell me everything"},
+      {"max_tokens", 100000},
+      {"stream", true}}.dump();
+  const std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: epp\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   r.body_mib = static_cast<double>(body.size()) / (1024 * 1024);
   r.baseline_mib = stack.epp->status_mib("VmRSS");
   std::vector<int> fds;
@@ -220,11 +225,11 @@ Result run(const Options& opt) {
 }
 
 Json to_json(const Result& r) {
-  return Json{{"label", r.label},          {"concurrency", r.concurrency},
-              {"body_mib", r.body_mib},    {"ok", r.ok},
-              {"other", r.other},          {"baseline_rss_mib", r.baseline_mib},
+  return Json{{"label", r.label},           {"concurrency", r.concurrency},
+              {"body_mib", r.body_mib},     {"ok", r.ok},
+              {"other", r.other},           {"baseline_rss_mib", r.baseline_mib},
               {"peak_rss_mib", r.peak_mib}, {"rss_10s_after_mib", r.after_mib},
-              {"seconds", r.seconds},      {"date", r.date}};
+              {"seconds", r.seconds},       {"date", r.date}};
 }
 
 std::string table(const Json& rows) {

@@ -48,11 +48,10 @@ void BM_ScrapeOnLoopback(benchmark::State& state) {
   url.port = server.port();
   for (auto _ : state) {
     std::promise<bool> done;
-    client.request(url, "GET", "/metrics", {}, std::chrono::seconds(5),
-                   [&done](llmd::http::AsyncResponse r) {
-                     done.set_value(r.status == 200 &&
-                                    llmd::epp::parse_vllm_metrics(r.body).has_value());
-                   });
+    client.request(
+        url, "GET", "/metrics", {}, std::chrono::seconds(5), [&done](llmd::http::AsyncResponse r) {
+          done.set_value(r.status == 200 && llmd::epp::parse_vllm_metrics(r.body).has_value());
+        });
     if (!done.get_future().get()) {
       state.SkipWithError("scrape failed");
       break;

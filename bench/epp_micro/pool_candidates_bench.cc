@@ -20,7 +20,9 @@ using llmd::epp::PodMetrics;
 using llmd::epp::PodRegistry;
 const auto kNow = std::chrono::steady_clock::time_point(std::chrono::hours(1));
 
-std::string pod_name(int i) { return "vllm-llama-3-8b-instruct-7d9f8c6b5-" + std::to_string(i); }
+std::string pod_name(int i) {
+  return "vllm-llama-3-8b-instruct-7d9f8c6b5-" + std::to_string(i);
+}
 
 PodMetrics metrics(int i) {
   PodMetrics m;
@@ -39,9 +41,10 @@ std::unique_ptr<PodRegistry> make_pool(int pods, bool bare) {
     if (bare) {
       configs.push_back({"pod-" + std::to_string(i), "127.0.0.1:" + std::to_string(20000 + i), {}});
     } else {
-      configs.push_back({pod_name(i), "10.0." + std::to_string(i / 250) + "." +
-                                          std::to_string(i % 250) + ":8000",
-                         {{"role", "decode"}, {"class", "h100"}, {"zone", "us-east-1a"}}});
+      configs.push_back(
+          {pod_name(i),
+           "10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250) + ":8000",
+           {{"role", "decode"}, {"class", "h100"}, {"zone", "us-east-1a"}}});
     }
   }
   r->set_pods(configs);

@@ -6,7 +6,8 @@
 // Fixed offered rates per pool size, then per mode a capacity search: the highest rate whose
 // p99 stays within --capacity-p99-ms, with the CPU each process spent per request (the load
 // generator shares the 2 cores, so its CPU is reported too). Load is open loop (bench/
-// epp_overhead/epp_overhead_load.h). Starts a real trainer (synthetic samples), predictors and the EPP
+// epp_overhead/epp_overhead_load.h). Starts a real trainer (synthetic samples), predictors and the
+// EPP
 // (--in-process: no predictor; the EPP predicts from the trainer's model files itself).
 //   epp_overhead [--quick] [--label name] [--modes proxy,ext_proc] [--rates ..] [--pods ..]
 #include <algorithm>
@@ -90,7 +91,8 @@ double above(const std::string& text, const std::string& name, double bound_s) {
 
 // A prompt that starts with the request's id (the fake pods key arrivals by it).
 std::string completion_body(const std::string& id) {
-  return fmt::format(R"({{"model":"m","prompt":"{} of a short benchmark prompt","max_tokens":1}})", id);
+  return fmt::format(R"({{"model":"m","prompt":"{} of a short benchmark prompt","max_tokens":1}})",
+                     id);
 }
 
 // One EPP (one mode, one pool) under load: runs steps and measures what they cost.
@@ -144,10 +146,11 @@ struct Target {
     // the client sees and no phase shows happened before the EPP read the request or after it
     // dispatched it (the forward and the pod's accept).
     auto share_over = [&](double ms) {
-      const auto n = std::count_if(r.latency_ms.begin(), r.latency_ms.end(),
-                                   [&](double x) { return x > ms; });
-      return r.latency_ms.empty() ? 0.0 : 100.0 * static_cast<double>(n) /
-                                              static_cast<double>(r.latency_ms.size());
+      const auto n =
+          std::count_if(r.latency_ms.begin(), r.latency_ms.end(), [&](double x) { return x > ms; });
+      return r.latency_ms.empty()
+                 ? 0.0
+                 : 100.0 * static_cast<double>(n) / static_cast<double>(r.latency_ms.size());
     };
     auto phase_over = [&](const std::string& name, double s) {
       const double n = delta(name + "_count");
@@ -155,30 +158,45 @@ struct Target {
     };
     Json tail;
     for (const auto& c : bench::kTailColumns) {
-      tail[c.key] = *c.metric == '\0' ? share_over(c.bound_ms) : phase_over(c.metric, c.bound_ms / 1000.0);
+      tail[c.key] =
+          *c.metric == '\0' ? share_over(c.bound_ms) : phase_over(c.metric, c.bound_ms / 1000.0);
     }
     auto per_req = [&](double s) { return 1e6 * s / sent; };
-    Json row{{"mode", mode}, {"pods", pods}, {"offered_rps", rate},
+    Json row{{"mode", mode},
+             {"pods", pods},
+             {"offered_rps", rate},
              {"achieved_rps", r.achieved_rps()},
              {"p50_ms", bench::percentile(r.latency_ms, 0.5)},
              {"p90_ms", bench::percentile(r.latency_ms, 0.9)},
              {"p99_ms", bench::percentile(r.latency_ms, 0.99)},
-             {"errors", r.errors}, {"shed", r.shed}, {"unfinished", r.unfinished},
+             {"errors", r.errors},
+             {"shed", r.shed},
+             {"unfinished", r.unfinished},
              {"client_late_p99_ms", r.late_p99_ms},
              {"tail", tail},
              {"rows_per_batch", batches > 0 ? rows / batches : 0},
-             {"callers_per_batch", batches > 0 ? delta("llmd_epp_predictor_batch_callers_sum") / batches : 0},
+             {"callers_per_batch",
+              batches > 0 ? delta("llmd_epp_predictor_batch_callers_sum") / batches : 0},
              {"predictions_used_pct", used > 0 ? 100.0 * used_true / used : 0},
-             {"epp_idle_cores", idle_cores}, {"epp_threads_idle", idle_threads},
+             {"epp_idle_cores", idle_cores},
+             {"epp_threads_idle", idle_threads},
              {"epp_threads_peak", peak_threads.load()},
-             {"cpu_us_per_request", {{"epp", per_req(cpu.epp)}, {"predictors", per_req(cpu.predictors)},
-                                     {"pods", per_req(cpu.pods)}, {"client", per_req(cpu.client)}}},
-             {"predictor_bytes_per_request", {{"in", bytes.received() / sent}, {"out", bytes.sent() / sent}}},
-             {"predictor_bytes_per_100_rows", {{"in", rows > 0 ? 100 * bytes.received() / rows : 0},
-                                               {"out", rows > 0 ? 100 * bytes.sent() / rows : 0}}},
-             {"cpu_cores", {{"epp", cpu.epp / wall}, {"predictors", cpu.predictors / wall},
-                            {"pods", cpu.pods / wall}, {"client", cpu.client / wall},
-                            {"machine", cpu.machine / wall}}}};
+             {"cpu_us_per_request",
+              {{"epp", per_req(cpu.epp)},
+               {"predictors", per_req(cpu.predictors)},
+               {"pods", per_req(cpu.pods)},
+               {"client", per_req(cpu.client)}}},
+             {"predictor_bytes_per_request",
+              {{"in", bytes.received() / sent}, {"out", bytes.sent() / sent}}},
+             {"predictor_bytes_per_100_rows",
+              {{"in", rows > 0 ? 100 * bytes.received() / rows : 0},
+               {"out", rows > 0 ? 100 * bytes.sent() / rows : 0}}},
+             {"cpu_cores",
+              {{"epp", cpu.epp / wall},
+               {"predictors", cpu.predictors / wall},
+               {"pods", cpu.pods / wall},
+               {"client", cpu.client / wall},
+               {"machine", cpu.machine / wall}}}};
     std::cerr << fmt::format(
         "{} pods {} rate {} achieved {:.0f} p99 {:.3f} ms errors {} shed {}; CPU us/req EPP {:.0f} "
         "predictors {:.0f}; predictor bytes/req in {:.0f} out {:.0f} (per 100 rows {:.0f} / "
@@ -237,7 +255,8 @@ int main(int argc, char** argv) {
           "local copies) and no predictor runs");
     o.add("pod-threads", "", "1", "io threads serving all the fake pods (one listener per pod)");
     o.add("label", "", "", "Run label in the results (e.g. quiet-host, noisy-validation)");
-    o.add("binaries", "", "", "Directory holding epp/epp, predictor/predictor and trainer/trainer "
+    o.add("binaries", "", "",
+          "Directory holding epp/epp, predictor/predictor and trainer/trainer "
           "(default: this build's), e.g. a copy of another build's for an A/B run");
     o.add("out", "", "bench/results/epp_overhead", "Result file prefix (.md, .json)");
     if (!o.parse(argc, argv)) {
@@ -246,7 +265,8 @@ int main(int argc, char** argv) {
     const bool quick = o.boolean("quick");
     const auto modes = o.str("modes");
     const auto rates = quick ? std::vector<double>{1000} : bench::parse_number_list(o.str("rates"));
-    const auto pool_sizes = quick ? std::vector<double>{100} : bench::parse_number_list(o.str("pods"));
+    const auto pool_sizes =
+        quick ? std::vector<double>{100} : bench::parse_number_list(o.str("pods"));
     const double duration = quick ? 2 : o.number("duration", 0.5, 120);
     const int capacity_pods = static_cast<int>(o.integer("capacity-pods", 0, 1000));
     const double p99_limit = o.number("capacity-p99-ms", 0.1, 1000);
@@ -260,11 +280,12 @@ int main(int argc, char** argv) {
 
     testing::TempDir dir;
     uint16_t tport = testing::free_port();
-    testing::Process trainer(binary("trainer/trainer"),
+    testing::Process trainer(
+        binary("trainer/trainer"),
         {"--host", "127.0.0.1", "--port", std::to_string(tport), "--retraining-interval", "0.5",
          "--ttft-model-path", dir.file("t/ttft.ubj"), "--tpot-model-path", dir.file("t/tpot.ubj"),
-         "--ttft-gated-model-path", dir.file("t/ttft_gated.bin"),
-         "--tpot-gated-model-path", dir.file("t/tpot_gated.bin"), "--log-level", "warn"});
+         "--ttft-gated-model-path", dir.file("t/ttft_gated.bin"), "--tpot-gated-model-path",
+         dir.file("t/tpot_gated.bin"), "--log-level", "warn"});
     if (!trainer.wait_http_ok(tport)) {
       throw std::runtime_error("trainer did not start");
     }
@@ -277,13 +298,14 @@ int main(int argc, char** argv) {
     for (int i = 0; i < (in_process ? 0 : o.integer("predictors", 0, 8)); ++i) {
       uint16_t p = testing::free_port();
       std::string d = dir.file("p" + std::to_string(i));
-      predictors.push_back(std::make_unique<testing::Process>(binary("predictor/predictor"),
-          std::vector<std::string>{"--host", "127.0.0.1", "--port", std::to_string(p), "--workers", "1",
-                                   "--training-server-url", "http://127.0.0.1:" + std::to_string(tport),
-                                   "--log-level", "warn",
-                                   "--local-ttft-model-path", d + "/ttft.ubj", "--local-tpot-model-path", d + "/tpot.ubj",
-                                   "--local-ttft-gated-model-path", d + "/ttft_gated.bin",
-                                   "--local-tpot-gated-model-path", d + "/tpot_gated.bin"}));
+      predictors.push_back(std::make_unique<testing::Process>(
+          binary("predictor/predictor"),
+          std::vector<std::string>{
+              "--host", "127.0.0.1", "--port", std::to_string(p), "--workers", "1",
+              "--training-server-url", "http://127.0.0.1:" + std::to_string(tport), "--log-level",
+              "warn", "--local-ttft-model-path", d + "/ttft.ubj", "--local-tpot-model-path",
+              d + "/tpot.ubj", "--local-ttft-gated-model-path", d + "/ttft_gated.bin",
+              "--local-tpot-gated-model-path", d + "/tpot_gated.bin"}));
       if (!predictors.back()->wait_http_ok(p, "/readyz")) {
         throw std::runtime_error("predictor not ready");
       }
@@ -294,7 +316,8 @@ int main(int argc, char** argv) {
     trainer.terminate();  // its CPU must not disturb the measurement
 
     std::vector<double> all_pods = pool_sizes;
-    if (capacity_pods > 0 && std::find(all_pods.begin(), all_pods.end(), capacity_pods) == all_pods.end()) {
+    if (capacity_pods > 0 &&
+        std::find(all_pods.begin(), all_pods.end(), capacity_pods) == all_pods.end()) {
       all_pods.push_back(capacity_pods);
     }
     bench::Arrivals arrivals;
@@ -306,7 +329,8 @@ int main(int argc, char** argv) {
       std::ofstream pool(dir.file("pool.yaml"));
       pool << "pool:\n  pods:\n";
       for (int i = 0; i < pods; ++i) {
-        pool << "  - {name: pod-" << i << ", address: 127.0.0.1:" << fake.ports()[static_cast<std::size_t>(i)] << "}\n";
+        pool << "  - {name: pod-" << i
+             << ", address: 127.0.0.1:" << fake.ports()[static_cast<std::size_t>(i)] << "}\n";
       }
       pool << "scrapeIntervalMs: 50\nstalenessMs: 2000\npipeline: " << LLMD_SOURCE_DIR
            << "/epp/config/default-pipeline.yaml\n";
@@ -316,10 +340,12 @@ int main(int argc, char** argv) {
           continue;
         }
         // One EPP per mode: the ext_proc server's threads stay out of the proxy's numbers.
-        uint16_t eport = testing::free_port(), hport = testing::free_port(), mport = testing::free_port();
-        std::vector<std::string> args{"--config", dir.file("pool.yaml"), "--host", "127.0.0.1",
-            "--port", std::to_string(eport), "--health-port", std::to_string(hport),
-            "--metrics-port", std::to_string(mport), "--log-level", "warn"};
+        uint16_t eport = testing::free_port(), hport = testing::free_port(),
+                 mport = testing::free_port();
+        std::vector<std::string> args{
+            "--config",       dir.file("pool.yaml"), "--host",        "127.0.0.1",
+            "--port",         std::to_string(eport), "--health-port", std::to_string(hport),
+            "--metrics-port", std::to_string(mport), "--log-level",   "warn"};
         if (in_process) {
           // The trainer is gone: the EPP starts from the files it wrote, and syncs no more.
           args.insert(args.end(), {"--in-process-predictions", "true", "--training-server-url",
@@ -357,12 +383,14 @@ int main(int argc, char** argv) {
             std::string id = fmt::format("req-{}-{}", step_no, i);
             std::string body = completion_body(id);
             const auto sent = Clock::now();
-            c->request(0, "POST", "/v1/completions", std::move(body), std::chrono::seconds(2),
-                       [&arrivals, id = std::move(id), sent, done = std::move(done)](http::AsyncResponse r) {
-                         const auto at = arrivals.take(id);
-                         const bool ok = r.status == 200 && at.has_value();
-                         done(ok, ok ? std::chrono::duration<double, std::milli>(*at - sent).count() : 0);
-                       });
+            c->request(
+                0, "POST", "/v1/completions", std::move(body), std::chrono::seconds(2),
+                [&arrivals, id = std::move(id), sent,
+                 done = std::move(done)](http::AsyncResponse r) {
+                  const auto at = arrivals.take(id);
+                  const bool ok = r.status == 200 && at.has_value();
+                  done(ok, ok ? std::chrono::duration<double, std::milli>(*at - sent).count() : 0);
+                });
           };
         } else {
           ext_proc = std::make_unique<bench::ExtProcLoad>(
@@ -397,7 +425,10 @@ int main(int argc, char** argv) {
                 search.push_back(s);
                 return pass;
               });
-          Json row{{"mode", mode}, {"pods", pods}, {"capacity_rps", cap}, {"step", best},
+          Json row{{"mode", mode},
+                   {"pods", pods},
+                   {"capacity_rps", cap},
+                   {"step", best},
                    {"capped_by_max", !any_failed}};
           capacity.push_back(row);
         }
@@ -406,13 +437,22 @@ int main(int argc, char** argv) {
       }
     }
     const std::string label = o.str("label").empty() ? "unlabelled" : o.str("label");
-    Json run{{"label", label}, {"command", bench::command_line(argc, argv)},
-             {"date", util::now_rfc3339()}, {"cpu", bench::cpu_model()},
-             {"cores", std::thread::hardware_concurrency()}, {"quick", quick}, {"pod_threads", pod_threads},
-             {"predictors", predictors.size()}, {"in_process", in_process}, {"step_s", duration},
+    Json run{{"label", label},
+             {"command", bench::command_line(argc, argv)},
+             {"date", util::now_rfc3339()},
+             {"cpu", bench::cpu_model()},
+             {"cores", std::thread::hardware_concurrency()},
+             {"quick", quick},
+             {"pod_threads", pod_threads},
+             {"predictors", predictors.size()},
+             {"in_process", in_process},
+             {"step_s", duration},
              {"ext_proc_channels", o.integer("ext-proc-channels", 1, 64)},
-             {"capacity_step_s", capacity_duration}, {"capacity_p99_ms", p99_limit},
-             {"steps", steps}, {"capacity", capacity}, {"capacity_search", search}};
+             {"capacity_step_s", capacity_duration},
+             {"capacity_p99_ms", p99_limit},
+             {"steps", steps},
+             {"capacity", capacity},
+             {"capacity_search", search}};
     const std::string md = bench::epp_overhead_markdown(run);
     std::cout << md << std::endl;
     util::write_file_atomic(o.str("out") + ".md", md);

@@ -43,7 +43,8 @@ std::string destination_of(const pb::ProcessingResponse& r) {
 
 // One HTTP request through the "gateway". gRPC may run OnReadDone and OnWriteDone at the same
 // time on different threads, hence the mutex; it deletes itself in OnDone.
-class Exchange final : public grpc::ClientBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse> {
+class Exchange final
+    : public grpc::ClientBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse> {
  public:
   Exchange(pb::ExternalProcessor::Stub& stub, const std::string& body, LoadDone done,
            std::atomic<int>& open)

@@ -29,11 +29,11 @@ using LoadDone = std::function<void(bool ok, double latency_ms)>;
 using LoadStart = std::function<void(uint64_t i, LoadDone done)>;
 
 struct StepPlan {
-  double rate = 1000;          // requests/s
-  double duration_s = 5;       // scheduling window
-  double warmup_s = 0.3;       // requests scheduled before this are sent but not counted
+  double rate = 1000;     // requests/s
+  double duration_s = 5;  // scheduling window
+  double warmup_s = 0.3;  // requests scheduled before this are sent but not counted
   uint64_t max_requests = 200000;
-  int max_in_flight = 1000;    // beyond: the request is not sent (counted as shed)
+  int max_in_flight = 1000;               // beyond: the request is not sent (counted as shed)
   std::chrono::milliseconds drain{3000};  // wait for stragglers after the window
 };
 
@@ -55,8 +55,8 @@ inline StepResult run_step(const StepPlan& plan, const LoadStart& start_request)
     StepResult r;
   };
   auto s = std::make_shared<Shared>();  // late callbacks (after the drain) must not dangle
-  const uint64_t n = std::min<uint64_t>(
-      plan.max_requests, static_cast<uint64_t>(plan.rate * plan.duration_s));
+  const uint64_t n =
+      std::min<uint64_t>(plan.max_requests, static_cast<uint64_t>(plan.rate * plan.duration_s));
   const uint64_t warm = static_cast<uint64_t>(plan.rate * plan.warmup_s);
   std::vector<double> late;
   late.reserve(n);

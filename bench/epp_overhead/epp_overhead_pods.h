@@ -57,7 +57,8 @@ class FakePods {
  public:
   FakePods(int n, Arrivals& arrivals, int threads = 1) {
     const std::string metrics =
-        "vllm:num_requests_waiting{model_name=\"m\"} 0\nvllm:num_requests_running{model_name=\"m\"} 1\n"
+        "vllm:num_requests_waiting{model_name=\"m\"} "
+        "0\nvllm:num_requests_running{model_name=\"m\"} 1\n"
         "vllm:kv_cache_usage_perc{model_name=\"m\"} 0.1\n"
         "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"31250\"} 1\n";
     const std::string completion =
@@ -68,7 +69,8 @@ class FakePods {
     o.descriptors_per_connection = 0;
     o.fresh_connections_idle = true;  // the EPP's pools open connections ahead of use
     server_ = std::make_unique<http::StreamServer>(
-        o, [&arrivals, metrics, completion](std::size_t, http::Request&& r, http::ResponseStreamPtr out) {
+        o, [&arrivals, metrics, completion](std::size_t, http::Request&& r,
+                                            http::ResponseStreamPtr out) {
           if (r.path == "/metrics") {
             out->respond(http::Response::text(200, metrics, "text/plain"));
             return;

@@ -21,11 +21,14 @@ struct TailColumn {
 inline constexpr TailColumn kTailColumns[] = {
     {"client_over_2ms_pct", "client >2 ms", "", 2},
     {"client_over_5ms_pct", ">5 ms", "", 5},
-    {"dispatch_delay_over_2ms_pct", "arrival->dispatch >2 ms", "llmd_epp_dispatch_delay_seconds", 2},
+    {"dispatch_delay_over_2ms_pct", "arrival->dispatch >2 ms", "llmd_epp_dispatch_delay_seconds",
+     2},
     {"dispatch_delay_over_5ms_pct", ">5 ms", "llmd_epp_dispatch_delay_seconds", 5},
-    {"scheduling_over_2_5ms_pct", "scheduling >2.5 ms", "llmd_epp_scheduling_duration_seconds", 2.5},
+    {"scheduling_over_2_5ms_pct", "scheduling >2.5 ms", "llmd_epp_scheduling_duration_seconds",
+     2.5},
     {"scheduling_over_5ms_pct", ">5 ms", "llmd_epp_scheduling_duration_seconds", 5},
-    {"predictor_rtt_over_2ms_pct", "predictor round trip >2 ms", "llmd_epp_predictor_dispatch_seconds", 2},
+    {"predictor_rtt_over_2ms_pct", "predictor round trip >2 ms",
+     "llmd_epp_predictor_dispatch_seconds", 2},
     {"predictor_rtt_over_5ms_pct", ">5 ms", "llmd_epp_predictor_dispatch_seconds", 5},
     // A cycle's whole wait for its predictions (window, call slot, round trip).
     {"prediction_wait_over_2ms_pct", "prediction wait >2 ms", "llmd_epp_predictor_wait_seconds", 2},
@@ -71,7 +74,8 @@ inline std::string epp_overhead_markdown(const nlohmann::json& run) {
       "schedule incl. the coalesced prediction round trip, forward). Fake pods (in the load "
       "generator's process) answer instantly.\n"
       "- *ext_proc*: the load generator plays Envoy on the EPP's gRPC port (FULL_DUPLEX_STREAMED, "
-      "one stream per request over {} HTTP/2 connections, `bench/epp_overhead/epp_overhead_extproc.h`): request "
+      "one stream per request over {} HTTP/2 connections, "
+      "`bench/epp_overhead/epp_overhead_extproc.h`): request "
       "headers + body "
       "written -> the answer carrying `x-gateway-destination-endpoint` arrives. Then response "
       "headers and body are played so the EPP closes the request; no upstream in this path.\n\n"
@@ -81,11 +85,13 @@ inline std::string epp_overhead_markdown(const nlohmann::json& run) {
       "and the fake pods share the same cores. {} s per fixed-rate step.\n\n"
       "*CPU us/req*: utime+stime from `/proc/<pid>/stat` before and after the step, over the "
       "requests sent; *client* is the load generator's process minus the fake pods' threads. "
-      "*predictor bytes/req*: what the predictors' connections received / sent (the kernel's tcp_info, read over NETLINK_SOCK_DIAG in the load generator) over "
+      "*predictor bytes/req*: what the predictors' connections received / sent (the kernel's "
+      "tcp_info, read over NETLINK_SOCK_DIAG in the load generator) over "
       "the requests sent: the prediction exchange with its HTTP headers. "
       "*EPP threads*: `/proc/<epp pid>/task`, idle before the step / the most seen during it.\n\n"
       "## Fixed rates\n\n"
-      "| mode | pods | offered rps | achieved rps | p50 ms | p90 ms | p99 ms | errors | rows/batch | "
+      "| mode | pods | offered rps | achieved rps | p50 ms | p90 ms | p99 ms | errors | rows/batch "
+      "| "
       "callers/batch | predictions used | EPP CPU us/req | predictors CPU us/req | "
       "predictor bytes/req in / out | EPP threads |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
@@ -99,16 +105,17 @@ inline std::string epp_overhead_markdown(const nlohmann::json& run) {
   for (const Json& s : run["steps"]) {
     // Runs stored before the byte counts existed have none.
     const Json bytes = s.value("predictor_bytes_per_request", Json{{"in", 0.0}, {"out", 0.0}});
-    md += fmt::format("| {} | {} | {:.0f} | {:.0f} | {:.3f} | {:.3f} | {:.3f} | {} | {:.0f} | {:.1f} | "
-                      "{:.0f}% | {:.0f} | {:.0f} | {:.0f} / {:.0f} | {} / {} |\n",
-                      s["mode"].get<std::string>(), s["pods"].get<int>(), s["offered_rps"].get<double>(),
-                      s["achieved_rps"].get<double>(), s["p50_ms"].get<double>(), s["p90_ms"].get<double>(),
-                      s["p99_ms"].get<double>(), s["errors"].get<uint64_t>() + s["unfinished"].get<uint64_t>(),
-                      s["rows_per_batch"].get<double>(), s["callers_per_batch"].get<double>(),
-                      s["predictions_used_pct"].get<double>(), s["cpu_us_per_request"]["epp"].get<double>(),
-                      s["cpu_us_per_request"]["predictors"].get<double>(),
-                      bytes["in"].get<double>(), bytes["out"].get<double>(),
-                      s["epp_threads_idle"].get<int>(), s["epp_threads_peak"].get<int>());
+    md += fmt::format(
+        "| {} | {} | {:.0f} | {:.0f} | {:.3f} | {:.3f} | {:.3f} | {} | {:.0f} | {:.1f} | "
+        "{:.0f}% | {:.0f} | {:.0f} | {:.0f} / {:.0f} | {} / {} |\n",
+        s["mode"].get<std::string>(), s["pods"].get<int>(), s["offered_rps"].get<double>(),
+        s["achieved_rps"].get<double>(), s["p50_ms"].get<double>(), s["p90_ms"].get<double>(),
+        s["p99_ms"].get<double>(), s["errors"].get<uint64_t>() + s["unfinished"].get<uint64_t>(),
+        s["rows_per_batch"].get<double>(), s["callers_per_batch"].get<double>(),
+        s["predictions_used_pct"].get<double>(), s["cpu_us_per_request"]["epp"].get<double>(),
+        s["cpu_us_per_request"]["predictors"].get<double>(), bytes["in"].get<double>(),
+        bytes["out"].get<double>(), s["epp_threads_idle"].get<int>(),
+        s["epp_threads_peak"].get<int>());
   }
   md +=
       "\n### Where the tail is spent\n\n"
@@ -167,32 +174,35 @@ inline std::string epp_overhead_markdown(const nlohmann::json& run) {
     }
     const Json& us = s["cpu_us_per_request"];
     const Json& cores = s["cpu_cores"];
-    md += fmt::format("| {} | {} | {}{:.0f} | {:.3f} | {:.3f} | {:.0f} / {:.0f} / {:.0f} | "
-                      "{:.2f} / {:.2f} / {:.2f} / {:.2f} / {:.2f} | {:.2f} | {} |\n",
-                      c["mode"].get<std::string>(), c["pods"].get<int>(),
-                      c["capped_by_max"].get<bool>() ? ">= " : "", c["capacity_rps"].get<double>(),
-                      s["p50_ms"].get<double>(), s["p99_ms"].get<double>(), us["epp"].get<double>(),
-                      us["predictors"].get<double>(), us["client"].get<double>(), cores["epp"].get<double>(),
-                      cores["predictors"].get<double>(), cores["pods"].get<double>(),
-                      cores["client"].get<double>(), cores["machine"].get<double>(),
-                      s["epp_idle_cores"].get<double>(), next);
+    md += fmt::format(
+        "| {} | {} | {}{:.0f} | {:.3f} | {:.3f} | {:.0f} / {:.0f} / {:.0f} | "
+        "{:.2f} / {:.2f} / {:.2f} / {:.2f} / {:.2f} | {:.2f} | {} |\n",
+        c["mode"].get<std::string>(), c["pods"].get<int>(),
+        c["capped_by_max"].get<bool>() ? ">= " : "", c["capacity_rps"].get<double>(),
+        s["p50_ms"].get<double>(), s["p99_ms"].get<double>(), us["epp"].get<double>(),
+        us["predictors"].get<double>(), us["client"].get<double>(), cores["epp"].get<double>(),
+        cores["predictors"].get<double>(), cores["pods"].get<double>(),
+        cores["client"].get<double>(), cores["machine"].get<double>(),
+        s["epp_idle_cores"].get<double>(), next);
   }
-  md += "\n### Search steps\n\n"
-        "| mode | offered rps | achieved rps | p50 ms | p99 ms | errors | not sent (in-flight cap) | "
-        "client late p99 ms | CPU us/req EPP / client | cores EPP / client / machine | failed on |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  md +=
+      "\n### Search steps\n\n"
+      "| mode | offered rps | achieved rps | p50 ms | p99 ms | errors | not sent (in-flight cap) | "
+      "client late p99 ms | CPU us/req EPP / client | cores EPP / client / machine | failed on |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Json& s : run["capacity_search"]) {
     const Json& us = s["cpu_us_per_request"];
     const Json& cores = s["cpu_cores"];
     const std::string v = s["verdict"].get<std::string>();
-    md += fmt::format("| {} | {:.0f} | {:.0f} | {:.3f} | {:.3f} | {} | {} | {:.2f} | {:.0f} / {:.0f} | "
-                      "{:.2f} / {:.2f} / {:.2f} | {} |\n",
-                      s["mode"].get<std::string>(), s["offered_rps"].get<double>(),
-                      s["achieved_rps"].get<double>(), s["p50_ms"].get<double>(), s["p99_ms"].get<double>(),
-                      s["errors"].get<uint64_t>() + s["unfinished"].get<uint64_t>(), s["shed"].get<uint64_t>(),
-                      s["client_late_p99_ms"].get<double>(), us["epp"].get<double>(), us["client"].get<double>(),
-                      cores["epp"].get<double>(), cores["client"].get<double>(), cores["machine"].get<double>(),
-                      v.empty() ? "(passed)" : v);
+    md += fmt::format(
+        "| {} | {:.0f} | {:.0f} | {:.3f} | {:.3f} | {} | {} | {:.2f} | {:.0f} / {:.0f} | "
+        "{:.2f} / {:.2f} / {:.2f} | {} |\n",
+        s["mode"].get<std::string>(), s["offered_rps"].get<double>(),
+        s["achieved_rps"].get<double>(), s["p50_ms"].get<double>(), s["p99_ms"].get<double>(),
+        s["errors"].get<uint64_t>() + s["unfinished"].get<uint64_t>(), s["shed"].get<uint64_t>(),
+        s["client_late_p99_ms"].get<double>(), us["epp"].get<double>(), us["client"].get<double>(),
+        cores["epp"].get<double>(), cores["client"].get<double>(), cores["machine"].get<double>(),
+        v.empty() ? "(passed)" : v);
   }
   return md;
 }

@@ -96,7 +96,8 @@ bool TcpByteMeter::dump(int family, std::map<std::string, Counts>& into) const {
   query.request.idiag_ext = 1u << (INET_DIAG_INFO - 1);
   query.filter.rta_type = INET_DIAG_REQ_BYTECODE;
   query.filter.rta_len = static_cast<uint16_t>(RTA_LENGTH(filter_bytes));
-  iovec parts[2] = {{&query, sizeof(query)}, {const_cast<inet_diag_bc_op*>(filter.data()), filter_bytes}};
+  iovec parts[2] = {{&query, sizeof(query)},
+                    {const_cast<inet_diag_bc_op*>(filter.data()), filter_bytes}};
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
   msghdr message{};
@@ -117,7 +118,8 @@ bool TcpByteMeter::dump(int family, std::map<std::string, Counts>& into) const {
       break;
     }
     int left = static_cast<int>(n);
-    for (auto* h = reinterpret_cast<nlmsghdr*>(buffer.data()); NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+    for (auto* h = reinterpret_cast<nlmsghdr*>(buffer.data()); NLMSG_OK(h, left);
+         h = NLMSG_NEXT(h, left)) {
       if (h->nlmsg_type == NLMSG_DONE) {
         done = true;
         break;
@@ -132,17 +134,19 @@ bool TcpByteMeter::dump(int family, std::map<std::string, Counts>& into) const {
         continue;
       }
       int attr_left = static_cast<int>(h->nlmsg_len - NLMSG_LENGTH(sizeof(*msg)));
-      for (auto* a = reinterpret_cast<rtattr*>(const_cast<inet_diag_msg*>(msg) + 1); RTA_OK(a, attr_left);
-           a = RTA_NEXT(a, attr_left)) {
+      for (auto* a = reinterpret_cast<rtattr*>(const_cast<inet_diag_msg*>(msg) + 1);
+           RTA_OK(a, attr_left); a = RTA_NEXT(a, attr_left)) {
         if (a->rta_type != INET_DIAG_INFO) {
           continue;
         }
         // The kernel's tcp_info may be shorter (older kernel) or longer than these headers'.
         tcp_info info{};
         std::memcpy(&info, RTA_DATA(a), std::min<std::size_t>(RTA_PAYLOAD(a), sizeof(info)));
-        const std::string key = endpoint(msg->idiag_family, msg->id.idiag_src, msg->id.idiag_sport) +
-                                " " + endpoint(msg->idiag_family, msg->id.idiag_dst, msg->id.idiag_dport);
-        into[key] = {static_cast<double>(info.tcpi_bytes_received), static_cast<double>(info.tcpi_bytes_sent)};
+        const std::string key =
+            endpoint(msg->idiag_family, msg->id.idiag_src, msg->id.idiag_sport) + " " +
+            endpoint(msg->idiag_family, msg->id.idiag_dst, msg->id.idiag_dport);
+        into[key] = {static_cast<double>(info.tcpi_bytes_received),
+                     static_cast<double>(info.tcpi_bytes_sent)};
       }
     }
   }

@@ -284,11 +284,15 @@ class Runner {
  public:
   Runner(const workload::Trace& trace, const RunnerConfig& config,
          const std::function<void(const RequestRecord&)>& on_record)
-      : trace_(trace), config_(config), on_record_(on_record), arrival_timer_(ioc_),
+      : trace_(trace),
+        config_(config),
+        on_record_(on_record),
+        arrival_timer_(ioc_),
         wall_timer_(ioc_) {
     auto url = http::parse_url(config.url);
     if (!url) {
-      throw std::invalid_argument("bad target URL '" + config.url + "' (expected http://host:port)");
+      throw std::invalid_argument("bad target URL '" + config.url +
+                                  "' (expected http://host:port)");
     }
     endpoint_ = loopback_endpoint(url->host, url->port);
     target_ = url->base_path + std::string(api_path(config.request.api));
@@ -300,8 +304,8 @@ class Runner {
           "runner config: need max_requests >= 1, max_duration_s > 0, request_timeout_s > 0, "
           "max_in_flight in [1, 4096]");
     }
-    planned_ = std::min<std::size_t>(trace.requests.size(),
-                                     static_cast<std::size_t>(config.max_requests));
+    planned_ =
+        std::min<std::size_t>(trace.requests.size(), static_cast<std::size_t>(config.max_requests));
   }
 
   RunResult run() {
@@ -404,8 +408,7 @@ class Runner {
     Exchange ex;
     ex.method = "POST";
     ex.target = target_;
-    ex.body = s.conversation.body(trace_.question(tr), tr.max_tokens, tr.priority,
-                                  config_.request);
+    ex.body = s.conversation.body(trace_.question(tr), tr.max_tokens, tr.priority, config_.request);
     record->prompt_words = s.conversation.last_prompt_words();
     ex.headers = config_.headers;
     auto note_slo = [&record](const std::string& name, const std::string& value) {
@@ -424,8 +427,8 @@ class Runner {
       note_slo(name, value);
     }
     ex.headers.push_back({"x-request-id", "loadclient-" + std::to_string(tr.index)});
-    ex.timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(config_.request_timeout_s * 1000.0));
+    ex.timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(config_.request_timeout_s * 1000.0));
 
     auto acc = std::make_shared<ResponseAccumulator>();
     auto sse = std::make_shared<SseParser>(
@@ -607,7 +610,9 @@ FetchResult fetch(const std::string& host, uint16_t port, const std::string& met
   const auto endpoint = loopback_endpoint(host, port);
   auto conn = std::make_shared<Connection>(ioc, endpoint);
   const auto t0 = Clock::now();
-  auto since = [t0] { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
+  auto since = [t0] {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
   Exchange ex{method, target, body, headers, timeout};
   ExchangeHandlers h;
   h.on_headers = [&result](int status, std::vector<http::Header> hs, bool chunked) {

@@ -28,11 +28,11 @@ namespace llmd::loadclient {
 struct RunnerConfig {
   std::string url = "http://127.0.0.1:8080";  // base URL; the API path is appended
   RequestOptions request;
-  std::vector<http::Header> headers;          // sent with every request
-  int64_t max_requests = 10000;               // >= 1
-  double max_duration_s = 600;                // wall-clock cap (> 0)
-  double request_timeout_s = 300;             // per request (> 0)
-  int max_in_flight = 256;                    // concurrent requests / connections [1, 4096]
+  std::vector<http::Header> headers;  // sent with every request
+  int64_t max_requests = 10000;       // >= 1
+  double max_duration_s = 600;        // wall-clock cap (> 0)
+  double request_timeout_s = 300;     // per request (> 0)
+  int max_in_flight = 256;            // concurrent requests / connections [1, 4096]
 };
 
 struct RunResult {
@@ -52,9 +52,9 @@ bool is_loopback_host(const std::string& host);
 // One request, synchronously (tests and tools): the whole exchange with body pieces as they
 // arrived. Loopback only; bounded by `timeout`.
 struct FetchResult {
-  int status = 0;  // 0 = no response (see error)
-  std::vector<http::Header> headers;  // names lower-case
-  std::string body;                    // de-chunked
+  int status = 0;                                      // 0 = no response (see error)
+  std::vector<http::Header> headers;                   // names lower-case
+  std::string body;                                    // de-chunked
   std::vector<std::pair<double, std::string>> pieces;  // (ms since the request was sent, bytes)
   bool chunked = false;
   bool keep_alive = false;

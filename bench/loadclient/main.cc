@@ -187,13 +187,13 @@ int run(int argc, char** argv) {
     }
   }
   const auto& all = summary["overall"];
-  std::printf("requests %lld, success %.3f, TTFT p50 %.1f ms p99 %.1f ms, TPOT p50 %.2f ms, "
-              "output %.0f tok/s, prefix hit %.2f -> %s\n",
-              static_cast<long long>(all["requests"].get<int64_t>()),
-              all["success_rate"].get<double>(), all["ttft_ms"]["p50"].get<double>(),
-              all["ttft_ms"]["p99"].get<double>(), all["tpot_ms"]["p50"].get<double>(),
-              all["output_tokens_per_s"].get<double>(),
-              all["prefix_cache_hit_ratio"].get<double>(), out_dir.string().c_str());
+  std::printf(
+      "requests %lld, success %.3f, TTFT p50 %.1f ms p99 %.1f ms, TPOT p50 %.2f ms, "
+      "output %.0f tok/s, prefix hit %.2f -> %s\n",
+      static_cast<long long>(all["requests"].get<int64_t>()), all["success_rate"].get<double>(),
+      all["ttft_ms"]["p50"].get<double>(), all["ttft_ms"]["p99"].get<double>(),
+      all["tpot_ms"]["p50"].get<double>(), all["output_tokens_per_s"].get<double>(),
+      all["prefix_cache_hit_ratio"].get<double>(), out_dir.string().c_str());
   return 0;
 }
 

@@ -113,7 +113,9 @@ void Conversation::answer(std::string text) {
   pending_.clear();
 }
 
-void Conversation::drop_question() { pending_.clear(); }
+void Conversation::drop_question() {
+  pending_.clear();
+}
 
 void ResponseAccumulator::on_event(std::string_view data, double t_ms) {
   ++events_;
@@ -124,7 +126,9 @@ void ResponseAccumulator::on_event(std::string_view data, double t_ms) {
   on_json(data, t_ms, false);
 }
 
-void ResponseAccumulator::on_body(std::string_view body, double t_ms) { on_json(body, t_ms, true); }
+void ResponseAccumulator::on_body(std::string_view body, double t_ms) {
+  on_json(body, t_ms, true);
+}
 
 void ResponseAccumulator::on_json(std::string_view data, double t_ms, bool whole) {
   Json j = Json::parse(data, nullptr, false);

@@ -19,7 +19,7 @@ struct RequestOptions {
   std::string model = "meta-llama/Llama-3.1-8B-Instruct";
   bool stream = true;
   bool include_usage = true;
-  bool ignore_eos = true;       // vLLM extension: generate exactly max_tokens
+  bool ignore_eos = true;  // vLLM extension: generate exactly max_tokens
   // Where a request's priority goes: always `nvext.agent_hints.priority` (EPP polarity, higher
   // = more important); with vllm_priority also vLLM's `priority` field (negated: lower first).
   bool vllm_priority = false;

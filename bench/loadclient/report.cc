@@ -15,8 +15,8 @@ namespace {
 using Json = nlohmann::json;
 
 Json to_json(const Percentiles& p, double scale) {
-  return Json{{"count", p.count},       {"mean", p.mean * scale}, {"p50", p.p50 * scale},
-              {"p90", p.p90 * scale},   {"p95", p.p95 * scale},   {"p99", p.p99 * scale},
+  return Json{{"count", p.count},     {"mean", p.mean * scale}, {"p50", p.p50 * scale},
+              {"p90", p.p90 * scale}, {"p95", p.p95 * scale},   {"p99", p.p99 * scale},
               {"max", p.max * scale}};
 }
 
@@ -74,9 +74,8 @@ Json summarize_group(const std::vector<const RequestRecord*>& rs, double scale) 
       slo_met += ttft_ok && tpot_ok ? 1 : 0;
     }
   }
-  const double span_s = first_send >= 0 && last_end > first_send
-                            ? (last_end - first_send) * scale / 1000.0
-                            : 0.0;
+  const double span_s =
+      first_send >= 0 && last_end > first_send ? (last_end - first_send) * scale / 1000.0 : 0.0;
   Json j;
   j["requests"] = static_cast<int64_t>(rs.size());
   j["success"] = ok;
@@ -220,19 +219,21 @@ std::string comparison_table(const std::vector<std::pair<std::string, Json>>& ru
     std::function<std::string(const Json& overall)> value;
   };
   // "-" when a summary lacks the field (an older summary.json, or no SLOs sent).
-  auto number = [](const char* group, const char* field, int decimals,
-                   const char* unit = "", double factor = 1) {
+  auto number = [](const char* group, const char* field, int decimals, const char* unit = "",
+                   double factor = 1) {
     return [=](const Json& o) -> std::string {
-      const Json* v = group[0] == '\0' ? (o.contains(field) ? &o[field] : nullptr)
-                      : (o.contains(group) && o[group].contains(field) ? &o[group][field]
-                                                                        : nullptr);
+      const Json* v =
+          group[0] == '\0'
+              ? (o.contains(field) ? &o[field] : nullptr)
+              : (o.contains(group) && o[group].contains(field) ? &o[group][field] : nullptr);
       return v != nullptr && v->is_number()
                  ? fmt::format("{:.{}f}{}", v->get<double>() * factor, decimals, unit)
                  : "-";
     };
   };
   const std::vector<Row> rows = {
-      {"requests answered", [](const Json& o) -> std::string {
+      {"requests answered",
+       [](const Json& o) -> std::string {
          return o.contains("success") && o.contains("requests")
                     ? fmt::format("{} / {}", o["success"].get<int64_t>(),
                                   o["requests"].get<int64_t>())

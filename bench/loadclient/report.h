@@ -26,24 +26,26 @@ struct RequestRecord {
   int stage = 0;
   uint64_t session = 0;
   int64_t turn = 0;
-  double scheduled_ms = 0;       // trace arrival time, from the run start
-  double sent_ms = -1;           // when the request was written
-  double first_token_ms = -1;    // first content chunk
-  double end_ms = -1;            // response complete (or failed)
-  int status = 0;                // HTTP status; 0 = transport failure / not answered
+  double scheduled_ms = 0;     // trace arrival time, from the run start
+  double sent_ms = -1;         // when the request was written
+  double first_token_ms = -1;  // first content chunk
+  double end_ms = -1;          // response complete (or failed)
+  int status = 0;              // HTTP status; 0 = transport failure / not answered
   bool ok = false;
   std::string error;
-  int64_t prompt_words = 0;      // client-side count of the prompt
+  int64_t prompt_words = 0;  // client-side count of the prompt
   int64_t max_tokens = 0;
-  int64_t prompt_tokens = -1;    // usage (-1 when absent)
+  int64_t prompt_tokens = -1;  // usage (-1 when absent)
   int64_t completion_tokens = -1;
   int64_t cached_tokens = -1;
   int64_t content_chunks = 0;
-  std::string endpoint;          // x-gateway-destination-endpoint (EPP) or the target
+  std::string endpoint;  // x-gateway-destination-endpoint (EPP) or the target
   std::optional<double> slo_ttft_ms;
   std::optional<double> slo_tpot_ms;
 
-  int64_t output_tokens() const { return completion_tokens >= 0 ? completion_tokens : content_chunks; }
+  int64_t output_tokens() const {
+    return completion_tokens >= 0 ? completion_tokens : content_chunks;
+  }
   double ttft_ms() const { return first_token_ms >= 0 ? first_token_ms - sent_ms : -1; }
   double e2e_ms() const { return end_ms - sent_ms; }
   std::optional<double> tpot_ms() const;
@@ -64,7 +66,7 @@ struct SummaryInfo {
   uint64_t seed = 0;
   double time_scale = 1.0;
   double wall_ms = 0;
-  int64_t not_sent = 0;    // trace requests never sent (caps)
+  int64_t not_sent = 0;  // trace requests never sent (caps)
   bool stopped_by_wall_cap = false;
 };
 

@@ -53,7 +53,8 @@ void SseParser::on_line(std::string_view line) {
   if (field != "data") {
     return;
   }
-  std::string_view value = colon == std::string_view::npos ? std::string_view{} : line.substr(colon + 1);
+  std::string_view value =
+      colon == std::string_view::npos ? std::string_view{} : line.substr(colon + 1);
   if (!value.empty() && value.front() == ' ') {
     value.remove_prefix(1);
   }

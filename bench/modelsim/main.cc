@@ -41,7 +41,8 @@ void add_options(config::Options& o) {
   o.add("write-timeout-ms", "MODELSIM_WRITE_TIMEOUT_MS", "30000",
         "Connection dropped when the client does not read for this long");
   o.add("max-connections", "MODELSIM_MAX_CONNECTIONS", "8192", "Open connections, all pods");
-  o.add("api-key", "MODELSIM_API_KEY", "", "Require 'Authorization: Bearer <key>' on /v1/* (vLLM's --api-key)");
+  o.add("api-key", "MODELSIM_API_KEY", "",
+        "Require 'Authorization: Bearer <key>' on /v1/* (vLLM's --api-key)");
   o.add("log-level", "LOG_LEVEL", "info", "trace | debug | info | warn | error");
 }
 

@@ -40,7 +40,8 @@ struct ModelSim::Impl {
     std::size_t listener = 0;
   };
 
-  // The server core answers its own errors (413, 431, 400) as OpenAI error objects, and a stopping simulator drops its connections at once.
+  // The server core answers its own errors (413, 431, 400) as OpenAI error objects, and a stopping
+  // simulator drops its connections at once.
   static http::StreamServerOptions server_options(http::StreamServerOptions o) {
     o.server_name = "modelsim";
     o.drain_timeout = std::chrono::milliseconds(0);
@@ -56,7 +57,7 @@ struct ModelSim::Impl {
       : config(std::move(c)),
         t0(Clock::now()),
         server(server_options(config.server), [this](std::size_t listener, http::Request&& request,
-                                     http::ResponseStreamPtr stream) {
+                                                     http::ResponseStreamPtr stream) {
           handle(listener, std::move(request), std::move(stream));
         }) {
     if (config.pods < 1 || config.pods > 1024) {
@@ -89,8 +90,7 @@ struct ModelSim::Impl {
       auto& h = hosts[static_cast<std::size_t>(i)];
       h.pod = std::make_unique<Pod>(pc, now_ms());
       h.strand = server.make_strand();
-      const uint16_t port =
-          config.base_port == 0 ? 0 : static_cast<uint16_t>(config.base_port + i);
+      const uint16_t port = config.base_port == 0 ? 0 : static_cast<uint16_t>(config.base_port + i);
       h.listener = server.listen(port);
     }
   }
@@ -145,7 +145,8 @@ struct ModelSim::Impl {
     const uint64_t key = h.pod->handle_inference(std::move(r), id, stream, unix_seconds(), now);
     if (key != 0) {
       stream->on_disconnect([this, &h, key] {
-        with_pod(h, [&h, key](double t) { h.pod->client_gone(key, t); }, false);
+        with_pod(
+            h, [&h, key](double t) { h.pod->client_gone(key, t); }, false);
       });
     }
   }
@@ -165,23 +166,23 @@ struct ModelSim::Impl {
       if (!post) {
         return stream->respond(error_response(405, "Method Not Allowed"));
       }
-      auto parsed = parse_inference_request(path == "/v1/chat/completions", req.body,
-                                            config.protocol);
+      auto parsed =
+          parse_inference_request(path == "/v1/chat/completions", req.body, config.protocol);
       if (auto* err = std::get_if<ProtocolError>(&parsed)) {
         return stream->respond(error_response(*err));
       }
       auto id = request_id(req, listener);
-      auto submit = [this, &h, r = std::get<InferenceRequest>(std::move(parsed)), id, stream](
-                        double now) mutable {
+      auto submit = [this, &h, r = std::get<InferenceRequest>(std::move(parsed)), id,
+                     stream](double now) mutable {
         if (const double delay = h.pod->slow_delay_ms(now); delay > 0) {
           // Slow fault: the request reaches the engine later (checked once, not re-delayed).
-          h.strand->post_after(
-              std::chrono::milliseconds(static_cast<int64_t>(delay)),
-              [this, &h, r = std::move(r), id, stream]() mutable {
-                with_pod(h, [this, &h, r = std::move(r), id, stream](double t) mutable {
-                  start_inference(h, std::move(r), id, stream, t);
-                });
-              });
+          h.strand->post_after(std::chrono::milliseconds(static_cast<int64_t>(delay)),
+                               [this, &h, r = std::move(r), id, stream]() mutable {
+                                 with_pod(
+                                     h, [this, &h, r = std::move(r), id, stream](double t) mutable {
+                                       start_inference(h, std::move(r), id, stream, t);
+                                     });
+                               });
           return;
         }
         start_inference(h, std::move(r), id, stream, now);
@@ -198,16 +199,19 @@ struct ModelSim::Impl {
         const FaultSpec f = std::get<FaultSpec>(parsed);
         spdlog::info("modelsim: pod {} fault {} for {} ms", listener, fault_mode_name(f.mode),
                      f.duration_ms);
-        with_pod(h, [&h, f, stream](double now) { stream->respond(h.pod->set_fault(f, now)); },
-                 false);
+        with_pod(
+            h, [&h, f, stream](double now) { stream->respond(h.pod->set_fault(f, now)); }, false);
         return;
       }
       if (get) {
-        with_pod(h, [&h, stream](double now) {
-          stream->respond(http::Response::json(
-              200, Json{{"pod", h.pod->config().index},
-                        {"mode", fault_mode_name(h.pod->fault_mode(now))}}));
-        }, false);
+        with_pod(
+            h,
+            [&h, stream](double now) {
+              stream->respond(http::Response::json(
+                  200, Json{{"pod", h.pod->config().index},
+                            {"mode", fault_mode_name(h.pod->fault_mode(now))}}));
+            },
+            false);
         return;
       }
       return stream->respond(http::Response::detail(405, "Method Not Allowed"));
@@ -220,7 +224,8 @@ struct ModelSim::Impl {
     } else if (path == "/metrics") {
       with_pod(h, [&h, stream](double now) { stream->respond(h.pod->metrics(now)); });
     } else if (path == "/admin/state") {
-      with_pod(h, [&h, stream](double now) { stream->respond(h.pod->state(now)); }, false);
+      with_pod(
+          h, [&h, stream](double now) { stream->respond(h.pod->state(now)); }, false);
     } else if (path == "/v1/models") {
       const auto& model = config.protocol.model_name;
       auto body = Json{{"object", "list"},
@@ -247,8 +252,8 @@ struct ModelSim::Impl {
   const ModelSimConfig config;
   const Clock::time_point t0;
   std::atomic<uint64_t> next_request{1};
-  http::StreamServer server;      // owns the io_context: declared before the hosts that use it
-  std::vector<Host> hosts;  // destroyed first (their timers need the io_context)
+  http::StreamServer server;  // owns the io_context: declared before the hosts that use it
+  std::vector<Host> hosts;    // destroyed first (their timers need the io_context)
 };
 
 ModelSim::ModelSim(ModelSimConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
@@ -259,10 +264,16 @@ uint16_t ModelSim::port(int pod) const {
   return impl_->server.port(impl_->hosts.at(static_cast<std::size_t>(pod)).listener);
 }
 
-int ModelSim::pods() const { return static_cast<int>(impl_->hosts.size()); }
+int ModelSim::pods() const {
+  return static_cast<int>(impl_->hosts.size());
+}
 
-void ModelSim::run(bool handle_signals) { impl_->server.run(handle_signals); }
+void ModelSim::run(bool handle_signals) {
+  impl_->server.run(handle_signals);
+}
 
-void ModelSim::stop() { impl_->server.stop(); }
+void ModelSim::stop() {
+  impl_->server.stop();
+}
 
 }  // namespace llmd::modelsim

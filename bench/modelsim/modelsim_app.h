@@ -16,12 +16,12 @@
 namespace llmd::modelsim {
 
 struct ModelSimConfig {
-  int pods = 1;                       // [1, 1024]
-  uint16_t base_port = 9100;          // pod i listens on base_port + i (0: any free ports)
-  int slow_pods = 0;                  // the last `slow_pods` pods use `slow_profile`
-  sim::EngineConfig engine;           // pod i gets engine.seed + i
+  int pods = 1;               // [1, 1024]
+  uint16_t base_port = 9100;  // pod i listens on base_port + i (0: any free ports)
+  int slow_pods = 0;          // the last `slow_pods` pods use `slow_profile`
+  sim::EngineConfig engine;   // pod i gets engine.seed + i
   sim::GpuProfile slow_profile = sim::slow_profile();
-  double time_scale = 1.0;            // 10 = ten times faster than real time
+  double time_scale = 1.0;  // 10 = ten times faster than real time
   ProtocolConfig protocol;
   http::StreamServerOptions server;
   // Like vLLM's --api-key: /v1/* requests without "Authorization: Bearer <key>" get 401.

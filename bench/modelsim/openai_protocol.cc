@@ -212,8 +212,8 @@ http::Response error_response(const ProtocolError& e) {
 
 http::Response error_response(int status, std::string message) {
   return error_response(ProtocolError{status, std::move(message),
-                                      status >= 500 ? "server_error" : "invalid_request_error",
-                                      "", ""});
+                                      status >= 500 ? "server_error" : "invalid_request_error", "",
+                                      ""});
 }
 
 ResponseFormatter::ResponseFormatter(bool chat, std::string id, int64_t created, std::string model,
@@ -232,11 +232,10 @@ std::string ResponseFormatter::role_chunk() const {
          {"object", "chat.completion.chunk"},
          {"created", created_},
          {"model", model_},
-         {"choices",
-          Json::array({Json{{"index", 0},
-                            {"delta", {{"role", "assistant"}, {"content", ""}}},
-                            {"logprobs", nullptr},
-                            {"finish_reason", nullptr}}})}};
+         {"choices", Json::array({Json{{"index", 0},
+                                       {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                       {"logprobs", nullptr},
+                                       {"finish_reason", nullptr}}})}};
   return "data: " + j.dump() + "\n\n";
 }
 

@@ -64,8 +64,7 @@ struct Usage {
 class ResponseFormatter {
  public:
   // `choices`: one per prompt of a completions batch, all carrying the generated text.
-  ResponseFormatter(bool chat, std::string id, int64_t created, std::string model,
-                    int choices = 1);
+  ResponseFormatter(bool chat, std::string id, int64_t created, std::string model, int choices = 1);
 
   const std::string& id() const { return id_; }
   // Chat streams open with a role chunk (delta {"role":"assistant","content":""}); empty for

@@ -27,7 +27,8 @@ std::vector<http::Header> Pod::response_headers(const std::string& request_id) c
 }
 
 uint64_t Pod::handle_inference(InferenceRequest request, const std::string& request_id,
-                               http::ResponseStreamPtr stream, int64_t created_unix_s, double wall_ms) {
+                               http::ResponseStreamPtr stream, int64_t created_unix_s,
+                               double wall_ms) {
   advance(wall_ms);
   const FaultMode mode = fault_mode(wall_ms);
   if (mode == FaultMode::kError) {
@@ -103,19 +104,18 @@ http::Response Pod::set_fault(const FaultSpec& fault, double wall_ms) {
     clock_.thaw(wall_ms);
   }
   fault_ = fault;
-  fault_until_ = fault.mode != FaultMode::kNone && fault.duration_ms > 0 ? wall_ms + fault.duration_ms
-                                                                         : kInf;
+  fault_until_ =
+      fault.mode != FaultMode::kNone && fault.duration_ms > 0 ? wall_ms + fault.duration_ms : kInf;
   if (fault.mode == FaultMode::kStall) {
     clock_.freeze(wall_ms);
   }
   if (fault.mode != FaultMode::kStall && !held_.empty()) {
     advance(wall_ms);  // releases what a previous stall held
   }
-  return http::Response::json(
-      200, Json{{"pod", config_.index},
-                {"mode", fault_mode_name(fault_.mode)},
-                {"duration_ms", fault_.duration_ms},
-                {"after_tokens", fault_.after_tokens}});
+  return http::Response::json(200, Json{{"pod", config_.index},
+                                        {"mode", fault_mode_name(fault_.mode)},
+                                        {"duration_ms", fault_.duration_ms},
+                                        {"after_tokens", fault_.after_tokens}});
 }
 
 void Pod::advance(double wall_ms) {
@@ -177,8 +177,8 @@ void Pod::run_engine(double wall_ms) {
           }
           l.out += ResponseFormatter::done_chunk();
         } else {
-          auto r = http::Response::text(200, l.format.full_response(l.text, usage),
-                                        "application/json");
+          auto r =
+              http::Response::text(200, l.format.full_response(l.text, usage), "application/json");
           r.headers = {{"x-modelsim-pod", std::to_string(config_.index)}};
           l.stream->respond(std::move(r));
           live_.erase(it);
@@ -236,29 +236,28 @@ http::Response Pod::state(double wall_ms) {
   advance(wall_ms);
   const auto m = engine_.metrics();
   const auto& c = config_.engine;
-  return http::Response::json(
-      200, Json{{"pod", config_.index},
-                {"profile", c.profile.name},
-                {"model", config_.protocol.model_name},
-                {"time_scale", config_.time_scale},
-                {"scheduling_policy", sim::policy_name(c.policy)},
-                {"fault", fault_mode_name(fault_.mode)},
-                {"sim_now_ms", m.now_ms},
-                {"num_running", m.num_running},
-                {"num_waiting", m.num_waiting},
-                {"kv_usage", m.kv_usage},
-                {"num_gpu_blocks", m.num_gpu_blocks},
-                {"num_free_blocks", m.num_free_blocks},
-                {"num_cached_blocks", m.num_cached_blocks},
-                {"prefix_cache_queries", m.prefix_cache_queries},
-                {"prefix_cache_hits", m.prefix_cache_hits},
-                {"num_preemptions", m.num_preemptions},
-                {"num_evictions", m.num_evictions},
-                {"requests_finished", m.requests_finished},
-                {"requests_aborted", m.requests_aborted},
-                {"generation_tokens", m.generation_tokens},
-                {"steps", m.steps},
-                {"live_requests", live_.size()}});
+  return http::Response::json(200, Json{{"pod", config_.index},
+                                        {"profile", c.profile.name},
+                                        {"model", config_.protocol.model_name},
+                                        {"time_scale", config_.time_scale},
+                                        {"scheduling_policy", sim::policy_name(c.policy)},
+                                        {"fault", fault_mode_name(fault_.mode)},
+                                        {"sim_now_ms", m.now_ms},
+                                        {"num_running", m.num_running},
+                                        {"num_waiting", m.num_waiting},
+                                        {"kv_usage", m.kv_usage},
+                                        {"num_gpu_blocks", m.num_gpu_blocks},
+                                        {"num_free_blocks", m.num_free_blocks},
+                                        {"num_cached_blocks", m.num_cached_blocks},
+                                        {"prefix_cache_queries", m.prefix_cache_queries},
+                                        {"prefix_cache_hits", m.prefix_cache_hits},
+                                        {"num_preemptions", m.num_preemptions},
+                                        {"num_evictions", m.num_evictions},
+                                        {"requests_finished", m.requests_finished},
+                                        {"requests_aborted", m.requests_aborted},
+                                        {"generation_tokens", m.generation_tokens},
+                                        {"steps", m.steps},
+                                        {"live_requests", live_.size()}});
 }
 
 }  // namespace llmd::modelsim

@@ -66,8 +66,8 @@ class Pod {
     InferenceRequest request;
     http::ResponseStreamPtr stream;
     ResponseFormatter format;
-    std::string text;    // non-streaming: the answer so far
-    std::string out;     // streaming: chunks to write at the end of this advance()
+    std::string text;  // non-streaming: the answer so far
+    std::string out;   // streaming: chunks to write at the end of this advance()
     int64_t tokens = 0;
     int64_t close_after = 0;  // "close" fault: cut after this many chunks (0 = never)
     bool finished = false;

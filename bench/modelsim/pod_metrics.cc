@@ -18,10 +18,10 @@ const prometheus::Histogram::BucketBoundaries kTtftBuckets = {
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
     1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
 const prometheus::Histogram::BucketBoundaries kTpotBuckets = {
-    0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,  0.3,  0.4, 0.5,
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
     0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
 const prometheus::Histogram::BucketBoundaries kLatencyBuckets = {
-    0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+    0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
     30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 
 }  // namespace
@@ -170,6 +170,8 @@ void PodMetrics::update(const sim::SimMetrics& m) {
   Impl::advance(i.generation_tokens, i.last_generation, m.generation_tokens);
 }
 
-std::string PodMetrics::serialize() const { return metrics::serialize(impl_->registry); }
+std::string PodMetrics::serialize() const {
+  return metrics::serialize(impl_->registry);
+}
 
 }  // namespace llmd::modelsim

@@ -14,7 +14,8 @@ class SimClock {
   double scale() const { return scale_; }
   bool frozen() const { return frozen_; }
   double sim(double wall_ms) const {
-    return frozen_ || wall_ms <= wall_base_ ? sim_base_ : sim_base_ + (wall_ms - wall_base_) * scale_;
+    return frozen_ || wall_ms <= wall_base_ ? sim_base_
+                                            : sim_base_ + (wall_ms - wall_base_) * scale_;
   }
   // Wall time at which the simulated clock reaches `sim_ms` (+inf while frozen).
   double wall_at(double sim_ms) const {

@@ -90,8 +90,10 @@ double wait_for_quiet(double& budget_s, const std::vector<pid_t>& predictors) {
     if (load < 0.3 || budget_s <= 0) {
       return load;
     }
-    std::cerr << fmt::format("  waiting: other processes use {:.2f} cores ({:.0f} s of wait "
-                             "budget left)\n", load, budget_s);
+    std::cerr << fmt::format(
+        "  waiting: other processes use {:.2f} cores ({:.0f} s of wait "
+        "budget left)\n",
+        load, budget_s);
     std::this_thread::sleep_for(std::chrono::seconds(1));
     budget_s -= 1.5;
   }
@@ -104,8 +106,8 @@ struct ClientCounters {
   double batches = 0;
   double rows = 0;
   double callers = 0;
-  std::vector<double> dispatches;         // per replica, every attempt
-  std::map<std::string, double> errors;   // by kind
+  std::vector<double> dispatches;        // per replica, every attempt
+  std::map<std::string, double> errors;  // by kind
 };
 
 ClientCounters read_counters(const prometheus::Registry& registry,
@@ -174,7 +176,7 @@ struct StepResult {
   uint64_t unsent = 0;     // arrivals the generator never issued (hard stop; overload only)
   double achieved = 0;     // ok per second over the real span
   double avg_ms = 0, p50_ms = 0, p99_ms = 0, p999_ms = 0;  // from scheduled time, all calls
-  double lag_p99_ms = 0;   // scheduled -> predict() called (the generator's own delay)
+  double lag_p99_ms = 0;  // scheduled -> predict() called (the generator's own delay)
   double rows_per_batch = 0, callers_per_batch = 0;
   std::vector<double> replica_share;  // dispatches per replica, %
   std::map<std::string, double> errors;
@@ -186,13 +188,12 @@ struct StepResult {
 
 StepResult run_step(PredictorClient& client, const prometheus::Registry& registry,
                     const std::vector<std::string>& urls,
-                    const std::vector<std::vector<features::FeatureInput>>& requests,
-                    double rate, double duration_s, std::size_t rows,
-                    const std::vector<pid_t>& predictors) {
+                    const std::vector<std::vector<features::FeatureInput>>& requests, double rate,
+                    double duration_s, std::size_t rows, const std::vector<pid_t>& predictors) {
   const auto deadline = client.config().request_deadline;
   const auto start = Clock::now() + std::chrono::milliseconds(50);
-  const auto span = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(duration_s));
+  const auto span =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration_s));
   const auto end = start + span;
   // Overload guard: past this the generator stops issuing (counted as unsent), so a step can
   // never run away; a healthy step ends long before it.
@@ -210,9 +211,9 @@ StepResult run_step(PredictorClient& client, const prometheus::Registry& registr
   const ClientCounters before = read_counters(registry, urls);
   const CpuSample cpu0 = cpu_sample(predictors);
   for (uint64_t i = 0;; ++i) {
-    const auto scheduled = start + std::chrono::duration_cast<Clock::duration>(
-                                       std::chrono::duration<double>(
-                                           static_cast<double>(i) / rate));
+    const auto scheduled =
+        start + std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double>(static_cast<double>(i) / rate));
     if (scheduled >= end || Clock::now() >= hard_stop) {
       break;
     }
@@ -224,23 +225,22 @@ StepResult run_step(PredictorClient& client, const prometheus::Registry& registr
       peak_in_flight = std::max(peak_in_flight, ++in_flight);
       lag_all.push_back(std::chrono::duration<double, std::milli>(called - scheduled).count());
     }
-    client.predict_async(requests[i % requests.size()], called + deadline,
-                         [&, scheduled, rows](epp::PredictionResult result) {
-                           const auto done = Clock::now();
-                           std::lock_guard lock(mu);
-                           lat_all.push_back(
-                               std::chrono::duration<double, std::milli>(done - scheduled)
-                                   .count());
-                           finished_at = std::max(finished_at, done);
-                           if (result && result->size() == rows) {
-                             ++ok_all;
-                           } else {
-                             ++misses_all;
-                           }
-                           --in_flight;
-                           ++answered;
-                           all_done.notify_all();
-                         });
+    client.predict_async(
+        requests[i % requests.size()], called + deadline,
+        [&, scheduled, rows](epp::PredictionResult result) {
+          const auto done = Clock::now();
+          std::lock_guard lock(mu);
+          lat_all.push_back(std::chrono::duration<double, std::milli>(done - scheduled).count());
+          finished_at = std::max(finished_at, done);
+          if (result && result->size() == rows) {
+            ++ok_all;
+          } else {
+            ++misses_all;
+          }
+          --in_flight;
+          ++answered;
+          all_done.notify_all();
+        });
   }
   {
     // Every call is answered by its deadline (or at once); bounded wait all the same.
@@ -298,9 +298,8 @@ StepResult run_step(PredictorClient& client, const prometheus::Registry& registr
   s.self_cpu_pct = 100.0 * (cpu1.self_s - cpu0.self_s) / wall;
   s.other_cores = foreign_cores(cpu0, cpu1);
   const double predictor_core_s = cpu1.predictors_s - cpu0.predictors_s;
-  s.rows_per_core_s = predictor_core_s > 0
-                          ? static_cast<double>(s.ok * rows) / predictor_core_s
-                          : 0;
+  s.rows_per_core_s =
+      predictor_core_s > 0 ? static_cast<double>(s.ok * rows) / predictor_core_s : 0;
   return s;
 }
 
@@ -327,15 +326,15 @@ struct PythonRow {
 // Scalability": 100 endpoints per request, Go sidecar coalescing in a 1 ms window, each
 // prediction server 28 uvicorn workers on a 28-core C4 machine, 5 min per level.
 constexpr PythonRow kBlog[] = {
-    {1, "15.7", "15", "25", "25", 1},          {10, "13.5", "13", "18", "46", 1},
-    {100, "12.8", "12", "16", "46", 1},        {1000, "15.0", "15", "26", "49", 1},
-    {2500, "~19", "~17", "~36", "~65", 1},     {5000, "~27", "~23", "~74", "~99", 2},
-    {7500, "~35", "~30", "~96", "~137", 3},    {10000, "~48", "~40", "~137", "~189", 4},
+    {1, "15.7", "15", "25", "25", 1},       {10, "13.5", "13", "18", "46", 1},
+    {100, "12.8", "12", "16", "46", 1},     {1000, "15.0", "15", "26", "49", 1},
+    {2500, "~19", "~17", "~36", "~65", 1},  {5000, "~27", "~23", "~74", "~99", 2},
+    {7500, "~35", "~30", "~96", "~137", 3}, {10000, "~48", "~40", "~137", "~189", 4},
 };
 // llm-d docs, architecture/advanced/latency-predictor.md, section "Scalability" (avg, p99).
 constexpr PythonRow kArchDoc[] = {
-    {100, "3.5", "-", "46", "-", 1},    {1000, "5.0", "-", "49", "-", 2},
-    {5000, "~27", "-", "~74", "-", 2},  {7500, "~35", "-", "~96", "-", 3},
+    {100, "3.5", "-", "46", "-", 1},     {1000, "5.0", "-", "49", "-", 2},
+    {5000, "~27", "-", "~74", "-", 2},   {7500, "~35", "-", "~96", "-", 3},
     {10000, "~48", "-", "~137", "-", 4},
 };
 constexpr const char* kBlogUrl =
@@ -439,13 +438,13 @@ int main(int argc, char** argv) {
     // --- processes: trainer (trained on the synthetic law), then the predictors ---
     testing::TempDir dir;
     const uint16_t tport = testing::free_port();
-    auto trainer = std::make_unique<testing::Process>(testing::binary("trainer/trainer"),
-        std::vector<std::string>{"--host", "127.0.0.1", "--port", std::to_string(tport),
-                                 "--retraining-interval", "0.5", "--log-level", "warn",
-                                 "--ttft-model-path", dir.file("t/ttft.ubj"),
-                                 "--tpot-model-path", dir.file("t/tpot.ubj"),
-                                 "--ttft-gated-model-path", dir.file("t/ttft_gated.bin"),
-                                 "--tpot-gated-model-path", dir.file("t/tpot_gated.bin")});
+    auto trainer = std::make_unique<testing::Process>(
+        testing::binary("trainer/trainer"),
+        std::vector<std::string>{
+            "--host", "127.0.0.1", "--port", std::to_string(tport), "--retraining-interval", "0.5",
+            "--log-level", "warn", "--ttft-model-path", dir.file("t/ttft.ubj"), "--tpot-model-path",
+            dir.file("t/tpot.ubj"), "--ttft-gated-model-path", dir.file("t/ttft_gated.bin"),
+            "--tpot-gated-model-path", dir.file("t/tpot_gated.bin")});
     if (!trainer->wait_http_ok(tport)) {
       throw std::runtime_error("trainer did not start: " + trainer->log());
     }
@@ -458,14 +457,13 @@ int main(int argc, char** argv) {
       const std::string d = dir.file(fmt::format("p{}", i));
       predictors.push_back(std::make_unique<testing::Process>(
           testing::binary("predictor/predictor"),
-          std::vector<std::string>{
-              "--host", "127.0.0.1", "--port", std::to_string(port),
-              "--workers", o.str("predictor-workers"),
-              "--training-server-url", "http://127.0.0.1:" + std::to_string(tport),
-              "--log-level", "error",
-              "--local-ttft-model-path", d + "/ttft.ubj", "--local-tpot-model-path",
-              d + "/tpot.ubj", "--local-ttft-gated-model-path", d + "/ttft_gated.bin",
-              "--local-tpot-gated-model-path", d + "/tpot_gated.bin"}));
+          std::vector<std::string>{"--host", "127.0.0.1", "--port", std::to_string(port),
+                                   "--workers", o.str("predictor-workers"), "--training-server-url",
+                                   "http://127.0.0.1:" + std::to_string(tport), "--log-level",
+                                   "error", "--local-ttft-model-path", d + "/ttft.ubj",
+                                   "--local-tpot-model-path", d + "/tpot.ubj",
+                                   "--local-ttft-gated-model-path", d + "/ttft_gated.bin",
+                                   "--local-tpot-gated-model-path", d + "/tpot_gated.bin"}));
       if (!predictors.back()->wait_http_ok(port, "/readyz")) {
         throw std::runtime_error("predictor not ready: " + predictors.back()->log());
       }
@@ -489,8 +487,7 @@ int main(int argc, char** argv) {
       // Warm-up: sender threads, keep-alive connections to every replica, page faults.
       run_step(client, registry, used, requests, 1000, 1.0, static_cast<std::size_t>(rows), pids);
       for (double rate : rates) {
-        const double step_s =
-            std::max(duration, std::min(min_requests / rate, max_step));
+        const double step_s = std::max(duration, std::min(min_requests / rate, max_step));
         std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let the last step drain
         wait_for_quiet(quiet_budget, pids);
         StepResult s = run_step(client, registry, used, requests, rate, step_s,
@@ -549,7 +546,8 @@ int main(int argc, char** argv) {
         "Columns: *misses* = the call got no predictions (shed at once under overload, deadline "
         "or failure; the EPP then schedules with the composite fallback); *unsent* = arrivals "
         "the generator never issued (it stops 1 s or 20% past the step end; only under "
-        "overload); *lag p99* = scheduled time to the call, the generator's own delay; *rows/batch*, "
+        "overload); *lag p99* = scheduled time to the call, the generator's own delay; "
+        "*rows/batch*, "
         "*calls/batch* from the client's metrics; *split* = share of dispatches per replica; "
         "*pred CPU* = sum over predictor processes, % of one core; *self CPU* = this process "
         "(generator + client); *rows/core-s* = answered rows per predictor CPU-second; "
@@ -599,8 +597,8 @@ int main(int argc, char** argv) {
       md += "\nClient error counters per step (attempts; `deadline` per call):\n\n";
       for (const auto& s : results) {
         if (!s.errors.empty()) {
-          md += fmt::format("- R={} {:.0f} QPS: {}\n", s.replicas, s.offered,
-                            errors_text(s.errors));
+          md +=
+              fmt::format("- R={} {:.0f} QPS: {}\n", s.replicas, s.offered, errors_text(s.errors));
         }
       }
     }
@@ -757,10 +755,14 @@ int main(int argc, char** argv) {
         kBlogUrl, kBlogFile);
     Json py_blog = Json::array();
     for (const auto& r : kBlog) {
-      md += fmt::format("| {:.0f} | {} | {} | {} | {} | {} |\n", r.qps, r.avg, r.p50, r.p99,
-                        r.p999, r.servers);
-      py_blog.push_back(Json{{"qps", r.qps}, {"avg_ms", r.avg}, {"p50_ms", r.p50},
-                             {"p99_ms", r.p99}, {"p999_ms", r.p999}, {"servers", r.servers}});
+      md += fmt::format("| {:.0f} | {} | {} | {} | {} | {} |\n", r.qps, r.avg, r.p50, r.p99, r.p999,
+                        r.servers);
+      py_blog.push_back(Json{{"qps", r.qps},
+                             {"avg_ms", r.avg},
+                             {"p50_ms", r.p50},
+                             {"p99_ms", r.p99},
+                             {"p999_ms", r.p999},
+                             {"servers", r.servers}});
     }
     md += fmt::format(
         "\nArchitecture reference: {} (source `{}`), section \"Scalability\" (about 300 QPS of "
@@ -771,8 +773,8 @@ int main(int argc, char** argv) {
     Json py_arch = Json::array();
     for (const auto& r : kArchDoc) {
       md += fmt::format("| {:.0f} | {} | {} | {} |\n", r.qps, r.avg, r.p99, r.servers);
-      py_arch.push_back(Json{{"qps", r.qps}, {"avg_ms", r.avg}, {"p99_ms", r.p99},
-                             {"servers", r.servers}});
+      py_arch.push_back(
+          Json{{"qps", r.qps}, {"avg_ms", r.avg}, {"p99_ms", r.p99}, {"servers", r.servers}});
     }
     md += fmt::format(
         "\nNot like for like: the Python figures were measured on 28 cores per server with the "
@@ -784,27 +786,27 @@ int main(int argc, char** argv) {
     std::cout << md << std::endl;
     const std::string out = o.str("out");
     util::write_file_atomic(out + ".md", md);
-    Json j = {{"date", util::now_rfc3339()},
-              {"runtime_s", runtime_s},
-              {"machine", {{"nproc", cores}, {"cpu_model", model}}},
-              {"config",
-               {{"replicas", o.str("replicas")},
-                {"rates", o.str("rates")},
-                {"duration_s", duration},
-                {"min_requests", min_requests},
-                {"max_step_s", max_step},
-                {"rows", rows},
-                {"predictor_workers", o.integer("predictor-workers")},
-                {"deadline_ms", o.integer("deadline-ms")},
-                {"window_us", o.integer("window-us")}}},
-              {"steps", steps},
-              {"replicas_needed", needed},
-              {"rows_per_predictor_core_second", rows_per_core},
-              {"client_cores_per_1000_qps", client_cores_per_kqps},
-              {"python_reference",
-               {{"blog", {{"url", kBlogUrl}, {"source", kBlogFile}, {"rows", py_blog}}},
-                {"architecture_doc",
-                 {{"url", kArchUrl}, {"source", kArchFile}, {"rows", py_arch}}}}}};
+    Json j = {
+        {"date", util::now_rfc3339()},
+        {"runtime_s", runtime_s},
+        {"machine", {{"nproc", cores}, {"cpu_model", model}}},
+        {"config",
+         {{"replicas", o.str("replicas")},
+          {"rates", o.str("rates")},
+          {"duration_s", duration},
+          {"min_requests", min_requests},
+          {"max_step_s", max_step},
+          {"rows", rows},
+          {"predictor_workers", o.integer("predictor-workers")},
+          {"deadline_ms", o.integer("deadline-ms")},
+          {"window_us", o.integer("window-us")}}},
+        {"steps", steps},
+        {"replicas_needed", needed},
+        {"rows_per_predictor_core_second", rows_per_core},
+        {"client_cores_per_1000_qps", client_cores_per_kqps},
+        {"python_reference",
+         {{"blog", {{"url", kBlogUrl}, {"source", kBlogFile}, {"rows", py_blog}}},
+          {"architecture_doc", {{"url", kArchUrl}, {"source", kArchFile}, {"rows", py_arch}}}}}};
     util::write_file_atomic(out + ".json", j.dump(2));
     return 0;
   } catch (const std::exception& e) {

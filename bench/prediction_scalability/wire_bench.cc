@@ -100,7 +100,8 @@ void BM_StrictParseAnswer(benchmark::State& state) {
 BENCHMARK(BM_StrictParseAnswer)->Arg(1)->Arg(10);
 
 void BM_PredictorParseStrict(benchmark::State& state) {
-  const std::string body = wire::encode_bulk_request(rows(static_cast<std::size_t>(state.range(0))));
+  const std::string body =
+      wire::encode_bulk_request(rows(static_cast<std::size_t>(state.range(0))));
   std::vector<FeatureInput> out;
   for (auto _ : state) {
     benchmark::DoNotOptimize(llmd::predictor::parse_bulk_fast(body, 1, 10000, out));

@@ -185,26 +185,27 @@ int main(int argc, char** argv) {
       tdir = std::make_unique<testing::TempDir>();
       pdir = std::make_unique<testing::TempDir>();
       uint16_t tport = testing::free_port();
-      trainer = std::make_unique<testing::Process>(testing::binary("trainer/trainer"),
-          std::vector<std::string>{"--host", "127.0.0.1", "--port", std::to_string(tport),
-                                   "--retraining-interval", "0.5",
-                                   "--ttft-model-path", tdir->file("ttft.ubj"),
-                                   "--tpot-model-path", tdir->file("tpot.ubj"),
-                                   "--ttft-gated-model-path", tdir->file("ttft_gated.bin"),
-                                   "--tpot-gated-model-path", tdir->file("tpot_gated.bin")});
+      trainer = std::make_unique<testing::Process>(
+          testing::binary("trainer/trainer"),
+          std::vector<std::string>{
+              "--host", "127.0.0.1", "--port", std::to_string(tport), "--retraining-interval",
+              "0.5", "--ttft-model-path", tdir->file("ttft.ubj"), "--tpot-model-path",
+              tdir->file("tpot.ubj"), "--ttft-gated-model-path", tdir->file("ttft_gated.bin"),
+              "--tpot-gated-model-path", tdir->file("tpot_gated.bin")});
       if (!trainer->wait_http_ok(tport)) {
         throw std::runtime_error("trainer did not start: " + trainer->log());
       }
       bench::train_synthetic(tport, 5000, std::chrono::seconds(60));
       uint16_t pport = testing::free_port();
-      predictor = std::make_unique<testing::Process>(testing::binary("predictor/predictor"),
-          std::vector<std::string>{"--host", "127.0.0.1", "--port", std::to_string(pport),
-                                   "--training-server-url", "http://127.0.0.1:" + std::to_string(tport),
-                                   "--workers", o.str("workers"), "--log-level", "warn",
-                                   "--local-ttft-model-path", pdir->file("ttft.ubj"),
-                                   "--local-tpot-model-path", pdir->file("tpot.ubj"),
-                                   "--local-ttft-gated-model-path", pdir->file("ttft_gated.bin"),
-                                   "--local-tpot-gated-model-path", pdir->file("tpot_gated.bin")});
+      predictor = std::make_unique<testing::Process>(
+          testing::binary("predictor/predictor"),
+          std::vector<std::string>{
+              "--host", "127.0.0.1", "--port", std::to_string(pport), "--training-server-url",
+              "http://127.0.0.1:" + std::to_string(tport), "--workers", o.str("workers"),
+              "--log-level", "warn", "--local-ttft-model-path", pdir->file("ttft.ubj"),
+              "--local-tpot-model-path", pdir->file("tpot.ubj"), "--local-ttft-gated-model-path",
+              pdir->file("ttft_gated.bin"), "--local-tpot-gated-model-path",
+              pdir->file("tpot_gated.bin")});
       if (!predictor->wait_http_ok(pport, "/readyz")) {
         throw std::runtime_error("predictor not ready: " + predictor->log());
       }
@@ -242,21 +243,28 @@ int main(int argc, char** argv) {
         bench::command_line(argc, argv));
     Json jr = Json::array();
     for (const auto& s : results) {
-      md += fmt::format("| {} | {} | {:.1f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {} | {} | {:.0f} | {:.1f} |\n",
-                        s.offered > 0 ? fmt::format("{:.0f}", s.offered) : "closed",
-                        s.concurrency > 0 ? std::to_string(s.concurrency) : "-", s.achieved,
-                        s.avg_ms, s.p50_ms, s.p99_ms, s.p999_ms, s.ok, s.errors, s.server_cpu_pct,
-                        s.server_rss_mb);
-      jr.push_back(Json{{"offered_qps", s.offered}, {"concurrency", s.concurrency},
-                        {"achieved_qps", s.achieved}, {"avg_ms", s.avg_ms}, {"p50_ms", s.p50_ms},
-                        {"p99_ms", s.p99_ms}, {"p999_ms", s.p999_ms}, {"ok", s.ok},
-                        {"errors", s.errors}, {"server_cpu_percent", s.server_cpu_pct},
+      md += fmt::format(
+          "| {} | {} | {:.1f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {} | {} | {:.0f} | {:.1f} |\n",
+          s.offered > 0 ? fmt::format("{:.0f}", s.offered) : "closed",
+          s.concurrency > 0 ? std::to_string(s.concurrency) : "-", s.achieved, s.avg_ms, s.p50_ms,
+          s.p99_ms, s.p999_ms, s.ok, s.errors, s.server_cpu_pct, s.server_rss_mb);
+      jr.push_back(Json{{"offered_qps", s.offered},
+                        {"concurrency", s.concurrency},
+                        {"achieved_qps", s.achieved},
+                        {"avg_ms", s.avg_ms},
+                        {"p50_ms", s.p50_ms},
+                        {"p99_ms", s.p99_ms},
+                        {"p999_ms", s.p999_ms},
+                        {"ok", s.ok},
+                        {"errors", s.errors},
+                        {"server_cpu_percent", s.server_cpu_pct},
                         {"server_rss_mb", s.server_rss_mb}});
     }
     std::cout << md << std::endl;
     const std::string out = o.str("out");
     util::write_file_atomic(out + ".md", md);
-    util::write_file_atomic(out + ".json", Json{{"rows", o.integer("rows")}, {"steps", jr}}.dump(2));
+    util::write_file_atomic(out + ".json",
+                            Json{{"rows", o.integer("rows")}, {"steps", jr}}.dump(2));
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "predictor_load: " << e.what() << std::endl;

@@ -101,7 +101,8 @@ class Load {
       submit();
     }
     // The first 2 x users completions include the synchronized start: not steady state.
-    return run(requests, [&](double) { submit(); }, 2.0 * users);
+    return run(
+        requests, [&](double) { submit(); }, 2.0 * users);
   }
 
   // All at t = 0 (vLLM's offline throughput test): (input, output) lengths per request.
@@ -208,26 +209,30 @@ int main(int argc, char** argv) {
     if (!profile) {
       throw std::invalid_argument("unknown profile " + o.profile);
     }
-    std::printf("Profile `%s`, input %lld tokens (unique), output %lld +/- 20%% tokens, seed %llu.\n\n",
-                o.profile.c_str(), static_cast<long long>(o.input_len),
-                static_cast<long long>(o.output_len), static_cast<unsigned long long>(o.seed));
-    std::printf("Closed loop (N concurrent users, each sends its next request when the previous "
-                "finishes):\n\n");
-    std::printf("| concurrency | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p50 (ms) | TPOT p99 (ms) | "
-                "output tok/s | mean KV usage | preemptions |\n|---|---|---|---|---|---|---|---|\n");
+    std::printf(
+        "Profile `%s`, input %lld tokens (unique), output %lld +/- 20%% tokens, seed %llu.\n\n",
+        o.profile.c_str(), static_cast<long long>(o.input_len),
+        static_cast<long long>(o.output_len), static_cast<unsigned long long>(o.seed));
+    std::printf(
+        "Closed loop (N concurrent users, each sends its next request when the previous "
+        "finishes):\n\n");
+    std::printf(
+        "| concurrency | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p50 (ms) | TPOT p99 (ms) | "
+        "output tok/s | mean KV usage | preemptions |\n|---|---|---|---|---|---|---|---|\n");
     for (int users : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
       Load load(o, *profile);
       const int64_t requests = std::max<int64_t>(300, 10LL * users);
       auto r = load.closed(users, requests);
-      std::printf("| %d | %.1f | %.1f | %.2f | %.2f | %.0f | %.2f | %lld |\n", users,
-                  percentile(r.ttft, 0.5), percentile(r.ttft, 0.99), percentile(r.tpot, 0.5),
-                  percentile(r.tpot, 0.99), static_cast<double>(r.generated) / (r.duration_ms / 1000.0),
-                  r.kv_sum / std::max<int64_t>(1, r.kv_samples),
-                  static_cast<long long>(r.preemptions));
+      std::printf(
+          "| %d | %.1f | %.1f | %.2f | %.2f | %.0f | %.2f | %lld |\n", users,
+          percentile(r.ttft, 0.5), percentile(r.ttft, 0.99), percentile(r.tpot, 0.5),
+          percentile(r.tpot, 0.99), static_cast<double>(r.generated) / (r.duration_ms / 1000.0),
+          r.kv_sum / std::max<int64_t>(1, r.kv_samples), static_cast<long long>(r.preemptions));
     }
     std::printf("\nOpen loop (Poisson arrivals):\n\n");
-    std::printf("| QPS | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p50 (ms) | TPOT p99 (ms) | "
-                "mean KV usage |\n|---|---|---|---|---|---|\n");
+    std::printf(
+        "| QPS | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p50 (ms) | TPOT p99 (ms) | "
+        "mean KV usage |\n|---|---|---|---|---|---|\n");
     for (double qps : {1.0, 5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0}) {
       Load load(o, *profile);
       const auto requests = static_cast<int64_t>(std::max(300.0, qps * 60));
@@ -251,10 +256,11 @@ int main(int argc, char** argv) {
     }
     Load load(o, *profile);
     const double rps = load.burst(lengths);
-    std::printf("\nBurst of %zu sharegpt-preset requests at t=0 (mean input %.0f, mean output %.0f "
-                "tokens): %.1f req/s\n",
-                lengths.size(), in_sum / static_cast<double>(lengths.size()),
-                out_sum / static_cast<double>(lengths.size()), rps);
+    std::printf(
+        "\nBurst of %zu sharegpt-preset requests at t=0 (mean input %.0f, mean output %.0f "
+        "tokens): %.1f req/s\n",
+        lengths.size(), in_sum / static_cast<double>(lengths.size()),
+        out_sum / static_cast<double>(lengths.size()), rps);
     // vLLM CI latency test: 8 requests x (32 in, 128 out) at once.
     Load latency(o, *profile);
     std::vector<std::pair<int64_t, int64_t>> eight(8, {32, 128});

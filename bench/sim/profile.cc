@@ -16,7 +16,9 @@ std::string bad(std::string_view field, std::string_view problem, T value) {
 
 }  // namespace
 
-GpuProfile h100_profile() { return GpuProfile{}; }
+GpuProfile h100_profile() {
+  return GpuProfile{};
+}
 
 GpuProfile slow_profile() {
   GpuProfile p;

@@ -14,12 +14,12 @@ namespace llmd::sim {
 // times a lognormal jitter factor exp(N(0, jitter_sigma)).
 struct GpuProfile {
   std::string name = "h100";
-  double step_overhead_ms = 5.0;               // fixed cost of a forward pass (> 0)
-  double prefill_ms_per_token = 0.018;         // compute per prompt token (>= 0)
-  double decode_ms_per_seq = 0.003;            // per decoding sequence (>= 0)
+  double step_overhead_ms = 5.0;                 // fixed cost of a forward pass (> 0)
+  double prefill_ms_per_token = 0.018;           // compute per prompt token (>= 0)
+  double decode_ms_per_seq = 0.003;              // per decoding sequence (>= 0)
   double decode_ms_per_context_token = 0.00008;  // KV reads per context token (>= 0)
-  double jitter_sigma = 0.03;                  // lognormal sigma; 0 = deterministic [0, 1]
-  int64_t num_gpu_blocks = 32000;              // KV capacity in blocks (>= 1)
+  double jitter_sigma = 0.03;                    // lognormal sigma; 0 = deterministic [0, 1]
+  int64_t num_gpu_blocks = 32000;                // KV capacity in blocks (>= 1)
 };
 
 // An 8B model on one H100 80GB (the default; constants from public H100 fits, see
@@ -40,12 +40,12 @@ std::string_view policy_name(SchedulingPolicy p);
 
 struct EngineConfig {
   GpuProfile profile = h100_profile();
-  int block_size = 16;                   // tokens per KV block [1, 1024]
-  int max_num_seqs = 256;                // running sequences per step [1, 65536]
+  int block_size = 16;                    // tokens per KV block [1, 1024]
+  int max_num_seqs = 256;                 // running sequences per step [1, 65536]
   int64_t max_num_batched_tokens = 2048;  // token budget per step (chunked prefill) [1, 1<<24]
   int64_t max_model_len = 131072 + 8192;  // prompt + output limit per request [2, 1<<24]
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
-  uint64_t seed = 1;                     // jitter RNG seed
+  uint64_t seed = 1;                                            // jitter RNG seed
   std::string model_name = "meta-llama/Llama-3.1-8B-Instruct";  // seeds the block-hash chain
 
   // Empty string when valid, else "<field>: <problem> (got <value>)".

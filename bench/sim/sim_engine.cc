@@ -15,7 +15,9 @@ EngineConfig validated(EngineConfig config) {
   return config;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 }  // namespace
 
@@ -58,8 +60,8 @@ SubmitResult SimEngine::submit(SimRequest request) {
     return {false, "the prompt must contain at least one token"};
   }
   if (request.max_output_tokens < 1) {
-    return {false, "max_tokens must be at least 1, got " +
-                       std::to_string(request.max_output_tokens)};
+    return {false,
+            "max_tokens must be at least 1, got " + std::to_string(request.max_output_tokens)};
   }
   const int64_t total = request.prompt_tokens + request.max_output_tokens;
   if (total > config_.max_model_len) {
@@ -72,8 +74,7 @@ SubmitResult SimEngine::submit(SimRequest request) {
   }
   if (ceil_div(total, bs) > pool_.num_blocks()) {
     return {false, "the request needs " + std::to_string(ceil_div(total, bs)) +
-                       " KV blocks but the cache has only " +
-                       std::to_string(pool_.num_blocks())};
+                       " KV blocks but the cache has only " + std::to_string(pool_.num_blocks())};
   }
   if (static_cast<int64_t>(request.block_hashes.size()) > request.prompt_tokens / bs) {
     return {false, "more block hashes than full prompt blocks"};
@@ -83,9 +84,9 @@ SubmitResult SimEngine::submit(SimRequest request) {
   Seq& s = slots_[slot];
   s.hashes = std::move(request.block_hashes);
   const auto covered = static_cast<int64_t>(s.hashes.size()) * bs;
-  s.hashable = covered + static_cast<int64_t>(request.tail_tokens.size()) ==
-                   request.prompt_tokens &&
-               static_cast<int64_t>(request.tail_tokens.size()) < bs;
+  s.hashable =
+      covered + static_cast<int64_t>(request.tail_tokens.size()) == request.prompt_tokens &&
+      static_cast<int64_t>(request.tail_tokens.size()) < bs;
   if (s.hashable) {
     s.open_block = std::move(request.tail_tokens);
   }

@@ -31,17 +31,17 @@
 namespace llmd::sim {
 
 struct SimRequest {
-  uint64_t id = 0;                        // caller-chosen, unique among live requests
-  int64_t prompt_tokens = 0;              // >= 1
+  uint64_t id = 0;            // caller-chosen, unique among live requests
+  int64_t prompt_tokens = 0;  // >= 1
   // Chained hashes of the prompt's leading full blocks (see tokens.h); may cover fewer blocks
   // than the prompt has (the rest is not cacheable), or none (no prefix caching).
   std::vector<BlockHash> block_hashes;
   // Prompt tokens after the last hashed block. Given when block_hashes covers every full block,
   // it lets blocks filled with generated tokens be hashed and cached too (multi-turn reuse).
   std::vector<TokenId> tail_tokens;
-  int64_t max_output_tokens = 1;          // >= 1; the request always generates exactly this many
-  int priority = 0;                       // vLLM polarity: lower is served first (priority policy)
-  uint64_t output_seed = 0;               // picks the synthetic output words
+  int64_t max_output_tokens = 1;  // >= 1; the request always generates exactly this many
+  int priority = 0;               // vLLM polarity: lower is served first (priority policy)
+  uint64_t output_seed = 0;       // picks the synthetic output words
 };
 
 // Builds a request from prompt token ids (hashes every full block, keeps the tail).
@@ -50,7 +50,7 @@ SimRequest make_request(uint64_t id, const std::vector<TokenId>& prompt, BlockHa
 
 struct RequestStats {
   int64_t prompt_tokens = 0;
-  int64_t cached_tokens = 0;   // prefix-cache hit tokens when first scheduled
+  int64_t cached_tokens = 0;  // prefix-cache hit tokens when first scheduled
   int64_t output_tokens = 0;
   int64_t preemptions = 0;
   double arrival_ms = 0;
@@ -87,20 +87,20 @@ struct SimMetrics {
   double now_ms = 0;
   int64_t num_running = 0;
   int64_t num_waiting = 0;
-  double kv_usage = 0;                  // 0..1
+  double kv_usage = 0;  // 0..1
   int64_t num_gpu_blocks = 0;
   int64_t num_free_blocks = 0;
   int64_t num_cached_blocks = 0;
-  int64_t prefix_cache_queries = 0;     // prompt tokens looked up (counter)
-  int64_t prefix_cache_hits = 0;        // of which found cached (counter)
-  int64_t num_preemptions = 0;          // counter
-  int64_t num_evictions = 0;            // cached blocks evicted (counter)
-  int64_t prompt_tokens = 0;            // prompt tokens computed, incl. recompute (counter)
-  int64_t generation_tokens = 0;        // counter
-  int64_t requests_finished = 0;        // counter
-  int64_t requests_aborted = 0;         // counter
-  int64_t steps = 0;                    // forward passes run (counter)
-  int64_t prefill_tokens_waiting = 0;   // uncomputed tokens of waiting requests
+  int64_t prefix_cache_queries = 0;    // prompt tokens looked up (counter)
+  int64_t prefix_cache_hits = 0;       // of which found cached (counter)
+  int64_t num_preemptions = 0;         // counter
+  int64_t num_evictions = 0;           // cached blocks evicted (counter)
+  int64_t prompt_tokens = 0;           // prompt tokens computed, incl. recompute (counter)
+  int64_t generation_tokens = 0;       // counter
+  int64_t requests_finished = 0;       // counter
+  int64_t requests_aborted = 0;        // counter
+  int64_t steps = 0;                   // forward passes run (counter)
+  int64_t prefill_tokens_waiting = 0;  // uncomputed tokens of waiting requests
 };
 
 struct SubmitResult {
@@ -142,17 +142,17 @@ class SimEngine {
  private:
   struct Seq {
     SimRequest req;
-    std::vector<BlockHash> hashes;   // known full-block hashes (prompt, then generated)
+    std::vector<BlockHash> hashes;    // known full-block hashes (prompt, then generated)
     std::vector<TokenId> open_block;  // tokens after the last hashed block (when hashable)
     bool hashable = false;
     std::vector<BlockId> blocks;
-    int64_t num_tokens = 0;     // prompt + generated
-    int64_t num_computed = 0;   // tokens with KV computed
+    int64_t num_tokens = 0;      // prompt + generated
+    int64_t num_computed = 0;    // tokens with KV computed
     int64_t num_registered = 0;  // leading blocks whose hash was given to the pool
     bool prefilling = true;
     bool running = false;
     bool live = false;
-    int64_t order = 0;          // arrival order (FCFS / priority tie-break)
+    int64_t order = 0;  // arrival order (FCFS / priority tie-break)
     RequestStats stats;
   };
   struct WaitKey {

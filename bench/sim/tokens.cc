@@ -21,7 +21,7 @@ bool is_space(char c) {
 // (the index is written in a mixed radix of consonant-vowel syllables).
 std::array<std::string, kVocabSize> build_vocab() {
   static constexpr std::string_view kConsonants = "bdfgklmnprstvz";  // 14
-  static constexpr std::string_view kVowels = "aeiou";                // 5 -> 70 syllables
+  static constexpr std::string_view kVowels = "aeiou";               // 5 -> 70 syllables
   std::array<std::string, kVocabSize> words;
   for (uint32_t i = 0; i < kVocabSize; ++i) {
     std::string w;
@@ -132,9 +132,13 @@ std::vector<BlockHash> block_hashes(std::span<const TokenId> tokens, BlockHash r
   return out;
 }
 
-const std::string& vocab_word(uint32_t index) { return vocab()[index % kVocabSize]; }
+const std::string& vocab_word(uint32_t index) {
+  return vocab()[index % kVocabSize];
+}
 
-TokenId vocab_token(uint32_t index) { return vocab_tokens()[index % kVocabSize]; }
+TokenId vocab_token(uint32_t index) {
+  return vocab_tokens()[index % kVocabSize];
+}
 
 uint32_t output_word_index(uint64_t output_seed, int64_t k) {
   return static_cast<uint32_t>(hash_combine(output_seed, static_cast<uint64_t>(k)) % kVocabSize);

@@ -26,7 +26,9 @@ uint64_t hash_bytes(std::string_view bytes);
 uint64_t hash_combine(uint64_t a, uint64_t b);
 
 // Token id of one word.
-inline TokenId token_id(std::string_view word) { return hash_bytes(word); }
+inline TokenId token_id(std::string_view word) {
+  return hash_bytes(word);
+}
 // Number of whitespace-separated words (the project's token count).
 int64_t count_tokens(std::string_view text);
 // Token ids of the whitespace-separated words of `text`, appended to `out`.

@@ -22,14 +22,17 @@ namespace {
 Json predict(http::HttpClient& c, const features::FeatureInput& f) {
   auto r = c.post("/predict", features::feature_input_to_json(f).dump());
   if (r.status != 200) {
-    throw std::runtime_error("POST /predict -> " + std::to_string(r.status) + " " + r.body + r.error);
+    throw std::runtime_error("POST /predict -> " + std::to_string(r.status) + " " + r.body +
+                             r.error);
   }
   return Json::parse(r.body);
 }
 
 void print_table(http::HttpClient& c, const testing::SyntheticLaw& law, const char* title) {
   std::printf("\n%s\n", title);
-  std::printf("| input tokens | waiting | kv   | true TTFT p90 | predicted TTFT | true TPOT p90 | predicted TPOT |\n");
+  std::printf(
+      "| input tokens | waiting | kv   | true TTFT p90 | predicted TTFT | true TPOT p90 | "
+      "predicted TPOT |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   const double factor = law.quantile_factor(1.2815515655446004);
   for (int64_t input : {200, 1000, 3000}) {
@@ -43,8 +46,8 @@ void print_table(http::HttpClient& c, const testing::SyntheticLaw& law, const ch
       Json p = predict(c, f);
       std::printf("| %lld | %lld | 0.40 | %.1f ms | %.1f ms | %.1f ms | %.1f ms |\n",
                   static_cast<long long>(input), static_cast<long long>(waiting),
-                  law.ttft_mean(f) * factor, p["ttft_ms"].get<double>(),
-                  law.tpot_mean(f) * factor, p["tpot_ms"].get<double>());
+                  law.ttft_mean(f) * factor, p["ttft_ms"].get<double>(), law.tpot_mean(f) * factor,
+                  p["tpot_ms"].get<double>());
     }
   }
 }
@@ -89,7 +92,8 @@ int main(int argc, char** argv) {
       }
       auto r = c.post("/add_training_data_bulk", Json{{"entries", entries}}.dump());
       if (r.status != 202) {
-        throw std::runtime_error("ingest failed: " + std::to_string(r.status) + " " + r.body + r.error);
+        throw std::runtime_error("ingest failed: " + std::to_string(r.status) + " " + r.body +
+                                 r.error);
       }
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

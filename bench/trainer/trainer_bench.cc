@@ -104,7 +104,6 @@ struct CpuSample {
   double ours_s = 0;  // this process + the optional child
 };
 
-
 CpuSample cpu_sample(pid_t child = -1) {
   CpuSample c;
   c.wall = Clock::now();
@@ -136,8 +135,10 @@ double wait_for_quiet(double& budget_s) {
     if (load < 0.25 || budget_s <= 0) {
       return load;
     }
-    std::cerr << fmt::format("  waiting: other processes use {:.2f} cores ({:.0f} s of wait "
-                             "budget left)\n", load, budget_s);
+    std::cerr << fmt::format(
+        "  waiting: other processes use {:.2f} cores ({:.0f} s of wait "
+        "budget left)\n",
+        load, budget_s);
     std::this_thread::sleep_for(std::chrono::seconds(1));
     budget_s -= 1.5;
   }
@@ -242,8 +243,7 @@ class ChildProcess {
     argv.push_back(nullptr);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
+    posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
     // posix_spawn instead of fork: this process may already run XGBoost/HTTP threads.
     int rc = ::posix_spawn(&pid_, exe.c_str(), &fa, nullptr, argv.data(), environ);
@@ -391,8 +391,8 @@ IngestResult http_ingest(uint16_t port, const std::vector<std::string>& bodies, 
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   start = Clock::now();
-  deadline = start + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(duration_s));
+  deadline = start +
+             std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration_s));
   go.store(true, std::memory_order_release);
   for (auto& th : pool) {
     th.join();
@@ -447,11 +447,11 @@ std::vector<IngestResult> run_http_ingest(const BenchOptions& opt, Json& config_
     port = free_loopback_port();
     args = {"--host", "127.0.0.1", "--port", std::to_string(port),
             // No fitting and no periodic snapshots while ingest is measured.
-            "--retraining-interval", "3600", "--snapshot-interval", "3600",
-            "--ttft-model-path", dir.file("ttft.ubj"), "--tpot-model-path", dir.file("tpot.ubj"),
-            "--ttft-gated-model-path", dir.file("ttft_gated.bin"),
-            "--tpot-gated-model-path", dir.file("tpot_gated.bin"),
-            "--samples-path", dir.file("training_samples.bin"), "--log-level", "warn"};
+            "--retraining-interval", "3600", "--snapshot-interval", "3600", "--ttft-model-path",
+            dir.file("ttft.ubj"), "--tpot-model-path", dir.file("tpot.ubj"),
+            "--ttft-gated-model-path", dir.file("ttft_gated.bin"), "--tpot-gated-model-path",
+            dir.file("tpot_gated.bin"), "--samples-path", dir.file("training_samples.bin"),
+            "--log-level", "warn"};
     auto c = std::make_unique<ChildProcess>(opt.trainer_bin, args, dir.file("trainer.log"));
     if (wait_healthy(*c, port, std::chrono::seconds(20))) {
       child = std::move(c);
@@ -485,8 +485,8 @@ std::vector<IngestResult> run_http_ingest(const BenchOptions& opt, Json& config_
       auto r = http_ingest(port, bodies[i], batches[i], threads, duration);
       r.foreign_cores = foreign_cores(cpu0, cpu_sample(child->pid()));
       std::cerr << fmt::format(
-          "  http ingest batch {:>4} x{} threads: {:>9.0f} samples/s, other load {:.2f}\n",
-          r.batch, r.threads, r.samples_per_s(), r.foreign_cores);
+          "  http ingest batch {:>4} x{} threads: {:>9.0f} samples/s, other load {:.2f}\n", r.batch,
+          r.threads, r.samples_per_s(), r.foreign_cores);
       results.push_back(r);
     }
   }
@@ -561,7 +561,7 @@ struct FitResult {
   std::array<std::size_t, 2> test{};
   std::size_t ttft_noqueue = 0;
   int repetitions = 1;
-  double ttft_base_s = 0;  // median over repetitions
+  double ttft_base_s = 0;   // median over repetitions
   double train_once_s = 0;  // median over repetitions
   std::vector<double> ttft_base_runs;
   std::vector<double> train_once_runs;
@@ -644,9 +644,9 @@ FitResult run_fit_case(const FitCase& c) {
     for (int rep = 0; rep < r.repetitions; ++rep) {
       const auto t0 = Clock::now();
       // train_once seeds with params.seed + store generation (= TTFT samples added so far).
-      auto model = llmd::trainer::fit_target_model(
-          fc, llmd::features::FeatureSet::kTtft, samples,
-          fc.params.seed + store.generation(Target::kTtft));
+      auto model =
+          llmd::trainer::fit_target_model(fc, llmd::features::FeatureSet::kTtft, samples,
+                                          fc.params.seed + store.generation(Target::kTtft));
       r.ttft_base_runs.push_back(seconds_since(t0));
       if (!model) {
         throw std::runtime_error("fit_target_model returned no model");
@@ -725,10 +725,11 @@ std::vector<FitResult> run_fits(const BenchOptions& opt, int hw, double& wait_bu
     const auto cpu0 = cpu_sample();
     auto r = run_fit_case(c);
     r.foreign_cores = foreign_cores(cpu0, cpu_sample());
-    std::cerr << fmt::format("  fit {:<8} {:>6} samples {} thr: base {:.2f}s train_once {:.2f}s "
-                             "peak {:.0f} MiB, other load {:.2f}\n",
-                             llmd::model::objective_name(c.objective), c.samples, c.threads,
-                             r.ttft_base_s, r.train_once_s, r.peak_rss_mib, r.foreign_cores);
+    std::cerr << fmt::format(
+        "  fit {:<8} {:>6} samples {} thr: base {:.2f}s train_once {:.2f}s "
+        "peak {:.0f} MiB, other load {:.2f}\n",
+        llmd::model::objective_name(c.objective), c.samples, c.threads, r.ttft_base_s,
+        r.train_once_s, r.peak_rss_mib, r.foreign_cores);
     out.push_back(r);
   }
   return out;
@@ -841,12 +842,18 @@ std::string markdown(const BenchOptions& opt, const Json& meta,
 }
 
 Json ingest_json(const IngestResult& r) {
-  return Json{{"transport", r.transport},       {"entries_per_request", r.batch},
-              {"client_threads", r.threads},    {"seconds", r.seconds},
-              {"requests", r.requests},         {"samples", r.samples},
-              {"errors", r.errors},             {"samples_per_s", r.samples_per_s()},
-              {"requests_per_s", r.requests_per_s()}, {"p50_ms", r.p50_ms},
-              {"p99_ms", r.p99_ms},                   {"other_load_cores", r.foreign_cores}};
+  return Json{{"transport", r.transport},
+              {"entries_per_request", r.batch},
+              {"client_threads", r.threads},
+              {"seconds", r.seconds},
+              {"requests", r.requests},
+              {"samples", r.samples},
+              {"errors", r.errors},
+              {"samples_per_s", r.samples_per_s()},
+              {"requests_per_s", r.requests_per_s()},
+              {"p50_ms", r.p50_ms},
+              {"p99_ms", r.p99_ms},
+              {"other_load_cores", r.foreign_cores}};
 }
 
 Json fit_json(const FitResult& f) {
@@ -874,7 +881,8 @@ Json fit_json(const FitResult& f) {
 void usage() {
   std::cout << "usage: trainer_bench [--quick] [--trainer-bin PATH] [--out-dir DIR]\n"
                "  --quick        10k-sample fits only and 1 s ingest cases (smoke run)\n"
-               "  --trainer-bin  trainer executable (default " LLMD_BINARY_DIR "/trainer/trainer)\n"
+               "  --trainer-bin  trainer executable (default " LLMD_BINARY_DIR
+               "/trainer/trainer)\n"
                "  --out-dir      where trainer_bench.md/.json go (default " LLMD_SOURCE_DIR
                "/bench/results)\n";
 }
@@ -910,7 +918,8 @@ int run(int argc, char** argv) {
 
   const auto started = Clock::now();
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  Json meta{{"date", utc_now()}, {"command", llmd::bench::command_line(argc, argv)},
+  Json meta{{"date", utc_now()},
+            {"command", llmd::bench::command_line(argc, argv)},
             {"nproc", hw},
             {"cpu_model", llmd::bench::cpu_model()},
             {"mode", opt.quick ? "quick" : "full"}};

@@ -94,13 +94,26 @@ struct Result {
 Result run(const Options& opt) {
   llmd::testing::TempDir dir;
   const uint16_t port = llmd::testing::free_port();
-  std::vector<std::string> args = {"--host", "127.0.0.1", "--port", std::to_string(port),
-                                   "--ttft-model-path", dir.file("ttft.ubj"),
-                                   "--tpot-model-path", dir.file("tpot.ubj"),
-                                   "--ttft-gated-model-path", dir.file("ttft_gated.bin"),
-                                   "--tpot-gated-model-path", dir.file("tpot_gated.bin"),
-                                   "--fit-threads", "1", "--retraining-interval", "3600",
-                                   "--snapshot-interval", "3600", "--log-level", "warn"};
+  std::vector<std::string> args = {"--host",
+                                   "127.0.0.1",
+                                   "--port",
+                                   std::to_string(port),
+                                   "--ttft-model-path",
+                                   dir.file("ttft.ubj"),
+                                   "--tpot-model-path",
+                                   dir.file("tpot.ubj"),
+                                   "--ttft-gated-model-path",
+                                   dir.file("ttft_gated.bin"),
+                                   "--tpot-gated-model-path",
+                                   dir.file("tpot_gated.bin"),
+                                   "--fit-threads",
+                                   "1",
+                                   "--retraining-interval",
+                                   "3600",
+                                   "--snapshot-interval",
+                                   "3600",
+                                   "--log-level",
+                                   "warn"};
   if (opt.io_threads > 0) {
     args.insert(args.end(), {"--io-threads", std::to_string(opt.io_threads)});
   }
@@ -148,18 +161,12 @@ Result run(const Options& opt) {
 }
 
 Json to_json(const Result& r) {
-  return Json{{"label", r.label},
-              {"concurrency", r.concurrency},
-              {"body_mb", r.body_mb},
-              {"entries_per_body", r.entries_per_body},
-              {"rounds", r.rounds},
-              {"accepted", r.accepted},
-              {"refused", r.refused},
-              {"baseline_rss_mib", r.baseline_mib},
-              {"peak_rss_mib", r.peak_mib},
-              {"rss_after_mib", r.rss_after_mib},
-              {"seconds", r.seconds},
-              {"date", r.date}};
+  return Json{{"label", r.label},           {"concurrency", r.concurrency},
+              {"body_mb", r.body_mb},       {"entries_per_body", r.entries_per_body},
+              {"rounds", r.rounds},         {"accepted", r.accepted},
+              {"refused", r.refused},       {"baseline_rss_mib", r.baseline_mib},
+              {"peak_rss_mib", r.peak_mib}, {"rss_after_mib", r.rss_after_mib},
+              {"seconds", r.seconds},       {"date", r.date}};
 }
 
 std::string table(const Json& rows) {
@@ -168,14 +175,14 @@ std::string table(const Json& rows) {
       "baseline RSS MiB | peak RSS MiB | RSS after MiB | seconds | date |\n"
       "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
   for (const auto& r : rows) {
-    out += fmt::format("| {} | {} | {:.1f} | {} | {} | {} | {} | {:.0f} | {:.0f} | {:.0f} | "
-                       "{:.1f} | {} |\n",
-                       r["label"].get<std::string>(), r["concurrency"].get<int>(),
-                       r["body_mb"].get<double>(), r["entries_per_body"].get<std::size_t>(),
-                       r["rounds"].get<int>(), r["accepted"].get<int>(), r["refused"].get<int>(),
-                       r["baseline_rss_mib"].get<double>(), r["peak_rss_mib"].get<double>(),
-                       r["rss_after_mib"].get<double>(), r["seconds"].get<double>(),
-                       r["date"].get<std::string>());
+    out += fmt::format(
+        "| {} | {} | {:.1f} | {} | {} | {} | {} | {:.0f} | {:.0f} | {:.0f} | "
+        "{:.1f} | {} |\n",
+        r["label"].get<std::string>(), r["concurrency"].get<int>(), r["body_mb"].get<double>(),
+        r["entries_per_body"].get<std::size_t>(), r["rounds"].get<int>(), r["accepted"].get<int>(),
+        r["refused"].get<int>(), r["baseline_rss_mib"].get<double>(),
+        r["peak_rss_mib"].get<double>(), r["rss_after_mib"].get<double>(),
+        r["seconds"].get<double>(), r["date"].get<std::string>());
   }
   return out;
 }

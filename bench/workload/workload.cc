@@ -18,7 +18,9 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-uint64_t mix2(uint64_t a, uint64_t b) { return mix(a ^ mix(b + 0x632be59bd9b4e019ull)); }
+uint64_t mix2(uint64_t a, uint64_t b) {
+  return mix(a ^ mix(b + 0x632be59bd9b4e019ull));
+}
 
 LengthDist normal(double mean, double std, int64_t max = 1 << 20) {
   return LengthDist{LengthDist::Kind::kNormal, mean, std, 1, max};
@@ -188,14 +190,17 @@ std::optional<WorkloadSpec> preset(std::string_view name) {
     s.output_len = lognormal(300, 2213, 8192);
     s.multi_turn = true;
     s.default_stages = ladder({1, 5, 1, 5, 1, 5, 1, 5}, 60);
-    s.description = "1000-token system prompts with high reuse, heavy-tailed lengths, "
-                    "alternating low/high load";
+    s.description =
+        "1000-token system prompts with high reuse, heavy-tailed lengths, "
+        "alternating low/high load";
     return s;
   }
   return std::nullopt;
 }
 
-std::vector<std::string> preset_names() { return {"A", "B", "C", "D", "sharegpt", "production"}; }
+std::vector<std::string> preset_names() {
+  return {"A", "B", "C", "D", "sharegpt", "production"};
+}
 
 std::string words(uint64_t seed, int64_t n) {
   std::string out;
@@ -216,8 +221,8 @@ std::string words(uint64_t seed, int64_t n) {
 }
 
 std::string Trace::system_prompt(int64_t group) const {
-  const int64_t len = mix_spec && group >= spec.num_groups ? mix_spec->system_prompt_len
-                                                           : spec.system_prompt_len;
+  const int64_t len =
+      mix_spec && group >= spec.num_groups ? mix_spec->system_prompt_len : spec.system_prompt_len;
   if (len <= 0) {
     return {};
   }
@@ -350,9 +355,9 @@ Trace generate(const WorkloadSpec& input_spec, const GenerateOptions& options) {
         u.context += question + r.max_tokens;
       }
       // Keep system + history + question + output inside the context limit.
-      question = std::min(question, std::max<int64_t>(1, spec.max_context_tokens -
-                                                             spec.system_prompt_len -
-                                                             r.max_tokens));
+      question = std::min(
+          question,
+          std::max<int64_t>(1, spec.max_context_tokens - spec.system_prompt_len - r.max_tokens));
       r.question_len = question;
       if (std::uniform_real_distribution<double>(0, 1)(policy) < options.sheddable_fraction) {
         r.priority = -1;

@@ -38,13 +38,13 @@ std::string format_stages(const std::vector<Stage>& stages);
 
 struct WorkloadSpec {
   std::string name;
-  int64_t num_groups = 1;          // distinct shared system prompts
-  int64_t prompts_per_group = 1;   // users (sessions) per group
-  int64_t system_prompt_len = 0;   // tokens of each group's system prompt (0 = none)
+  int64_t num_groups = 1;         // distinct shared system prompts
+  int64_t prompts_per_group = 1;  // users (sessions) per group
+  int64_t system_prompt_len = 0;  // tokens of each group's system prompt (0 = none)
   LengthDist question_len;
   LengthDist output_len;
-  bool multi_turn = false;         // a user's next request continues its conversation
-  bool shared_prefix = true;       // false: every request is a fresh single-turn user
+  bool multi_turn = false;    // a user's next request continues its conversation
+  bool shared_prefix = true;  // false: every request is a fresh single-turn user
   // A conversation whose next prompt + output would exceed this starts over (new session).
   int64_t max_context_tokens = 131072;
   std::vector<Stage> default_stages;  // the preset's ladder for one default pod
@@ -59,13 +59,13 @@ std::vector<std::string> preset_names();
 
 struct GenerateOptions {
   uint64_t seed = 1;
-  std::vector<Stage> stages;       // empty: the spec's default_stages
-  double rate_scale = 1.0;         // multiplies every stage rate
-  double length_scale = 1.0;       // multiplies system, question and output lengths
-  int64_t max_requests = 0;        // 0 = no cap; otherwise the trace stops after this many
+  std::vector<Stage> stages;          // empty: the spec's default_stages
+  double rate_scale = 1.0;            // multiplies every stage rate
+  double length_scale = 1.0;          // multiplies system, question and output lengths
+  int64_t max_requests = 0;           // 0 = no cap; otherwise the trace stops after this many
   std::optional<double> slo_ttft_ms;  // adds x-slo-ttft-ms to every request
   std::optional<double> slo_tpot_ms;  // adds x-slo-tpot-ms
-  double sheddable_fraction = 0;   // share of requests with priority -1 (sheddable)
+  double sheddable_fraction = 0;      // share of requests with priority -1 (sheddable)
   // Share of requests that carry the SLO headers above (drawn per request; 1 = every one).
   double slo_share = 1.0;
   // A second workload mixed into the same arrivals: each request belongs to it with
@@ -76,8 +76,8 @@ struct GenerateOptions {
 };
 
 struct TraceRequest {
-  uint64_t index = 0;          // arrival order, 0-based
-  double arrival_ms = 0;       // scheduled send time from the start of the run
+  uint64_t index = 0;     // arrival order, 0-based
+  double arrival_ms = 0;  // scheduled send time from the start of the run
   int stage = 0;
   uint64_t session = 0;        // conversation id; requests of one session run in order
   int64_t group = 0;           // which system prompt
@@ -90,10 +90,10 @@ struct TraceRequest {
 };
 
 struct Trace {
-  WorkloadSpec spec;           // after length scaling
+  WorkloadSpec spec;                     // after length scaling
   std::optional<WorkloadSpec> mix_spec;  // options.mix after length scaling
   GenerateOptions options;
-  std::vector<Stage> stages;   // after rate scaling
+  std::vector<Stage> stages;  // after rate scaling
   std::vector<TraceRequest> requests;
 
   // Words of a group's system prompt (empty when its workload has none).

@@ -56,15 +56,15 @@ void FlagTable::duration(const std::string& name, const std::string& env,
     const std::string text = options_.str(name);
     auto d = parse_go_duration(text);
     if (!d) {
-      throw std::invalid_argument(fmt::format(
-          "{}: expected a duration such as 50ms, 2s or 1m30s, got '{}'", options_.describe(name),
-          text));
+      throw std::invalid_argument(
+          fmt::format("{}: expected a duration such as 50ms, 2s or 1m30s, got '{}'",
+                      options_.describe(name), text));
     }
     if ((range.min && *d < *range.min) || (range.max && *d > *range.max)) {
-      throw std::invalid_argument(fmt::format(
-          "{}: {} is out of range [{}, {}]", options_.describe(name), text,
-          range.min ? fmt::format("{}ms", range.min->count()) : "-inf",
-          range.max ? fmt::format("{}ms", range.max->count()) : "inf"));
+      throw std::invalid_argument(
+          fmt::format("{}: {} is out of range [{}, {}]", options_.describe(name), text,
+                      range.min ? fmt::format("{}ms", range.min->count()) : "-inf",
+                      range.max ? fmt::format("{}ms", range.max->count()) : "inf"));
     }
     set(*d);
   });
@@ -85,8 +85,7 @@ std::optional<std::chrono::milliseconds> parse_go_duration(const std::string& te
   }
   static const std::pair<const char*, double> kUnits[] = {
       {"ns", 1e-6}, {"us", 1e-3}, {"\u00b5s", 1e-3}, {"\u03bcs", 1e-3},
-      {"ms", 1.0},
-      {"s", 1e3},   {"m", 6e4},   {"h", 3.6e6}};
+      {"ms", 1.0},  {"s", 1e3},   {"m", 6e4},        {"h", 3.6e6}};
   std::size_t i = 0;
   bool negative = false;
   if (i < text.size() && (text[i] == '-' || text[i] == '+')) {
@@ -99,7 +98,8 @@ std::optional<std::chrono::milliseconds> parse_go_duration(const std::string& te
   double total_ms = 0;
   while (i < text.size()) {
     const std::size_t start = i;
-    while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+    while (i < text.size() &&
+           (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
       ++i;
     }
     if (i == start) {

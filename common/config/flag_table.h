@@ -34,9 +34,8 @@ class FlagTable {
   void number(const std::string& name, const std::string& env, const std::string& default_value,
               const std::string& help, Range<double> range, std::function<void(double)> set);
   // A boolean as Go's flag package has them: alone means true (`--name`, `--name=false`).
-  void go_boolean(const std::string& name, const std::string& env,
-                  const std::string& default_value, const std::string& help,
-                  std::function<void(bool)> set);
+  void go_boolean(const std::string& name, const std::string& env, const std::string& default_value,
+                  const std::string& help, std::function<void(bool)> set);
   // A duration in Go's syntax ("50ms", "2s", "1m30s", "1h"; "0" alone), into milliseconds
   // (sub-millisecond parts are rounded up, so a positive duration stays positive).
   void duration(const std::string& name, const std::string& env, const std::string& default_value,

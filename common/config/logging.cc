@@ -21,11 +21,21 @@ void append_json_string(std::string& out, std::string_view s) {
   out += '"';
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           out += fmt::format("\\u{:04x}", c);
@@ -41,12 +51,18 @@ void append_json_string(std::string& out, std::string_view s) {
 const char* zap_level(spdlog::level::level_enum l) {
   switch (l) {
     case spdlog::level::trace:
-    case spdlog::level::debug: return "debug";
-    case spdlog::level::info: return "info";
-    case spdlog::level::warn: return "warn";
-    case spdlog::level::err: return "error";
-    case spdlog::level::critical: return "panic";
-    default: return "info";
+    case spdlog::level::debug:
+      return "debug";
+    case spdlog::level::info:
+      return "info";
+    case spdlog::level::warn:
+      return "warn";
+    case spdlog::level::err:
+      return "error";
+    case spdlog::level::critical:
+      return "panic";
+    default:
+      return "info";
   }
 }
 
@@ -85,9 +101,8 @@ class JsonFormatter final : public spdlog::formatter {
       : logger_(std::move(logger)), time_encoding_(std::move(time_encoding)) {}
   void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
     std::string ts = format_time(msg.time, time_encoding_);
-    const std::string line =
-        json_log_line(zap_level(msg.level), ts, logger_,
-                      std::string(msg.payload.data(), msg.payload.size()));
+    const std::string line = json_log_line(zap_level(msg.level), ts, logger_,
+                                           std::string(msg.payload.data(), msg.payload.size()));
     dest.append(line.data(), line.data() + line.size());
     dest.push_back('\n');
   }

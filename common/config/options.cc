@@ -137,9 +137,9 @@ void Options::add_version(std::string text) {
   impl_->opts.add_options()("version", "Print the version and exit");
 }
 
-void Options::add(const std::string& name, const std::string& env,
-                  const std::string& default_value, const std::string& help,
-                  const std::vector<std::string>& alias_envs, const std::string& group) {
+void Options::add(const std::string& name, const std::string& env, const std::string& default_value,
+                  const std::string& help, const std::vector<std::string>& alias_envs,
+                  const std::string& group) {
   auto [shorthand, key] = split_name(name);
   impl_->note_group(group);
   std::string text = help_text(help, env);
@@ -241,12 +241,12 @@ bool Options::parse(int argc, char** argv) {
       continue;
     }
     if (result.count(a.target) > 0) {
-      throw std::invalid_argument(fmt::format("--{} and --{} name the same setting: give one",
-                                              alias, a.target));
+      throw std::invalid_argument(
+          fmt::format("--{} and --{} name the same setting: give one", alias, a.target));
     }
     if (auto seen = from_alias.find(a.target); seen != from_alias.end()) {
-      throw std::invalid_argument(fmt::format("--{} and --{} name the same setting: give one",
-                                              seen->second, alias));
+      throw std::invalid_argument(
+          fmt::format("--{} and --{} name the same setting: give one", seen->second, alias));
     }
     from_alias[a.target] = alias;
     values_[a.target] = result[alias].as<std::string>();
@@ -280,7 +280,9 @@ bool Options::parse(int argc, char** argv) {
   return true;
 }
 
-std::string Options::help() const { return impl_->opts.help(impl_->groups); }
+std::string Options::help() const {
+  return impl_->opts.help(impl_->groups);
+}
 
 std::string Options::describe(const std::string& name) const {
   if (auto g = given_as_.find(name); g != given_as_.end()) {
@@ -312,7 +314,9 @@ std::set<std::string> Options::env_names() const {
   return out;
 }
 
-bool Options::given(const std::string& name) const { return given_as_.count(name) > 0; }
+bool Options::given(const std::string& name) const {
+  return given_as_.count(name) > 0;
+}
 
 std::string Options::str(const std::string& name) const {
   auto it = values_.find(name);

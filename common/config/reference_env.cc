@@ -88,8 +88,8 @@ void check_only(const ReferenceEnv& entry, const std::string& name, const std::s
     same = parse_int(only, want) && got == want;
   }
   if (!same) {
-    throw std::invalid_argument(fmt::format("{}={} is not supported, only {}: {}", name, value,
-                                            entry.only, entry.why));
+    throw std::invalid_argument(
+        fmt::format("{}={} is not supported, only {}: {}", name, value, entry.only, entry.why));
   }
 }
 
@@ -146,8 +146,8 @@ std::vector<std::string> check_reference_env(std::span<const ReferenceEnv> table
         break;
       case Kind::kOnly:
         check_only(*e, name, value);
-        lines.push_back(fmt::format("{}={}, which is what this server does: {}", name, value,
-                                    e->why));
+        lines.push_back(
+            fmt::format("{}={}, which is what this server does: {}", name, value, e->why));
         break;
       case Kind::kRefused:
         throw std::invalid_argument(
@@ -164,7 +164,11 @@ void log_reference_env(std::span<const ReferenceEnv> table,
   }
 }
 
-std::span<const ReferenceEnv> trainer_reference_env() { return kTrainer; }
-std::span<const ReferenceEnv> predictor_reference_env() { return kPredictor; }
+std::span<const ReferenceEnv> trainer_reference_env() {
+  return kTrainer;
+}
+std::span<const ReferenceEnv> predictor_reference_env() {
+  return kPredictor;
+}
 
 }  // namespace llmd::config

@@ -10,8 +10,8 @@ const json::NumberRange kNonNegative{0.0, std::nullopt};
 const json::NumberRange kUnit{0.0, 1.0};
 
 // One field of a row object, by the contract's rule for it.
-void read_field(const FeatureField& f, const json::Json& obj, json::Loc& loc,
-                json::Errors& errors, FeatureInput& out) {
+void read_field(const FeatureField& f, const json::Json& obj, json::Loc& loc, json::Errors& errors,
+                FeatureInput& out) {
   switch (f.kind) {
     case FieldKind::kUnit:
       out.*f.unit = json::read_float(obj, f.name, loc, errors, f.required, 0, kUnit);
@@ -124,10 +124,14 @@ bool read_training_entry(const json::Json& obj, json::Loc& loc, json::Errors& er
   read_feature_input(obj, loc, errors, out.features);
   out.actual_ttft_ms = json::read_float(obj, "actual_ttft_ms", loc, errors, true, 0, kNonNegative);
   out.actual_tpot_ms = json::read_float(obj, "actual_tpot_ms", loc, errors, true, 0, kNonNegative);
-  out.predicted_ttft_ms = json::read_float(obj, "predicted_ttft_ms", loc, errors, false, -1, kNonNegative);
-  out.predicted_tpot_ms = json::read_float(obj, "predicted_tpot_ms", loc, errors, false, -1, kNonNegative);
-  out.expected_ttft_ms = json::read_float(obj, "expected_ttft_ms", loc, errors, false, -1, kNonNegative);
-  out.expected_tpot_ms = json::read_float(obj, "expected_tpot_ms", loc, errors, false, -1, kNonNegative);
+  out.predicted_ttft_ms =
+      json::read_float(obj, "predicted_ttft_ms", loc, errors, false, -1, kNonNegative);
+  out.predicted_tpot_ms =
+      json::read_float(obj, "predicted_tpot_ms", loc, errors, false, -1, kNonNegative);
+  out.expected_ttft_ms =
+      json::read_float(obj, "expected_ttft_ms", loc, errors, false, -1, kNonNegative);
+  out.expected_tpot_ms =
+      json::read_float(obj, "expected_tpot_ms", loc, errors, false, -1, kNonNegative);
   auto ts = obj.find("timestamp");
   if (ts != obj.end() && !ts->is_null()) {
     if (!ts->is_string() || !util::parse_rfc3339(ts->get<std::string>())) {

@@ -24,8 +24,8 @@ bool read_feature_columns(const json::Json& obj, json::Loc& loc, json::Errors& e
 
 struct TrainingEntry {
   FeatureInput features;
-  double actual_ttft_ms = 0;  // 0 = not observed
-  double actual_tpot_ms = 0;  // 0 = not observed
+  double actual_ttft_ms = 0;      // 0 = not observed
+  double actual_tpot_ms = 0;      // 0 = not observed
   double predicted_ttft_ms = -1;  // < 0 = not sent
   double predicted_tpot_ms = -1;
   // Ours, optional: the predictor's central estimate that went with predicted_* (the bound).

@@ -7,25 +7,46 @@ namespace llmd::features {
 namespace {
 
 using C = Column;
-constexpr std::array<Column, 13> kTtftColumns = {
-    C::kIsQueued,           C::kKvCachePercentage,    C::kInputTokenLength,
-    C::kNumRequestWaiting,  C::kNumRequestRunning,    C::kPrefillTokensInFlight,
-    C::kDecodeTokensInFlight, C::kEncoderMatchedSize, C::kEncoderInputSize,
-    C::kPrefixCacheScore,   C::kEffectiveInputTokens, C::kPrefillScoreBucket,
-    C::kPodTypeCat};
-constexpr std::array<Column, 11> kTtftNoQueueColumns = {
-    C::kKvCachePercentage,  C::kInputTokenLength,     C::kNumRequestRunning,
-    C::kPrefillTokensInFlight, C::kDecodeTokensInFlight, C::kEncoderMatchedSize,
-    C::kEncoderInputSize,   C::kPrefixCacheScore,     C::kEffectiveInputTokens,
-    C::kPrefillScoreBucket, C::kPodTypeCat};
-constexpr std::array<Column, 9> kTpotColumns = {
-    C::kIsQueued,          C::kKvCachePercentage,     C::kInputTokenLength,
-    C::kNumRequestWaiting, C::kNumRequestRunning,     C::kPrefillTokensInFlight,
-    C::kDecodeTokensInFlight, C::kNumTokensGenerated, C::kPodTypeCat};
-constexpr std::array<Column, 7> kTpotNoQueueColumns = {
-    C::kKvCachePercentage,    C::kInputTokenLength,   C::kNumRequestRunning,
-    C::kPrefillTokensInFlight, C::kDecodeTokensInFlight, C::kNumTokensGenerated,
-    C::kPodTypeCat};
+constexpr std::array<Column, 13> kTtftColumns = {C::kIsQueued,
+                                                 C::kKvCachePercentage,
+                                                 C::kInputTokenLength,
+                                                 C::kNumRequestWaiting,
+                                                 C::kNumRequestRunning,
+                                                 C::kPrefillTokensInFlight,
+                                                 C::kDecodeTokensInFlight,
+                                                 C::kEncoderMatchedSize,
+                                                 C::kEncoderInputSize,
+                                                 C::kPrefixCacheScore,
+                                                 C::kEffectiveInputTokens,
+                                                 C::kPrefillScoreBucket,
+                                                 C::kPodTypeCat};
+constexpr std::array<Column, 11> kTtftNoQueueColumns = {C::kKvCachePercentage,
+                                                        C::kInputTokenLength,
+                                                        C::kNumRequestRunning,
+                                                        C::kPrefillTokensInFlight,
+                                                        C::kDecodeTokensInFlight,
+                                                        C::kEncoderMatchedSize,
+                                                        C::kEncoderInputSize,
+                                                        C::kPrefixCacheScore,
+                                                        C::kEffectiveInputTokens,
+                                                        C::kPrefillScoreBucket,
+                                                        C::kPodTypeCat};
+constexpr std::array<Column, 9> kTpotColumns = {C::kIsQueued,
+                                                C::kKvCachePercentage,
+                                                C::kInputTokenLength,
+                                                C::kNumRequestWaiting,
+                                                C::kNumRequestRunning,
+                                                C::kPrefillTokensInFlight,
+                                                C::kDecodeTokensInFlight,
+                                                C::kNumTokensGenerated,
+                                                C::kPodTypeCat};
+constexpr std::array<Column, 7> kTpotNoQueueColumns = {C::kKvCachePercentage,
+                                                       C::kInputTokenLength,
+                                                       C::kNumRequestRunning,
+                                                       C::kPrefillTokensInFlight,
+                                                       C::kDecodeTokensInFlight,
+                                                       C::kNumTokensGenerated,
+                                                       C::kPodTypeCat};
 
 }  // namespace
 
@@ -44,10 +65,14 @@ PodType pod_type_from_string(std::string_view s) {
 
 std::string_view pod_type_name(PodType t) {
   switch (t) {
-    case PodType::kNone: return "";
-    case PodType::kPrefill: return "prefill";
-    case PodType::kDecode: return "decode";
-    case PodType::kUnknown: break;
+    case PodType::kNone:
+      return "";
+    case PodType::kPrefill:
+      return "prefill";
+    case PodType::kDecode:
+      return "decode";
+    case PodType::kUnknown:
+      break;
   }
   return "unknown";
 }
@@ -63,25 +88,41 @@ int feature_field_index(std::string_view name) {
 
 std::string_view column_name(Column c) {
   switch (c) {
-    case C::kIsQueued: return "is_queued";
-    case C::kKvCachePercentage: return "kv_cache_percentage";
-    case C::kInputTokenLength: return "input_token_length";
-    case C::kNumRequestWaiting: return "num_request_waiting";
-    case C::kNumRequestRunning: return "num_request_running";
-    case C::kPrefillTokensInFlight: return "prefill_tokens_in_flight";
-    case C::kDecodeTokensInFlight: return "decode_tokens_in_flight";
-    case C::kEncoderMatchedSize: return "encoder_matched_size";
-    case C::kEncoderInputSize: return "encoder_input_size";
-    case C::kPrefixCacheScore: return "prefix_cache_score";
-    case C::kEffectiveInputTokens: return "effective_input_tokens";
-    case C::kPrefillScoreBucket: return "prefill_score_bucket";
-    case C::kPodTypeCat: return "pod_type_cat";
-    case C::kNumTokensGenerated: return "num_tokens_generated";
+    case C::kIsQueued:
+      return "is_queued";
+    case C::kKvCachePercentage:
+      return "kv_cache_percentage";
+    case C::kInputTokenLength:
+      return "input_token_length";
+    case C::kNumRequestWaiting:
+      return "num_request_waiting";
+    case C::kNumRequestRunning:
+      return "num_request_running";
+    case C::kPrefillTokensInFlight:
+      return "prefill_tokens_in_flight";
+    case C::kDecodeTokensInFlight:
+      return "decode_tokens_in_flight";
+    case C::kEncoderMatchedSize:
+      return "encoder_matched_size";
+    case C::kEncoderInputSize:
+      return "encoder_input_size";
+    case C::kPrefixCacheScore:
+      return "prefix_cache_score";
+    case C::kEffectiveInputTokens:
+      return "effective_input_tokens";
+    case C::kPrefillScoreBucket:
+      return "prefill_score_bucket";
+    case C::kPodTypeCat:
+      return "pod_type_cat";
+    case C::kNumTokensGenerated:
+      return "num_tokens_generated";
   }
   return "?";
 }
 
-bool is_categorical(Column c) { return c == C::kPrefillScoreBucket || c == C::kPodTypeCat; }
+bool is_categorical(Column c) {
+  return c == C::kPrefillScoreBucket || c == C::kPodTypeCat;
+}
 
 int monotone_direction(FeatureSet set, Column c) {
   const bool ttft = set == FeatureSet::kTtft || set == FeatureSet::kTtftNoQueue;
@@ -105,20 +146,28 @@ int monotone_direction(FeatureSet set, Column c) {
 
 std::span<const Column> columns(FeatureSet set) {
   switch (set) {
-    case FeatureSet::kTtft: return kTtftColumns;
-    case FeatureSet::kTtftNoQueue: return kTtftNoQueueColumns;
-    case FeatureSet::kTpot: return kTpotColumns;
-    case FeatureSet::kTpotNoQueue: return kTpotNoQueueColumns;
+    case FeatureSet::kTtft:
+      return kTtftColumns;
+    case FeatureSet::kTtftNoQueue:
+      return kTtftNoQueueColumns;
+    case FeatureSet::kTpot:
+      return kTpotColumns;
+    case FeatureSet::kTpotNoQueue:
+      return kTpotNoQueueColumns;
   }
   return {};
 }
 
 std::string_view feature_set_name(FeatureSet set) {
   switch (set) {
-    case FeatureSet::kTtft: return "ttft";
-    case FeatureSet::kTtftNoQueue: return "ttft_noqueue";
-    case FeatureSet::kTpot: return "tpot";
-    case FeatureSet::kTpotNoQueue: return "tpot_noqueue";
+    case FeatureSet::kTtft:
+      return "ttft";
+    case FeatureSet::kTtftNoQueue:
+      return "ttft_noqueue";
+    case FeatureSet::kTpot:
+      return "tpot";
+    case FeatureSet::kTpotNoQueue:
+      return "tpot_noqueue";
   }
   return "?";
 }
@@ -130,16 +179,26 @@ int prefill_score_bucket(double p) {
 
 float column_value(const FeatureInput& in, Column c) {
   switch (c) {
-    case C::kIsQueued: return is_queued(in) ? 1.0f : 0.0f;
-    case C::kKvCachePercentage: return static_cast<float>(in.kv_cache_percentage);
-    case C::kInputTokenLength: return static_cast<float>(in.input_token_length);
-    case C::kNumRequestWaiting: return static_cast<float>(in.num_request_waiting);
-    case C::kNumRequestRunning: return static_cast<float>(in.num_request_running);
-    case C::kPrefillTokensInFlight: return static_cast<float>(in.prefill_tokens_in_flight);
-    case C::kDecodeTokensInFlight: return static_cast<float>(in.decode_tokens_in_flight);
-    case C::kEncoderMatchedSize: return static_cast<float>(in.encoder_matched_size);
-    case C::kEncoderInputSize: return static_cast<float>(in.encoder_input_size);
-    case C::kPrefixCacheScore: return static_cast<float>(in.prefix_cache_score);
+    case C::kIsQueued:
+      return is_queued(in) ? 1.0f : 0.0f;
+    case C::kKvCachePercentage:
+      return static_cast<float>(in.kv_cache_percentage);
+    case C::kInputTokenLength:
+      return static_cast<float>(in.input_token_length);
+    case C::kNumRequestWaiting:
+      return static_cast<float>(in.num_request_waiting);
+    case C::kNumRequestRunning:
+      return static_cast<float>(in.num_request_running);
+    case C::kPrefillTokensInFlight:
+      return static_cast<float>(in.prefill_tokens_in_flight);
+    case C::kDecodeTokensInFlight:
+      return static_cast<float>(in.decode_tokens_in_flight);
+    case C::kEncoderMatchedSize:
+      return static_cast<float>(in.encoder_matched_size);
+    case C::kEncoderInputSize:
+      return static_cast<float>(in.encoder_input_size);
+    case C::kPrefixCacheScore:
+      return static_cast<float>(in.prefix_cache_score);
     case C::kEffectiveInputTokens:
       return static_cast<float>((1.0 - in.prefix_cache_score) *
                                 static_cast<double>(in.input_token_length));
@@ -148,7 +207,8 @@ float column_value(const FeatureInput& in, Column c) {
     case C::kPodTypeCat:
       return in.pod_type == PodType::kUnknown ? std::numeric_limits<float>::quiet_NaN()
                                               : static_cast<float>(in.pod_type);
-    case C::kNumTokensGenerated: return static_cast<float>(in.num_tokens_generated);
+    case C::kNumTokensGenerated:
+      return static_cast<float>(in.num_tokens_generated);
   }
   return std::numeric_limits<float>::quiet_NaN();
 }

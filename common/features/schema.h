@@ -50,8 +50,7 @@ inline constexpr std::array<FeatureField, 11> kFeatureFields = {{
     {"input_token_length", FieldKind::kCount, true, nullptr, &FeatureInput::input_token_length},
     {"num_request_waiting", FieldKind::kCount, true, nullptr, &FeatureInput::num_request_waiting},
     {"num_request_running", FieldKind::kCount, true, nullptr, &FeatureInput::num_request_running},
-    {"num_tokens_generated", FieldKind::kCount, true, nullptr,
-     &FeatureInput::num_tokens_generated},
+    {"num_tokens_generated", FieldKind::kCount, true, nullptr, &FeatureInput::num_tokens_generated},
     {"prefix_cache_score", FieldKind::kUnit, true, &FeatureInput::prefix_cache_score},
     {"pod_type", FieldKind::kPodType, false},
     {"prefill_tokens_in_flight", FieldKind::kCount, false, nullptr,
@@ -117,7 +116,9 @@ int monotone_direction(FeatureSet set, Column c);
 inline constexpr std::size_t kMaxColumns = 13;
 
 // Derived features (contract section 2).
-inline bool is_queued(const FeatureInput& in) { return in.num_request_waiting > 0; }
+inline bool is_queued(const FeatureInput& in) {
+  return in.num_request_waiting > 0;
+}
 int prefill_score_bucket(double prefix_cache_score);  // min(floor(p*4), 3)
 
 // Value of one column as XGBoost sees it (float; NaN = missing).

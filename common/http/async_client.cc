@@ -24,8 +24,10 @@ namespace asio = boost::asio;
 
 struct AsyncHttpClient::Impl {
   Impl(std::vector<Url> urls, Options options)
-      : work(asio::make_work_guard(ioc)), core(ioc.get_executor(), core_options(options)),
-        targets(std::move(urls)), options(options) {}
+      : work(asio::make_work_guard(ioc)),
+        core(ioc.get_executor(), core_options(options)),
+        targets(std::move(urls)),
+        options(options) {}
 
   static ClientCore::Options core_options(const Options& o) {
     ClientCore::Options c;
@@ -58,15 +60,13 @@ struct AsyncHttpClient::Impl {
       std::lock_guard lock(worker_mu);
       ++on_workers;
     }
-    worker->fetch(url, std::move(req), timeouts,
-                  [this, done = std::move(done)](ClientResponse r) {
-                    done(AsyncResponse{r.status, std::move(r.body), std::move(r.error),
-                                       r.timed_out});
-                    std::lock_guard lock(worker_mu);
-                    if (--on_workers == 0) {
-                      worker_cv.notify_all();
-                    }
-                  });
+    worker->fetch(url, std::move(req), timeouts, [this, done = std::move(done)](ClientResponse r) {
+      done(AsyncResponse{r.status, std::move(r.body), std::move(r.error), r.timed_out});
+      std::lock_guard lock(worker_mu);
+      if (--on_workers == 0) {
+        worker_cv.notify_all();
+      }
+    });
   }
 
   // The calling worker's pool (made on its first exchange there), or nullptr when the caller
@@ -154,9 +154,8 @@ AsyncHttpClient::~AsyncHttpClient() {
   impl_->worker_cv.wait(lock, [this] { return impl_->on_workers == 0; });
 }
 
-void AsyncHttpClient::request(std::size_t target, std::string_view method,
-                              std::string_view path, std::string body,
-                              std::chrono::milliseconds timeout, Callback done) {
+void AsyncHttpClient::request(std::size_t target, std::string_view method, std::string_view path,
+                              std::string body, std::chrono::milliseconds timeout, Callback done) {
   if (target >= impl_->targets.size()) {
     asio::post(impl_->ioc, [cb = std::move(done)] {
       cb(AsyncResponse{0, {}, "unknown target", false});
@@ -167,8 +166,7 @@ void AsyncHttpClient::request(std::size_t target, std::string_view method,
 }
 
 void AsyncHttpClient::request(const Url& url, std::string_view method, std::string_view path,
-                              std::string body, std::chrono::milliseconds timeout,
-                              Callback done) {
+                              std::string body, std::chrono::milliseconds timeout, Callback done) {
   impl_->start(url, method, path, std::move(body), timeout, std::move(done));
 }
 

@@ -12,10 +12,11 @@
 //
 // Threads: request(), post() and post_at() are thread-safe and return at once; `done` runs
 // exactly once, on the client's I/O thread (or the caller's worker, see on_caller_worker; never
-// inline), within the request's timeout (plus scheduling); tasks run there too. The destructor ends the exchanges still in flight (their
-// callbacks run with an error before it returns), drops the tasks not yet run and joins the
-// thread; no request() or post may start once it has begun, except from the I/O thread itself
-// (a callback or a task): what those start is then cancelled or dropped like the rest.
+// inline), within the request's timeout (plus scheduling); tasks run there too. The destructor ends
+// the exchanges still in flight (their callbacks run with an error before it returns), drops the
+// tasks not yet run and joins the thread; no request() or post may start once it has begun, except
+// from the I/O thread itself (a callback or a task): what those start is then cancelled or dropped
+// like the rest.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -29,7 +30,7 @@
 namespace llmd::http {
 
 struct AsyncResponse {
-  int status = 0;          // 0 when the exchange failed before a complete response
+  int status = 0;  // 0 when the exchange failed before a complete response
   std::string body;
   std::string error;       // what failed when status == 0
   bool timed_out = false;  // the failure was the request's timeout
@@ -47,7 +48,7 @@ class AsyncHttpClient {
     // running until every such exchange has called back (the destructor waits for them).
     bool on_caller_worker = false;
     std::string thread_name = "http-client";  // its I/O thread's name (top -H)
-    TlsContextPtr tls;  // for https targets; null fails them
+    TlsContextPtr tls;                        // for https targets; null fails them
   };
 
   explicit AsyncHttpClient(std::vector<Url> targets) : AsyncHttpClient(std::move(targets), {}) {}
@@ -59,8 +60,8 @@ class AsyncHttpClient {
   // `path` is appended to the target's base path. A `body` goes with Content-Type
   // application/json. An unknown target or method fails through `done` like any other error.
   // `timeout` bounds the whole exchange.
-  void request(std::size_t target, std::string_view method, std::string_view path,
-               std::string body, std::chrono::milliseconds timeout, Callback done);
+  void request(std::size_t target, std::string_view method, std::string_view path, std::string body,
+               std::chrono::milliseconds timeout, Callback done);
 
   // The same to a target named by URL (host:port and base path), e.g. pods that come and go;
   // its keep-alive pool is made on first use.

@@ -61,8 +61,8 @@ std::optional<Url> parse_url(const std::string& url, UrlSchemes schemes) {
   }
   if (!port_text.empty()) {
     unsigned value = 0;
-    const auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(),
-                                           value);
+    const auto [end, ec] =
+        std::from_chars(port_text.data(), port_text.data() + port_text.size(), value);
     if (ec != std::errc() || end != port_text.data() + port_text.size() || value == 0 ||
         value > 65535) {
       return std::nullopt;
@@ -127,9 +127,8 @@ struct HttpClient::Impl {
       if (ioc->stopped()) {
         ioc->restart();
       }
-      const std::size_t ran = options.interrupted
-                                  ? ioc->run_one_for(std::chrono::milliseconds(100))
-                                  : ioc->run_one();
+      const std::size_t ran =
+          options.interrupted ? ioc->run_one_for(std::chrono::milliseconds(100)) : ioc->run_one();
       // Nothing ran and nothing is pending: the exchange cannot end (it always has an
       // operation or a posted handler while it runs), so stop rather than spin.
       if (ran == 0 && ioc->stopped() && ++idle_rounds > 1) {
@@ -203,17 +202,16 @@ struct HttpClient::Impl {
     return out;
   }
 
-  ClientResponse stream(ClientRequest req, const ClientTimeouts& timeouts,
-                        const OnBody& on_body) {
+  ClientResponse stream(ClientRequest req, const ClientTimeouts& timeouts, const OnBody& on_body) {
     ClientResponse head;
     bool done = false;
     ClientCallPtr body;
-    auto call = core->open(origin, std::move(req), timeouts,
-                           [&](ClientResponse h, ClientCallPtr b) {
-                             head = std::move(h);
-                             body = std::move(b);
-                             done = true;
-                           });
+    auto call =
+        core->open(origin, std::move(req), timeouts, [&](ClientResponse h, ClientCallPtr b) {
+          head = std::move(h);
+          body = std::move(b);
+          done = true;
+        });
     if (!wait(done, call.get())) {
       head.error = "request: the exchange ended without an answer";
       return head;
@@ -289,15 +287,16 @@ ClientResponse HttpClient::request_streamed(const std::string& method, const std
                                             const std::string& body,
                                             const std::string& content_type,
                                             const std::vector<Header>& extra_headers,
-                                            const ClientTimeouts& timeouts,
-                                            const OnBody& on_body) {
+                                            const ClientTimeouts& timeouts, const OnBody& on_body) {
   return impl_->guarded([&] {
     return impl_->stream(impl_->make_request(method, target, body, content_type, extra_headers),
                          timeouts, on_body);
   });
 }
 
-void HttpClient::set_timeout(std::chrono::milliseconds timeout) { impl_->options.timeout = timeout; }
+void HttpClient::set_timeout(std::chrono::milliseconds timeout) {
+  impl_->options.timeout = timeout;
+}
 
 void HttpClient::close() {
   if (impl_->core) {

@@ -67,7 +67,7 @@ class HttpClient {
  public:
   struct Options {
     std::chrono::milliseconds timeout{10000};  // connect, and the response (see request())
-    TlsContextPtr tls;  // for an https origin; null there fails each request
+    TlsContextPtr tls;                         // for an https origin; null there fails each request
     // false: every request on a fresh connection ("Connection: close").
     bool keep_alive = true;
     // Polled every 100 ms while a request waits (null: not polled); true cancels the request,
@@ -75,7 +75,8 @@ class HttpClient {
     std::function<bool()> interrupted;
   };
 
-  HttpClient(std::string host, uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  HttpClient(std::string host, uint16_t port,
+             std::chrono::milliseconds timeout = std::chrono::seconds(10));
   // `origin`: host, port and scheme; its base_path is not applied (targets are complete).
   HttpClient(const Url& origin, Options options);
   ~HttpClient();

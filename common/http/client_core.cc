@@ -64,7 +64,9 @@ namespace {
 
 constexpr std::size_t kChunk = 16 * 1024;  // a streamed body is read in pieces of this size
 
-std::string_view to_sv(beast::string_view s) { return {s.data(), s.size()}; }
+std::string_view to_sv(beast::string_view s) {
+  return {s.data(), s.size()};
+}
 
 // One connection to an origin, plain or TLS; the read buffer is the connection's (bytes past
 // one response belong to the next).
@@ -113,11 +115,14 @@ struct ClientCore::State {
   // A pooled connection to `key` fit for reuse, or null.
   std::unique_ptr<Connection> take(const std::string& key) {
     std::unique_ptr<Connection> conn;
-    pool.take(key, now(), [this](const std::unique_ptr<Connection>& c) {
-      // A TLS 1.3 server sends session tickets after the handshake: unread bytes there do not
-      // mean the connection is unusable, so only plain connections are probed.
-      return !options.probe_idle || c->tls || still_open(c->socket.native_handle());
-    }, conn);
+    pool.take(
+        key, now(),
+        [this](const std::unique_ptr<Connection>& c) {
+          // A TLS 1.3 server sends session tickets after the handshake: unread bytes there do not
+          // mean the connection is unusable, so only plain connections are probed.
+          return !options.probe_idle || c->tls || still_open(c->socket.native_handle());
+        },
+        conn);
     return conn;
   }
 
@@ -410,10 +415,9 @@ class Exchange final : public ClientCall, public std::enable_shared_from_this<Ex
     if (!ec) {
       // Addresses are usually IPs (pods, services' cluster IPs): no resolver (it runs on a
       // helper thread).
-      conn_->socket.async_connect(tcp::endpoint(address, port_),
-                                  bound([self = shared_from_this()](beast::error_code e) {
-                                    self->connected(e);
-                                  }));
+      conn_->socket.async_connect(
+          tcp::endpoint(address, port_),
+          bound([self = shared_from_this()](beast::error_code e) { self->connected(e); }));
       return;
     }
     try {
@@ -656,9 +660,9 @@ class Exchange final : public ClientCall, public std::enable_shared_from_this<Ex
   }
 
   void fail_ec(const char* stage, beast::error_code ec) {
-    const bool answer_started =
-        (conn_ && conn_->buffer.size() > 0) || (whole_ && whole_->got_some()) ||
-        (piecewise_ && piecewise_->got_some());
+    const bool answer_started = (conn_ && conn_->buffer.size() > 0) ||
+                                (whole_ && whole_->got_some()) ||
+                                (piecewise_ && piecewise_->got_some());
     conn_.reset();
     if (timed_out_ || ec == beast::error::timeout) {
       timed_out_ = true;
@@ -735,9 +739,9 @@ class Exchange final : public ClientCall, public std::enable_shared_from_this<Ex
   Phase phase_ = Phase::kIdle;
   std::unique_ptr<Connection> conn_;
   std::optional<tcp::resolver> resolver_;
-  std::optional<bhttp::response_parser<bhttp::string_body>> whole_;     // fetch
+  std::optional<bhttp::response_parser<bhttp::string_body>> whole_;      // fetch
   std::optional<bhttp::response_parser<bhttp::buffer_body>> piecewise_;  // open
-  std::unique_ptr<std::array<char, kChunk>> chunk_;                     // open
+  std::unique_ptr<std::array<char, kChunk>> chunk_;                      // open
   bool registered_ = false;
   bool reused_ = false;
   bool connected_ = false;
@@ -768,7 +772,9 @@ ClientCore::ClientCore(asio::any_io_executor io, Options options) {
   state_ = std::make_shared<State>(std::move(io), std::move(options));
 }
 
-ClientCore::~ClientCore() { state_->pool.clear(); }
+ClientCore::~ClientCore() {
+  state_->pool.clear();
+}
 
 namespace {
 
@@ -845,9 +851,13 @@ void ClientCore::shutdown() {
   }
 }
 
-void ClientCore::close_idle() { state_->pool.clear(); }
+void ClientCore::close_idle() {
+  state_->pool.clear();
+}
 
-std::size_t ClientCore::idle() const { return state_->pool.idle(); }
+std::size_t ClientCore::idle() const {
+  return state_->pool.idle();
+}
 
 std::uint64_t ClientCore::connections_opened(const Url& origin) const {
   std::lock_guard lock(state_->mu);

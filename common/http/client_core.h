@@ -7,8 +7,8 @@
 //
 // - Connections: a keep-alive pool per origin (scheme, host, port; common/http/idle_pool.h); a
 //   connection carries one exchange at a time and goes back to the pool once its response was
-//   read to the end on a connection the server keeps open. A kept-alive connection the server had closed before a
-//   byte of the answer arrived is replaced and the request sent once more.
+//   read to the end on a connection the server keeps open. A kept-alive connection the server had
+//   closed before a byte of the answer arrived is replaced and the request sent once more.
 // - TLS (https origins) with a verified certificate (TlsContext, client.h).
 // - Bodies read whole (fetch) or streamed (open): a streamed body is read only when the caller
 //   asks for the next piece, so a slow consumer holds the server back through TCP.
@@ -56,8 +56,8 @@ struct ClientRequest {
 // A piece of a streamed body: `bytes` stay valid until the next read() or the call's end.
 struct BodyPiece {
   std::string_view bytes;
-  bool end = false;    // the body is complete (bytes may hold its last piece)
-  std::string error;   // the body broke off ("" otherwise)
+  bool end = false;   // the body is complete (bytes may hold its last piece)
+  std::string error;  // the body broke off ("" otherwise)
   bool timed_out = false;
 };
 
@@ -129,7 +129,7 @@ class ClientCore {
   // Closes the idle connections. Thread-safe.
   void close_idle();
 
-  std::size_t idle() const;                           // pooled connections, all origins
+  std::size_t idle() const;                                   // pooled connections, all origins
   std::uint64_t connections_opened(const Url& origin) const;  // so far, to that origin
 
   struct State;  // shared with the exchanges (client_core.cc)

@@ -129,9 +129,9 @@ class IdlePool {
   const Options options_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::vector<Idle>> idle_;  // guarded by mu_
-  std::size_t total_ = 0;                                     // guarded by mu_
-  Clock::time_point last_sweep_{};                            // guarded by mu_
-  bool stopped_ = false;                                      // guarded by mu_
+  std::size_t total_ = 0;                                    // guarded by mu_
+  Clock::time_point last_sweep_{};                           // guarded by mu_
+  bool stopped_ = false;                                     // guarded by mu_
 };
 
 }  // namespace llmd::http

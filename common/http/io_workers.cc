@@ -32,9 +32,13 @@ IoWorkers::IoWorkers(int count, std::string name) : name_(std::move(name)) {
   }
 }
 
-IoWorkers::~IoWorkers() { stop(); }
+IoWorkers::~IoWorkers() {
+  stop();
+}
 
-asio::io_context& IoWorkers::at(std::size_t worker) const { return loops_.at(worker)->ioc; }
+asio::io_context& IoWorkers::at(std::size_t worker) const {
+  return loops_.at(worker)->ioc;
+}
 
 void IoWorkers::start() {
   if (!threads_.empty()) {
@@ -75,8 +79,12 @@ void IoWorkers::stop() {
   threads_.clear();
 }
 
-std::size_t IoWorkers::current() const { return tl_workers == this ? tl_index : npos; }
+std::size_t IoWorkers::current() const {
+  return tl_workers == this ? tl_index : npos;
+}
 
-asio::io_context* IoWorkers::current_context() { return tl_context; }
+asio::io_context* IoWorkers::current_context() {
+  return tl_context;
+}
 
 }  // namespace llmd::http

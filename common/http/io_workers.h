@@ -8,11 +8,11 @@
 //
 // A worker's executor is its own strand: handlers on it never run concurrently.
 //
-// Threads: size(), at(), current() and current_context() are thread-safe; start() and stop() are called by the
-// owner (stop() also from the destructor). Work posted from any thread runs on the worker's
-// thread. Objects that hold sockets of a worker (client pools, servers) must be destroyed before
-// the IoWorkers; handlers still queued when stop() returns are destroyed without running when
-// the IoWorkers is.
+// Threads: size(), at(), current() and current_context() are thread-safe; start() and stop() are
+// called by the owner (stop() also from the destructor). Work posted from any thread runs on the
+// worker's thread. Objects that hold sockets of a worker (client pools, servers) must be destroyed
+// before the IoWorkers; handlers still queued when stop() returns are destroyed without running
+// when the IoWorkers is.
 #include <cstddef>
 #include <memory>
 #include <string>

@@ -54,7 +54,9 @@ ConnectionSlot& ConnectionSlot::operator=(ConnectionSlot&& other) noexcept {
   return *this;
 }
 
-ConnectionSlot::~ConnectionSlot() { release(); }
+ConnectionSlot::~ConnectionSlot() {
+  release();
+}
 
 void ConnectionSlot::release() {
   if (!counts_) {
@@ -69,7 +71,10 @@ void ConnectionSlot::release() {
 // Everything below runs on worker 0 except the constructor (the owner's, before start()).
 struct Listener::State : std::enable_shared_from_this<Listener::State> {
   State(ListenerOptions o, IoWorkers& w, std::shared_ptr<ConnectionCounts> c)
-      : options(std::move(o)), workers(w), counts(std::move(c)), acceptor(w.at(0)),
+      : options(std::move(o)),
+        workers(w),
+        counts(std::move(c)),
+        acceptor(w.at(0)),
         retry(w.at(0)) {}
 
   void bind();
@@ -190,9 +195,13 @@ Listener::Listener(ListenerOptions options, IoWorkers& workers,
   state_->bind();
 }
 
-Listener::~Listener() { close(); }
+Listener::~Listener() {
+  close();
+}
 
-uint16_t Listener::port() const { return state_->port; }
+uint16_t Listener::port() const {
+  return state_->port;
+}
 
 void Listener::start(OnAccept on_accept) {
   state_->on_accept = std::move(on_accept);

@@ -1,7 +1,7 @@
 #pragma once
 // The answering side of one HTTP request, as seen by request handlers. Transport-free (the
-// Beast implementation lives in common/http/stream_server.cc). Every method is thread-safe: calls are
-// forwarded to the connection's strand and applied in call order. A request is answered exactly
+// Beast implementation lives in common/http/stream_server.cc). Every method is thread-safe: calls
+// are forwarded to the connection's strand and applied in call order. A request is answered exactly
 // once: respond() (a whole response) or begin_stream() + write()* + end() (chunked transfer);
 // calls after the answer finished, or after the connection died, are ignored. A handler that
 // keeps a stream drops it before the server is destroyed (the connection belongs to one of the
@@ -22,8 +22,7 @@ class ResponseStream {
 
   virtual void respond(Response response) = 0;
   // Sends the status line and headers of a chunked response now.
-  virtual void begin_stream(int status, std::string content_type,
-                            std::vector<Header> headers) = 0;
+  virtual void begin_stream(int status, std::string content_type, std::vector<Header> headers) = 0;
   virtual void write(std::string data) = 0;  // one chunk (empty data is ignored)
   // Body bytes written but not yet taken by the client's socket (backpressure: a relay stops
   // reading its source while this is high).

@@ -73,7 +73,9 @@ void HttpServer::start() {
   impl_->started = true;
 }
 
-uint16_t HttpServer::port() const { return impl_->port; }
+uint16_t HttpServer::port() const {
+  return impl_->port;
+}
 
 void HttpServer::run(bool handle_signals) {
   start();
@@ -97,7 +99,9 @@ void HttpServer::run(bool handle_signals) {
   impl_->cv.notify_all();
 }
 
-void HttpServer::stop() { impl_->core.stop(); }
+void HttpServer::stop() {
+  impl_->core.stop();
+}
 
 void HttpServer::on_shutdown(std::function<void()> hook) {
   impl_->core.on_shutdown(std::move(hook));

@@ -2,10 +2,10 @@
 // HTTP/1.1 server with a plain request -> response handler: the project's one server core
 // (stream_server.h, Beast/Asio only in its .cc) with a handler that answers at once.
 // `io_threads` workers (io_workers.h), each an event loop on one thread; a connection lives on
-// one of them, so a connection's handlers never overlap. The handler is called on an io thread and must not block
-// for long (no training, no network calls). Every read is bounded: body limit -> 413, header
-// limit -> 431, header read timeout and keep-alive idle timeout close the connection. stop()
-// stops accepting, lets in-flight requests finish (bounded by drain_timeout), runs the
+// one of them, so a connection's handlers never overlap. The handler is called on an io thread and
+// must not block for long (no training, no network calls). Every read is bounded: body limit ->
+// 413, header limit -> 431, header read timeout and keep-alive idle timeout close the connection.
+// stop() stops accepting, lets in-flight requests finish (bounded by drain_timeout), runs the
 // on_shutdown hooks and returns from run().
 #include <chrono>
 #include <cstdint>

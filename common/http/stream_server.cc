@@ -43,7 +43,6 @@ constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 using StrandExecutor = asio::strand<asio::io_context::executor_type>;
 
-
 Request to_request(bhttp::request<bhttp::string_body>&& msg) {
   Request req;
   req.method = std::string(msg.method_string());
@@ -55,8 +54,8 @@ Request to_request(bhttp::request<bhttp::string_body>&& msg) {
   }
   for (const auto& field : msg) {
     const auto name = field.name_string();
-    req.headers.push_back({to_lower(std::string_view(name.data(), name.size())),
-                           std::string(field.value())});
+    req.headers.push_back(
+        {to_lower(std::string_view(name.data(), name.size())), std::string(field.value())});
   }
   req.body = std::move(msg.body());
   return req;
@@ -65,8 +64,8 @@ Request to_request(bhttp::request<bhttp::string_body>&& msg) {
 // Answers in the request's own version (HTTP/1.0 clients get "HTTP/1.0").
 std::string status_line(int status, bool http10 = false) {
   const auto reason = bhttp::obsolete_reason(bhttp::int_to_status(static_cast<unsigned>(status)));
-  return (http10 ? "HTTP/1.0 " : "HTTP/1.1 ") + std::to_string(status) + " " + std::string(reason.data(), reason.size()) +
-         "\r\n";
+  return (http10 ? "HTTP/1.0 " : "HTTP/1.1 ") + std::to_string(status) + " " +
+         std::string(reason.data(), reason.size()) + "\r\n";
 }
 
 Response default_error(int status, const std::string& message) {
@@ -118,11 +117,11 @@ struct StreamServer::Impl {
       : options(std::move(o)),
         handler(std::move(h)),
         error_response(options.error_response ? options.error_response : default_error),
-        own_workers(external ? nullptr
-                             : std::make_unique<IoWorkers>(options.io_threads,
-                                                           options.thread_name.empty()
-                                                               ? options.server_name
-                                                               : options.thread_name)),
+        own_workers(
+            external ? nullptr
+                     : std::make_unique<IoWorkers>(options.io_threads, options.thread_name.empty()
+                                                                           ? options.server_name
+                                                                           : options.thread_name)),
         workers(external ? *external : *own_workers),
         counts(std::make_shared<ConnectionCounts>(workers.size(), options.max_connections)) {}
 
@@ -149,9 +148,9 @@ struct StreamServer::Impl {
   std::atomic<bool> stopping{false};
 
   // The process's (options.shared_body_budget) or this server's own.
-  std::shared_ptr<BodyBudget> body_budget =
-      options.shared_body_budget ? options.shared_body_budget
-                                 : std::make_shared<BodyBudget>(options.body_budget);
+  std::shared_ptr<BodyBudget> body_budget = options.shared_body_budget
+                                                ? options.shared_body_budget
+                                                : std::make_shared<BodyBudget>(options.body_budget);
   std::atomic<std::size_t> next_strand{0};
   std::unique_ptr<IoWorkers> own_workers;  // null when the caller owns the workers
   IoWorkers& workers;
@@ -199,17 +198,15 @@ class StreamServer::Impl::Session final : public ResponseStream,
 
   // ResponseStream
   void respond(Response response) override {
-    asio::post(socket_.get_executor(), [self = shared_from_this(), r = std::move(response)]() mutable {
-      self->do_respond(std::move(r));
-    });
+    asio::post(socket_.get_executor(),
+               [self = shared_from_this(), r = std::move(response)]() mutable {
+                 self->do_respond(std::move(r));
+               });
   }
-  void begin_stream(int status, std::string content_type,
-                    std::vector<Header> headers) override {
-    asio::post(socket_.get_executor(), [self = shared_from_this(), status,
-                                        ct = std::move(content_type),
-                                        hs = std::move(headers)]() mutable {
-      self->do_begin(status, ct, hs);
-    });
+  void begin_stream(int status, std::string content_type, std::vector<Header> headers) override {
+    asio::post(socket_.get_executor(),
+               [self = shared_from_this(), status, ct = std::move(content_type),
+                hs = std::move(headers)]() mutable { self->do_begin(status, ct, hs); });
   }
   void write(std::string data) override {
     buffered_ += data.size();
@@ -239,13 +236,14 @@ class StreamServer::Impl::Session final : public ResponseStream,
     asio::post(socket_.get_executor(), [self = shared_from_this()] { self->shutdown_now(); });
   }
   void on_disconnect(std::function<void()> callback) override {
-    asio::post(socket_.get_executor(), [self = shared_from_this(), cb = std::move(callback)]() mutable {
-      if (self->disconnected_) {
-        cb();
-      } else if (self->phase_ == Phase::kResponding && !self->answer_done_) {
-        self->disconnect_cb_ = std::move(cb);
-      }
-    });
+    asio::post(socket_.get_executor(),
+               [self = shared_from_this(), cb = std::move(callback)]() mutable {
+                 if (self->disconnected_) {
+                   cb();
+                 } else if (self->phase_ == Phase::kResponding && !self->answer_done_) {
+                   self->disconnect_cb_ = std::move(cb);
+                 }
+               });
   }
 
  private:
@@ -286,18 +284,19 @@ class StreamServer::Impl::Session final : public ResponseStream,
   // disconnect notice of a peer that went away.
   void start_read_some() {
     read_pending_ = true;
-    socket_.async_read_some(buffer_.prepare(16 * 1024), [self = shared_from_this()](
-                                                            beast::error_code ec, std::size_t n) {
-      self->read_pending_ = false;
-      if (ec) {
-        return self->peer_gone();
-      }
-      self->buffer_.commit(n);
-      if (self->phase_ == Phase::kIdle) {
-        self->read_header();
-      }
-      // While responding the bytes wait in the buffer (one read at most: bounded).
-    });
+    socket_.async_read_some(buffer_.prepare(16 * 1024),
+                            [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                              self->read_pending_ = false;
+                              if (ec) {
+                                return self->peer_gone();
+                              }
+                              self->buffer_.commit(n);
+                              if (self->phase_ == Phase::kIdle) {
+                                self->read_header();
+                              }
+                              // While responding the bytes wait in the buffer (one read at most:
+                              // bounded).
+                            });
   }
 
   void read_header() {
@@ -307,10 +306,9 @@ class StreamServer::Impl::Session final : public ResponseStream,
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(server_.options.body_limit);
     arm_timer(server_.options.header_timeout);
-    bhttp::async_read_header(socket_, buffer_, *parser_,
-                             [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                               self->on_header(ec);
-                             });
+    bhttp::async_read_header(
+        socket_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
   }
 
   void on_header(beast::error_code ec) {
@@ -415,8 +413,9 @@ class StreamServer::Impl::Session final : public ResponseStream,
     if ((status == 429 || status == 503) && !has_retry_after) {
       out_ += "Retry-After: 1\r\n";  // without it, SDKs retry at once
     }
-    out_ += "Content-Type: " + r.content_type + "\r\nContent-Length: " +
-            std::to_string(r.body.size()) + "\r\nConnection: close\r\n\r\n" + r.body;
+    out_ += "Content-Type: " + r.content_type +
+            "\r\nContent-Length: " + std::to_string(r.body.size()) +
+            "\r\nConnection: close\r\n\r\n" + r.body;
     flush();
   }
 
@@ -460,9 +459,9 @@ class StreamServer::Impl::Session final : public ResponseStream,
     for (const auto& h : r.headers) {
       head += h.name + ": " + h.value + "\r\n";
     }
-    head += "Content-Type: " + r.content_type + "\r\nContent-Length: " +
-            std::to_string(r.body.size()) + "\r\nConnection: " +
-            (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n";
+    head += "Content-Type: " + r.content_type +
+            "\r\nContent-Length: " + std::to_string(r.body.size()) +
+            "\r\nConnection: " + (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n";
     out_ += head;
     out_ += r.body;
     flush();
@@ -606,14 +605,14 @@ class StreamServer::Impl::Session final : public ResponseStream,
 
   void linger_read() {
     buffer_.consume(buffer_.size());
-    socket_.async_read_some(buffer_.prepare(64 * 1024), [self = shared_from_this()](
-                                                            beast::error_code ec, std::size_t n) {
-      self->lingered_ += n;
-      if (ec || self->lingered_ > kLingerBytes) {
-        return self->close();
-      }
-      self->linger_read();
-    });
+    socket_.async_read_some(buffer_.prepare(64 * 1024),
+                            [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                              self->lingered_ += n;
+                              if (ec || self->lingered_ > kLingerBytes) {
+                                return self->close();
+                              }
+                              self->linger_read();
+                            });
   }
 
   void peer_gone() {
@@ -671,7 +670,7 @@ class StreamServer::Impl::Session final : public ResponseStream,
   bool read_pending_ = false;
   bool keep_alive_ = true;
   bool http10_ = false;
-  bool incomplete_ = false;  // end_incomplete(): close once the written bytes are out
+  bool incomplete_ = false;   // end_incomplete(): close once the written bytes are out
   std::size_t reserved_ = 0;  // body budget held by the request being served
   bool over_budget_ = false;  // a chunk of the current body did not fit the budget
   // Parser callback (Beast keeps a reference): reserves each announced chunk of a chunked body.

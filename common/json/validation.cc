@@ -109,10 +109,9 @@ Json bounded(const Json& input) {
   }
   if (input.is_string()) {
     const auto& s = input.get_ref<const std::string&>();
-    return s.size() <= Errors::kMaxInputBytes
-               ? input
-               : Json(s.substr(0, Errors::kMaxInputBytes) +
-                      fmt::format("... ({} bytes)", s.size()));
+    return s.size() <= Errors::kMaxInputBytes ? input
+                                              : Json(s.substr(0, Errors::kMaxInputBytes) +
+                                                     fmt::format("... ({} bytes)", s.size()));
   }
   // Containers: dump only when the element count makes a small dump possible.
   if (input.size() <= Errors::kMaxInputBytes / 2) {
@@ -121,8 +120,8 @@ Json bounded(const Json& input) {
       return input;
     }
   }
-  return Json(fmt::format("<{} with {} {}>", input.is_object() ? "object" : "array",
-                          input.size(), input.is_object() ? "keys" : "elements"));
+  return Json(fmt::format("<{} with {} {}>", input.is_object() ? "object" : "array", input.size(),
+                          input.is_object() ? "keys" : "elements"));
 }
 
 }  // namespace
@@ -223,11 +222,11 @@ std::size_t find_excess_depth(std::string_view text, int max_depth) {
 }
 
 void add_depth_error(std::size_t at, Errors& errors) {
-  errors.add_raw(Json{{"type", "json_invalid"},
-                      {"loc", Json::array({"body", static_cast<int64_t>(at)})},
-                      {"msg", "JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
-                                  " levels"},
-                      {"input", Json::object()}});
+  errors.add_raw(
+      Json{{"type", "json_invalid"},
+           {"loc", Json::array({"body", static_cast<int64_t>(at)})},
+           {"msg", "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels"},
+           {"input", Json::object()}});
 }
 
 void add_decode_error(const nlohmann::json::parse_error& e, Errors& errors) {
@@ -262,8 +261,8 @@ std::optional<Json> parse_body(std::string_view body, Errors& errors) {
   }
 }
 
-double read_float(const Json& obj, std::string_view field, Loc& loc, Errors& errors,
-                  bool required, double fallback, NumberRange range) {
+double read_float(const Json& obj, std::string_view field, Loc& loc, Errors& errors, bool required,
+                  double fallback, NumberRange range) {
   auto it = obj.find(field);
   if (it == obj.end() || (!required && it->is_null())) {
     if (required) {
@@ -358,10 +357,10 @@ const Json* read_list(const Json& obj, std::string_view field, Loc& loc, Errors&
 
 void add_too_long(const Loc& loc, std::string_view field, std::size_t max_items, std::size_t items,
                   Errors& errors) {
-  errors.add_at("too_long", loc, field,
-                fmt::format("List should have at most {} items after validation, not {}",
-                            max_items, items),
-                Json::array());
+  errors.add_at(
+      "too_long", loc, field,
+      fmt::format("List should have at most {} items after validation, not {}", max_items, items),
+      Json::array());
 }
 
 }  // namespace llmd::json

@@ -33,7 +33,9 @@ class Loc {
 class LocScope {
  public:
   template <typename T>
-  LocScope(Loc& loc, T part) : loc_(loc) { loc_.push(part); }
+  LocScope(Loc& loc, T part) : loc_(loc) {
+    loc_.push(part);
+  }
   ~LocScope() { loc_.pop(); }
   LocScope(const LocScope&) = delete;
   LocScope& operator=(const LocScope&) = delete;
@@ -96,8 +98,8 @@ void add_number_error(const nlohmann::json::exception& e, Errors& errors);
 // Field readers on a JSON object. `required` missing -> "missing" error. Out-of-range,
 // non-finite, wrong type -> the matching error. The return value is only meaningful when no
 // error was added.
-double read_float(const Json& obj, std::string_view field, Loc& loc, Errors& errors,
-                  bool required, double fallback = 0.0, NumberRange range = {});
+double read_float(const Json& obj, std::string_view field, Loc& loc, Errors& errors, bool required,
+                  double fallback = 0.0, NumberRange range = {});
 int64_t read_int(const Json& obj, std::string_view field, Loc& loc, Errors& errors, bool required,
                  int64_t fallback = 0, NumberRange range = {});
 bool read_bool(const Json& obj, std::string_view field, Loc& loc, Errors& errors, bool fallback);
@@ -110,8 +112,7 @@ double check_float(const Json& value, const Loc& loc, Errors& errors, double fal
                    NumberRange range = {});
 int64_t check_int(const Json& value, const Loc& loc, Errors& errors, int64_t fallback = 0,
                   NumberRange range = {});
-std::optional<std::string> check_optional_string(const Json& value, const Loc& loc,
-                                                 Errors& errors);
+std::optional<std::string> check_optional_string(const Json& value, const Loc& loc, Errors& errors);
 // Checks that `value` is an object; records `model_type`-style error otherwise.
 bool expect_object(const Json& value, Loc& loc, Errors& errors);
 // Checks that obj[field] is a list with min..max items; records an error otherwise.

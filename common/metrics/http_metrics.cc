@@ -16,7 +16,6 @@ struct HttpMetrics::Impl {
   prometheus::Family<prometheus::Histogram>* duration = nullptr;
 };
 
-
 HttpMetrics::HttpMetrics(prometheus::Registry& registry, const std::string& prefix)
     : impl_(std::make_shared<Impl>()) {
   impl_->requests = &prometheus::BuildCounter()

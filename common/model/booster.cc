@@ -24,7 +24,8 @@ class DMatrix {
  public:
   DMatrix(const ColumnInfo& columns, DenseView x) {
     if (x.cols != columns.names.size()) {
-      throw ModelError(fmt::format("matrix has {} columns, schema {}", x.cols, columns.names.size()));
+      throw ModelError(
+          fmt::format("matrix has {} columns, schema {}", x.cols, columns.names.size()));
     }
     check(XGDMatrixCreateFromMat(x.data, x.rows, x.cols, std::numeric_limits<float>::quiet_NaN(),
                                  &handle_),
@@ -63,15 +64,17 @@ Booster Booster::train(const TrainParams& p, const ColumnInfo& columns, DenseVie
   DMatrix dtrain(columns, x);
   check(XGDMatrixSetFloatInfo(dtrain.get(), "label", labels.data(), labels.size()), "set label");
   if (!base_margin.empty()) {
-    check(XGDMatrixSetFloatInfo(dtrain.get(), "base_margin", base_margin.data(),
-                                base_margin.size()),
-          "set base_margin");
+    check(
+        XGDMatrixSetFloatInfo(dtrain.get(), "base_margin", base_margin.data(), base_margin.size()),
+        "set base_margin");
   }
   DMatrixHandle dm = dtrain.get();
   BoosterHandle h = nullptr;
   check(XGBoosterCreate(&dm, 1, &h), "XGBoosterCreate");
   Booster booster(h);
-  auto set = [&](const char* k, const std::string& v) { check(XGBoosterSetParam(h, k, v.c_str()), k); };
+  auto set = [&](const char* k, const std::string& v) {
+    check(XGBoosterSetParam(h, k, v.c_str()), k);
+  };
   set("objective", "reg:squarederror");
   set("tree_method", "hist");
   set("max_depth", std::to_string(p.max_depth));
@@ -86,8 +89,8 @@ Booster Booster::train(const TrainParams& p, const ColumnInfo& columns, DenseVie
   set("nthread", std::to_string(std::max(1, p.threads)));
   set("seed", std::to_string(p.seed));
   set("verbosity", "0");
-  if (p.monotone && std::any_of(columns.monotone.begin(), columns.monotone.end(),
-                                [](int d) { return d != 0; })) {
+  if (p.monotone &&
+      std::any_of(columns.monotone.begin(), columns.monotone.end(), [](int d) { return d != 0; })) {
     std::string spec = "(";
     for (std::size_t i = 0; i < columns.monotone.size(); ++i) {
       spec += (i ? "," : "") + std::to_string(columns.monotone[i]);
@@ -111,7 +114,9 @@ Booster Booster::load(std::string_view bytes) {
   return booster;
 }
 
-Booster::Booster(Booster&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
+Booster::Booster(Booster&& other) noexcept : handle_(other.handle_) {
+  other.handle_ = nullptr;
+}
 
 Booster& Booster::operator=(Booster&& other) noexcept {
   if (this != &other) {

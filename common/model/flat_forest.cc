@@ -42,7 +42,9 @@ constexpr std::array<std::string_view, 5> kIdentityObjectives = {
     "reg:squarederror", "reg:linear", "reg:squaredlogerror", "reg:pseudohubererror",
     "reg:absoluteerror"};
 
-[[noreturn]] void fail(const std::string& what) { throw ModelError("flat forest: " + what); }
+[[noreturn]] void fail(const std::string& what) {
+  throw ModelError("flat forest: " + what);
+}
 
 const json& member(const json& obj, std::string_view key, std::string_view where) {
   if (!obj.is_object()) {
@@ -137,8 +139,8 @@ struct RawTree {
 
 RawTree read_tree(const json& tree) {
   RawTree t;
-  int64_t n = int_param(member(member(tree, "tree_param", "tree"), "num_nodes", "tree_param"),
-                        "num_nodes");
+  int64_t n =
+      int_param(member(member(tree, "tree_param", "tree"), "num_nodes", "tree_param"), "num_nodes");
   if (n < 1 || n > std::numeric_limits<int32_t>::max()) {
     fail(fmt::format("tree has {} nodes", n));
   }
@@ -332,8 +334,8 @@ class Compiler {
         pool_.insert(pool_.end(), bits.begin(), bits.end());
         return Node{std::bit_cast<float>(offset), feature | kRawColumn, 0};
       }
-      return Node{kDerivedSplit,
-                  derived_column(key_feature, true, key_default, std::move(bits)), 0};
+      return Node{kDerivedSplit, derived_column(key_feature, true, key_default, std::move(bits)),
+                  0};
     }
     const float split = t.cond[id];
     if (split != split) {
@@ -401,8 +403,7 @@ bool category_goes_right(const uint32_t* bits, uint32_t words, float f) {
 // No NaN reaches the comparison, so `!(v >= split)` equals `v < split` (go left) and compiles
 // to a carry-flag test feeding a subtract-with-borrow: left = right - 1.
 template <bool kInline>
-inline uint32_t step(const Node* nodes, const uint32_t* pool, uint32_t idx,
-                     const float* values) {
+inline uint32_t step(const Node* nodes, const uint32_t* pool, uint32_t idx, const float* values) {
   const Node* nd = nodes + idx;
   const uint32_t col = nd->col;
   const uint32_t right = nd->right;
@@ -521,8 +522,8 @@ FlatForest FlatForest::from_model_bytes(std::string_view ubj_bytes) {
 
     const json& mparam = member(learner, "learner_model_param", "learner");
     FlatForest out;
-    int64_t num_feature = int_param(member(mparam, "num_feature", "learner_model_param"),
-                                    "num_feature");
+    int64_t num_feature =
+        int_param(member(mparam, "num_feature", "learner_model_param"), "num_feature");
     if (num_feature < 1 || num_feature > static_cast<int64_t>(kMaxColumns)) {
       fail(fmt::format("model has {} features", num_feature));
     }
@@ -535,8 +536,8 @@ FlatForest FlatForest::from_model_bytes(std::string_view ubj_bytes) {
     }
     // XGBoost writes the shortest decimal that round-trips the float and reads it back with a
     // correctly rounded parser; from_chars is correctly rounded too.
-    std::string_view base = string_of(member(mparam, "base_score", "learner_model_param"),
-                                      "base_score");
+    std::string_view base =
+        string_of(member(mparam, "base_score", "learner_model_param"), "base_score");
     auto [end, ec] = std::from_chars(base.data(), base.data() + base.size(), out.base_score_);
     if (ec != std::errc{} || end != base.data() + base.size()) {
       fail(fmt::format("base_score '{}' is not a float", base));
@@ -670,8 +671,8 @@ void FlatForest::predict_margins(const float* rows, std::size_t n, float* out) c
       walk_block<true>(nodes_.data(), cat_pool_.data(), leaf_values_.data(), trees_, buf.data(),
                        group_floats, groups, acc.data());
     } else {
-      walk_block<false>(nodes_.data(), cat_pool_.data(), leaf_values_.data(), trees_,
-                        buf.data(), group_floats, groups, acc.data());
+      walk_block<false>(nodes_.data(), cat_pool_.data(), leaf_values_.data(), trees_, buf.data(),
+                        group_floats, groups, acc.data());
     }
     std::copy(acc.begin(), acc.begin() + static_cast<std::ptrdiff_t>(m), out + b);
   }
@@ -701,13 +702,16 @@ json dump_node(const RawTree& t, std::size_t id, uint32_t depth,
   json node;
   if (is_categorical_split(t, id)) {
     // Listed categories go right, and XGBoost's dump calls that branch "yes".
-    node = json{{"nodeid", id},    {"depth", depth}, {"split", name},
-                {"split_condition", t.cats[id]},   {"yes", r}, {"no", l}, {"missing", missing}};
+    node =
+        json{{"nodeid", id}, {"depth", depth}, {"split", name},     {"split_condition", t.cats[id]},
+             {"yes", r},     {"no", l},        {"missing", missing}};
   } else {
-    node = json{{"nodeid", id}, {"depth", depth}, {"split", name}, {"split_condition", t.cond[id]},
-                {"yes", l},     {"no", r},         {"missing", missing}};
+    node =
+        json{{"nodeid", id}, {"depth", depth}, {"split", name},     {"split_condition", t.cond[id]},
+             {"yes", l},     {"no", r},        {"missing", missing}};
   }
-  node["children"] = json::array({dump_node(t, l, depth + 1, names), dump_node(t, r, depth + 1, names)});
+  node["children"] =
+      json::array({dump_node(t, l, depth + 1, names), dump_node(t, r, depth + 1, names)});
   return node;
 }
 
@@ -716,10 +720,10 @@ json dump_node(const RawTree& t, std::size_t id, uint32_t depth,
 std::string dump_trees_json(std::string_view ubj_bytes, const std::vector<std::string>& names) {
   try {
     const json root = json::from_ubjson(ubj_bytes);
-    const json& trees = member(member(member(member(root, "learner", "model"), "gradient_booster",
-                                             "learner"),
-                                      "model", "gradient_booster"),
-                               "trees", "model");
+    const json& trees =
+        member(member(member(member(root, "learner", "model"), "gradient_booster", "learner"),
+                      "model", "gradient_booster"),
+               "trees", "model");
     if (!trees.is_array()) {
       fail("trees is not an array");
     }

@@ -40,7 +40,9 @@ std::vector<float> build_matrix(FeatureSet set, std::span<const FeatureInput> ro
 
 }  // namespace
 
-std::string_view objective_name(Objective o) { return o == Objective::kQuantile ? "quantile" : "mean"; }
+std::string_view objective_name(Objective o) {
+  return o == Objective::kQuantile ? "quantile" : "mean";
+}
 
 std::optional<Objective> parse_objective(std::string_view s) {
   if (s == "quantile") {
@@ -99,7 +101,8 @@ OutputTransform OutputTransform::from_json(const std::string& text) {
     t.log1p = kind == "log1p_location_scale";
     t.centers = j.at("centers").get<std::vector<double>>();
     t.offsets = j.at("offsets").get<std::vector<double>>();
-    if (t.centers.size() != t.offsets.size() || !std::is_sorted(t.centers.begin(), t.centers.end())) {
+    if (t.centers.size() != t.offsets.size() ||
+        !std::is_sorted(t.centers.begin(), t.centers.end())) {
       throw ModelError("inconsistent output transform");
     }
     return t;
@@ -119,10 +122,13 @@ ColumnInfo column_info(FeatureSet set) {
 }
 
 TargetModel::TargetModel(Booster booster, FeatureSet set, OutputTransform transform,
-                         Objective objective, int64_t version,
-                         std::optional<LinearBase> linear)
-    : booster_(std::move(booster)), set_(set), transform_(std::move(transform)),
-      objective_(objective), version_(version), linear_(std::move(linear)) {}
+                         Objective objective, int64_t version, std::optional<LinearBase> linear)
+    : booster_(std::move(booster)),
+      set_(set),
+      transform_(std::move(transform)),
+      objective_(objective),
+      version_(version),
+      linear_(std::move(linear)) {}
 
 double TargetModel::base_score() const {
   try {
@@ -142,8 +148,8 @@ std::shared_ptr<const TargetModel> TargetModel::load(std::string_view bytes) {
     throw ModelError("model has no valid '" + std::string(kAttrSet) + "' attribute");
   }
   auto transform_text = b.attr(kAttrTransform);
-  OutputTransform transform = transform_text ? OutputTransform::from_json(*transform_text)
-                                             : OutputTransform{};
+  OutputTransform transform =
+      transform_text ? OutputTransform::from_json(*transform_text) : OutputTransform{};
   auto objective_text = b.attr(kAttrObjective);
   Objective objective = objective_text ? parse_objective(*objective_text).value_or(Objective::kMean)
                                        : Objective::kMean;
@@ -178,7 +184,8 @@ std::vector<float> TargetModel::predict_margin(std::span<const FeatureInput> row
   }
   std::vector<float> x = build_matrix(set_, rows);
   const std::size_t cols = features::columns(set_).size();
-  std::vector<float> margins = booster_.predict(column_info(set_), DenseView{x.data(), rows.size(), cols});
+  std::vector<float> margins =
+      booster_.predict(column_info(set_), DenseView{x.data(), rows.size(), cols});
   if (linear_) {
     for (std::size_t i = 0; i < rows.size(); ++i) {
       margins[i] += linear_->margin(&x[i * cols]);

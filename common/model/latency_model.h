@@ -95,7 +95,6 @@ struct GatedModel {
 };
 using GatedModelPtr = std::shared_ptr<const GatedModel>;
 
-
 // The models of one target as used for prediction: base model, optional ensemble.
 struct TargetPredictor {
   TargetModelPtr base;

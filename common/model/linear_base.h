@@ -44,7 +44,7 @@ struct LinearBase {
 // each coefficient held to its monotone sign (projected coordinate descent on standardized
 // columns, exact for this small system). Returns a base with every coefficient 0 and the mean
 // as intercept when no column explains anything.
-LinearBase fit_linear_base(features::FeatureSet set, DenseView x,
-                           std::span<const float> labels_ms, bool log_margin);
+LinearBase fit_linear_base(features::FeatureSet set, DenseView x, std::span<const float> labels_ms,
+                           bool log_margin);
 
 }  // namespace llmd::model

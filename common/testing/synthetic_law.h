@@ -10,12 +10,13 @@
 namespace llmd::testing {
 
 struct SyntheticLaw {
-  double sigma = 0.15;         // log-normal noise scale
-  double jitter_ms = 1.0;      // additive N(0, jitter) on TTFT
+  double sigma = 0.15;           // log-normal noise scale
+  double jitter_ms = 1.0;        // additive N(0, jitter) on TTFT
   bool inflight_signal = false;  // prefill/decode tokens in flight move the latencies
 
   double ttft_mean(const features::FeatureInput& f) const {
-    double v = 15.0 + 0.08 * (1.0 - f.prefix_cache_score) * static_cast<double>(f.input_token_length) +
+    double v = 15.0 +
+               0.08 * (1.0 - f.prefix_cache_score) * static_cast<double>(f.input_token_length) +
                40.0 * static_cast<double>(f.num_request_waiting) +
                1.5 * static_cast<double>(f.num_request_running) + 60.0 * f.kv_cache_percentage;
     if (inflight_signal) {
@@ -24,7 +25,8 @@ struct SyntheticLaw {
     return v;
   }
   double tpot_mean(const features::FeatureInput& f) const {
-    double v = 8.0 + 20.0 * f.kv_cache_percentage + 0.002 * static_cast<double>(f.input_token_length) +
+    double v = 8.0 + 20.0 * f.kv_cache_percentage +
+               0.002 * static_cast<double>(f.input_token_length) +
                0.4 * static_cast<double>(f.num_request_running) +
                0.01 * static_cast<double>(f.num_tokens_generated);
     if (inflight_signal) {

@@ -9,6 +9,8 @@ void return_large_blocks_to_the_system() {
   mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
 }
 
-void serve_small_blocks_without_fastbins() { mallopt(M_MXFAST, 0); }
+void serve_small_blocks_without_fastbins() {
+  mallopt(M_MXFAST, 0);
+}
 
 }  // namespace llmd::util

@@ -41,8 +41,8 @@ std::string format_rfc3339(SystemTime t) {
 
 std::optional<SystemTime> parse_rfc3339(std::string_view s) {
   int y, mo, d, h, mi, sec;
-  if (!digits(s, 0, 4, y) || s.size() < 19 || s[4] != '-' || !digits(s, 5, 2, mo) ||
-      s[7] != '-' || !digits(s, 8, 2, d) || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') ||
+  if (!digits(s, 0, 4, y) || s.size() < 19 || s[4] != '-' || !digits(s, 5, 2, mo) || s[7] != '-' ||
+      !digits(s, 8, 2, d) || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') ||
       !digits(s, 11, 2, h) || s[13] != ':' || !digits(s, 14, 2, mi) || s[16] != ':' ||
       !digits(s, 17, 2, sec)) {
     return std::nullopt;

@@ -208,7 +208,7 @@ struct EppApp::Impl {
   http::IoWorkers health_workers{1, "epp-health"};
   extproc::HealthService grpc_health;
   std::unique_ptr<extproc::GrpcServer> health;
-  std::atomic<bool> pool_synced{false};  // the pods are known (listed once, or from the file)
+  std::atomic<bool> pool_synced{false};       // the pods are known (listed once, or from the file)
   std::unique_ptr<MetricsAuth> metrics_auth;  // --metrics-endpoint-auth; null = open
   http::HttpServer metrics_server;
   std::unique_ptr<discovery::PodDiscovery> pod_discovery;
@@ -232,8 +232,9 @@ EppApp::Impl::Impl(const EppOptions& o)
       loaded([this] {
         register_builtin_plugins(plugins);
         if (!predictions) {
-          spdlog::warn("no PREDICTION_SERVER_URL and no IN_PROCESS_PREDICTIONS: scheduling with "
-                       "the composite fallback only");
+          spdlog::warn(
+              "no PREDICTION_SERVER_URL and no IN_PROCESS_PREDICTIONS: scheduling with "
+              "the composite fallback only");
         }
         LoadResult l = load(file_cfg);
         if (!l.ok()) {
@@ -259,28 +260,27 @@ EppApp::Impl::Impl(const EppOptions& o)
       port(scheduling_cycle, pods, predictions.get()),
       gate([this](const std::string& pool) { return port.pool_candidates(pool); }, &registry,
            &flow_control),
-      elector(o.leader_elect ? std::make_unique<discovery::LeaderElector>(
-                                   resolve_leader_election(o, file_cfg.startup),
-                                   discovery::KubeApiOptions{o.discovery.api_url,
-                                                             o.discovery.token_file,
-                                                             o.discovery.ca_file})
-                             : nullptr),
+      elector(o.leader_elect
+                  ? std::make_unique<discovery::LeaderElector>(
+                        resolve_leader_election(o, file_cfg.startup),
+                        discovery::KubeApiOptions{o.discovery.api_url, o.discovery.token_file,
+                                                  o.discovery.ca_file})
+                  : nullptr),
       gie_metrics(registry, GieMetricSources{pods, prefix_index, gate, gie_pool_name(o)},
                   BuildInfo::of_this_build()),
-      epp_metrics(registry,
-                  EppMetricSources{pods, prefix_index, gate, port,
-                                   [this] { return proxy->idle_upstream_connections(); },
-                                   [this] { return !standby(); },
-                                   [this] { return proxy->active_requests(); },
-                                   o.ext_proc_port > 0
-                                       ? std::function<int()>(
-                                             [this] { return ext_proc->active_streams(); })
-                                       : nullptr,
-                                   [this] { return body_budget->held(); },
-                                   [this] {
-                                     gie_metrics.refresh();
-                                     gie_requests.refresh();
-                                   }}),
+      epp_metrics(registry, EppMetricSources{pods, prefix_index, gate, port,
+                                             [this] { return proxy->idle_upstream_connections(); },
+                                             [this] { return !standby(); },
+                                             [this] { return proxy->active_requests(); },
+                                             o.ext_proc_port > 0 ? std::function<int()>([this] {
+                                               return ext_proc->active_streams();
+                                             })
+                                                                 : nullptr,
+                                             [this] { return body_budget->held(); },
+                                             [this] {
+                                               gie_metrics.refresh();
+                                               gie_requests.refresh();
+                                             }}),
       metrics_auth(o.upstream.metrics_endpoint_auth
                        ? std::make_unique<MetricsAuth>(discovery::KubeApiOptions{
                              o.discovery.api_url, o.discovery.token_file, o.discovery.ca_file})
@@ -293,17 +293,17 @@ EppApp::Impl::Impl(const EppOptions& o)
   }
   const ScrapeConfig scrape = with_upstream_flags(loaded.settings.scrape, o.upstream);
   if (o.upstream.scrape_interval || o.upstream.staleness) {
-    spdlog::info("--refresh-metrics-interval / --metrics-staleness-threshold given: they replace "
-                 "the config file's scrapeIntervalMs / stalenessMs");
+    spdlog::info(
+        "--refresh-metrics-interval / --metrics-staleness-threshold given: they replace "
+        "the config file's scrapeIntervalMs / stalenessMs");
   }
   spdlog::info("pod metrics: GET {}://<pod>{}, read as {} (a pod labelled {} names its engine)",
                scrape.scheme, scrape.path, scrape.default_engine, scrape.engine_label_key);
   pods.set_role_label(loaded.settings.endpoint_role_label);
   pods.set_pods(file_cfg.pods);
   pods.configure_outlier_detection(file_cfg.startup.outliers);
-  model_labels.set_pool_serves([this](const std::string& model) {
-    return pods.serves_model(model);
-  });
+  model_labels.set_pool_serves(
+      [this](const std::string& model) { return pods.serves_model(model); });
   sched_metrics.pod_namespace = pod_namespace(o);
   sinks.add(feedback);
   sinks.add(request_metrics);
@@ -469,8 +469,9 @@ std::unique_ptr<extproc::GrpcServer> EppApp::Impl::make_health_server() {
     // Probes only: /metrics is the metrics port's (where --metrics-endpoint-auth guards it).
     http::Response answer = path == "/healthz" || path == "/readyz"
                                 ? admin.route(r)
-                                : http::Response::detail(404, "the health port serves /healthz, "
-                                                              "/readyz and gRPC health");
+                                : http::Response::detail(404,
+                                                         "the health port serves /healthz, "
+                                                         "/readyz and gRPC health");
     return extproc::Http1Answer{answer.status, answer.content_type, std::move(answer.body)};
   };
   auto server = std::make_unique<extproc::GrpcServer>(ho, health_workers);
@@ -537,9 +538,9 @@ void EppApp::Impl::start() {
   // These wait for the stop; the servers' workers (epp-health-0, epp-metrics-0) answer.
   metrics_thread = named_thread("epp-metrics-run", [this] { metrics_server.run(false); });
 
-  reloader = std::make_unique<ConfigReloader>(
-      options.config_path, pod_source, file_cfg,
-      [this](const EppFileConfig& next) { return apply(next); });
+  reloader =
+      std::make_unique<ConfigReloader>(options.config_path, pod_source, file_cfg,
+                                       [this](const EppFileConfig& next) { return apply(next); });
   // Kubernetes updates a mounted ConfigMap within a minute; a second adds nothing to notice.
   every(std::chrono::seconds(1), [this] { reloader->check(); });
   // The router queue also drains on fresh scrapes and expires waiters by its timeout.
@@ -559,14 +560,15 @@ void EppApp::Impl::start() {
   }
   timer_thread = named_thread("epp-timers", [this] { timer_io.run(); });
 
-  spdlog::info("epp proxy on {}:{}, health {}:{}, metrics {}:{}; {} pods; predictions {}; "
-               "feedback {}",
-               options.proxy.host, proxy->port(), options.health_host, health->port(),
-               options.metrics_host, metrics_server.port(), file_cfg.pods.size(),
-               options.in_process_predictions ? "in process"
-               : predictions                  ? options.prediction_server_url
-                                              : "off",
-               options.feedback.trainer_url.empty() ? "off" : options.feedback.trainer_url);
+  spdlog::info(
+      "epp proxy on {}:{}, health {}:{}, metrics {}:{}; {} pods; predictions {}; "
+      "feedback {}",
+      options.proxy.host, proxy->port(), options.health_host, health->port(), options.metrics_host,
+      metrics_server.port(), file_cfg.pods.size(),
+      options.in_process_predictions ? "in process"
+      : predictions                  ? options.prediction_server_url
+                                     : "off",
+      options.feedback.trainer_url.empty() ? "off" : options.feedback.trainer_url);
   spdlog::info("policies: {} objectives, {} model-level routing rules, router queue {}",
                file_cfg.objectives->size(),
                file_cfg.load_balancing ? file_cfg.load_balancing->rules.size() : 0,
@@ -624,12 +626,20 @@ void EppApp::Impl::stop() {
 
 EppApp::EppApp(const EppOptions& options) : impl_(std::make_unique<Impl>(options)) {}
 
-EppApp::~EppApp() { stop(); }
+EppApp::~EppApp() {
+  stop();
+}
 
-void EppApp::start() { impl_->start(); }
+void EppApp::start() {
+  impl_->start();
+}
 
-void EppApp::drain() { impl_->drain(); }
+void EppApp::drain() {
+  impl_->drain();
+}
 
-void EppApp::stop() { impl_->stop(); }
+void EppApp::stop() {
+  impl_->stop();
+}
 
 }  // namespace llmd::epp

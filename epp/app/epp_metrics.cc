@@ -21,22 +21,25 @@ EppMetrics::EppMetrics(prometheus::Registry& registry, EppMetricSources sources)
     : registry_(registry), sources_(std::move(sources)) {
   leader_ = &BuildGauge()
                  .Name("llmd_epp_leader")
-                 .Help("1 while this EPP replica serves: the leader of --leader-elect, or always "
-                       "without it; 0 while it stands by")
+                 .Help(
+                     "1 while this EPP replica serves: the leader of --leader-elect, or always "
+                     "without it; 0 while it stands by")
                  .Register(registry)
                  .Add({});
   auto& upstream = BuildCounter()
                        .Name("llmd_epp_upstream_connections_total")
-                       .Help("Connections to pods for proxied requests: opened, or kept-alive "
-                             "ones reused")
+                       .Help(
+                           "Connections to pods for proxied requests: opened, or kept-alive "
+                           "ones reused")
                        .Register(registry);
   upstream_opened_ = &upstream.Add({{"connection", "opened"}});
   upstream_reused_ = &upstream.Add({{"connection", "reused"}});
   auto& pool = BuildGauge()
                    .Name("llmd_epp_pool")
-                   .Help("Pool state: ready pods, average KV usage and queue of ready pods, "
-                         "prefix index size, request-body bytes held against the body budget "
-                         "(proxy and gateway together)")
+                   .Help(
+                       "Pool state: ready pods, average KV usage and queue of ready pods, "
+                       "prefix index size, request-body bytes held against the body budget "
+                       "(proxy and gateway together)")
                    .Register(registry);
   ready_ = &pool.Add({{"stat", "ready_pods"}});
   kv_ = &pool.Add({{"stat", "avg_kv_cache_usage"}});
@@ -52,9 +55,10 @@ EppMetrics::EppMetrics(prometheus::Registry& registry, EppMetricSources sources)
   auto& in_progress =
       BuildGauge()
           .Name("llmd_epp_requests_in_progress")
-          .Help("Client requests the EPP has read and not yet answered in full, by ingress: "
-                "proxy (its OpenAI port) or ext_proc (the gateway's streams open), as Envoy's "
-                "downstream_rq_active; a drain ends when both are 0")
+          .Help(
+              "Client requests the EPP has read and not yet answered in full, by ingress: "
+              "proxy (its OpenAI port) or ext_proc (the gateway's streams open), as Envoy's "
+              "downstream_rq_active; a drain ends when both are 0")
           .Register(registry);
   proxy_in_progress_ = &in_progress.Add({{"ingress", "proxy"}});
   if (sources_.ext_proc_streams) {
@@ -74,32 +78,37 @@ EppMetrics::EppMetrics(prometheus::Registry& registry, EppMetricSources sources)
       });
   in_flight_ = &BuildGauge()
                     .Name("llmd_epp_pod_in_flight")
-                    .Help("Requests this EPP dispatched to a ready pod that have not finished "
-                          "(its exact bookkeeping)")
+                    .Help(
+                        "Requests this EPP dispatched to a ready pod that have not finished "
+                        "(its exact bookkeeping)")
                     .Register(registry);
   residual_ = &BuildGauge()
                    .Name("llmd_epp_pod_latency_residual_factor")
-                   .Help("What this pod's predicted TTFT / TPOT is multiplied by: how much "
-                         "slower (> 1) or faster than its pool's other pods it has been against "
-                         "the model (1 = no significant difference; applied with "
-                         "podResidualCorrection)")
+                   .Help(
+                       "What this pod's predicted TTFT / TPOT is multiplied by: how much "
+                       "slower (> 1) or faster than its pool's other pods it has been against "
+                       "the model (1 = no significant difference; applied with "
+                       "podResidualCorrection)")
                    .Register(registry);
   bound_ = &BuildGauge()
                 .Name("llmd_epp_pool_latency_bound_factor")
-                .Help("What the pool's predicted TTFT / TPOT bounds would have had to be "
-                      "multiplied by to hold for 9 of its latest requests in 10 (1 = not enough "
-                      "requests yet; SLO checks use it with sloBoundCalibration)")
+                .Help(
+                    "What the pool's predicted TTFT / TPOT bounds would have had to be "
+                    "multiplied by to hold for 9 of its latest requests in 10 (1 = not enough "
+                    "requests yet; SLO checks use it with sloBoundCalibration)")
                 .Register(registry);
   step_ = &BuildGauge()
                .Name("llmd_epp_pod_step_milliseconds")
-               .Help("Typical duration of this pod's forward passes, from the gaps between the "
-                     "tokens of the streams this EPP relays (0 = not measured yet; the step "
-                     "phase of stepPhaseCorrection)")
+               .Help(
+                   "Typical duration of this pod's forward passes, from the gaps between the "
+                   "tokens of the streams this EPP relays (0 = not measured yet; the step "
+                   "phase of stepPhaseCorrection)")
                .Register(registry);
   routing_ = &BuildGauge()
                   .Name("llmd_epp_latency_routing_target")
-                  .Help("Model-level latency routing per rule and target: rolling average "
-                        "response time (ms), samples in the window, fast (1 = receives traffic)")
+                  .Help(
+                      "Model-level latency routing per rule and target: rolling average "
+                      "response time (ms), samples in the window, fast (1 = receives traffic)")
                   .Register(registry);
 }
 
@@ -112,7 +121,8 @@ std::string EppMetrics::collect() {
   ejected_->Set(static_cast<double>(health.ejected));
   panic_->Set(health.panic ? 1 : 0);
   idle_upstream_->Set(static_cast<double>(sources_.idle_upstream_connections()));
-  body_budget_held_->Set(sources_.body_budget_held ? static_cast<double>(sources_.body_budget_held()) : 0);
+  body_budget_held_->Set(
+      sources_.body_budget_held ? static_cast<double>(sources_.body_budget_held()) : 0);
   proxy_in_progress_->Set(sources_.proxy_requests ? sources_.proxy_requests() : 0);
   if (ext_proc_in_progress_ != nullptr) {
     ext_proc_in_progress_->Set(sources_.ext_proc_streams());

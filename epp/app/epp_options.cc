@@ -47,8 +47,7 @@ void add_kubernetes_flags(config::FlagTable& t, EppOptions& e) {
          "Kubernetes API (discovery, leader election): bearer token (re-read on every request; "
          "it rotates)",
          into(d.token_file));
-  t.text("kube-ca-file", "EPP_KUBE_CA_FILE",
-         "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+  t.text("kube-ca-file", "EPP_KUBE_CA_FILE", "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
          "Kubernetes API (discovery, leader election): CA certificate of an https API server",
          into(d.ca_file));
   t.boolean("leader-elect", "EPP_LEADER_ELECT", "false",
@@ -81,8 +80,10 @@ std::chrono::milliseconds parse_drain_timeout(const std::string& v) {
     d = config::parse_go_duration(v);
   }
   if (!d || *d > std::chrono::hours(1)) {
-    throw std::invalid_argument("--drain-timeout / EPP_DRAIN_TIMEOUT_S: expected seconds or a "
-                                "duration such as 30s, at most 1h, got '" + v + "'");
+    throw std::invalid_argument(
+        "--drain-timeout / EPP_DRAIN_TIMEOUT_S: expected seconds or a "
+        "duration such as 30s, at most 1h, got '" +
+        v + "'");
   }
   return *d;
 }
@@ -212,14 +213,12 @@ constexpr MovedFlag kMovedFlags[] = {
 void add_moved_flags(config::FlagTable& t) {
   t.section(kMovedSection);
   for (const MovedFlag& m : kMovedFlags) {
-    t.text(m.flag, m.env, "", std::string("Now ") + m.home,
-           [m](const std::string& v) {
-             if (!v.empty()) {
-               throw std::invalid_argument(std::string("--") + m.flag + " / " + m.env +
-                                           " is no longer a flag: set " + m.home + " (got '" +
-                                           v + "')");
-             }
-           });
+    t.text(m.flag, m.env, "", std::string("Now ") + m.home, [m](const std::string& v) {
+      if (!v.empty()) {
+        throw std::invalid_argument(std::string("--") + m.flag + " / " + m.env +
+                                    " is no longer a flag: set " + m.home + " (got '" + v + "')");
+      }
+    });
   }
   t.section("");
 }

@@ -21,7 +21,8 @@
 namespace llmd::epp {
 
 // Settings that come from the Go EPP's command line (epp/app/upstream_flags.h) and have no
-// home in a component's options. Each is honoured; what each maps onto: docs/coming-from-upstream.md.
+// home in a component's options. Each is honoured; what each maps onto:
+// docs/coming-from-upstream.md.
 struct UpstreamSettings {
   // Logging: JSON lines as controller-runtime's zap encoder (--zap-encoder json).
   config::LogFormat log_format;
@@ -29,7 +30,7 @@ struct UpstreamSettings {
   // tls.key, or a self-signed pair made at start when cert_path is empty.
   bool secure_serving = false;
   std::string cert_path;
-  bool cert_reload = false;  // re-read cert_path's files when they change
+  bool cert_reload = false;     // re-read cert_path's files when they change
   std::string tls_min_version;  // "" (TLS 1.2), VersionTLS12 or VersionTLS13
   // /metrics needs a bearer token the API server accepts (TokenReview) and allows to get
   // /metrics (SubjectAccessReview), as controller-runtime's filter does.
@@ -57,8 +58,9 @@ struct EppOptions {
   UpstreamSettings upstream;
 
   // Proxy mode (host, port, limits; the timeouts and request defaults come from the config
-  // file's startup settings, not_serving and the upstream counters are left for the app). proxy.host is also the address of every other listener whose own host
-  // flag is empty; the hosts below are resolved, never empty.
+  // file's startup settings, not_serving and the upstream counters are left for the app).
+  // proxy.host is also the address of every other listener whose own host flag is empty; the hosts
+  // below are resolved, never empty.
   ProxyOptions proxy;
   std::string health_host;
   uint16_t health_port = 9003;

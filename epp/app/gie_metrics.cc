@@ -26,7 +26,9 @@ prometheus::Family<prometheus::Gauge>& gauge(prometheus::Registry& r, const std:
 
 }  // namespace
 
-BuildInfo BuildInfo::of_this_build() { return {LLMD_COMMIT_SHA, LLMD_BUILD_REF}; }
+BuildInfo BuildInfo::of_this_build() {
+  return {LLMD_COMMIT_SHA, LLMD_BUILD_REF};
+}
 
 void GieMetrics::Shown::set(const std::map<std::string, std::string>& labels, double value) {
   family->Add(labels).Set(value);
@@ -43,8 +45,7 @@ void GieMetrics::Shown::end_refresh() {
   current.clear();
 }
 
-GieMetrics::GieMetrics(prometheus::Registry& r, GieMetricSources sources,
-                       const BuildInfo& build)
+GieMetrics::GieMetrics(prometheus::Registry& r, GieMetricSources sources, const BuildInfo& build)
     : sources_(std::move(sources)),
       kv_{&gauge(r, "inference_pool_average_kv_cache_utilization",
                  "The average kv cache utilization for an inference server pool.")},

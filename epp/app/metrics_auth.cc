@@ -11,8 +11,7 @@ MetricsAuth::MetricsAuth(const discovery::KubeApiOptions& api, std::chrono::mill
 
 MetricsAuth::~MetricsAuth() = default;
 
-MetricsAuth::Verdict MetricsAuth::check(const std::string& authorization,
-                                        const std::string& path) {
+MetricsAuth::Verdict MetricsAuth::check(const std::string& authorization, const std::string& path) {
   constexpr std::string_view kBearer = "bearer ";
   std::string scheme = authorization.substr(0, kBearer.size());
   for (auto& c : scheme) {
@@ -64,9 +63,8 @@ MetricsAuth::Verdict MetricsAuth::review(const std::string& token, const std::st
       spec[field] = user[field];
     }
   }
-  const Json access_review = {{"apiVersion", "authorization.k8s.io/v1"},
-                              {"kind", "SubjectAccessReview"},
-                              {"spec", spec}};
+  const Json access_review = {
+      {"apiVersion", "authorization.k8s.io/v1"}, {"kind", "SubjectAccessReview"}, {"spec", spec}};
   auto authz = api_->request_json(discovery::KubeMethod::kPost,
                                   "/apis/authorization.k8s.io/v1/subjectaccessreviews",
                                   access_review.dump(), timeouts);

@@ -50,8 +50,10 @@ std::string level_of_zap(const std::string& zap) {
   if (!zap.empty() && end != nullptr && *end == '\0' && n > 0) {
     return level_of_verbosity(n);
   }
-  throw std::invalid_argument("--zap-log-level: expected debug, info, warn, error, dpanic, "
-                              "panic, fatal or an integer > 0, got '" + zap + "'");
+  throw std::invalid_argument(
+      "--zap-log-level: expected debug, info, warn, error, dpanic, "
+      "panic, fatal or an integer > 0, got '" +
+      zap + "'");
 }
 
 std::vector<uint16_t> parse_ports(const std::string& text) {
@@ -84,8 +86,8 @@ std::vector<uint16_t> parse_ports(const std::string& text) {
 // Upstream's --config-text is the document itself; our loader (and its reloader) read a file.
 std::string write_config_text(const std::string& text) {
   const char* tmp = std::getenv("TMPDIR");
-  std::string path = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-                     "/epp-config-text-XXXXXX.yaml";
+  std::string path =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/epp-config-text-XXXXXX.yaml";
   const int fd = mkstemps(path.data(), 5);
   if (fd < 0) {
     throw std::invalid_argument("--config-text: cannot write it to " + path);
@@ -116,8 +118,8 @@ std::optional<int64_t> env_integer(const char* name, int64_t min, int64_t max) {
   const long long n = std::strtoll(v, &end, 10);
   if (*end != '\0' || errno != 0 || n < min || n > max) {
     throw std::invalid_argument(std::string(name) + ": expected a whole number in [" +
-                                std::to_string(min) + ", " + std::to_string(max) + "], got '" +
-                                v + "'");
+                                std::to_string(min) + ", " + std::to_string(max) + "], got '" + v +
+                                "'");
   }
   return n;
 }
@@ -150,9 +152,9 @@ void read_predictor_client_env(EppOptions& e) {
   env_integer("LATENCY_METRICS_INTERVAL_SEC", 1, 86400);
   if (const char* v = std::getenv("LATENCY_USE_NATIVE_XGBOOST"); v != nullptr && *v != '\0') {
     const std::string s = v;
-    refuse_if(s != "true" && s != "false" && s != "TRUE" && s != "FALSE" && s != "True" &&
-                  s != "False",
-              "LATENCY_USE_NATIVE_XGBOOST: expected true or false, got '" + s + "'");
+    refuse_if(
+        s != "true" && s != "false" && s != "TRUE" && s != "FALSE" && s != "True" && s != "False",
+        "LATENCY_USE_NATIVE_XGBOOST: expected true or false, got '" + s + "'");
   }
 }
 
@@ -167,11 +169,20 @@ std::optional<std::size_t> parse_byte_size(const std::string& text) {
     return std::nullopt;
   }
   const std::size_t n = std::stoull(text.substr(0, i));
-  static const std::pair<const char*, std::size_t> kSuffixes[] = {
-      {"", 1},           {"B", 1},          {"K", 1000},          {"KB", 1000},
-      {"Ki", 1024},      {"KiB", 1024},     {"M", 1000000},       {"MB", 1000000},
-      {"Mi", 1048576},   {"MiB", 1048576},  {"G", 1000000000},    {"GB", 1000000000},
-      {"Gi", 1073741824}, {"GiB", 1073741824}};
+  static const std::pair<const char*, std::size_t> kSuffixes[] = {{"", 1},
+                                                                  {"B", 1},
+                                                                  {"K", 1000},
+                                                                  {"KB", 1000},
+                                                                  {"Ki", 1024},
+                                                                  {"KiB", 1024},
+                                                                  {"M", 1000000},
+                                                                  {"MB", 1000000},
+                                                                  {"Mi", 1048576},
+                                                                  {"MiB", 1048576},
+                                                                  {"G", 1000000000},
+                                                                  {"GB", 1000000000},
+                                                                  {"Gi", 1073741824},
+                                                                  {"GiB", 1073741824}};
   const std::string suffix = text.substr(i);
   for (const auto& [name, scale] : kSuffixes) {
     if (suffix == name) {
@@ -216,8 +227,7 @@ void add_upstream_flags(config::FlagTable& t, EppOptions& e, UpstreamFlagValues&
             "Log verbosity as the Go EPP's -v: <= 2 info, 3-4 debug, >= 5 trace", {0, 100},
             config::cast_into(raw.verbosity));
   t.go_boolean("zap-devel", "", "true",
-               "Accepted (development defaults of zap: nothing here depends on it)",
-               [](bool) {});
+               "Accepted (development defaults of zap: nothing here depends on it)", [](bool) {});
   t.text("zap-stacktrace-level", "", "",
          "Accepted and checked (info, error, panic); C++ logs carry no stack traces",
          into(raw.zap_stacktrace_level));
@@ -238,8 +248,8 @@ void add_upstream_flags(config::FlagTable& t, EppOptions& e, UpstreamFlagValues&
   t.text("cert-path", "", "",
          "Directory holding tls.crt and tls.key for --secure-serving (empty: self-signed)",
          into(u.cert_path));
-  t.go_boolean("enable-cert-reload", "", "false",
-               "Re-read --cert-path's files when they change", into(u.cert_reload));
+  t.go_boolean("enable-cert-reload", "", "false", "Re-read --cert-path's files when they change",
+               into(u.cert_reload));
   t.text("tls-min-version", "", "",
          "Lowest TLS version for --secure-serving: VersionTLS12 or VersionTLS13",
          into(raw.tls_min_version));
@@ -259,8 +269,8 @@ void add_upstream_flags(config::FlagTable& t, EppOptions& e, UpstreamFlagValues&
   t.go_boolean("enable-grpc-stream-metrics", "", "false",
                "Accepted: llmd_epp_requests_in_progress{ingress=\"ext_proc\"} is always exported",
                [](bool) {});
-  t.go_boolean("allow-experimental-plugins", "", "false",
-               "Accepted: no plugin here is gated", [](bool) {});
+  t.go_boolean("allow-experimental-plugins", "", "false", "Accepted: no plugin here is gated",
+               [](bool) {});
   t.text("grpc-max-recv-msg-size", "", "",
          "Largest ext_proc message (e.g. 10MiB, 25MB; empty: --max-body-bytes + 64 KiB)",
          into(raw.grpc_max_recv));
@@ -271,9 +281,8 @@ void add_upstream_flags(config::FlagTable& t, EppOptions& e, UpstreamFlagValues&
          into(u.metrics_scheme));
   t.text("model-server-metrics-path", "", "", "Scrape path (default /metrics)",
          into(u.metrics_path));
-  t.integer("model-server-metrics-port", "", "0",
-            "Scrape port (0: the pod's serving port)", {0, 65535},
-            config::cast_into(u.metrics_port));
+  t.integer("model-server-metrics-port", "", "0", "Scrape port (0: the pod's serving port)",
+            {0, 65535}, config::cast_into(u.metrics_port));
   t.go_boolean("model-server-metrics-https-insecure-skip-verify", "", "true",
                "With https: do not verify the pods' certificates",
                into(u.metrics_insecure_skip_verify));
@@ -319,14 +328,15 @@ void resolve_upstream_flags(const config::FlagTable& t, EppOptions& e,
   if (!raw.zap_time_encoding.empty()) {
     u.log_format.time_encoding = raw.zap_time_encoding;
   }
-  static const std::set<std::string> kStackLevels = {"", "debug", "info", "warn", "error",
-                                                     "dpanic", "panic", "fatal"};
+  static const std::set<std::string> kStackLevels = {"",      "debug",  "info",  "warn",
+                                                     "error", "dpanic", "panic", "fatal"};
   refuse_if(kStackLevels.count(raw.zap_stacktrace_level) == 0,
             "--zap-stacktrace-level: expected info, error or panic, got '" +
                 raw.zap_stacktrace_level + "'");
   if (raw.tracing) {
-    spdlog::warn("--tracing=true: this EPP exports no OpenTelemetry traces (no OpenTelemetry C++ "
-                 "SDK in Debian 12); requests are traced by the decision log and header instead");
+    spdlog::warn(
+        "--tracing=true: this EPP exports no OpenTelemetry traces (no OpenTelemetry C++ "
+        "SDK in Debian 12); requests are traced by the decision log and header instead");
   }
 
   read_predictor_client_env(e);
@@ -341,7 +351,8 @@ void resolve_upstream_flags(const config::FlagTable& t, EppOptions& e,
   refuse_if(!raw.pool_group.empty() && raw.pool_group != discovery::kPoolGroupV1 &&
                 raw.pool_group != discovery::kPoolGroupV1Alpha2,
             "--pool-group: expected inference.networking.k8s.io or "
-            "inference.networking.x-k8s.io, got '" + raw.pool_group + "'");
+            "inference.networking.x-k8s.io, got '" +
+                raw.pool_group + "'");
   e.discovery.pool_group = raw.pool_group;
   if (!raw.target_ports.empty()) {
     refuse_if(t.given("target-port"),
@@ -356,9 +367,9 @@ void resolve_upstream_flags(const config::FlagTable& t, EppOptions& e,
   u.endpoint_subset_filter = !raw.disable_subset_filter;
 
   // Scraping.
-  refuse_if(!u.metrics_scheme.empty() && u.metrics_scheme != "http" && u.metrics_scheme != "https",
-            "--model-server-metrics-scheme: expected http or https, got '" + u.metrics_scheme +
-                "'");
+  refuse_if(
+      !u.metrics_scheme.empty() && u.metrics_scheme != "http" && u.metrics_scheme != "https",
+      "--model-server-metrics-scheme: expected http or https, got '" + u.metrics_scheme + "'");
   if (t.given("refresh-metrics-interval")) {
     u.scrape_interval = raw.refresh_interval;
   }
@@ -378,15 +389,17 @@ void resolve_upstream_flags(const config::FlagTable& t, EppOptions& e,
   refuse_if(!raw.metrics_client_ca.empty() || !raw.metrics_cert_dir.empty(),
             "--metrics-client-ca-file / --metrics-cert-dir are not supported: /metrics is served "
             "over plain HTTP (use --metrics-endpoint-auth for bearer-token access)");
-  refuse_if(raw.emit_endpoint_scores,
-            "--emit-endpoint-scores=true is not supported: the per-endpoint scores are in the "
-            "decision log (decisionLog.sampleRate in the config file) and the x-llmd-decision header "
-            "(--allow-debug-header), not in Envoy's dynamic metadata");
+  refuse_if(
+      raw.emit_endpoint_scores,
+      "--emit-endpoint-scores=true is not supported: the per-endpoint scores are in the "
+      "decision log (decisionLog.sampleRate in the config file) and the x-llmd-decision header "
+      "(--allow-debug-header), not in Envoy's dynamic metadata");
   if (!raw.grpc_max_recv.empty()) {
     auto bytes = parse_byte_size(raw.grpc_max_recv);
     refuse_if(!bytes || *bytes < 1024,
               "--grpc-max-recv-msg-size: expected a size of at least 1Ki such as 10MiB or "
-              "25MB, got '" + raw.grpc_max_recv + "'");
+              "25MB, got '" +
+                  raw.grpc_max_recv + "'");
     u.grpc_max_receive_bytes = *bytes;
   }
   refuse_if(!raw.grpc_max_send.empty() && !parse_byte_size(raw.grpc_max_send),

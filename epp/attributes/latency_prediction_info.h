@@ -33,9 +33,9 @@ struct LatencyPredictionInfo {
   // when lateFirstTokenCorrection is on): added to every TTFT above except the model's own.
   double ttft_late_ms = 0;
   // The TTFT bound and central estimate before the step phase (the model's values times the
-  // pod's residual factor, plus the lateness): what the model, which sees no clock, is trained against and its
-  // pod residual is measured on. Kept apart so that nobody subtracts the phase back out of
-  // predicted/expected_ttft_ms, which are clamped at 0 after adding it.
+  // pod's residual factor, plus the lateness): what the model, which sees no clock, is trained
+  // against and its pod residual is measured on. Kept apart so that nobody subtracts the phase back
+  // out of predicted/expected_ttft_ms, which are clamped at 0 after adding it.
   double unphased_ttft_ms = 0;
   double unphased_expected_ttft_ms = 0;
   // How long the request's prediction call took, asked -> answered (one call predicts TTFT and

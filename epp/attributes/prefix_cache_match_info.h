@@ -11,8 +11,9 @@ struct PrefixCacheMatchInfo {
   std::size_t total_blocks = 0;    // full blocks of the prompt (0 when shorter than one block)
   std::size_t block_chars = 0;     // prompt characters per block (0: not told)
   double score() const {
-    return total_blocks == 0 ? 0.0
-                             : static_cast<double>(matched_blocks) / static_cast<double>(total_blocks);
+    return total_blocks == 0
+               ? 0.0
+               : static_cast<double>(matched_blocks) / static_cast<double>(total_blocks);
   }
 };
 

@@ -87,8 +87,8 @@ void check_top_level_keys(const YAML::Node& root) {
 }
 
 // The pipeline is in one place: a file named by `pipeline`, or inline `plugins`.
-void read_pipeline_source(const YAML::Node& root, const std::string& path,
-                          const std::string& text, EppFileConfig& cfg) {
+void read_pipeline_source(const YAML::Node& root, const std::string& path, const std::string& text,
+                          EppFileConfig& cfg) {
   if (YAML::Node pipeline = root["pipeline"]) {
     for (std::string_view key : kPipelineKeys) {
       if (key != "apiVersion" && key != "kind" && root[std::string(key)]) {

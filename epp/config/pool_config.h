@@ -46,7 +46,7 @@ namespace llmd::epp {
 
 struct EppFileConfig {
   std::vector<PodConfig> pods;
-  StartupSettings startup;  // read at start; a reload may not change it
+  StartupSettings startup;    // read at start; a reload may not change it
   std::string pipeline_path;  // resolved; empty = pipeline_text holds the plugins
   std::string pipeline_text;
   std::shared_ptr<const ObjectiveTable> objectives = std::make_shared<ObjectiveTable>();

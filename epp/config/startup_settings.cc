@@ -29,7 +29,8 @@ struct Row {
 constexpr double kNoMax = std::numeric_limits<double>::max();
 
 auto ms_into(milliseconds StartupSettings::*field) {
-  return [field](StartupSettings& s, double v) { s.*field = milliseconds(static_cast<int64_t>(v)); };
+  return
+      [field](StartupSettings& s, double v) { s.*field = milliseconds(static_cast<int64_t>(v)); };
 }
 auto seconds_into(milliseconds StartupSettings::*field) {
   return [field](StartupSettings& s, double v) {
@@ -44,67 +45,127 @@ const std::vector<Row>& rows() {
   static const std::vector<Row> table = {
       {{"scrapeIntervalMs", "50",
         "How often each pod's /metrics is read; the load the picker sees is this old at most"},
-       Kind::kNumber, 1, 3600000, true, ms_into(&StartupSettings::scrape_interval)},
+       Kind::kNumber,
+       1,
+       3600000,
+       true,
+       ms_into(&StartupSettings::scrape_interval)},
       {{"stalenessMs", "2000",
         "Pods whose last good scrape is older are not candidates (a pod that stopped answering "
         "leaves the pool after this long)"},
-       Kind::kNumber, 1, 3600000, true, ms_into(&StartupSettings::staleness)},
+       Kind::kNumber,
+       1,
+       3600000,
+       true,
+       ms_into(&StartupSettings::staleness)},
       {{"requests.predictionBasedScheduling", "true",
         "Default of the x-prediction-based-scheduling header: rank pods by predicted latency "
         "(false: by the load+prefix composite) when a request does not say"},
-       Kind::kBool, 0, 0, true, flag_into(&StartupSettings::prediction_based_scheduling)},
+       Kind::kBool,
+       0,
+       0,
+       true,
+       flag_into(&StartupSettings::prediction_based_scheduling)},
       {{"requests.forwardPriority", "true",
         "Forward a request's non-zero soft priority to the pod as vLLM's `priority` (lower = "
         "first; the pods need --scheduling-policy priority)"},
-       Kind::kBool, 0, 0, true, flag_into(&StartupSettings::forward_priority)},
+       Kind::kBool,
+       0,
+       0,
+       true,
+       flag_into(&StartupSettings::forward_priority)},
       {{"proxy.headerTimeoutMs", "10000",
         "Time a client has to send a request's headers once it started (slow-loris bound)"},
-       Kind::kNumber, 1, 3600000, true, ms_into(&StartupSettings::header_timeout)},
+       Kind::kNumber,
+       1,
+       3600000,
+       true,
+       ms_into(&StartupSettings::header_timeout)},
       {{"proxy.idleTimeoutMs", "60000",
         "Keep-alive idle time between requests, and the bound of a body upload"},
-       Kind::kNumber, 1, 86400000, true, ms_into(&StartupSettings::idle_timeout)},
+       Kind::kNumber,
+       1,
+       86400000,
+       true,
+       ms_into(&StartupSettings::idle_timeout)},
       {{"proxy.upstreamFirstByteTimeoutMs", "30000",
         "A pod that sends no response header within this is treated as failed (502 to the "
         "client, a failure for outlier detection); above the longest prefill you serve"},
-       Kind::kNumber, 10, kNoMax, true, ms_into(&StartupSettings::upstream_first_byte_timeout)},
+       Kind::kNumber,
+       10,
+       kNoMax,
+       true,
+       ms_into(&StartupSettings::upstream_first_byte_timeout)},
       {{"outlierDetection.consecutiveFailures", "5",
         "A pod whose requests fail this many times in a row (connect error, timeout, 5xx, "
         "broken stream) is ejected; 0 = never (Envoy's consecutive_5xx)"},
-       Kind::kNumber, 0, 1000, true,
+       Kind::kNumber,
+       0,
+       1000,
+       true,
        [](StartupSettings& s, double v) { s.outliers.consecutive_failures = static_cast<int>(v); }},
       {{"outlierDetection.baseEjectionMs", "30000",
         "The first ejection's length; the n-th lasts n times as long (Envoy's "
         "base_ejection_time)"},
-       Kind::kNumber, 1, kNoMax, true,
-       [](StartupSettings& s, double v) { s.outliers.base_ejection = milliseconds(static_cast<int64_t>(v)); }},
+       Kind::kNumber,
+       1,
+       kNoMax,
+       true,
+       [](StartupSettings& s, double v) {
+         s.outliers.base_ejection = milliseconds(static_cast<int64_t>(v));
+       }},
       {{"outlierDetection.maxEjectionMs", "300000",
         "No ejection lasts longer (Envoy's max_ejection_time)"},
-       Kind::kNumber, 1, kNoMax, true,
-       [](StartupSettings& s, double v) { s.outliers.max_ejection = milliseconds(static_cast<int64_t>(v)); }},
+       Kind::kNumber,
+       1,
+       kNoMax,
+       true,
+       [](StartupSettings& s, double v) {
+         s.outliers.max_ejection = milliseconds(static_cast<int64_t>(v));
+       }},
       {{"outlierDetection.maxEjectionPercent", "10",
         "At most this share of the pool is ejected at once, always at least one pod (Envoy's "
         "max_ejection_percent)"},
-       Kind::kNumber, 0, 100, false,
+       Kind::kNumber,
+       0,
+       100,
+       false,
        [](StartupSettings& s, double v) { s.outliers.max_ejection_percent = v; }},
       {{"outlierDetection.panicThresholdPercent", "50",
         "Below this share of healthy pods (fresh metrics, not ejected) the EPP routes over every "
         "pod that ever answered a scrape instead of answering 503; 0 = never (Envoy's "
         "healthy_panic_threshold)"},
-       Kind::kNumber, 0, 100, false,
+       Kind::kNumber,
+       0,
+       100,
+       false,
        [](StartupSettings& s, double v) { s.outliers.panic_threshold_percent = v; }},
       {{"leaderElection.leaseDurationSeconds", "15",
         "With --leader-elect: whole seconds a Lease stays valid without renewal (a standby takes "
         "over after this long)"},
-       Kind::kNumber, 1, 3600, true,
-       [](StartupSettings& s, double v) { s.lease_duration = std::chrono::seconds(static_cast<int64_t>(v)); }},
+       Kind::kNumber,
+       1,
+       3600,
+       true,
+       [](StartupSettings& s, double v) {
+         s.lease_duration = std::chrono::seconds(static_cast<int64_t>(v));
+       }},
       {{"leaderElection.renewDeadlineSeconds", "10",
         "With --leader-elect: seconds a leader may fail to renew before it stops serving (below "
         "the lease duration)"},
-       Kind::kNumber, 0.001, 3600, false, seconds_into(&StartupSettings::renew_deadline)},
+       Kind::kNumber,
+       0.001,
+       3600,
+       false,
+       seconds_into(&StartupSettings::renew_deadline)},
       {{"leaderElection.retryPeriodSeconds", "2",
         "With --leader-elect: seconds between renewals (leader) or attempts to acquire "
         "(standby)"},
-       Kind::kNumber, 0.001, 3600, false, seconds_into(&StartupSettings::retry_period)},
+       Kind::kNumber,
+       0.001,
+       3600,
+       false,
+       seconds_into(&StartupSettings::retry_period)},
   };
   return table;
 }
@@ -207,8 +268,8 @@ StartupSettings read_startup_settings(const YAML::Node& root) {
   for (const Row& r : rows()) {
     const std::string path(r.key.path);
     auto it = given.find(path);
-    const double v = read_value(r, it != given.end() ? it->second
-                                                     : YAML::Node(std::string(r.key.default_value)));
+    const double v = read_value(
+        r, it != given.end() ? it->second : YAML::Node(std::string(r.key.default_value)));
     r.set(s, v);
     s.as_read[path] = v;
   }

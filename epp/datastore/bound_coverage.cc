@@ -29,8 +29,8 @@ void BoundCoverage::recompute() {
   auto k = static_cast<std::ptrdiff_t>(std::ceil(kTargetCoverage * static_cast<double>(n_))) - 1;
   k = std::clamp<std::ptrdiff_t>(k, 0, static_cast<std::ptrdiff_t>(n_) - 1);
   std::nth_element(sorted.begin(), sorted.begin() + k, end);
-  factor_ = std::clamp(static_cast<double>(sorted[static_cast<std::size_t>(k)]), kMinFactor,
-                       kMaxFactor);
+  factor_ =
+      std::clamp(static_cast<double>(sorted[static_cast<std::size_t>(k)]), kMinFactor, kMaxFactor);
 }
 
 }  // namespace llmd::epp

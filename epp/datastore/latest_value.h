@@ -18,7 +18,7 @@
 namespace llmd::epp {
 
 template <class T>
-  requires std::is_trivially_copyable_v<T> && std::is_default_constructible_v<T>
+requires std::is_trivially_copyable_v<T> && std::is_default_constructible_v<T>
 class LatestValue {
  public:
   explicit LatestValue(const T& initial = T{}) { write(slots_[0], initial, 0); }

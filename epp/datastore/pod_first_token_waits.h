@@ -60,8 +60,8 @@ class PodFirstTokenWaits {
                     std::memory_order_release);
   }
 
-  mutable std::mutex mu_;          // writers (and waiting()) only
-  std::multiset<TimePoint> due_;   // guarded by mu_
+  mutable std::mutex mu_;                 // writers (and waiting()) only
+  std::multiset<TimePoint> due_;          // guarded by mu_
   std::atomic<int64_t> earliest_{kNone};  // due_.begin() in steady_clock ticks; kNone if empty
 };
 

@@ -45,8 +45,8 @@ class PoolLearning {
   double tpot_factor() const { return tpot_factor_.load(std::memory_order_relaxed); }
 
  private:
-  std::mutex mu_;                // writers only
-  BoundCoverage ttft_, tpot_;    // guarded by mu_
+  std::mutex mu_;                                            // writers only
+  BoundCoverage ttft_, tpot_;                                // guarded by mu_
   std::atomic<double> ttft_factor_{1.0}, tpot_factor_{1.0};  // their factor() after each add
 };
 
@@ -102,7 +102,7 @@ class PodLive {
   static constexpr int64_t kNever = std::numeric_limits<int64_t>::min();
   std::atomic<int64_t> predicted_at_{kNever};  // steady_clock ticks of the latest prediction
   std::mutex learn_mu_;  // serializes residual writers; never taken by readers
-  PodResidual ttft_learning_, tpot_learning_;  // guarded by learn_mu_
+  PodResidual ttft_learning_, tpot_learning_;               // guarded by learn_mu_
   LatestValue<PodResidual> ttft_residual_, tpot_residual_;  // published after each add
   PodStepClock step_clock_;
   PodFirstTokenWaits waits_;

@@ -147,9 +147,9 @@ void PodRegistry::apply_scrapes(std::span<const ScrapeResult> results) {
     if (it == pods_.end()) {
       continue;
     }
-    changed = (r.metrics ? scraped_locked(it->second, *r.metrics)
-                         : scrape_failed_locked(it->second)) ||
-              changed;
+    changed =
+        (r.metrics ? scraped_locked(it->second, *r.metrics) : scrape_failed_locked(it->second)) ||
+        changed;
   }
   if (changed) {
     publish_locked();
@@ -182,15 +182,17 @@ std::shared_ptr<PodLive> PodRegistry::live(const std::string& name) const {
   return p == nullptr ? nullptr : p->info->live;
 }
 
-PodRegistry::Health PodRegistry::health(TimePoint now) const { return snapshot()->health(now); }
+PodRegistry::Health PodRegistry::health(TimePoint now) const {
+  return snapshot()->health(now);
+}
 
 std::vector<PodRegistry::PodHealth> PodRegistry::pod_health(TimePoint now) const {
   std::lock_guard lock(mu_);
   std::vector<PodHealth> out;
   out.reserve(pods_.size());
   for (const auto& [name, s] : pods_) {
-    out.push_back({name, s.outlier.ejected(now), s.outlier.consecutive_failures(),
-                   s.outlier.ejections()});
+    out.push_back(
+        {name, s.outlier.ejected(now), s.outlier.consecutive_failures(), s.outlier.ejections()});
   }
   return out;
 }

@@ -132,7 +132,7 @@ class PodRegistry {
     bool ever_scraped = false;
     PodOutlierState outlier;
     std::shared_ptr<PodLive> live;
-    PodInfoConstPtr info;  // config + metrics + live as published; remade when they change
+    PodInfoConstPtr info;   // config + metrics + live as published; remade when they change
     std::size_t index = 0;  // of its entry in entries_ (name order)
   };
   struct PeerReport {
@@ -150,19 +150,19 @@ class PodRegistry {
   std::shared_ptr<const std::vector<PoolSnapshot::Peer>> align_peers_locked() const;
 
   const std::chrono::milliseconds staleness_;
-  mutable std::mutex mu_;  // serializes writers; readers never take it
-  OutlierDetectionOptions outlier_options_;       // guarded by mu_
-  std::string role_label_ = "role";               // guarded by mu_
-  EjectionListener ejection_listener_;            // guarded by mu_
-  std::map<std::string, State> pods_;             // guarded by mu_
+  mutable std::mutex mu_;                    // serializes writers; readers never take it
+  OutlierDetectionOptions outlier_options_;  // guarded by mu_
+  std::string role_label_ = "role";          // guarded by mu_
+  EjectionListener ejection_listener_;       // guarded by mu_
+  std::map<std::string, State> pods_;        // guarded by mu_
   // The next snapshot's pods, kept up to date entry by entry, so a scrape publishes a copy of
   // this vector instead of walking the table. Guarded by mu_.
   std::vector<PoolSnapshot::Pod> entries_;
-  std::size_t pool_count_ = 0;                    // distinct pool labels in pods_; guarded by mu_
+  std::size_t pool_count_ = 0;  // distinct pool labels in pods_; guarded by mu_
   // By pool label; never shrinks, so a pool's learning survives reloads. Guarded by mu_.
   std::map<std::string, std::shared_ptr<PoolLearning>> pools_;
-  std::map<std::string, PeerReport> peers_;       // by peer; guarded by mu_
-  std::chrono::milliseconds peer_expiry_{1000};   // guarded by mu_
+  std::map<std::string, PeerReport> peers_;      // by peer; guarded by mu_
+  std::chrono::milliseconds peer_expiry_{1000};  // guarded by mu_
   // The peers aligned with the published pods: remade only when peers or membership change
   // (a scrape publishes a new snapshot with the same one). Guarded by mu_.
   std::shared_ptr<const std::vector<PoolSnapshot::Peer>> aligned_peers_;

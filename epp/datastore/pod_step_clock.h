@@ -25,8 +25,7 @@ class PodStepClock {
     const int64_t ns = now.time_since_epoch().count();
     // Streams of one step arrive within a fraction of a millisecond, in any order.
     int64_t prev = last_token_.load(std::memory_order_relaxed);
-    while (ns > prev &&
-           !last_token_.compare_exchange_weak(prev, ns, std::memory_order_relaxed)) {
+    while (ns > prev && !last_token_.compare_exchange_weak(prev, ns, std::memory_order_relaxed)) {
     }
     if (!gap_ms || count <= 0 || !(*gap_ms > 0) || !std::isfinite(*gap_ms)) {
       return;

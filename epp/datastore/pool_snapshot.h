@@ -30,7 +30,7 @@ struct PoolSnapshot {
   using TimePoint = std::chrono::steady_clock::time_point;
 
   struct Pod {
-    PodInfoConstPtr info;  // never null; info->live is the pod's PodLive (never null here)
+    PodInfoConstPtr info;       // never null; info->live is the pod's PodLive (never null here)
     bool scraped_ok = false;    // the latest scrape succeeded
     bool ever_scraped = false;  // some scrape succeeded since the pod joined
     TimePoint ejected_until{};  // outlier detection

@@ -13,7 +13,9 @@ constexpr uint64_t kP3 = 0x165667B19E3779F9ULL;
 constexpr uint64_t kP4 = 0x85EBCA77C2B2AE63ULL;
 constexpr uint64_t kP5 = 0x27D4EB2F165667C5ULL;
 
-inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+inline uint64_t rotl(uint64_t x, int r) {
+  return (x << r) | (x >> (64 - r));
+}
 // Little-endian loads (x86/ARM hosts); memcpy keeps unaligned reads defined.
 inline uint64_t read64(const char* p) {
   uint64_t v;

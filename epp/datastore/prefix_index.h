@@ -52,9 +52,8 @@ class PrefixIndex {
   // Called after every insert() (not insert_from_peer()) on the inserting thread, outside the
   // index's locks: how a replica collects the blocks it learned to share them. Set before
   // traffic; null = none.
-  using InsertObserver = std::function<void(const std::string& pod,
-                                            std::span<const uint64_t> hashes,
-                                            std::size_t capacity)>;
+  using InsertObserver = std::function<void(
+      const std::string& pod, std::span<const uint64_t> hashes, std::size_t capacity)>;
   void set_insert_observer(InsertObserver observer) { observer_ = std::move(observer); }
   // Number of leading hashes the pod holds.
   std::size_t match(const std::string& pod, std::span<const uint64_t> hashes) const;
@@ -62,9 +61,9 @@ class PrefixIndex {
 
   struct Stats {
     std::size_t pods = 0;
-    std::size_t blocks = 0;          // entries over all pods
-    uint64_t queried_blocks = 0;     // sum of hashes.size() over match() calls
-    uint64_t matched_blocks = 0;     // sum of match() results (hit ratio = matched / queried)
+    std::size_t blocks = 0;       // entries over all pods
+    uint64_t queried_blocks = 0;  // sum of hashes.size() over match() calls
+    uint64_t matched_blocks = 0;  // sum of match() results (hit ratio = matched / queried)
   };
   Stats stats() const;
 

@@ -10,7 +10,9 @@ namespace {
 bool name_start(char c) {
   return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':';
 }
-bool name_char(char c) { return name_start(c) || std::isdigit(static_cast<unsigned char>(c)); }
+bool name_char(char c) {
+  return name_start(c) || std::isdigit(static_cast<unsigned char>(c));
+}
 
 struct Cursor {
   std::string_view s;

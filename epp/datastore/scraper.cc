@@ -18,8 +18,8 @@ struct Scraper::Pod {
   std::map<std::string, std::string> labels;  // the engine label picks the mapping
   http::Url url;
   std::chrono::nanoseconds phase{0};
-  bool active = true;      // false once it left the pool: its timer and answer are dropped
-  bool in_flight = false;  // a scrape is on the wire: the next turn is skipped
+  bool active = true;           // false once it left the pool: its timer and answer are dropped
+  bool in_flight = false;       // a scrape is on the wire: the next turn is skipped
   std::optional<bool> last_ok;  // for logging changes only
 };
 
@@ -67,7 +67,9 @@ Scraper::Scraper(ScraperOptions options, PodRegistry& registry)
       registry_(registry),
       config_(options_.config) {}
 
-Scraper::~Scraper() { stop(); }
+Scraper::~Scraper() {
+  stop();
+}
 
 void Scraper::start() {
   stopping_ = false;
@@ -228,10 +230,11 @@ void Scraper::answered(const PodPtr& pod, const EngineMapping* mapping,
       spdlog::info("pod {} ({}) is ready", pod->name, pod->address);
     } else {
       spdlog::warn("pod {} ({}) scrape failed: {}", pod->name, pod->address,
-                   r.status == 0    ? r.error
+                   r.status == 0     ? r.error
                    : r.status != 200 ? "status " + std::to_string(r.status)
-                   : mapping ? "the answer lacks the " + mapping->engine + " gauges (queue, "
-                               "running, KV usage)"
+                   : mapping         ? "the answer lacks the " + mapping->engine +
+                                   " gauges (queue, "
+                                   "running, KV usage)"
                              : std::string("no engine mapping"));
     }
   }

@@ -107,7 +107,7 @@ class Scraper {
   // The first slot boundary after now.
   Clock::time_point next_boundary() const;
 
-  const ScraperOptions options_;  // its config is the one start() made the TLS settings for
+  const ScraperOptions options_;         // its config is the one start() made the TLS settings for
   const std::chrono::nanoseconds slot_;  // the slots' length: interval / their count
   PodRegistry& registry_;
   std::unique_ptr<http::AsyncHttpClient> client_;  // the owner's (start/stop)
@@ -121,13 +121,13 @@ class Scraper {
   std::shared_ptr<const ScrapeConfig> config_;  // never null; guarded by config_mu_
 
   // The I/O thread's (set by start() before the thread sees them).
-  Clock::time_point epoch_{};                // intervals and slots count from here
+  Clock::time_point epoch_{};  // intervals and slots count from here
   uint64_t membership_seen_ = 0;
   bool membership_known_ = false;
-  uint64_t arrivals_ = 0;                    // pods seen so far: the next one's phase index
-  std::map<std::string, PodPtr> pods_;       // by name
+  uint64_t arrivals_ = 0;                           // pods seen so far: the next one's phase index
+  std::map<std::string, PodPtr> pods_;              // by name
   std::vector<PodRegistry::ScrapeResult> pending_;  // answers not yet published
-  std::size_t outstanding_ = 0;              // scrapes in flight
+  std::size_t outstanding_ = 0;                     // scrapes in flight
   bool publish_armed_ = false;
 };
 

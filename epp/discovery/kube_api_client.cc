@@ -108,8 +108,7 @@ struct KubeApiClient::Impl {
       error = "interrupted";
       return 0;
     }
-    std::vector<http::Header> headers{{"accept", "application/json"},
-                                      {"user-agent", "llmd-epp"}};
+    std::vector<http::Header> headers{{"accept", "application/json"}, {"user-agent", "llmd-epp"}};
     if (auto token = util::read_file(options.token_file)) {  // re-read: it rotates
       headers.push_back({"authorization", "Bearer " + trimmed(*token)});
     }
@@ -149,14 +148,17 @@ KubeJsonAnswer KubeApiClient::request_json(KubeMethod method, const std::string&
                                            std::size_t max_body) {
   KubeJsonAnswer answer;
   std::string text;
-  answer.status = request(method, target, body, timeouts, [&](std::string_view b) {
-    if (text.size() + b.size() > max_body) {
-      answer.error = "answer larger than " + std::to_string(max_body) + " bytes";
-      return false;
-    }
-    text.append(b);
-    return true;
-  }, answer.error);
+  answer.status = request(
+      method, target, body, timeouts,
+      [&](std::string_view b) {
+        if (text.size() + b.size() > max_body) {
+          answer.error = "answer larger than " + std::to_string(max_body) + " bytes";
+          return false;
+        }
+        text.append(b);
+        return true;
+      },
+      answer.error);
   if (!answer.error.empty() || text.empty()) {
     return answer;
   }
@@ -168,6 +170,8 @@ KubeJsonAnswer KubeApiClient::request_json(KubeMethod method, const std::string&
   return answer;
 }
 
-void KubeApiClient::interrupt() { impl_->interrupted = true; }
+void KubeApiClient::interrupt() {
+  impl_->interrupted = true;
+}
 
 }  // namespace llmd::epp::discovery

@@ -33,7 +33,7 @@ struct KubeApiOptions {
 enum class KubeMethod { kGet, kPost, kPut };
 
 struct KubeTimeouts {
-  std::chrono::milliseconds io{10000};  // connect + TLS handshake; write + response header
+  std::chrono::milliseconds io{10000};         // connect + TLS handshake; write + response header
   std::chrono::milliseconds body_read{10000};  // each wait for more of the body
 };
 
@@ -65,8 +65,8 @@ class KubeApiClient {
   int request(KubeMethod method, const std::string& target, const std::string& body,
               const KubeTimeouts& timeouts, const OnBody& on_body, std::string& error);
   // A request whose answer (at most `max_body` bytes) is read whole and parsed.
-  KubeJsonAnswer request_json(KubeMethod method, const std::string& target,
-                              const std::string& body, const KubeTimeouts& timeouts,
+  KubeJsonAnswer request_json(KubeMethod method, const std::string& target, const std::string& body,
+                              const KubeTimeouts& timeouts,
                               std::size_t max_body = 16 * 1024 * 1024);
 
   // Cancels the request in progress (within ~100 ms) and fails every later one at once.

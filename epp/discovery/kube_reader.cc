@@ -25,14 +25,17 @@ int KubeReader::get(const std::string& target, std::chrono::seconds read_timeout
 std::optional<Json> KubeReader::get_json(const std::string& target, int& status,
                                          std::string& error) {
   std::string body;
-  status = get(target, kIoTimeout, [&](std::string_view b) {
-    if (body.size() + b.size() > kMaxBody) {
-      error = "answer larger than " + std::to_string(kMaxBody) + " bytes";
-      return false;
-    }
-    body.append(b);
-    return true;
-  }, error);
+  status = get(
+      target, kIoTimeout,
+      [&](std::string_view b) {
+        if (body.size() + b.size() > kMaxBody) {
+          error = "answer larger than " + std::to_string(kMaxBody) + " bytes";
+          return false;
+        }
+        body.append(b);
+        return true;
+      },
+      error);
   if (status != 200 || !error.empty()) {
     return std::nullopt;
   }
@@ -45,32 +48,34 @@ std::optional<Json> KubeReader::get_json(const std::string& target, int& status,
 }
 
 int KubeReader::watch(const std::string& target, std::chrono::seconds read_timeout,
-                      const std::function<bool(const Json& event)>& on_event,
-                      std::string& error) {
+                      const std::function<bool(const Json& event)>& on_event, std::string& error) {
   std::string pending;
-  return get(target, read_timeout, [&](std::string_view bytes) {
-    pending.append(bytes);
-    for (auto nl = pending.find('\n'); nl != std::string::npos; nl = pending.find('\n')) {
-      const std::string line = pending.substr(0, nl);
-      pending.erase(0, nl + 1);
-      if (trimmed(line).empty()) {
-        continue;
-      }
-      Json event = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (!event.is_object()) {
-        error = "unreadable watch event";
-        return false;
-      }
-      if (!on_event(event)) {
-        return false;
-      }
-    }
-    if (pending.size() > kMaxLine) {
-      error = "watch event longer than " + std::to_string(kMaxLine) + " bytes";
-      return false;
-    }
-    return !interrupted_();
-  }, error);
+  return get(
+      target, read_timeout,
+      [&](std::string_view bytes) {
+        pending.append(bytes);
+        for (auto nl = pending.find('\n'); nl != std::string::npos; nl = pending.find('\n')) {
+          const std::string line = pending.substr(0, nl);
+          pending.erase(0, nl + 1);
+          if (trimmed(line).empty()) {
+            continue;
+          }
+          Json event = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+          if (!event.is_object()) {
+            error = "unreadable watch event";
+            return false;
+          }
+          if (!on_event(event)) {
+            return false;
+          }
+        }
+        if (pending.size() > kMaxLine) {
+          error = "watch event longer than " + std::to_string(kMaxLine) + " bytes";
+          return false;
+        }
+        return !interrupted_();
+      },
+      error);
 }
 
 std::string url_encode(const std::string& s) {

@@ -28,7 +28,9 @@ int64_t json_integer(const Json& object, const char* key) {
   return it != object.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
 }
 
-double seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
+double seconds(std::chrono::nanoseconds d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 }  // namespace
 
@@ -148,9 +150,8 @@ std::optional<LeaderElection::Write> LeaderElection::plan(
     // only once its create succeeds).
     observed_.reset();
     renewed_at_.reset();
-    return Write{true,
-                 LeaseRecord{config_.identity, config_.lease_duration.count(), stamp, stamp, 0},
-                 ""};
+    return Write{
+        true, LeaseRecord{config_.identity, config_.lease_duration.count(), stamp, stamp, 0}, ""};
   }
   observe(*read, now);
   const LeaseRecord& held = read->record;
@@ -176,8 +177,7 @@ std::optional<LeaderElection::Write> LeaderElection::plan(
 void LeaderElection::written(const StoredLease& stored, Clock::time_point attempt_start,
                              Clock::time_point now) {
   observe(stored, now);
-  if (stored.record.holder == config_.identity &&
-      (!renewed_at_ || *renewed_at_ < attempt_start)) {
+  if (stored.record.holder == config_.identity && (!renewed_at_ || *renewed_at_ < attempt_start)) {
     renewed_at_ = attempt_start;
   }
 }
@@ -216,23 +216,26 @@ LeaderElector::LeaderElector(LeaderElectionConfig config, const KubeApiOptions& 
       election_(std::move(config)) {
   // A Lease is tiny: an answer slower than half the deadline is as good as none, and the
   // thread must come back in time to report the end of its leadership.
-  const auto bound = std::max(std::chrono::milliseconds(100),
-                              election_.config().renew_deadline / 2);
+  const auto bound =
+      std::max(std::chrono::milliseconds(100), election_.config().renew_deadline / 2);
   timeouts_.io = bound;
   timeouts_.body_read = bound;
 }
 
-LeaderElector::~LeaderElector() { stop(); }
+LeaderElector::~LeaderElector() {
+  stop();
+}
 
 void LeaderElector::start() {
   if (thread_.joinable()) {
     return;
   }
   const auto& c = election_.config();
-  spdlog::info("leader election: {} campaigns for Lease {}/{} (duration {} s, renew deadline {} "
-               "s, retry period {} s)",
-               c.identity, c.lease_namespace, c.lease_name, c.lease_duration.count(),
-               seconds(c.renew_deadline), seconds(c.retry_period));
+  spdlog::info(
+      "leader election: {} campaigns for Lease {}/{} (duration {} s, renew deadline {} "
+      "s, retry period {} s)",
+      c.identity, c.lease_namespace, c.lease_name, c.lease_duration.count(),
+      seconds(c.renew_deadline), seconds(c.retry_period));
   thread_ = named_thread("epp-leader", [this] { loop(); });
 }
 
@@ -271,10 +274,10 @@ void LeaderElector::loop() {
     attempt();
     report(Clock::now());
     // A leader renews on the period; standbys spread their attempts (client-go's jitter).
-    const auto wait = reported_leading_
-                          ? retry
-                          : std::chrono::duration_cast<std::chrono::milliseconds>(
-                                retry * (1.0 + jitter(rng)));
+    const auto wait =
+        reported_leading_
+            ? retry
+            : std::chrono::duration_cast<std::chrono::milliseconds>(retry * (1.0 + jitter(rng)));
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, wait, [this] { return stopping_.load(); });
   }
@@ -295,8 +298,8 @@ void LeaderElector::attempt() {
       spdlog::debug("leader election: {}", error);
     }
   };
-  KubeJsonAnswer got = client_.request_json(KubeMethod::kGet, lease_path_ + "/" + c.lease_name,
-                                            "", timeouts_, kMaxLeaseBytes);
+  KubeJsonAnswer got = client_.request_json(KubeMethod::kGet, lease_path_ + "/" + c.lease_name, "",
+                                            timeouts_, kMaxLeaseBytes);
   std::optional<StoredLease> read;
   if (got.status == 200) {
     read = parse_lease(got.body);
@@ -333,8 +336,8 @@ void LeaderElector::attempt() {
     return;
   }
   if (put.status != 200 && put.status != 201) {
-    warn_once(std::string(write->create ? "creating" : "updating") + " Lease " +
-              c.lease_namespace + "/" + c.lease_name + ": " +
+    warn_once(std::string(write->create ? "creating" : "updating") + " Lease " + c.lease_namespace +
+              "/" + c.lease_name + ": " +
               (put.error.empty() ? "HTTP " + std::to_string(put.status) : put.error));
     return;
   }
@@ -367,9 +370,10 @@ void LeaderElector::report(Clock::time_point now) {
     spdlog::info("leader election: {} is now the leader (Lease {}/{}): serving", c.identity,
                  c.lease_namespace, c.lease_name);
   } else if (!leading_now && reported_leading_) {
-    spdlog::warn("leader election: {} stopped leading (no renewal within {} s, or another "
-                 "replica holds the Lease): standing by",
-                 c.identity, seconds(c.renew_deadline));
+    spdlog::warn(
+        "leader election: {} stopped leading (no renewal within {} s, or another "
+        "replica holds the Lease): standing by",
+        c.identity, seconds(c.renew_deadline));
   }
   if (!leading_now && holder != reported_holder_) {
     spdlog::info("leader election: the leader is {}", holder.empty() ? "nobody" : holder);
@@ -397,10 +401,11 @@ void LeaderElector::hand_over() {
     spdlog::info("leader election: {} released Lease {}/{}", c.identity, c.lease_namespace,
                  c.lease_name);
   } else {
-    spdlog::warn("leader election: releasing Lease {}/{}: {} (a standby takes over when it "
-                 "expires)",
-                 c.lease_namespace, c.lease_name,
-                 put.error.empty() ? "HTTP " + std::to_string(put.status) : put.error);
+    spdlog::warn(
+        "leader election: releasing Lease {}/{}: {} (a standby takes over when it "
+        "expires)",
+        c.lease_namespace, c.lease_name,
+        put.error.empty() ? "HTTP " + std::to_string(put.status) : put.error);
   }
 }
 

@@ -108,7 +108,9 @@ class LeaderElection {
   // Until when this candidate leads (nullopt: it does not).
   std::optional<Clock::time_point> leading_until() const;
   // The holder of the last Lease version seen ("" = none).
-  const std::string& observed_holder() const { return observed_ ? observed_->record.holder : kNobody; }
+  const std::string& observed_holder() const {
+    return observed_ ? observed_->record.holder : kNobody;
+  }
   const LeaderElectionConfig& config() const { return config_; }
 
  private:
@@ -116,8 +118,8 @@ class LeaderElection {
   void observe(const StoredLease& lease, Clock::time_point now);
 
   LeaderElectionConfig config_;
-  std::optional<StoredLease> observed_;  // the last version seen
-  Clock::time_point observed_time_{};    // when it was first seen, on this clock
+  std::optional<StoredLease> observed_;          // the last version seen
+  Clock::time_point observed_time_{};            // when it was first seen, on this clock
   std::optional<Clock::time_point> renewed_at_;  // start of the last successful renewal
 };
 

@@ -197,14 +197,16 @@ struct ObjectiveDiscovery::Impl {
     if (s.unserved_status != status) {
       s.unserved_status = status;
       if (status == 404) {
-        spdlog::info("discovery: the API server does not serve {} InferenceObjectives (no such "
-                     "CRD); checking again every {} s",
-                     s.group_version, options.unserved_recheck.count());
+        spdlog::info(
+            "discovery: the API server does not serve {} InferenceObjectives (no such "
+            "CRD); checking again every {} s",
+            s.group_version, options.unserved_recheck.count());
       } else {
-        spdlog::warn("discovery: the EPP may not list {} InferenceObjectives in {} (HTTP 403: "
-                     "its Role needs get/list/watch on inferenceobjectives); checking again "
-                     "every {} s",
-                     s.group_version, options.pool_namespace, options.unserved_recheck.count());
+        spdlog::warn(
+            "discovery: the EPP may not list {} InferenceObjectives in {} (HTTP 403: "
+            "its Role needs get/list/watch on inferenceobjectives); checking again "
+            "every {} s",
+            s.group_version, options.pool_namespace, options.unserved_recheck.count());
       }
     }
     set(s, {});
@@ -260,9 +262,9 @@ struct ObjectiveDiscovery::Impl {
   ObjectiveDiscoveryOptions options;
   Publish publish;
   std::atomic<bool> stopping{false};
-  std::mutex mu;               // sources' `current`, the back-off waits
-  std::condition_variable cv;  // stopping
-  std::mutex publish_mu;       // one publish at a time, in order
+  std::mutex mu;                                           // sources' `current`, the back-off waits
+  std::condition_variable cv;                              // stopping
+  std::mutex publish_mu;                                   // one publish at a time, in order
   std::optional<std::vector<ClusterObjective>> published;  // guarded by publish_mu
   std::vector<std::unique_ptr<Source>> sources;
 };
@@ -270,7 +272,9 @@ struct ObjectiveDiscovery::Impl {
 ObjectiveDiscovery::ObjectiveDiscovery(ObjectiveDiscoveryOptions options, Publish publish)
     : impl_(std::make_unique<Impl>(std::move(options), std::move(publish))) {}
 
-ObjectiveDiscovery::~ObjectiveDiscovery() { stop(); }
+ObjectiveDiscovery::~ObjectiveDiscovery() {
+  stop();
+}
 
 void ObjectiveDiscovery::start() {
   for (auto& s : impl_->sources) {

@@ -107,8 +107,7 @@ ObjectiveTracker::Outcome ObjectiveTracker::apply(const Json& event,
     return Outcome::kRelist;
   }
   // An edit that points an objective at another pool removes it from ours, as upstream does.
-  std::optional<ClusterObjective> now =
-      type == "DELETED" ? std::nullopt : ours(object, warnings);
+  std::optional<ClusterObjective> now = type == "DELETED" ? std::nullopt : ours(object, warnings);
   auto it = by_name_.find(name);
   if (!now) {
     if (it == by_name_.end()) {

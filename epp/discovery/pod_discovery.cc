@@ -39,7 +39,8 @@ std::map<std::string, std::string> parse_selector(const std::string& text) {
   std::size_t pos = 0;
   while (pos <= text.size()) {
     const auto comma = text.find(',', pos);
-    const std::string part = trimmed(text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+    const std::string part =
+        trimmed(text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
     if (!part.empty()) {
       const auto eq = part.find('=');
       if (eq == std::string::npos || eq == 0 || eq + 1 == part.size()) {
@@ -54,7 +55,6 @@ std::map<std::string, std::string> parse_selector(const std::string& text) {
   }
   return out;
 }
-
 
 namespace {
 
@@ -90,14 +90,12 @@ struct PodDiscovery::Impl {
       throw std::invalid_argument("Kubernetes discovery: no --pool-namespace and no " +
                                   options.namespace_file);
     }
-    pods_api = std::make_unique<KubeReader>(api, [this] {
-      return stopping.load() || pool_generation.load() != listed_generation;
-    });
+    pods_api = std::make_unique<KubeReader>(
+        api, [this] { return stopping.load() || pool_generation.load() != listed_generation; });
     if (options.pool_name.empty()) {
-      pool_spec = PoolSpec{options.selector,
-                           options.target_ports.empty()
-                               ? std::vector<uint16_t>{options.target_port}
-                               : options.target_ports};
+      pool_spec = PoolSpec{options.selector, options.target_ports.empty()
+                                                 ? std::vector<uint16_t>{options.target_port}
+                                                 : options.target_ports};
       pool_generation = 1;
     } else {
       pool_api = std::make_unique<KubeReader>(api, [this] { return stopping.load(); });
@@ -181,11 +179,10 @@ struct PodDiscovery::Impl {
   // which follows the events, until the watch ends. On failure `error` says why and
   // `resource_version` is cleared: the pool is read again.
   void watch_pool(std::string& resource_version, std::string& error) {
-    const std::string target = watched_collection + "?fieldSelector=" +
-                               url_encode("metadata.name=" + options.pool_name) +
-                               "&watch=1&allowWatchBookmarks=true&resourceVersion=" +
-                               url_encode(resource_version) + "&timeoutSeconds=" +
-                               std::to_string(options.watch_timeout.count());
+    const std::string target =
+        watched_collection + "?fieldSelector=" + url_encode("metadata.name=" + options.pool_name) +
+        "&watch=1&allowWatchBookmarks=true&resourceVersion=" + url_encode(resource_version) +
+        "&timeoutSeconds=" + std::to_string(options.watch_timeout.count());
     const int status = pool_api->watch(
         target, options.watch_timeout + std::chrono::seconds(30),
         [&](const Json& event) {
@@ -206,9 +203,10 @@ struct PodDiscovery::Impl {
           } else if (type == "DELETED") {
             // A pool deleted and created again (kubectl replace, a chart reinstall) should not
             // drop traffic; while it is gone no route sends requests through it anyway.
-            spdlog::warn("discovery: InferencePool {} was deleted; the pods it selected stay "
-                         "endpoints until it is created again",
-                         pool_id());
+            spdlog::warn(
+                "discovery: InferencePool {} was deleted; the pods it selected stay "
+                "endpoints until it is created again",
+                pool_id());
           }
           return true;
         },
@@ -268,7 +266,8 @@ struct PodDiscovery::Impl {
       }
     }
     spdlog::info("discovery: {} ready endpoints{}{}", endpoints.size(),
-                 added.empty() ? "" : "; added" + added, removed.empty() ? "" : "; removed" + removed);
+                 added.empty() ? "" : "; added" + added,
+                 removed.empty() ? "" : "; removed" + removed);
     published = std::move(now);
     publish(endpoints);
   }
@@ -320,8 +319,9 @@ struct PodDiscovery::Impl {
   // Watches from the tracker's resourceVersion until the watch ends, breaks (`error`) or asks
   // for a new list (`relist`).
   void watch(PodTracker& tracker, bool& relist, std::string& error) {
-    const std::string target = "/api/v1/namespaces/" + namespace_ + "/pods?labelSelector=" +
-                               selector_query(selector) + "&watch=1&allowWatchBookmarks=true" +
+    const std::string target = "/api/v1/namespaces/" + namespace_ +
+                               "/pods?labelSelector=" + selector_query(selector) +
+                               "&watch=1&allowWatchBookmarks=true" +
                                "&resourceVersion=" + url_encode(tracker.resource_version()) +
                                "&timeoutSeconds=" + std::to_string(options.watch_timeout.count());
     const int status = pods_api->watch(
@@ -401,12 +401,12 @@ struct PodDiscovery::Impl {
   std::string namespace_;
   std::atomic<bool> stopping{false};
   std::mutex mu;
-  std::condition_variable cv;  // stopping, a new pool spec
-  std::optional<PoolSpec> pool_spec;        // guarded by mu
+  std::condition_variable cv;                // stopping, a new pool spec
+  std::optional<PoolSpec> pool_spec;         // guarded by mu
   std::string pool_group;                    // guarded by mu; "" until the pool was read
   std::atomic<uint64_t> pool_generation{0};  // bumped (under mu) with each new pool_spec
-  std::unique_ptr<KubeReader> pool_api;  // pool thread; null without an InferencePool
-  std::unique_ptr<KubeReader> pods_api;  // pod thread
+  std::unique_ptr<KubeReader> pool_api;      // pool thread; null without an InferencePool
+  std::unique_ptr<KubeReader> pods_api;      // pod thread
   std::thread pool_thread;
   std::thread pod_thread;
   // Pool loop state (pool thread only).
@@ -414,14 +414,16 @@ struct PodDiscovery::Impl {
   // Pod loop state (pod thread only).
   uint64_t listed_generation = 0;  // the pool_spec that selector and ports come from
   std::map<std::string, std::string> selector;
-  std::vector<uint16_t> ports;  // the pods' serving ports, one endpoint each
+  std::vector<uint16_t> ports;                   // the pods' serving ports, one endpoint each
   std::map<std::string, std::string> published;  // name -> address last published
 };
 
 PodDiscovery::PodDiscovery(DiscoveryOptions options, Publish publish)
     : impl_(std::make_unique<Impl>(std::move(options), std::move(publish))) {}
 
-PodDiscovery::~PodDiscovery() { stop(); }
+PodDiscovery::~PodDiscovery() {
+  stop();
+}
 
 std::string PodDiscovery::pool_group() const {
   std::lock_guard lock(impl_->mu);

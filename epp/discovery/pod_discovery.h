@@ -40,10 +40,10 @@ struct DiscoveryOptions {
   std::string token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";
   std::string ca_file = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
   std::string namespace_file = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
-  std::string pool_namespace;  // "" = the service account's namespace
-  std::string pool_name;       // an InferencePool; "" = use `selector`
+  std::string pool_namespace;                   // "" = the service account's namespace
+  std::string pool_name;                        // an InferencePool; "" = use `selector`
   std::map<std::string, std::string> selector;  // pod labels (without an InferencePool)
-  uint16_t target_port = 8000;  // pods' serving port (an InferencePool's port wins)
+  uint16_t target_port = 8000;                  // pods' serving port (an InferencePool's port wins)
   // Selector mode: the pods' serving ports, one endpoint per pod and port (empty: target_port).
   std::vector<uint16_t> target_ports;
   // The InferencePool's API group: inference.networking.k8s.io (v1) or

@@ -51,7 +51,7 @@ class PodTracker {
   std::optional<PodConfig> endpoint_of(const nlohmann::json& pod) const;
 
  private:
-  std::vector<uint16_t> target_ports_;  // never empty; ready_ holds addresses on the first
+  std::vector<uint16_t> target_ports_;      // never empty; ready_ holds addresses on the first
   std::map<std::string, PodConfig> ready_;  // by pod name
   std::string resource_version_;
 };

@@ -52,9 +52,8 @@ std::optional<PoolSpec> pool_spec_of(const Json& pool, uint16_t default_port, st
         out.ports.push_back(static_cast<uint16_t>(number));
       }
     }
-  } else if (auto n = spec.find("targetPortNumber");
-             n != spec.end() && n->is_number_integer() && n->get<int>() > 0 &&
-             n->get<int>() <= 65535) {
+  } else if (auto n = spec.find("targetPortNumber"); n != spec.end() && n->is_number_integer() &&
+                                                     n->get<int>() > 0 && n->get<int>() <= 65535) {
     out.ports.push_back(static_cast<uint16_t>(n->get<int>()));
   }
   if (out.ports.empty()) {

@@ -129,8 +129,7 @@ void accept_tls(tcp::socket socket, std::shared_ptr<ssl::context> context,
   });
   TlsStream& stream = **tls;
   stream.stream().async_handshake(
-      ssl::stream_base::server,
-      [tls, timer, done = std::move(done)](const error_code& ec) mutable {
+      ssl::stream_base::server, [tls, timer, done = std::move(done)](const error_code& ec) mutable {
         timer->cancel();
         if (ec) {
           done(nullptr, "TLS handshake failed: " + ec.message());
@@ -174,20 +173,21 @@ std::shared_ptr<ssl::context> server_tls_context(const std::string& cert_dir,
 }
 
 std::function<std::shared_ptr<ssl::context>()> tls_context_source(const std::string& cert_dir,
-                                                                 const std::string& min_version,
-                                                                 bool reload) {
+                                                                  const std::string& min_version,
+                                                                  bool reload) {
   struct State {
     std::mutex mu;
-    std::shared_ptr<ssl::context> context;                 // guarded by mu
-    std::filesystem::file_time_type crt_time, key_time;    // guarded by mu
-    std::chrono::steady_clock::time_point next_check;      // guarded by mu
+    std::shared_ptr<ssl::context> context;               // guarded by mu
+    std::filesystem::file_time_type crt_time, key_time;  // guarded by mu
+    std::chrono::steady_clock::time_point next_check;    // guarded by mu
   };
   auto state = std::make_shared<State>();
   state->context = server_tls_context(cert_dir, min_version);
   if (!reload || cert_dir.empty()) {
     return [context = state->context] { return context; };
   }
-  auto times = [cert_dir](std::filesystem::file_time_type& crt, std::filesystem::file_time_type& key) {
+  auto times = [cert_dir](std::filesystem::file_time_type& crt,
+                          std::filesystem::file_time_type& key) {
     std::error_code ec;
     crt = std::filesystem::last_write_time(cert_dir + "/tls.crt", ec);
     key = std::filesystem::last_write_time(cert_dir + "/tls.key", ec);

@@ -28,8 +28,7 @@ class ProcessCall final : public GrpcCallHandler {
       : active_(active), call_(call) {
     ++active_;
     stream_ = std::make_shared<ExtProcStream>(
-        options, services,
-        [call](pb::ProcessingResponse r) { call->send(r.SerializeAsString()); },
+        options, services, [call](pb::ProcessingResponse r) { call->send(r.SerializeAsString()); },
         [call](std::function<void()> fn) { call->post(std::move(fn)); });
   }
   ~ProcessCall() override { --active_; }
@@ -77,7 +76,9 @@ struct ExtProcServer::Impl {
       own_workers->stop();
     }
   }
-  http::IoWorkers& workers() { return options.workers != nullptr ? *options.workers : *own_workers; }
+  http::IoWorkers& workers() {
+    return options.workers != nullptr ? *options.workers : *own_workers;
+  }
 
   ExtProcServerOptions options;
   ExtProcServices services;
@@ -92,7 +93,9 @@ struct ExtProcServer::Impl {
 ExtProcServer::ExtProcServer(ExtProcServerOptions options, ExtProcServices services)
     : impl_(std::make_unique<Impl>(std::move(options), services)) {}
 
-ExtProcServer::~ExtProcServer() { shutdown(std::chrono::milliseconds(0)); }
+ExtProcServer::~ExtProcServer() {
+  shutdown(std::chrono::milliseconds(0));
+}
 
 void ExtProcServer::start() {
   Impl& s = *impl_;
@@ -101,7 +104,7 @@ void ExtProcServer::start() {
   o.port = s.options.port;
   // A request body travels in one message in BUFFERED mode: allow the EPP's body limit.
   o.max_message_bytes = s.options.max_message_bytes > 0 ? s.options.max_message_bytes
-                                                         : s.options.stream.body_limit + 65536;
+                                                        : s.options.stream.body_limit + 65536;
   o.tls_context = s.options.tls_context;
   o.message_budget = s.options.body_budget;
   auto server = std::make_unique<GrpcServer>(o, s.workers());
@@ -117,7 +120,9 @@ void ExtProcServer::start() {
   s.server = std::move(server);
 }
 
-uint16_t ExtProcServer::port() const { return impl_->port.load(); }
+uint16_t ExtProcServer::port() const {
+  return impl_->port.load();
+}
 
 void ExtProcServer::set_ready(bool ready) {
   for (const char* service : {"readiness", kServiceName, ""}) {
@@ -137,6 +142,8 @@ void ExtProcServer::shutdown(std::chrono::milliseconds timeout) {
   }
 }
 
-int ExtProcServer::active_streams() const { return impl_->active.load(); }
+int ExtProcServer::active_streams() const {
+  return impl_->active.load();
+}
 
 }  // namespace llmd::epp::extproc

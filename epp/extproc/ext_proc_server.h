@@ -22,14 +22,14 @@ class context;
 namespace llmd::http {
 class IoWorkers;
 class BodyBudget;
-}
+}  // namespace llmd::http
 
 namespace llmd::epp::extproc {
 
 struct ExtProcServerOptions {
   std::string host = "0.0.0.0";
   uint16_t port = 9002;  // 0 = any free port (see port())
-  int threads = 2;  // workers of its own ("epp-extproc-N") when `workers` is null
+  int threads = 2;       // workers of its own ("epp-extproc-N") when `workers` is null
   // The EPP's I/O workers, shared with the proxy. They must run until the server is destroyed:
   // its destructor waits for the work its streams queued there.
   http::IoWorkers* workers = nullptr;

@@ -73,8 +73,11 @@ constexpr char kOverBudget[] = "Server is at its request-body memory budget, ret
 
 ExtProcStream::ExtProcStream(const ExtProcOptions& options, const ExtProcServices& services,
                              Emit emit, Post post)
-    : options_(options), services_(services), flow_options_(flow_options(options)),
-      emit_(std::move(emit)), post_(std::move(post)) {}
+    : options_(options),
+      services_(services),
+      flow_options_(flow_options(options)),
+      emit_(std::move(emit)),
+      post_(std::move(post)) {}
 
 ExtProcStream::~ExtProcStream() {
   cancel();
@@ -165,11 +168,10 @@ void ExtProcStream::on_request_headers(const pb::ProcessingRequest& message) {
   path_ = header(":path");
   path_ = path_.substr(0, path_.find('?'));
   method_ = header(":method");
-  flow_ = RequestFlow::create(
-      flow_options_,
-      FlowServices{services_.scheduler, services_.registry, services_.sink, services_.gate,
-                   nullptr},
-      post_);
+  flow_ = RequestFlow::create(flow_options_,
+                              FlowServices{services_.scheduler, services_.registry, services_.sink,
+                                           services_.gate, nullptr},
+                              post_);
   if (const auto* subset = options_.endpoint_subset_filter
                                ? metadata_field(message, kSubsetNamespace, kSubsetKey)
                                : nullptr) {
@@ -228,8 +230,8 @@ void ExtProcStream::start_scheduling() {
     emit_refusal(*standby);  // the gateway's next try may reach the leader
     return;
   }
-  const InboundHeaders inbound = read_inbound_headers(
-      [this](std::string_view name) -> std::optional<std::string> {
+  const InboundHeaders inbound =
+      read_inbound_headers([this](std::string_view name) -> std::optional<std::string> {
         for (const auto& [k, v] : headers_) {
           if (k == name) {
             return v;
@@ -277,9 +279,10 @@ void ExtProcStream::on_decided(const RequestFlow::Verdict& verdict) {
     set_header(mutation, "content-length", std::to_string(rewritten->size()));
   }
   google::protobuf::Struct metadata;
-  (*(*metadata.mutable_fields())[kLbNamespace].mutable_struct_value()->mutable_fields())
-      [kDestinationHeader]
-          .set_string_value(destination);
+  (*(*metadata.mutable_fields())[kLbNamespace]
+        .mutable_struct_value()
+        ->mutable_fields())[kDestinationHeader]
+      .set_string_value(destination);
   const std::string& body = rewritten ? *rewritten : body_;
   const bool has_body = !body_.empty();
   if (hold_headers_ || !has_body) {

@@ -59,7 +59,7 @@ struct ExtProcOptions {
   // Active-passive replicas: nullopt while this replica serves, else why not (every request
   // is refused 503 with it). Thread-safe, cheap; null: always serves.
   std::function<std::optional<std::string>()> not_serving;
-  bool allow_debug_header = false;            // x-llmd-debug -> x-llmd-decision (response)
+  bool allow_debug_header = false;  // x-llmd-debug -> x-llmd-decision (response)
   // Envoy's x-gateway-destination-endpoint-subset metadata narrows the candidates (upstream's
   // --disable-endpoint-subset-filter turns it off).
   bool endpoint_subset_filter = true;
@@ -119,15 +119,15 @@ class ExtProcStream : public std::enable_shared_from_this<ExtProcStream> {
   Emit emit_;
   Post post_;
   Phase phase_ = Phase::kRequestHeaders;
-  bool hold_headers_ = false;      // FULL_DUPLEX_STREAMED request body: answer headers at the end
-  bool stream_response_ = false;   // FULL_DUPLEX_STREAMED response body: echo the chunks
+  bool hold_headers_ = false;        // FULL_DUPLEX_STREAMED request body: answer headers at the end
+  bool stream_response_ = false;     // FULL_DUPLEX_STREAMED response body: echo the chunks
   bool response_body_none_ = false;  // announced: the gateway sends no response body
-  bool observability_ = false;     // the gateway ignores answers
+  bool observability_ = false;       // the gateway ignores answers
   std::vector<std::pair<std::string, std::string>> headers_;  // request headers, lower-case
   std::string path_;
   std::string method_;
   std::string body_;
-  std::size_t budgeted_ = 0;  // of services_.body_budget, for body_
+  std::size_t budgeted_ = 0;           // of services_.body_budget, for body_
   std::shared_ptr<RequestFlow> flow_;  // from the request headers on
   // x-llmd-decision for a request that asked (x-llmd-debug): set on the response headers (or
   // the refusal), "" otherwise.

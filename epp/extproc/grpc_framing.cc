@@ -14,13 +14,20 @@ constexpr int64_t kMaxTimeoutNanos = kMaxGrpcTimeout.count();
 // Nanoseconds per TimeoutUnit, 0 for a byte that is not one.
 int64_t unit_nanos(char unit) {
   switch (unit) {
-    case 'H': return int64_t{3600} * 1000 * 1000 * 1000;
-    case 'M': return int64_t{60} * 1000 * 1000 * 1000;
-    case 'S': return int64_t{1000} * 1000 * 1000;
-    case 'm': return int64_t{1000} * 1000;
-    case 'u': return 1000;
-    case 'n': return 1;
-    default: return 0;
+    case 'H':
+      return int64_t{3600} * 1000 * 1000 * 1000;
+    case 'M':
+      return int64_t{60} * 1000 * 1000 * 1000;
+    case 'S':
+      return int64_t{1000} * 1000 * 1000;
+    case 'm':
+      return int64_t{1000} * 1000;
+    case 'u':
+      return 1000;
+    case 'n':
+      return 1;
+    default:
+      return 0;
   }
 }
 
@@ -195,7 +202,8 @@ std::vector<http::Header> response_headers() {
 }
 
 std::vector<http::Header> status_trailers(const GrpcStatus& status) {
-  std::vector<http::Header> trailers{{"grpc-status", std::to_string(static_cast<int>(status.code))}};
+  std::vector<http::Header> trailers{
+      {"grpc-status", std::to_string(static_cast<int>(status.code))}};
   if (std::string message = percent_encode_grpc_message(status.message); !message.empty()) {
     trailers.push_back({"grpc-message", std::move(message)});
   }

@@ -76,8 +76,8 @@ struct GrpcServer::Impl : std::enable_shared_from_this<GrpcServer::Impl> {
   bool shut_down = false;                                 // guarded by mu
   bool shutdown_over = false;                             // guarded by mu
   std::map<const Http2Connection*, Tracked> connections;  // guarded by mu
-  std::atomic<bool> open{true};        // posts accepted
-  std::atomic<std::size_t> queued{0};  // posts not yet run
+  std::atomic<bool> open{true};                           // posts accepted
+  std::atomic<std::size_t> queued{0};                     // posts not yet run
 };
 
 class GrpcConnection;
@@ -154,7 +154,7 @@ class GrpcConnection final : public Http2Streams {
     std::unique_ptr<GrpcCallHandler> handler;
     RequestHead head;
     MessageDecoder decoder;
-    bool dead = false;  // ended by the server (bad message, deadline): input is dropped
+    bool dead = false;         // ended by the server (bad message, deadline): input is dropped
     std::size_t budgeted = 0;  // the message being received took this from the budget
   };
   enum class EventKind { kOpen, kMessage, kOverBudget, kHalfClose, kReject, kClosed };
@@ -293,8 +293,8 @@ void GrpcConnection::frame_messages(int32_t id, Stream& s) {
     if (!message) {
       return;
     }
-    events_.push_back(
-        {id, EventKind::kMessage, std::move(*message), GrpcCode::kOk, std::exchange(s.budgeted, 0)});
+    events_.push_back({id, EventKind::kMessage, std::move(*message), GrpcCode::kOk,
+                       std::exchange(s.budgeted, 0)});
   }
 }
 
@@ -448,15 +448,15 @@ void GrpcServer::Impl::on_accept(tcp::socket socket, http::ConnectionSlot slot) 
     return;
   }
   auto held = std::make_shared<http::ConnectionSlot>(std::move(slot));
-  accept_tls(std::move(socket), options.tls_context(), options.handshake_timeout,
-             [self = shared_from_this(), held](std::unique_ptr<ByteStream> stream,
-                                               std::string why) {
-               if (!stream) {
-                 spdlog::debug("grpc: {} on port {}", why, self->listener->port());
-                 return;  // the slot goes with `held`
-               }
-               self->adopt(std::move(stream), std::move(*held));
-             });
+  accept_tls(
+      std::move(socket), options.tls_context(), options.handshake_timeout,
+      [self = shared_from_this(), held](std::unique_ptr<ByteStream> stream, std::string why) {
+        if (!stream) {
+          spdlog::debug("grpc: {} on port {}", why, self->listener->port());
+          return;  // the slot goes with `held`
+        }
+        self->adopt(std::move(stream), std::move(*held));
+      });
 }
 
 void GrpcServer::Impl::adopt(std::unique_ptr<ByteStream> stream, http::ConnectionSlot slot) {
@@ -465,8 +465,8 @@ void GrpcServer::Impl::adopt(std::unique_ptr<ByteStream> stream, http::Connectio
   ho.max_concurrent_streams = options.max_concurrent_streams;
   ho.handshake_timeout = options.handshake_timeout;
   ho.http1 = options.http1;
-  auto connection = std::make_shared<Http2Connection>(std::move(stream), std::move(ho),
-                                                      workers.at(worker));
+  auto connection =
+      std::make_shared<Http2Connection>(std::move(stream), std::move(ho), workers.at(worker));
   connection->set_streams(
       std::make_unique<GrpcConnection>(shared_from_this(), *connection, std::move(slot)));
   {
@@ -535,9 +535,13 @@ void GrpcServer::start() {
   });
 }
 
-uint16_t GrpcServer::port() const { return impl_->listener ? impl_->listener->port() : 0; }
+uint16_t GrpcServer::port() const {
+  return impl_->listener ? impl_->listener->port() : 0;
+}
 
-int GrpcServer::open_calls() const { return impl_->calls.load(); }
+int GrpcServer::open_calls() const {
+  return impl_->calls.load();
+}
 
 void GrpcServer::shutdown(std::chrono::milliseconds timeout) {
   Impl& s = *impl_;

@@ -48,7 +48,7 @@ class context;
 namespace llmd::http {
 class IoWorkers;
 class BodyBudget;
-}
+}  // namespace llmd::http
 
 namespace llmd::epp::extproc {
 

@@ -64,7 +64,9 @@ std::optional<std::string> parse_service(const std::string& bytes) {
   return service;
 }
 
-std::string health_response(int status) { return {char{0x08}, static_cast<char>(status)}; }
+std::string health_response(int status) {
+  return {char{0x08}, static_cast<char>(status)};
+}
 
 }  // namespace
 
@@ -84,10 +86,14 @@ class HealthService::Statuses : public std::enable_shared_from_this<HealthServic
       return it->second;
     }
     switch (unknown_) {
-      case Unknown::kNotFound: return std::nullopt;
-      case Unknown::kServing: return kServing;
-      case Unknown::kNotServing: return kNotServing;
-      case Unknown::kServiceUnknown: return kServiceUnknown;
+      case Unknown::kNotFound:
+        return std::nullopt;
+      case Unknown::kServing:
+        return kServing;
+      case Unknown::kNotServing:
+        return kNotServing;
+      case Unknown::kServiceUnknown:
+        return kServiceUnknown;
     }
     return std::nullopt;
   }
@@ -143,9 +149,9 @@ class HealthService::Statuses : public std::enable_shared_from_this<HealthServic
 
  private:
   std::mutex mu_;
-  std::map<std::string, int> statuses_;               // guarded by mu_
-  Unknown unknown_ = Unknown::kNotFound;               // guarded by mu_
-  std::vector<std::shared_ptr<Watcher>> watchers_;    // guarded by mu_
+  std::map<std::string, int> statuses_;             // guarded by mu_
+  Unknown unknown_ = Unknown::kNotFound;            // guarded by mu_
+  std::vector<std::shared_ptr<Watcher>> watchers_;  // guarded by mu_
 };
 
 namespace {
@@ -154,7 +160,8 @@ namespace {
 // an unknown service is SERVICE_UNKNOWN, as gRPC's own health service answers).
 class HealthCall final : public GrpcCallHandler {
  public:
-  HealthCall(std::shared_ptr<HealthService::Statuses> statuses, std::shared_ptr<GrpcCall> call, bool watch)
+  HealthCall(std::shared_ptr<HealthService::Statuses> statuses, std::shared_ptr<GrpcCall> call,
+             bool watch)
       : statuses_(std::move(statuses)), call_(std::move(call)), watch_(watch) {}
   ~HealthCall() override {
     if (watcher_) {
@@ -210,7 +217,9 @@ void HealthService::set(const std::string& service, bool serving) {
   statuses_->set(service, serving);
 }
 
-void HealthService::set_unknown(Unknown policy) { statuses_->set_unknown(policy); }
+void HealthService::set_unknown(Unknown policy) {
+  statuses_->set_unknown(policy);
+}
 
 void HealthService::add_to(GrpcServer& server) {
   for (const bool watch : {false, true}) {

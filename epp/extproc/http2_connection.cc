@@ -15,7 +15,7 @@ namespace {
 namespace net = boost::asio;
 using error_code = boost::system::error_code;
 
-constexpr std::size_t kWriteBatch = 256 * 1024;  // bytes gathered per socket write at most
+constexpr std::size_t kWriteBatch = 256 * 1024;     // bytes gathered per socket write at most
 constexpr int32_t kStreamWindow = 4 * 1024 * 1024;  // a 16-MiB body in a few round trips
 constexpr int32_t kConnectionWindow = 16 * 1024 * 1024;
 
@@ -39,7 +39,9 @@ bool is_request_headers(const nghttp2_frame* f) {
 
 // nghttp2's C callbacks, translated into Http2Streams calls.
 struct Http2Callbacks {
-  static Http2Streams& streams(void* self) { return *static_cast<Http2Connection*>(self)->streams_; }
+  static Http2Streams& streams(void* self) {
+    return *static_cast<Http2Connection*>(self)->streams_;
+  }
 
   static int on_begin_headers(nghttp2_session*, const nghttp2_frame* f, void* self) {
     if (is_request_headers(f)) {
@@ -110,7 +112,9 @@ struct Http2Callbacks {
 
 Http2Connection::Http2Connection(std::unique_ptr<ByteStream> stream, Http2Options options,
                                  net::io_context& loop)
-    : options_(std::move(options)), stream_(std::move(stream)), handshake_(loop),
+    : options_(std::move(options)),
+      stream_(std::move(stream)),
+      handshake_(loop),
       protocol_(options_.http1 ? Protocol::kUndecided : Protocol::kHttp2) {}
 
 Http2Connection::~Http2Connection() {
@@ -173,9 +177,8 @@ bool Http2Connection::sniff(const uint8_t* data, std::size_t n) {
     return true;
   }
   auto out = std::make_shared<std::string>(std::move(*answer));
-  stream_->write(net::buffer(*out), [self = shared_from_this(), out](error_code, std::size_t) {
-    self->close();
-  });
+  stream_->write(net::buffer(*out),
+                 [self = shared_from_this(), out](error_code, std::size_t) { self->close(); });
   return false;
 }
 
@@ -192,28 +195,28 @@ bool Http2Connection::receive(const uint8_t* data, std::size_t n) {
 }
 
 void Http2Connection::read() {
-  stream_->read_some(
-      net::buffer(read_buffer_), [self = shared_from_this()](error_code ec, std::size_t n) {
-        if (self->closed_) {
-          return;
-        }
-        if (ec) {
-          self->close();
-          return;
-        }
-        bool more = false;
-        if (self->protocol_ != Protocol::kHttp2) {
-          // Until the preface is complete (or for the whole HTTP/1.1 request) the handshake
-          // timeout still runs: a peer that stalls there is closed by it.
-          more = self->sniff(self->read_buffer_.data(), n);
-        } else {
-          self->heard();
-          more = self->receive(self->read_buffer_.data(), n);
-        }
-        if (more && !self->closed_) {
-          self->read();
-        }
-      });
+  stream_->read_some(net::buffer(read_buffer_),
+                     [self = shared_from_this()](error_code ec, std::size_t n) {
+                       if (self->closed_) {
+                         return;
+                       }
+                       if (ec) {
+                         self->close();
+                         return;
+                       }
+                       bool more = false;
+                       if (self->protocol_ != Protocol::kHttp2) {
+                         // Until the preface is complete (or for the whole HTTP/1.1 request) the
+                         // handshake timeout still runs: a peer that stalls there is closed by it.
+                         more = self->sniff(self->read_buffer_.data(), n);
+                       } else {
+                         self->heard();
+                         more = self->receive(self->read_buffer_.data(), n);
+                       }
+                       if (more && !self->closed_) {
+                         self->read();
+                       }
+                     });
 }
 
 void Http2Connection::run_streams() {
@@ -260,15 +263,16 @@ void Http2Connection::flush(bool may_run_streams) {
     return;
   }
   writing_ = true;
-  stream_->write(net::buffer(write_buffer_), [self = shared_from_this()](error_code ec, std::size_t) {
-    self->writing_ = false;
-    self->write_buffer_.clear();
-    if (ec) {
-      self->close();
-      return;
-    }
-    self->flush();
-  });
+  stream_->write(net::buffer(write_buffer_),
+                 [self = shared_from_this()](error_code ec, std::size_t) {
+                   self->writing_ = false;
+                   self->write_buffer_.clear();
+                   if (ec) {
+                     self->close();
+                     return;
+                   }
+                   self->flush();
+                 });
 }
 
 void Http2Connection::flush_unless_running() {

@@ -48,8 +48,7 @@ class Http2Streams {
   virtual ~Http2Streams() = default;
   // A request's headers begin, arrive one by one, and are complete.
   virtual void on_request_begin(int32_t stream) = 0;
-  virtual void on_request_header(int32_t stream, std::string_view name,
-                                 std::string_view value) = 0;
+  virtual void on_request_header(int32_t stream, std::string_view name, std::string_view value) = 0;
   virtual void on_request_headers_end(int32_t stream) = 0;
   virtual void on_data(int32_t stream, std::string_view bytes) = 0;
   // The peer sent its last frame on the stream.

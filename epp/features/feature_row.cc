@@ -31,7 +31,8 @@ features::FeatureInput feature_row(const SchedulingRequest& request, const Endpo
 
 int64_t uncached_prompt_tokens(const SchedulingRequest& request, const Endpoint& pod) {
   const auto input = std::max<int64_t>(0, request.input_tokens);
-  const auto cached = static_cast<int64_t>(std::floor(prefix_score(pod) * static_cast<double>(input)));
+  const auto cached =
+      static_cast<int64_t>(std::floor(prefix_score(pod) * static_cast<double>(input)));
   return std::max<int64_t>(0, input - cached);
 }
 

@@ -10,23 +10,25 @@ namespace {
 
 using Buckets = prometheus::Histogram::BucketBoundaries;
 // GIE v1.5.0's buckets (pkg/epp/metrics/metrics.go), so that its quantile queries read alike.
-const Buckets kRequestBytes = {64,       128,      256,      512,       1024,      2048,
-                               4096,     8192,     16384,    32768,     65536,     131072,
-                               262144,   524288,   1048576,  2097152,   4194304,   8388608,
-                               16777216, 33554432, 67108864, 134217728, 268435456, 536870912,
-                               1073741824};
-const Buckets kResponseBytes = {1,   8,    16,   32,   64,   128,   256,   512,
+const Buckets kRequestBytes = {
+    64,       128,      256,      512,       1024,      2048,      4096,      8192,    16384,
+    32768,    65536,    131072,   262144,    524288,    1048576,   2097152,   4194304, 8388608,
+    16777216, 33554432, 67108864, 134217728, 268435456, 536870912, 1073741824};
+const Buckets kResponseBytes = {1,    8,    16,   32,   64,    128,   256,  512,
                                 1024, 2048, 4096, 8192, 16384, 32778, 65536};
-const Buckets kInputTokens = {1,    8,    16,    32,    64,    128,    256,    512,    1024, 2048,
+const Buckets kInputTokens = {1,    8,    16,    32,    64,    128,    256,    512,    1024,   2048,
                               4096, 8192, 16384, 32778, 65536, 131072, 262144, 524288, 1048576};
 const Buckets kOutputTokens = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
 const Buckets kNtpotSeconds = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1,
                                0.2,   0.5,   1.0,   2.0,  5.0,  10.0};
 const Buckets kHitRatio = {0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
-const Buckets kHitBytes = {0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536};
+const Buckets kHitBytes = {0,    16,   32,   64,   128,   256,   512,
+                           1024, 2048, 4096, 8192, 16384, 32768, 65536};
 
 // GIE's help texts carry the stability level.
-std::string alpha(const std::string& help) { return "[ALPHA] " + help; }
+std::string alpha(const std::string& help) {
+  return "[ALPHA] " + help;
+}
 
 }  // namespace
 
@@ -124,8 +126,8 @@ struct GieRequestMetrics::Children {
   }
   // A counter of `family` under these labels plus {key: value}, found once per value.
   prometheus::Counter& counter(std::map<std::string, prometheus::Counter*>& by,
-                               prometheus::Family<prometheus::Counter>* family,
-                               const char* key, const std::string& value) {
+                               prometheus::Family<prometheus::Counter>* family, const char* key,
+                               const std::string& value) {
     auto it = by.find(value);
     if (it == by.end()) {
       prometheus::Labels l = labels;
@@ -173,9 +175,8 @@ void GieRequestMetrics::on_dispatched(const CompletedRequest& req) {
       .Increment();
   c.request_sizes->Observe(static_cast<double>(req.request.body_bytes));
   if (!req.rule_id.empty()) {
-    prometheus::Labels l{{"model_rewrite_name", req.rule_id},
-                         {"model_name", model},
-                         {"target_model", target}};
+    prometheus::Labels l{
+        {"model_rewrite_name", req.rule_id}, {"model_name", model}, {"target_model", target}};
     families_->rewrites->Add(l).Increment();
   }
   if (req.pod.prefix) {  // GIE: the length always, the ratio of a prompt with a full block
@@ -190,8 +191,8 @@ void GieRequestMetrics::on_dispatched(const CompletedRequest& req) {
 void GieRequestMetrics::on_completed(const CompletedRequest& done) {
   const bool served = done.success;
   const std::string model = labels_.label(done.request.model, served);
-  const std::string target = labels_.label(
-      done.target_model.empty() ? done.request.model : done.target_model, served);
+  const std::string target =
+      labels_.label(done.target_model.empty() ? done.request.model : done.target_model, served);
   std::lock_guard lock(mu_);
   if (auto it = running_.find(done.request.model); it != running_.end() && --it->second <= 0) {
     running_.erase(it);

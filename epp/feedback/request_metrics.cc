@@ -7,8 +7,8 @@
 
 namespace llmd::epp {
 namespace {
-const prometheus::Histogram::BucketBoundaries kSeconds = {
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+const prometheus::Histogram::BucketBoundaries kSeconds = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                          1,     2.5,  5,     10,   30,  60};
 const prometheus::Histogram::BucketBoundaries kTpotSeconds = {
     0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28};
 const prometheus::Histogram::BucketBoundaries kDelaySeconds = {
@@ -39,8 +39,9 @@ struct RequestMetrics::Families {
                     "arrival at the EPP to the last byte");
     dispatch_delay = &prometheus::BuildHistogram()
                           .Name("llmd_epp_dispatch_delay_seconds")
-                          .Help("Arrival at the EPP to dispatch to a pod: router queue and "
-                                "scheduling (included in the TTFT and the duration)")
+                          .Help(
+                              "Arrival at the EPP to dispatch to a pod: router queue and "
+                              "scheduling (included in the TTFT and the duration)")
                           .Register(r);
     ttft_gauge = gauge("ttft_seconds_gauge", "Last observed time to first token (streams)");
     predicted_ttft = hist("predicted_ttft_seconds", "Predicted TTFT of the picked pod");
@@ -52,9 +53,10 @@ struct RequestMetrics::Families {
                                   "Latest duration of a request's TTFT prediction");
     expected_ttft = &prometheus::BuildHistogram()
                          .Name("llmd_epp_request_expected_ttft_seconds")
-                         .Help("Expected TTFT of the picked pod: the model's central estimate "
-                               "(the predicted TTFT is its p90 bound under the quantile "
-                               "objective)")
+                         .Help(
+                             "Expected TTFT of the picked pod: the model's central estimate "
+                             "(the predicted TTFT is its p90 bound under the quantile "
+                             "objective)")
                          .Register(r);
     tpot = hist("tpot_seconds", "Observed time per output token");
     tpot_gauge = gauge("tpot_seconds_gauge", "Last observed TPOT");
@@ -65,40 +67,43 @@ struct RequestMetrics::Families {
                            "TTFT prediction's)");
     tpot_prediction_gauge = gauge("tpot_prediction_duration_seconds_gauge",
                                   "Latest duration of a request's TPOT prediction");
-    ttft_violation =
-        gauge("ttft_slo_violation", "1 when the last stream missed its TTFT SLO");
+    ttft_violation = gauge("ttft_slo_violation", "1 when the last stream missed its TTFT SLO");
     ttft_violation_total =
         counter("ttft_slo_violation_total", "Streams that missed their TTFT SLO");
     tpot_violation = gauge("tpot_slo_violation", "1 when the last request missed its TPOT SLO");
-    tpot_violation_total = counter("tpot_slo_violation_total", "Requests that missed their TPOT SLO");
+    tpot_violation_total =
+        counter("tpot_slo_violation_total", "Requests that missed their TPOT SLO");
     ttft_threshold = gauge("ttft_slo_threshold_seconds", "TTFT SLO of the last stream with one");
     tpot_threshold = gauge("tpot_slo_threshold_seconds", "TPOT SLO of the last request with one");
     // The Gateway API Inference Extension's code names for the gauges and violations above.
     consolidated = &prometheus::BuildGauge()
                         .Name("inference_objective_inference_request_metric")
-                        .Help("Latest value by type (ttft, predicted_ttft, "
-                              "ttft_prediction_duration, ttft_slo_violation and the same for "
-                              "tpot): the *_gauge and *_slo_violation series in one family")
+                        .Help(
+                            "Latest value by type (ttft, predicted_ttft, "
+                            "ttft_prediction_duration, ttft_slo_violation and the same for "
+                            "tpot): the *_gauge and *_slo_violation series in one family")
                         .Register(r);
     violations = counter("slo_violation_total", "SLO violations by type (ttft, tpot)");
     requests = &prometheus::BuildCounter()
                     .Name("llmd_epp_requests_total")
-                    .Help("Client requests by model and the HTTP status the client got (the "
-                          "EPP's own answers included, once per request)")
+                    .Help(
+                        "Client requests by model and the HTTP status the client got (the "
+                        "EPP's own answers included, once per request)")
                     .Register(r);
     pod_attempts = &prometheus::BuildCounter()
                         .Name("llmd_epp_pod_attempts_total")
-                        .Help("Requests sent to pods, retries included, by the pod's status "
-                              "(502: refused or closed before answering, 504: no first byte in time)")
+                        .Help(
+                            "Requests sent to pods, retries included, by the pod's status "
+                            "(502: refused or closed before answering, 504: no first byte in time)")
                         .Register(r);
   }
-  prometheus::Family<prometheus::Histogram>*ttft, *duration, *predicted_ttft, *expected_ttft,
-      *tpot, *predicted_tpot, *dispatch_delay, *ttft_prediction, *tpot_prediction;
+  prometheus::Family<prometheus::Histogram>*ttft, *duration, *predicted_ttft, *expected_ttft, *tpot,
+      *predicted_tpot, *dispatch_delay, *ttft_prediction, *tpot_prediction;
   prometheus::Family<prometheus::Gauge>*ttft_gauge, *predicted_ttft_gauge, *tpot_gauge,
       *predicted_tpot_gauge, *ttft_violation, *tpot_violation, *ttft_threshold, *tpot_threshold,
       *ttft_prediction_gauge, *tpot_prediction_gauge, *consolidated;
-  prometheus::Family<prometheus::Counter>*ttft_violation_total, *tpot_violation_total,
-      *violations, *requests, *pod_attempts;
+  prometheus::Family<prometheus::Counter>*ttft_violation_total, *tpot_violation_total, *violations,
+      *requests, *pod_attempts;
 };
 
 // A latest-value gauge of ours and its series in the consolidated family.
@@ -161,8 +166,10 @@ struct RequestMetrics::Children {
   prometheus::Counter& code(int status) {
     auto it = by_code.find(status);
     if (it == by_code.end()) {
-      it = by_code.emplace(status, &requests->Add({{"model_name", model_name},
-                                                   {"code", std::to_string(status)}})).first;
+      it = by_code
+               .emplace(status, &requests->Add(
+                                    {{"model_name", model_name}, {"code", std::to_string(status)}}))
+               .first;
     }
     return *it->second;
   }
@@ -226,7 +233,8 @@ void RequestMetrics::on_completed(const CompletedRequest& done) {
   }
   std::optional<double> tpot_s;
   if (done.request.streaming && done.completion_tokens && *done.completion_tokens > 1) {
-    tpot_s = (done.e2e_ms - done.ttft_ms) / 1000.0 / static_cast<double>(*done.completion_tokens - 1);
+    tpot_s =
+        (done.e2e_ms - done.ttft_ms) / 1000.0 / static_cast<double>(*done.completion_tokens - 1);
     c.tpot->Observe(*tpot_s);
     c.tpot_gauge.set(*tpot_s);
   }

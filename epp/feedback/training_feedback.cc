@@ -102,8 +102,8 @@ struct TrainingFeedback::Metrics {
                               "202); produced = acknowledged + dropped + this")
                         .Register(r)
                         .Add({})) {}
-  static prometheus::Family<prometheus::Counter>& counter(prometheus::Registry& r,
-                                                          const char* name, const char* help) {
+  static prometheus::Family<prometheus::Counter>& counter(prometheus::Registry& r, const char* name,
+                                                          const char* help) {
     return prometheus::BuildCounter().Name(name).Help(help).Register(r);
   }
   prometheus::Counter& produced;
@@ -126,7 +126,8 @@ struct TrainingFeedback::Metrics {
         {"rejected", &FeedbackCounts::dropped_rejected}};
     for (const auto& [name, field] : reasons) {
       if (c.*field != last.*field) {
-        dropped_family.Add({{"reason", name}}).Increment(static_cast<double>(c.*field - last.*field));
+        dropped_family.Add({{"reason", name}})
+            .Increment(static_cast<double>(c.*field - last.*field));
       }
     }
     queue_depth.Set(static_cast<double>(c.queued));
@@ -153,7 +154,9 @@ TrainingFeedback::TrainingFeedback(FeedbackOptions options, prometheus::Registry
   }
 }
 
-TrainingFeedback::~TrainingFeedback() { stop(); }
+TrainingFeedback::~TrainingFeedback() {
+  stop();
+}
 
 void TrainingFeedback::start() {
   if (options_.trainer_url.empty()) {
@@ -218,11 +221,12 @@ void TrainingFeedback::not_streamed() {
   int64_t next = next_not_streamed_warning_ns_.load();
   if (now >= next && next_not_streamed_warning_ns_.compare_exchange_strong(
                          next, now + std::chrono::nanoseconds(std::chrono::minutes(1)).count())) {
-    spdlog::warn("training: {} non-streamed request(s) gave no training sample: the pipeline's "
-                 "predicted-latency-producer has streamingMode: true, which trains on streams "
-                 "only; if this pool's clients do not stream, set streamingMode: false (TTFT := "
-                 "end-to-end latency, upstream's default)",
-                 n);
+    spdlog::warn(
+        "training: {} non-streamed request(s) gave no training sample: the pipeline's "
+        "predicted-latency-producer has streamingMode: true, which trains on streams "
+        "only; if this pool's clients do not stream, set streamingMode: false (TTFT := "
+        "end-to-end latency, upstream's default)",
+        n);
   }
 }
 
@@ -268,8 +272,8 @@ std::optional<TrainingFeedback::Batch> TrainingFeedback::next_batch() {
   }
   Batch b;
   b.samples = batch.size();
-  b.body = Json{{"entries", batch}, {"batch_id", fmt::format("{}:{}", sender_id_, next_seq_++)}}
-               .dump();
+  b.body =
+      Json{{"entries", batch}, {"batch_id", fmt::format("{}:{}", sender_id_, next_seq_++)}}.dump();
   return b;
 }
 
@@ -333,9 +337,10 @@ void TrainingFeedback::flush() {
       pending_.reset();
     } else if (status != 0 || p->attempts == 1 || p->attempts % 60 == 0) {
       // An outage logs its start and then once a minute, not once per interval.
-      spdlog::warn("training feedback failed ({}), attempt {}: {} samples kept, retried at the "
-                   "next interval",
-                   status == 0 ? error : std::to_string(status), p->attempts, p->samples);
+      spdlog::warn(
+          "training feedback failed ({}), attempt {}: {} samples kept, retried at the "
+          "next interval",
+          status == 0 ? error : std::to_string(status), p->attempts, p->samples);
     }
   }
   std::lock_guard lock(mu_);

@@ -1,14 +1,14 @@
 #pragma once
 // Turns requests into training samples for the trainer (epp.md section 2 step 8) and sends them
 // to POST /add_training_data_bulk once per interval from its own thread.
-// Streaming mode (`streamingMode: true` on the pipeline's predicted-latency-producer): the TTFT sample (first content chunk - dispatch) is sent when the
-// first token arrives, not at completion, so the model learns a load level while it lasts; the
-// TPOT sample ((e2e - TTFT) / (tokens - 1), tokens from usage or else the content chunks counted)
-// when the stream ends. Non-streaming requests give no sample in this mode: their end-to-end
-// time is not a TTFT; they are counted (llmd_epp_feedback_requests_not_sampled_total{reason=
-// "not_streamed"}) and a warning says so, since a pool whose clients never stream then never
-// trains. E2E mode (upstream's default, `streamingMode: false`): every successful request gives
-// TTFT := end-to-end latency, and no TPOT.
+// Streaming mode (`streamingMode: true` on the pipeline's predicted-latency-producer): the TTFT
+// sample (first content chunk - dispatch) is sent when the first token arrives, not at completion,
+// so the model learns a load level while it lasts; the TPOT sample ((e2e - TTFT) / (tokens - 1),
+// tokens from usage or else the content chunks counted) when the stream ends. Non-streaming
+// requests give no sample in this mode: their end-to-end time is not a TTFT; they are counted
+// (llmd_epp_feedback_requests_not_sampled_total{reason= "not_streamed"}) and a warning says so,
+// since a pool whose clients never stream then never trains. E2E mode (upstream's default,
+// `streamingMode: false`): every successful request gives TTFT := end-to-end latency, and no TPOT.
 // Both samples use feature_row() on the Endpoint copy the scheduler picked: the same row the
 // prediction was made from. Failed or aborted requests give no completion sample.
 // The buffer is bounded (oldest dropped, counted); above `max_per_flush` a flush keeps a
@@ -56,8 +56,8 @@ struct FeedbackOptions {
   // The pool's training mode, read for each request (the pipeline's streamingMode; it follows
   // config reloads). Null: false (e2e mode).
   std::function<bool()> streaming_mode;
-  std::string admin_token;  // sent as "Authorization: Bearer" when the trainer requires one
-  int max_send_attempts = 4;   // 5xx answers per batch before it is dropped (one per interval)
+  std::string admin_token;    // sent as "Authorization: Bearer" when the trainer requires one
+  int max_send_attempts = 4;  // 5xx answers per batch before it is dropped (one per interval)
   std::chrono::milliseconds send_timeout{5000};
 };
 
@@ -103,7 +103,7 @@ class TrainingFeedback : public CompletionSink {
   struct Batch {
     std::string body;
     uint64_t samples = 0;
-    int attempts = 0;      // sends so far
+    int attempts = 0;       // sends so far
     int error_answers = 0;  // of them answered 5xx (no answer does not count)
   };
   void enqueue(nlohmann::json entry);

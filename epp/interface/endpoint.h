@@ -36,8 +36,8 @@ class PodLive;  // epp/datastore/pod_live.h
 
 // Immutable once shared (PodInfoConstPtr): a change (a scrape, a reload) makes a new one.
 struct PodInfo {
-  std::string name;     // pod name from the pool config
-  std::string address;  // "ip:port"
+  std::string name;                           // pod name from the pool config
+  std::string address;                        // "ip:port"
   std::map<std::string, std::string> labels;  // e.g. role: prefill|decode, class: h100
   PodMetrics metrics;
   // The pod's live bookkeeping in the PodRegistry that published this (in-flight counts, step

@@ -81,8 +81,8 @@ class DataProducer : public Plugin {
 
 struct AdmitDecision {
   bool admit = true;
-  int status = 429;      // HTTP status when denied
-  std::string reason;    // JSON detail when denied
+  int status = 429;    // HTTP status when denied
+  std::string reason;  // JSON detail when denied
 };
 
 class Admitter : public Plugin {
@@ -93,13 +93,15 @@ class Admitter : public Plugin {
 class Filter : public Plugin {
  public:
   // Returns the kept subset (may be empty; the profile then stops).
-  virtual std::vector<Endpoint> filter(CycleContext& ctx, std::vector<Endpoint> endpoints) const = 0;
+  virtual std::vector<Endpoint> filter(CycleContext& ctx,
+                                       std::vector<Endpoint> endpoints) const = 0;
 };
 
 class Scorer : public Plugin {
  public:
   // One score per endpoint, in [0,1] (the profile clamps).
-  virtual std::vector<double> score(CycleContext& ctx, std::span<const Endpoint> endpoints) const = 0;
+  virtual std::vector<double> score(CycleContext& ctx,
+                                    std::span<const Endpoint> endpoints) const = 0;
 };
 
 struct ScoredEndpoint {

@@ -4,8 +4,9 @@
 // x-gateway-inference-objective) and inherits its priority, strict tier and default SLOs.
 // Explicit request values win over the objective's:
 //   priority:        x-dynamo-request-priority header > nvext.agent_hints.priority > objective > 0
-//   strict tier:     x-dynamo-request-strict-priority > nvext.agent_hints.strict_priority > objective > 0
-//   SLOs:            x-llm-d-slo-ttft-ms / x-llm-d-slo-tpot-ms headers (or x-slo-ttft-ms /
+//   strict tier:     x-dynamo-request-strict-priority > nvext.agent_hints.strict_priority >
+//   objective > 0 SLOs:            x-llm-d-slo-ttft-ms / x-llm-d-slo-tpot-ms headers (or
+//   x-slo-ttft-ms /
 //                    x-slo-tpot-ms) > objective's sloTtftMs / sloTpotMs
 // Sheddable = effective priority < 0 (the latency-slo-admitter may answer 429).
 //

@@ -27,10 +27,9 @@ void CallLimiter::on_answer(Clock::duration latency, Clock::duration budget,
   // Occupancy at the moment this call was still counted: was the cap in use?
   const bool in_use = 2.0 * static_cast<double>(outstanding_) >= limit_;
   release();
-  const double share = budget.count() > 0
-                           ? std::chrono::duration<double>(latency).count() /
-                                 std::chrono::duration<double>(budget).count()
-                           : 1.0;
+  const double share = budget.count() > 0 ? std::chrono::duration<double>(latency).count() /
+                                                std::chrono::duration<double>(budget).count()
+                                          : 1.0;
   if (share > config_.slow_share) {
     decrease(now);
   } else if (share <= config_.fast_share && in_use) {
@@ -43,7 +42,9 @@ void CallLimiter::on_miss(Clock::time_point now) {
   decrease(now);
 }
 
-void CallLimiter::on_cancel() { release(); }
+void CallLimiter::on_cancel() {
+  release();
+}
 
 void CallLimiter::decrease(Clock::time_point now) {
   if (decreased_ && now - last_decrease_ < config_.decrease_spacing) {

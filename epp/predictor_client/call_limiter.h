@@ -33,7 +33,7 @@ class CallLimiter {
     double initial_limit = 64;
     double min_limit = 4;
     double max_limit = 4096;
-    double backoff = 0.8;     // multiplicative decrease, in (0, 1)
+    double backoff = 0.8;  // multiplicative decrease, in (0, 1)
     // Answered within this share of the budget: widen; after `slow_share`: narrow. Low shares
     // on purpose: a scheduling call that waits 25 of its 50 ms still adds 25 ms to the
     // request's TTFT, where the composite fallback adds none.

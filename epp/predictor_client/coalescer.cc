@@ -145,7 +145,9 @@ std::vector<Completion> Coalescer::fail(uint64_t batch_id, ErrorKind error) {
   return done;
 }
 
-void Coalescer::drop(uint64_t batch_id) { in_flight_.erase(batch_id); }
+void Coalescer::drop(uint64_t batch_id) {
+  in_flight_.erase(batch_id);
+}
 
 bool Coalescer::is_live(uint64_t batch_id) const {
   auto it = in_flight_.find(batch_id);

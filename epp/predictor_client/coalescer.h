@@ -43,8 +43,8 @@ inline constexpr Ticket kEmptyTicket = 0;
 struct Batch {
   uint64_t id = 0;
   std::vector<features::FeatureInput> rows;
-  std::size_t callers = 0;      // distinct callers with rows in this batch
-  Clock::time_point deadline;   // latest deadline among those callers
+  std::size_t callers = 0;     // distinct callers with rows in this batch
+  Clock::time_point deadline;  // latest deadline among those callers
 };
 
 // The outcome for one caller: its predictions in row order, or the error that ended it.

@@ -21,8 +21,8 @@ enum class ErrorKind : uint8_t {
 inline constexpr std::size_t kErrorKindCount = 8;
 
 inline constexpr std::array<std::string_view, kErrorKindCount> kErrorKindNames = {
-    "timeout", "http", "transport", "short_response", "bad_response", "no_replica", "deadline",
-    "shed"};
+    "timeout",      "http",       "transport", "short_response",
+    "bad_response", "no_replica", "deadline",  "shed"};
 
 inline std::string_view error_kind_name(ErrorKind k) {
   return kErrorKindNames[static_cast<std::size_t>(k)];

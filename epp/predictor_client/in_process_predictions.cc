@@ -18,8 +18,10 @@ namespace {
 
 predictor::SyncConfig sync_config(const InProcessPredictionsConfig& c) {
   if (!http::parse_url(c.trainer_url)) {
-    throw std::invalid_argument("in-process predictions need the trainer's URL "
-                                "(http://host:port), got '" + c.trainer_url + "'");
+    throw std::invalid_argument(
+        "in-process predictions need the trainer's URL "
+        "(http://host:port), got '" +
+        c.trainer_url + "'");
   }
   predictor::SyncConfig s;
   s.trainer_url = c.trainer_url;
@@ -61,8 +63,8 @@ struct InProcessPredictions::Metrics {
                     .Name("llmd_epp_in_process_prediction_seconds")
                     .Help("Time to predict one request's candidates in the EPP (both models)")
                     .Register(r)
-                    .Add({}, prometheus::Histogram::BucketBoundaries{
-                                 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 5e-3})) {}
+                    .Add({}, prometheus::Histogram::BucketBoundaries{5e-6, 1e-5, 2e-5, 5e-5, 1e-4,
+                                                                     2e-4, 5e-4, 1e-3, 5e-3})) {}
   prometheus::Histogram& seconds;
 };
 
@@ -84,7 +86,9 @@ InProcessPredictions::InProcessPredictions(InProcessPredictionsConfig config,
 
 InProcessPredictions::~InProcessPredictions() = default;  // sync_ joins before store_ goes
 
-bool InProcessPredictions::ready() const { return store_->current()->ready(); }
+bool InProcessPredictions::ready() const {
+  return store_->current()->ready();
+}
 
 PredictionResult InProcessPredictions::predict(const std::vector<features::FeatureInput>& rows,
                                                std::chrono::steady_clock::time_point) {

@@ -35,7 +35,7 @@ struct ServingModels;
 namespace llmd::epp::predictor_client {
 
 struct InProcessPredictionsConfig {
-  std::string trainer_url;                  // required: where the models come from
+  std::string trainer_url;  // required: where the models come from
   std::chrono::milliseconds sync_interval{10000};
   std::chrono::milliseconds sync_timeout{5000};
   // Where to keep a copy of each model ("" = memory only): with a copy, a restarted EPP

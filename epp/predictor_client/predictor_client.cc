@@ -108,8 +108,8 @@ std::optional<std::string> PredictorClientConfig::validate() const {
 }
 
 struct PredictorClient::Impl {
-  Impl(PredictorClientConfig cfg, prometheus::Registry& registry,
-       std::shared_ptr<Transport> t, std::unique_ptr<Rng> r)
+  Impl(PredictorClientConfig cfg, prometheus::Registry& registry, std::shared_ptr<Transport> t,
+       std::unique_ptr<Rng> r)
       : config(std::move(cfg)),
         transport(std::move(t)),
         metrics(registry, config.replica_urls),
@@ -212,8 +212,7 @@ struct PredictorClient::Impl {
     if (rate <= 0) {
       return false;
     }
-    const double ahead =
-        static_cast<double>(in_flight_rows + coalescer.pending_rows() + rows);
+    const double ahead = static_cast<double>(in_flight_rows + coalescer.pending_rows() + rows);
     const double needed_s = ahead / rate;
     // Half the time left: what is accepted must finish with room for jitter, or it would
     // still time out with the batch it joins.
@@ -488,11 +487,11 @@ struct PredictorClient::Impl {
       return;
     }
     metrics.replica_columnar[replica]->Set(0);
-    spdlog::warn("predictor replica {} answered {} to {}: sending it {} (columnar tried again in "
-                 "{} s, or when it is re-admitted after unhealthiness)",
-                 config.replica_urls[replica], status, kBulkColumnarPath, kBulkStrictPath,
-                 std::chrono::duration_cast<std::chrono::seconds>(config.columnar_retry_interval)
-                     .count());
+    spdlog::warn(
+        "predictor replica {} answered {} to {}: sending it {} (columnar tried again in "
+        "{} s, or when it is re-admitted after unhealthiness)",
+        config.replica_urls[replica], status, kBulkColumnarPath, kBulkStrictPath,
+        std::chrono::duration_cast<std::chrono::seconds>(config.columnar_retry_interval).count());
   }
 
   // Under `mu`: a columnar batch to the replica was answered. A strict replica's retry found our
@@ -540,9 +539,9 @@ struct PredictorClient::Impl {
           // A 4xx (422: rows rejected) would be the same on every replica: no retry and the
           // replica stays healthy. A 5xx (503: models not ready) is the replica's.
           replica_fault = response.status >= 500;
-        } else if ((predictions = columnar ? parse_columnar_response(response.body,
-                                                                     d->batch.rows.size())
-                                           : parse_bulk_response(response.body))) {
+        } else if ((predictions = columnar
+                                      ? parse_columnar_response(response.body, d->batch.rows.size())
+                                      : parse_bulk_response(response.body))) {
           if (predictions->size() != d->batch.rows.size()) {
             predictions.reset();
             kind = ErrorKind::kShortResponse;
@@ -573,10 +572,10 @@ struct PredictorClient::Impl {
     const bool unhealthy = timed_out ? replicas.on_timeout(replica) && stuck : replica_fault;
     if (unhealthy && replicas.mark_unhealthy(replica)) {
       metrics.replica_healthy[replica]->Set(0);
-      spdlog::warn("predictor replica {} marked unhealthy ({}: {}); probing /readyz",
-                   config.replica_urls[replica], error_kind_name(kind),
-                   response.error.empty() ? "status " + std::to_string(response.status)
-                                          : response.error);
+      spdlog::warn(
+          "predictor replica {} marked unhealthy ({}: {}); probing /readyz",
+          config.replica_urls[replica], error_kind_name(kind),
+          response.error.empty() ? "status " + std::to_string(response.status) : response.error);
     }
     if (!replica_fault || d->attempt > 0) {
       return fail_dispatch(lk, *d);
@@ -698,16 +697,16 @@ struct PredictorClient::Impl {
   const ClientMetrics metrics;
 
   mutable std::mutex mu;
-  Coalescer coalescer;                           // guarded by mu
-  CallLimiter limiter;                           // guarded by mu
-  ReplicaSet replicas;                           // guarded by mu
-  std::unique_ptr<Rng> rng;                      // guarded by mu
-  std::unordered_map<Ticket, Waiter*> waiters;   // guarded by mu
-  std::unordered_map<Ticket, AsyncWaiter> async_waiters;  // guarded by mu
+  Coalescer coalescer;                                       // guarded by mu
+  CallLimiter limiter;                                       // guarded by mu
+  ReplicaSet replicas;                                       // guarded by mu
+  std::unique_ptr<Rng> rng;                                  // guarded by mu
+  std::unordered_map<Ticket, Waiter*> waiters;               // guarded by mu
+  std::unordered_map<Ticket, AsyncWaiter> async_waiters;     // guarded by mu
   std::multimap<Clock::time_point, Ticket> async_deadlines;  // the same callers; guarded by mu
-  std::vector<ReadyCallback> ready;              // guarded by mu; run by run_ready
-  std::size_t in_progress = 0;                   // batches being sent; guarded by mu
-  std::size_t in_flight_rows = 0;                // rows of those batches; guarded by mu
+  std::vector<ReadyCallback> ready;                          // guarded by mu; run by run_ready
+  std::size_t in_progress = 0;                               // batches being sent; guarded by mu
+  std::size_t in_flight_rows = 0;                            // rows of those batches; guarded by mu
   // Rows per second each replica answers (EWMA; 0 = not measured yet); guarded by mu.
   std::vector<double> row_rate = std::vector<double>(config.replica_urls.size(), 0.0);
   std::vector<Clock::time_point> last_answer =
@@ -717,11 +716,11 @@ struct PredictorClient::Impl {
   Clock::time_point dispatcher_sleeps_until = Clock::time_point::min();
   // Per replica: the columnar or the strict path; guarded by mu.
   ColumnarPaths columnar_paths{config.replica_urls.size(), config.columnar_retry_interval};
-  bool stopping = false;                         // guarded by mu
-  std::size_t active_callers = 0;                // callers inside predict(); guarded by mu
+  bool stopping = false;           // guarded by mu
+  std::size_t active_callers = 0;  // callers inside predict(); guarded by mu
   std::condition_variable callers_gone_cv;
   std::condition_variable dispatcher_cv;
-  std::condition_variable dispatches_done_cv;   // in_progress reached 0
+  std::condition_variable dispatches_done_cv;  // in_progress reached 0
   std::condition_variable prober_cv;
   std::thread dispatcher;
   std::thread prober;
@@ -754,7 +753,8 @@ PredictorClient::PredictorClient(PredictorClientConfig config, prometheus::Regis
 PredictorClient::~PredictorClient() = default;
 
 std::optional<std::vector<Prediction>> PredictorClient::predict(
-    const std::vector<features::FeatureInput>& rows, std::chrono::steady_clock::time_point deadline) {
+    const std::vector<features::FeatureInput>& rows,
+    std::chrono::steady_clock::time_point deadline) {
   return impl_->predict(rows, deadline);
 }
 
@@ -769,7 +769,9 @@ std::optional<std::vector<Prediction>> PredictorClient::predict(
   return impl_->predict(rows, Clock::now() + impl_->config.request_deadline);
 }
 
-std::size_t PredictorClient::probe_now() { return impl_->probe_round(); }
+std::size_t PredictorClient::probe_now() {
+  return impl_->probe_round();
+}
 
 PredictorClient::Stats PredictorClient::stats() const {
   std::lock_guard lk(impl_->mu);
@@ -790,8 +792,12 @@ double PredictorClient::replica_window(std::size_t replica) const {
   return impl_->replicas.window(replica);
 }
 
-std::size_t PredictorClient::replica_count() const { return impl_->config.replica_urls.size(); }
+std::size_t PredictorClient::replica_count() const {
+  return impl_->config.replica_urls.size();
+}
 
-const PredictorClientConfig& PredictorClient::config() const { return impl_->config; }
+const PredictorClientConfig& PredictorClient::config() const {
+  return impl_->config;
+}
 
 }  // namespace llmd::epp::predictor_client

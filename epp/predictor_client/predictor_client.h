@@ -115,8 +115,8 @@ class PredictorClient final : public PredictionSource {
 
   // Thread-safe snapshots, for status pages and tests.
   struct Stats {
-    std::size_t waiting_callers = 0;    // predict() calls blocked right now
-    std::size_t pending_rows = 0;       // rows not yet cut into a batch
+    std::size_t waiting_callers = 0;      // predict() calls blocked right now
+    std::size_t pending_rows = 0;         // rows not yet cut into a batch
     std::size_t batches_in_progress = 0;  // being sent (an attempt on the wire or retrying)
   };
   Stats stats() const;

@@ -44,7 +44,9 @@ std::optional<std::vector<std::string>> parse_replica_list(std::string_view list
   return out;
 }
 
-ReplicaSet::ReplicaSet(std::size_t count) : replicas_(count) { ties_.reserve(count); }
+ReplicaSet::ReplicaSet(std::size_t count) : replicas_(count) {
+  ties_.reserve(count);
+}
 
 std::optional<std::size_t> ReplicaSet::choose(Rng& rng, std::optional<std::size_t> exclude) {
   int best = INT_MAX;
@@ -79,7 +81,9 @@ std::optional<std::size_t> ReplicaSet::choose(Rng& rng, std::optional<std::size_
   return ties_[std::min(pick, ties_.size() - 1)];
 }
 
-void ReplicaSet::begin(std::size_t replica) { ++replicas_[replica].outstanding; }
+void ReplicaSet::begin(std::size_t replica) {
+  ++replicas_[replica].outstanding;
+}
 
 void ReplicaSet::end(std::size_t replica) {
   State& r = replicas_[replica];

@@ -46,8 +46,8 @@ http::AsyncHttpClient::Options client_options() {
 }  // namespace
 
 HttpTransport::HttpTransport(const std::vector<std::string>& replica_urls)
-    : client_(std::make_unique<http::AsyncHttpClient>(parse_targets(replica_urls),
-                                                      client_options())) {}
+    : client_(
+          std::make_unique<http::AsyncHttpClient>(parse_targets(replica_urls), client_options())) {}
 
 HttpTransport::~HttpTransport() = default;
 

@@ -21,9 +21,9 @@ namespace llmd::epp::predictor_client {
 struct TransportResponse {
   enum class Outcome { kResponse, kTimeout, kError };
   Outcome outcome = Outcome::kError;
-  int status = 0;       // HTTP status when outcome == kResponse
-  std::string body;     // response body when outcome == kResponse
-  std::string error;    // what went wrong otherwise
+  int status = 0;     // HTTP status when outcome == kResponse
+  std::string body;   // response body when outcome == kResponse
+  std::string error;  // what went wrong otherwise
 
   static TransportResponse ok(int status, std::string body) {
     return {Outcome::kResponse, status, std::move(body), {}};
@@ -45,9 +45,9 @@ class Transport {
   // relative to the replica's base URL. `done` runs exactly once, on a thread of the
   // transport's (or inline), within about `timeout`. Thread-safe; never throws. The caller must
   // not hold a lock that `done` takes.
-  virtual void exchange_async(std::size_t replica, std::string_view method,
-                              std::string_view path, const std::string& body,
-                              std::chrono::milliseconds timeout, ResponseCallback done) = 0;
+  virtual void exchange_async(std::size_t replica, std::string_view method, std::string_view path,
+                              const std::string& body, std::chrono::milliseconds timeout,
+                              ResponseCallback done) = 0;
 
   // The same, waiting for the answer: for threads that may block (the /readyz prober).
   TransportResponse exchange(std::size_t replica, std::string_view method, std::string_view path,

@@ -30,7 +30,9 @@ void append_int(std::string& out, int64_t v) {
   out.append(buf, r.ptr);
 }
 
-double unit(double v) { return std::isfinite(v) ? std::clamp(v, 0.0, 1.0) : 0.0; }
+double unit(double v) {
+  return std::isfinite(v) ? std::clamp(v, 0.0, 1.0) : 0.0;
+}
 
 // The encoders walk kFeatureFields at compile time (field I is a constant expression), so
 // each field's write is as direct as a hand-written one: a run-time switch over the table
@@ -105,9 +107,8 @@ template <std::size_t I>
 void append_column(std::string& out, std::span<const features::FeatureInput> rows) {
   MemberKey<I>::append(out);
   const bool single = I > 0 && !rows.empty() &&
-                      std::all_of(rows.begin() + 1, rows.end(), [&](const auto& r) {
-                        return same_value<I>(rows.front(), r);
-                      });
+                      std::all_of(rows.begin() + 1, rows.end(),
+                                  [&](const auto& r) { return same_value<I>(rows.front(), r); });
   if (single) {
     append_value<I>(out, rows.front());
     return;
@@ -327,7 +328,8 @@ class ColumnarResponseReader {
 void append_row_json(std::string& out, const features::FeatureInput& row) {
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     ((MemberKey<I>::append(out), append_value<I>(out, row)), ...);
-  }(std::make_index_sequence<kFields>{});
+  }
+  (std::make_index_sequence<kFields>{});
   out.push_back('}');
 }
 
@@ -355,7 +357,8 @@ std::string encode_columnar_request(std::span<const features::FeatureInput> rows
   out.reserve(64 + rows.size() * 96);
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     (append_column<I>(out, rows), ...);
-  }(std::make_index_sequence<kFields>{});
+  }
+  (std::make_index_sequence<kFields>{});
   out.push_back('}');
   return out;
 }

@@ -126,8 +126,7 @@ std::optional<std::size_t> small_body_length(const llmd::http::ClientResponse& r
 // the write.
 llmd::http::ClientRequest upstream_request(const llmd::http::Request& req,
                                            const std::string& base_path, const std::string& pod,
-                                           const std::string& request_id,
-                                           const std::string& body) {
+                                           const std::string& request_id, const std::string& body) {
   llmd::http::ClientRequest up;
   up.method = "POST";
   up.target = base_path + req.target;
@@ -279,25 +278,30 @@ SchedulingPort::Resume resume_on(Executor executor) {
 struct ProxyServer::Impl {
   Impl(ProxyOptions o, SchedulingPort& s, PodRegistry& r, CompletionSink& k, AdmissionGate* g,
        llmd::http::IoWorkers* external)
-      : options(std::move(o)), scheduler(s), registry(r), sink(k), gate(g),
-        own_workers(external ? nullptr
-                             : std::make_unique<llmd::http::IoWorkers>(options.io_threads,
-                                                                        "epp-worker")),
+      : options(std::move(o)),
+        scheduler(s),
+        registry(r),
+        sink(k),
+        gate(g),
+        own_workers(
+            external ? nullptr
+                     : std::make_unique<llmd::http::IoWorkers>(options.io_threads, "epp-worker")),
         workers(external ? *external : *own_workers),
-        core(core_options(options, k),
-             [this](std::size_t, llmd::http::Request&& request,
-                    llmd::http::ResponseStreamPtr stream) {
-               // One coroutine per request on its connection's worker, which is its strand;
-               // the connection's bytes stay with the core (ResponseStream is thread-safe).
-               const std::size_t w = workers.current();
-               net::co_spawn(workers.at(w).get_executor(),
-                             handle(std::move(request), std::move(stream), *upstream[w]),
-                             net::detached);
-             },
-             workers) {
+        core(
+            core_options(options, k),
+            [this](std::size_t, llmd::http::Request&& request,
+                   llmd::http::ResponseStreamPtr stream) {
+              // One coroutine per request on its connection's worker, which is its strand;
+              // the connection's bytes stay with the core (ResponseStream is thread-safe).
+              const std::size_t w = workers.current();
+              net::co_spawn(workers.at(w).get_executor(),
+                            handle(std::move(request), std::move(stream), *upstream[w]),
+                            net::detached);
+            },
+            workers) {
     for (std::size_t w = 0; w < workers.size(); ++w) {
-      upstream.push_back(std::make_unique<llmd::http::ClientCore>(
-          workers.at(w).get_executor(), upstream_options(options)));
+      upstream.push_back(std::make_unique<llmd::http::ClientCore>(workers.at(w).get_executor(),
+                                                                  upstream_options(options)));
     }
   }
 
@@ -486,8 +490,8 @@ struct ProxyServer::Impl {
       if (outcome != Outcome::kRetryable) {
         co_return;
       }
-      spdlog::warn("request {}: {} failed before the first byte (attempt {})",
-                   headers.request_id, pod->name(), flow->attempts());
+      spdlog::warn("request {}: {} failed before the first byte (attempt {})", headers.request_id,
+                   pod->name(), flow->attempts());
     }
     const RequestFlow::Verdict failed = flow->exhausted();
     client->respond(error_response(failed.status, failed.detail, headers.request_id));
@@ -504,8 +508,12 @@ struct ProxyServer::Impl {
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
     auto card = [created](const std::string& id) {
-      return nlohmann::json{{"id", id},          {"object", "model"}, {"created", created},
-                            {"owned_by", "vllm"}, {"root", id},       {"parent", nullptr},
+      return nlohmann::json{{"id", id},
+                            {"object", "model"},
+                            {"created", created},
+                            {"owned_by", "vllm"},
+                            {"root", id},
+                            {"parent", nullptr},
                             {"permission", nlohmann::json::array()}};
     };
     if (path == "/v1/models") {
@@ -563,15 +571,14 @@ struct ProxyServer::Impl {
   // pod closed meanwhile is replaced and the request sent once more). `call` is the exchange,
   // for cancelling it.
   net::awaitable<Opened> open_pod(llmd::http::ClientCore& pods, const llmd::http::Url& origin,
-                                  llmd::http::ClientRequest& up,
-                                  llmd::http::ClientCallPtr& call) {
+                                  llmd::http::ClientRequest& up, llmd::http::ClientCallPtr& call) {
     auto executor = co_await net::this_coro::executor;
     auto open = [this, &pods, &call, &origin, &up, &executor](auto done) {
-      call = pods.open(origin, std::move(up), upstream_timeouts, executor,
-                       [done](llmd::http::ClientResponse head,
-                              llmd::http::ClientCallPtr body) mutable {
-                         done(Opened{std::move(head), std::move(body)});
-                       });
+      call = pods.open(
+          origin, std::move(up), upstream_timeouts, executor,
+          [done](llmd::http::ClientResponse head, llmd::http::ClientCallPtr body) mutable {
+            done(Opened{std::move(head), std::move(body)});
+          });
     };
     Opened opened = co_await await_callback<Opened>(open);
     co_return opened;
@@ -609,9 +616,9 @@ struct ProxyServer::Impl {
   // Relays the body: the pod is read only when this loop asks, so while the client is slow TCP
   // holds the pod back. kDone: read to its end (the connection goes back to the pool);
   // kAborted: the pod failed or broke the protocol mid-response; kClientGone.
-  net::awaitable<Outcome> relay_body(const llmd::http::ClientCallPtr& stream,
-                                     ResponseRelay& relay, llmd::http::ResponseStream& client,
-                                     const ClientWatch& watch, RequestFlow& flow) {
+  net::awaitable<Outcome> relay_body(const llmd::http::ClientCallPtr& stream, ResponseRelay& relay,
+                                     llmd::http::ResponseStream& client, const ClientWatch& watch,
+                                     RequestFlow& flow) {
     while (true) {
       auto read = [&stream](auto done) {
         stream->read([done](llmd::http::BodyPiece piece) mutable { done(std::move(piece)); });
@@ -691,10 +698,11 @@ struct ProxyServer::Impl {
     const int status = opened.head.status;
     flow.response_ended(status);
     if (const PodAttempt* done = flow.attempt()) {
-      spdlog::debug("request {} -> {} ({}) status {} ttft {:.1f} ms e2e {:.1f} ms, queued and "
-                    "scheduled {:.1f} ms",
-                    request_id, pod.name(), pod.address(), status, done->record().ttft_ms,
-                    done->record().e2e_ms, done->record().dispatch_delay_ms);
+      spdlog::debug(
+          "request {} -> {} ({}) status {} ttft {:.1f} ms e2e {:.1f} ms, queued and "
+          "scheduled {:.1f} ms",
+          request_id, pod.name(), pod.address(), status, done->record().ttft_ms,
+          done->record().e2e_ms, done->record().dispatch_delay_ms);
     }
     co_return Outcome::kDone;
   }
@@ -702,8 +710,7 @@ struct ProxyServer::Impl {
 
 ProxyServer::ProxyServer(ProxyOptions options, SchedulingPort& scheduler, PodRegistry& registry,
                          CompletionSink& sink, AdmissionGate* gate, llmd::http::IoWorkers* workers)
-    : impl_(std::make_unique<Impl>(std::move(options), scheduler, registry, sink, gate,
-                                   workers)) {}
+    : impl_(std::make_unique<Impl>(std::move(options), scheduler, registry, sink, gate, workers)) {}
 
 ProxyServer::~ProxyServer() {
   stop();
@@ -725,12 +732,14 @@ void ProxyServer::start() {
   try {
     impl_->core.listen(impl_->options.port);
   } catch (const std::exception& e) {
-    throw std::runtime_error(fmt::format("cannot bind {}:{}: {}", impl_->options.host,
-                                         impl_->options.port, e.what()));
+    throw std::runtime_error(
+        fmt::format("cannot bind {}:{}: {}", impl_->options.host, impl_->options.port, e.what()));
   }
 }
 
-uint16_t ProxyServer::port() const { return impl_->core.port(0); }
+uint16_t ProxyServer::port() const {
+  return impl_->core.port(0);
+}
 
 std::size_t ProxyServer::idle_upstream_connections() const {
   std::size_t idle = 0;
@@ -775,8 +784,12 @@ void ProxyServer::drain(std::chrono::milliseconds timeout) {
   }
 }
 
-int ProxyServer::active_requests() const { return impl_->active; }
+int ProxyServer::active_requests() const {
+  return impl_->active;
+}
 
-void ProxyServer::stop() { impl_->core.stop(std::chrono::milliseconds(0)); }
+void ProxyServer::stop() {
+  impl_->core.stop(std::chrono::milliseconds(0));
+}
 
 }  // namespace llmd::epp

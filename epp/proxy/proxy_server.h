@@ -4,11 +4,11 @@
 // route, queue, schedule, retry decision, response scanning and bookkeeping) -> forward to the
 // picked pod -> relay the response as it streams (SSE chunk by chunk), adding
 // x-gateway-destination-endpoint. A connect failure or a 5xx before any byte reached the client
-// is retried once on the next-ranked pod (RequestFlow::next_pod()). The client side (listener, connection limits, header
-// timeout, 413/431, body budget, HTTP/1.0, drain) is the project's one server core
-// (common/http/stream_server.h); the pod side (keep-alive pool per pod, connect / first-byte /
-// idle timeouts, a body read only as fast as the client takes it) is its one client core
-// (common/http/client_core.h). Beast/Asio stay in the .cc files.
+// is retried once on the next-ranked pod (RequestFlow::next_pod()). The client side (listener,
+// connection limits, header timeout, 413/431, body budget, HTTP/1.0, drain) is the project's one
+// server core (common/http/stream_server.h); the pod side (keep-alive pool per pod, connect /
+// first-byte / idle timeouts, a body read only as fast as the client takes it) is its one client
+// core (common/http/client_core.h). Beast/Asio stay in the .cc files.
 //
 // Threading: `io_threads` workers (common/http/io_workers.h), each an io_context with one thread,
 // serve both sides; a request is a coroutine on its connection's worker, which also runs its
@@ -33,7 +33,7 @@ class Counter;
 namespace llmd::http {
 class IoWorkers;   // common/http/io_workers.h
 class BodyBudget;  // common/http/body_budget.h
-}
+}  // namespace llmd::http
 
 namespace llmd::epp {
 
@@ -78,12 +78,12 @@ class ProxyServer {
               CompletionSink& sink, AdmissionGate* gate = nullptr,
               llmd::http::IoWorkers* workers = nullptr);
   ~ProxyServer();
-  void start();          // binds; throws std::runtime_error
+  void start();  // binds; throws std::runtime_error
   uint16_t port() const;
   // Kept-alive connections to pods waiting for their next request.
   std::size_t idle_upstream_connections() const;
-  void run();            // blocks until stop()
-  void stop();           // thread-safe, idempotent
+  void run();   // blocks until stop()
+  void stop();  // thread-safe, idempotent
   // Graceful stop, blocking (call from a thread that does not run the server): stops
   // accepting, answers queued requests and new requests on kept-alive connections 503, lets
   // requests in flight (streams included) finish for up to `timeout`, then stop().

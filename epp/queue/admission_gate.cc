@@ -33,7 +33,7 @@ struct AdmissionGate::PoolQueue {
   explicit PoolQueue(const QueueSettings& s) : queue(s) {}
   RouterQueue queue;
   std::map<uint64_t, Waiter> waiters;  // by queue entry id
-  int64_t in_transit = 0;  // admitted, not yet through scheduling
+  int64_t in_transit = 0;              // admitted, not yet through scheduling
 };
 
 struct AdmissionGate::Metrics {
@@ -51,9 +51,9 @@ struct AdmissionGate::Metrics {
                  .Name("llmd_epp_router_queue_wait_seconds")
                  .Help("Time requests spent in the router queue before admission")
                  .Register(r)
-                 .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.025, 0.05,
-                                                                  0.1, 0.25, 0.5, 1, 2.5, 5, 10,
-                                                                  30})) {}
+                 .Add({},
+                      prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                              0.25, 0.5, 1, 2.5, 5, 10, 30})) {}
   prometheus::Family<prometheus::Gauge>& pending;
   prometheus::Family<prometheus::Counter>& outcomes;
   prometheus::Histogram& wait;
@@ -237,8 +237,9 @@ AdmissionGate::Ticket AdmissionGate::enter(const AdmissionRequest& request, Wake
             // GIE has no eviction by a later arrival: the closest of its outcomes.
             left(it->second, FlowControlMetrics::kEvictedOther, now);
             wakes.push_back({std::move(it->second.wake),
-                             {429, "Evicted from the full router queue by a request with a "
-                                   "higher priority"}});
+                             {429,
+                              "Evicted from the full router queue by a request with a "
+                              "higher priority"}});
             q.waiters.erase(it);
           }
           if (metrics_) metrics_->count("evicted");
@@ -284,8 +285,7 @@ void AdmissionGate::cancel(uint64_t id) {
   }
 }
 
-void AdmissionGate::drain(const std::string& pool,
-                          std::vector<Woken>& wakes) {
+void AdmissionGate::drain(const std::string& pool, std::vector<Woken>& wakes) {
   PoolQueue& q = pool_queue(pool);
   const auto now = Clock::now();
   while (!q.queue.empty() && has_capacity(pool, q)) {
@@ -324,9 +324,13 @@ void AdmissionGate::on_scheduled(const std::string& pool) {
   }
 }
 
-void AdmissionGate::on_first_token(const std::string& pool) { wake(pool); }
+void AdmissionGate::on_first_token(const std::string& pool) {
+  wake(pool);
+}
 
-void AdmissionGate::on_finished(const std::string& pool) { wake(pool); }
+void AdmissionGate::on_finished(const std::string& pool) {
+  wake(pool);
+}
 
 void AdmissionGate::wake(const std::string& pool) {
   std::vector<Woken> wakes;

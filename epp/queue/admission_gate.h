@@ -76,7 +76,7 @@ class AdmissionGate {
   std::chrono::milliseconds max_wait() const;
 
   struct Ticket {
-    bool queued = false;      // false: `verdict` is final (admitted at once, or refused)
+    bool queued = false;  // false: `verdict` is final (admitted at once, or refused)
     AdmissionVerdict verdict;
     uint64_t id = 0;
   };
@@ -89,7 +89,7 @@ class AdmissionGate {
   // A dispatched request's prefill is done: the prefill tokens the saturation thresholds count
   // free here, long before the request finishes, so the queue drains at once, not a tick later.
   void on_first_token(const std::string& pool);
-  void on_finished(const std::string& pool);   // a dispatched request finished
+  void on_finished(const std::string& pool);  // a dispatched request finished
   void tick(Clock::time_point now = Clock::now());
 
   std::size_t pending() const;
@@ -103,26 +103,26 @@ class AdmissionGate {
   struct Metrics;
   struct Waiter;
   using Woken = std::pair<Wake, AdmissionVerdict>;  // called after mu_ is released
-  PoolQueue& pool_queue(const std::string& pool);  // mu_ held
+  PoolQueue& pool_queue(const std::string& pool);   // mu_ held
   // Pops admissible entries of `pool` into `wakes`; mu_ held.
   void drain(const std::string& pool, std::vector<Woken>& wakes);
   void expire(PoolQueue& q, Clock::time_point now, std::vector<Woken>& wakes);  // mu_ held
-  bool has_capacity(const std::string& pool, PoolQueue& q);  // mu_ held
+  bool has_capacity(const std::string& pool, PoolQueue& q);                     // mu_ held
   // Ready pods of `pool` and how many of them are not saturated; mu_ held.
   std::pair<std::size_t, int64_t> free_pods(const std::string& pool) const;
   // A waiter leaves the queue with `outcome` (GIE's name) after waiting since its arrival.
   void left(const Waiter& w, const char* outcome, Clock::time_point now);
-  void update_metrics();  // mu_ held
+  void update_metrics();               // mu_ held
   void wake(const std::string& pool);  // drains `pool` if requests wait; takes mu_
 
   Candidates candidates_;
   std::unique_ptr<Metrics> metrics_;
   FlowControlMetrics* gie_;
   mutable std::mutex mu_;
-  std::optional<RouterQueueConfig> config_;           // guarded by mu_
+  std::optional<RouterQueueConfig> config_;                  // guarded by mu_
   std::map<std::string, std::unique_ptr<PoolQueue>> pools_;  // guarded by mu_
-  uint64_t next_id_ = 1;                              // guarded by mu_
-  std::optional<std::string> closed_;                 // guarded by mu_; set by close()
+  uint64_t next_id_ = 1;                                     // guarded by mu_
+  std::optional<std::string> closed_;                        // guarded by mu_; set by close()
 };
 
 }  // namespace llmd::epp

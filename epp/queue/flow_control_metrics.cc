@@ -13,10 +13,10 @@ constexpr const char* kFairnessId = "default-flow";  // GIE's metadata.DefaultFa
 
 // GIE v1.5.0's buckets.
 const prometheus::Histogram::BucketBoundaries kQueueSeconds = {
-    0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-    60.0};
-const prometheus::Histogram::BucketBoundaries kCycleSeconds = {
-    0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1};
+    0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25,   0.5,    1.0,   2.5,   5.0,  10.0,  30.0, 60.0};
+const prometheus::Histogram::BucketBoundaries kCycleSeconds = {0.0001, 0.0002, 0.0005, 0.001, 0.002,
+                                                               0.005,  0.01,   0.02,   0.05,  0.1};
 
 }  // namespace
 
@@ -57,8 +57,8 @@ FlowControlMetrics::Flow FlowControlMetrics::enter(const AdmissionRequest& reque
   f.priority = std::to_string(request.priority);
   f.pool = pool_name_(request.pool);
   f.model = model_label_(request.model);
-  f.target_model = model_label_(request.target_model.empty() ? request.model
-                                                             : request.target_model);
+  f.target_model =
+      model_label_(request.target_model.empty() ? request.model : request.target_model);
   f.bytes = static_cast<double>(request.body_bytes);
   const prometheus::Labels l{{"fairness_id", kFairnessId},
                              {"priority", f.priority},
@@ -96,6 +96,8 @@ void FlowControlMetrics::enqueued(const Flow& f, const char* outcome, double sec
       .Observe(seconds);
 }
 
-void FlowControlMetrics::dispatch_cycle(double seconds) { dispatch_cycle_.Observe(seconds); }
+void FlowControlMetrics::dispatch_cycle(double seconds) {
+  dispatch_cycle_.Observe(seconds);
+}
 
 }  // namespace llmd::epp

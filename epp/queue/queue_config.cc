@@ -104,8 +104,9 @@ std::string read_threshold(const json& v, const std::string& at, SaturationThres
     }
   }
   if (!t.any()) {
-    return at + ": set at least one limit (prefillFraction, inFlightRequests, waitingRequests, "
-                "kvCacheUsage or predictedTtftMs)";
+    return at +
+           ": set at least one limit (prefillFraction, inFlightRequests, waitingRequests, "
+           "kvCacheUsage or predictedTtftMs)";
   }
   if (v.contains("maxBatchedTokens") && !t.prefill_fraction) {
     return at + ": maxBatchedTokens only applies with prefillFraction";

@@ -24,7 +24,9 @@ int64_t sat_mul(int64_t a, int64_t b) {  // a, b >= 0
   return __builtin_mul_overflow(a, b, &r) ? kMax : r;
 }
 
-int64_t sat_neg(int64_t a) { return a == kMin ? kMax : -a; }
+int64_t sat_neg(int64_t a) {
+  return a == kMin ? kMax : -a;
+}
 
 int64_t ns(std::chrono::milliseconds d) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();

@@ -44,7 +44,7 @@ class RouterQueue {
   explicit RouterQueue(QueueSettings s);
 
   struct PushResult {
-    bool accepted = false;            // false: the queue is full and `e` ranks no better (429)
+    bool accepted = false;              // false: the queue is full and `e` ranks no better (429)
     std::optional<QueueEntry> evicted;  // the worst entry, pushed out by `e` (answer it 429)
   };
   // A duplicate id is rejected. Call expire(now) first so expired entries free their slots.

@@ -18,8 +18,7 @@ SaturationThresholds SaturationThresholds::dynamo_default() {
 bool pod_saturated(const Endpoint& e, const SaturationThresholds& t,
                    std::optional<double> predicted_ttft_ms) {
   if (t.prefill_fraction && t.max_batched_tokens > 0 &&
-      static_cast<double>(e.prefill_tokens_in_flight) /
-              static_cast<double>(t.max_batched_tokens) >=
+      static_cast<double>(e.prefill_tokens_in_flight) / static_cast<double>(t.max_batched_tokens) >=
           *t.prefill_fraction) {
     return true;
   }

@@ -15,12 +15,12 @@ namespace llmd::epp {
 struct SaturationThresholds {
   // Dynamo's --router-queue-threshold: EPP in-flight prefill tokens / max_batched_tokens.
   std::optional<double> prefill_fraction;
-  int64_t max_batched_tokens = 8192;          // vLLM --max-num-batched-tokens of the pods
-  std::optional<int64_t> in_flight_requests;  // EPP-exact dispatched requests on the pod
-  std::optional<int64_t> waiting_requests;    // scraped vllm:num_requests_waiting
-  std::optional<double> kv_cache_usage;       // scraped KV usage, 0..1
-  std::optional<double> predicted_ttft_ms;    // the pod's latest predicted TTFT, when known
-  bool any() const;                           // at least one limit set
+  int64_t max_batched_tokens = 8192;             // vLLM --max-num-batched-tokens of the pods
+  std::optional<int64_t> in_flight_requests;     // EPP-exact dispatched requests on the pod
+  std::optional<int64_t> waiting_requests;       // scraped vllm:num_requests_waiting
+  std::optional<double> kv_cache_usage;          // scraped KV usage, 0..1
+  std::optional<double> predicted_ttft_ms;       // the pod's latest predicted TTFT, when known
+  bool any() const;                              // at least one limit set
   static SaturationThresholds dynamo_default();  // prefill fraction 2.0 only
 };
 

@@ -16,7 +16,9 @@ bool AdmissionTicket::needs_service_estimate() const {
   return gate_ != nullptr && gate_->needs_service_estimate();
 }
 
-bool AdmissionTicket::waiting() const { return state_->waiting; }
+bool AdmissionTicket::waiting() const {
+  return state_->waiting;
+}
 
 void AdmissionTicket::enter(const AdmissionRequest& request,
                             std::chrono::steady_clock::time_point now, const Post& post,

@@ -15,11 +15,11 @@ namespace llmd::epp {
 
 struct CompletedRequest {
   SchedulingRequest request;
-  Endpoint pod;  // as seen at dispatch (features of the training sample)
-  std::string target_model;  // the model the pod was asked for (after override_params)
-  std::string rule_id;       // model-level routing rule ("" = none)
-  std::string target;        // that rule's target
-  bool upstream_url = false; // forwarded to an upstream URL (not a pool pod)
+  Endpoint pod;               // as seen at dispatch (features of the training sample)
+  std::string target_model;   // the model the pod was asked for (after override_params)
+  std::string rule_id;        // model-level routing rule ("" = none)
+  std::string target;         // that rule's target
+  bool upstream_url = false;  // forwarded to an upstream URL (not a pool pod)
   bool success = false;
   bool client_aborted = false;
   // The attempt failed before any byte reached the client: the proxy retries on another pod or

@@ -20,7 +20,9 @@ Rng& thread_rng() {
 
 EppSchedulingPort::EppSchedulingPort(SchedulingCycle& cycle, PodRegistry& registry,
                                      PredictionSource* predictions, Now now)
-    : cycle_(cycle), registry_(registry), predictions_(predictions),
+    : cycle_(cycle),
+      registry_(registry),
+      predictions_(predictions),
       now_(now ? std::move(now) : Now([] { return std::chrono::steady_clock::now(); })) {
   auto first = std::make_shared<SchedulingGeneration>();
   first->objectives = std::make_shared<ObjectiveTable>();
@@ -114,11 +116,10 @@ void EppSchedulingPort::pick_async(const SchedulingRequest& request, const Route
              route.endpoint_subset.end();
     });
   }
-  cycle_.schedule_async(config.pipeline, request, std::move(candidates), rng,
-                           std::move(resume),
-                           [this, &request, &route, done = std::move(done)](ScheduleResult r) {
-                             done(to_pick_result(request, route, std::move(r)));
-                           });
+  cycle_.schedule_async(config.pipeline, request, std::move(candidates), rng, std::move(resume),
+                        [this, &request, &route, done = std::move(done)](ScheduleResult r) {
+                          done(to_pick_result(request, route, std::move(r)));
+                        });
 }
 
 PickResult EppSchedulingPort::to_pick_result(const SchedulingRequest& request, const Route& route,
@@ -150,11 +151,12 @@ PickResult EppSchedulingPort::to_pick_result(const SchedulingRequest& request, c
     for (const auto& s : r.scores) {
       scores += fmt::format(" {}={:.3f}", s.name(), s.score);
     }
-    spdlog::debug("request {} model {} pool '{}' profile {} predictions {} priority {}/{} "
-                  "scores:{} -> {}",
-                  request.request_id, request.model, route.pool, r.profile, r.predictions_used,
-                  request.strict_priority, request.priority, scores,
-                  r.picked ? r.picked->name() : "(none: " + r.reason + ")");
+    spdlog::debug(
+        "request {} model {} pool '{}' profile {} predictions {} priority {}/{} "
+        "scores:{} -> {}",
+        request.request_id, request.model, route.pool, r.profile, r.predictions_used,
+        request.strict_priority, request.priority, scores,
+        r.picked ? r.picked->name() : "(none: " + r.reason + ")");
   }
   return out;
 }

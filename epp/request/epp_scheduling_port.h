@@ -1,7 +1,7 @@
 #pragma once
 // The proxy's view of the control plane: model-level routing rules pick a target (a pool or an
-// upstream URL), the scheduling cycle schedules a pool's candidates, objectives fill request defaults,
-// and completed requests feed the rules' response-time windows. One instance per process;
+// upstream URL), the scheduling cycle schedules a pool's candidates, objectives fill request
+// defaults, and completed requests feed the rules' response-time windows. One instance per process;
 // thread-safe (each piece has its own lock; reload swaps whole generations).
 #include <chrono>
 #include <functional>
@@ -28,8 +28,8 @@ class EppSchedulingPort final : public SchedulingPort, public CompletionSink {
 
   // Start-up and reload: one new generation of objectives, routing rules (nullopt = none) and
   // pipeline, published at once (requests in flight keep theirs). Rule statistics of
-  // (rule, target) pairs that survive are kept. Also makes `pipeline` the scheduling cycle's current
-  // one (for the callbacks after a response).
+  // (rule, target) pairs that survive are kept. Also makes `pipeline` the scheduling cycle's
+  // current one (for the callbacks after a response).
   void set_config(std::shared_ptr<const ObjectiveTable> objectives,
                   std::optional<routing::LoadBalancingConfig> rules, PipelineConstPtr pipeline);
   // Only the objectives changed (the cluster's InferenceObjectives): a new generation with the
@@ -54,8 +54,7 @@ class EppSchedulingPort final : public SchedulingPort, public CompletionSink {
   std::vector<Endpoint> pool_candidates(const std::string& pool) const;
 
  private:
-  PickResult to_pick_result(const SchedulingRequest& request, const Route& route,
-                            ScheduleResult r);
+  PickResult to_pick_result(const SchedulingRequest& request, const Route& route, ScheduleResult r);
 
   SchedulingCycle& cycle_;
   PodRegistry& registry_;

@@ -10,9 +10,8 @@ namespace {
 
 // The value under `current`, else under `old` (llm-d-router's order); `used` names the header
 // the value came from. Both present with different values: logged at debug, `current` wins.
-std::optional<std::string> aliased(const HeaderLookup& lookup, const char* current,
-                                   const char* old, const std::string& request_id,
-                                   std::string* used = nullptr) {
+std::optional<std::string> aliased(const HeaderLookup& lookup, const char* current, const char* old,
+                                   const std::string& request_id, std::string* used = nullptr) {
   std::optional<std::string> now = lookup(current);
   std::optional<std::string> before = lookup(old);
   if (now && before && *now != *before) {
@@ -39,8 +38,7 @@ InboundHeaders read_inbound_headers(const HeaderLookup& lookup) {
       aliased(lookup, kTtftSloHeader, kOldTtftSloHeader, h.request_id, &h.slo_ttft_header);
   h.slo_tpot_ms =
       aliased(lookup, kTpotSloHeader, kOldTpotSloHeader, h.request_id, &h.slo_tpot_header);
-  h.objective =
-      aliased(lookup, kObjectiveHeader, kOldObjectiveHeader, h.request_id).value_or("");
+  h.objective = aliased(lookup, kObjectiveHeader, kOldObjectiveHeader, h.request_id).value_or("");
   h.prediction_based_scheduling = lookup("x-prediction-based-scheduling");
   h.subject = lookup("x-subject");
   h.metadata = lookup("x-metadata");

@@ -39,11 +39,11 @@ struct InboundHeaders {
   std::string slo_tpot_header = kTpotSloHeader;
   std::optional<std::string> prediction_based_scheduling;
   std::string objective;
-  std::optional<std::string> subject;              // x-subject
-  std::optional<std::string> metadata;             // x-metadata
-  std::optional<std::string> priority;             // x-dynamo-request-priority
-  std::optional<std::string> strict_priority;      // x-dynamo-request-strict-priority
-  std::optional<std::string> debug;                // x-llmd-debug
+  std::optional<std::string> subject;          // x-subject
+  std::optional<std::string> metadata;         // x-metadata
+  std::optional<std::string> priority;         // x-dynamo-request-priority
+  std::optional<std::string> strict_priority;  // x-dynamo-request-strict-priority
+  std::optional<std::string> debug;            // x-llmd-debug
 };
 
 // `lookup` returns a header's value by lower-case name (nullopt when absent). A request

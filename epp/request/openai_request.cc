@@ -179,8 +179,7 @@ using Error = std::optional<std::string>;
 // never a throw on the data path).
 Error parse_body(std::string_view body, Json& out) {
   if (json::find_excess_depth(body) != std::string_view::npos) {
-    return "request body is nested deeper than " + std::to_string(json::kMaxJsonDepth) +
-           " levels";
+    return "request body is nested deeper than " + std::to_string(json::kMaxJsonDepth) + " levels";
   }
   out = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (out.is_discarded()) {
@@ -253,7 +252,8 @@ Error read_generation_fields(ParsedRequest& out) {
     const auto v = json::lax_bool(*s);
     if (!v) {
       return "field 'stream' must be a boolean (true, false, 0, 1, \"true\", \"false\", ...), "
-             "got " + shown(*s);
+             "got " +
+             shown(*s);
     }
     out.request.streaming = *v;
   }
@@ -261,8 +261,8 @@ Error read_generation_fields(ParsedRequest& out) {
     if (!so->is_object()) {
       return "field 'stream_options' must be an object";
     }
-    if (const auto u = so->find("include_usage"); u != so->end() && !u->is_null() &&
-                                                   !json::lax_bool(*u)) {
+    if (const auto u = so->find("include_usage");
+        u != so->end() && !u->is_null() && !json::lax_bool(*u)) {
       return "field 'stream_options.include_usage' must be a boolean, got " + shown(*u);
     }
   }
@@ -492,12 +492,10 @@ std::string openai_error_body(int status, const std::string& message,
                      : status < 500  ? "invalid_request_error"
                      : status == 503 ? "service_unavailable_error"
                                      : "server_error";
-  auto or_null = [](const std::optional<std::string>& v) {
-    return v ? Json(*v) : Json(nullptr);
-  };
-  return Json{{"error",
-               {{"message", message}, {"type", type}, {"param", or_null(param)},
-                {"code", or_null(code)}}}}
+  auto or_null = [](const std::optional<std::string>& v) { return v ? Json(*v) : Json(nullptr); };
+  return Json{
+      {"error",
+       {{"message", message}, {"type", type}, {"param", or_null(param)}, {"code", or_null(code)}}}}
       .dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 

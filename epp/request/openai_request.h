@@ -14,10 +14,9 @@
 
 namespace llmd::epp {
 
-
 // What a request inherits when it does not say otherwise. Owned by the caller.
 struct RequestDefaults {
-  bool prediction_enabled = true;            // x-prediction-based-scheduling when absent
+  bool prediction_enabled = true;              // x-prediction-based-scheduling when absent
   const ObjectiveTable* objectives = nullptr;  // null: no objectives configured
   // --allow-debug-header: x-llmd-debug asks for the scheduling decision in x-llmd-decision
   // (off: the header is ignored, so clients cannot see the pool's pods and load).
@@ -29,7 +28,7 @@ struct ParsedRequest {
   nlohmann::json body;
   bool chat = false;
   int64_t max_tokens = 16;
-  bool unknown_objective = false;  // named an objective the config does not have
+  bool unknown_objective = false;      // named an objective the config does not have
   bool vllm_priority_in_body = false;  // the client set vLLM's own top-level `priority`
   // A completion's single string prompt was moved from `body` into request.prompt_text (one
   // copy of a long prompt instead of two); upstream_body() puts it back when it rewrites.

@@ -13,7 +13,6 @@ double ms_between(std::chrono::steady_clock::time_point from,
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
 
-
 }  // namespace
 
 RequestContext::RequestContext(const LifecycleServices& services, TimePoint received)
@@ -35,11 +34,10 @@ PodAttempt RequestContext::dispatch(const SchedulingRequest& request, const Endp
   return attempt;
 }
 
-PodAttempt::PodAttempt(RequestContext& owner, const SchedulingRequest& request,
-                       const Endpoint& pod, const Route& route, const std::string& target_model,
-                       int64_t max_tokens, int number, TimePoint now)
-    : services_(&owner.services()), pool_(route.pool), max_tokens_(max_tokens),
-      dispatched_(now) {
+PodAttempt::PodAttempt(RequestContext& owner, const SchedulingRequest& request, const Endpoint& pod,
+                       const Route& route, const std::string& target_model, int64_t max_tokens,
+                       int number, TimePoint now)
+    : services_(&owner.services()), pool_(route.pool), max_tokens_(max_tokens), dispatched_(now) {
   done_.request = request;
   done_.prompt_chars = static_cast<int64_t>(request.prompt_text.size());
   // The record does not keep the prompt: its readers want the continuation prompt (the prompt
@@ -78,10 +76,16 @@ PodAttempt::PodAttempt(RequestContext& owner, const SchedulingRequest& request,
 }
 
 PodAttempt::PodAttempt(PodAttempt&& other) noexcept
-    : services_(other.services_), pool_(std::move(other.pool_)), done_(std::move(other.done_)),
-      uncached_tokens_(other.uncached_tokens_), max_tokens_(other.max_tokens_),
-      dispatched_(other.dispatched_), live_(std::move(other.live_)), wait_(other.wait_),
-      last_token_(other.last_token_), content_chunks_(other.content_chunks_),
+    : services_(other.services_),
+      pool_(std::move(other.pool_)),
+      done_(std::move(other.done_)),
+      uncached_tokens_(other.uncached_tokens_),
+      max_tokens_(other.max_tokens_),
+      dispatched_(other.dispatched_),
+      live_(std::move(other.live_)),
+      wait_(other.wait_),
+      last_token_(other.last_token_),
+      content_chunks_(other.content_chunks_),
       ended_(other.ended_) {
   other.ended_ = true;  // the moved-from ticket owns nothing
 }
@@ -114,8 +118,7 @@ void PodAttempt::first_token(TimePoint now) {
       // The model predicts the average over the step phase: compare it with the TTFT the
       // request would have had arriving at an average moment.
       const auto& l = *done_.pod.latency;
-      live_->observe_ttft(l.model_ttft_ms, l.unphased_ttft_ms, done_.phase_neutral_ttft_ms(),
-                          now);
+      live_->observe_ttft(l.model_ttft_ms, l.unphased_ttft_ms, done_.phase_neutral_ttft_ms(), now);
     }
   }
   if (services_->sink != nullptr) {
@@ -151,8 +154,7 @@ void PodAttempt::answered(int status, TimePoint now, ResponseFacts facts) {
   end(status < 400, status, now, std::move(facts));
 }
 
-void PodAttempt::pod_failed(int status, bool before_response, TimePoint now,
-                            ResponseFacts facts) {
+void PodAttempt::pod_failed(int status, bool before_response, TimePoint now, ResponseFacts facts) {
   if (ended_) {
     return;
   }
@@ -196,8 +198,8 @@ void PodAttempt::end(bool success, int status, TimePoint now, ResponseFacts&& fa
   done_.status = status;
   if (success && live_ && done_.pod.latency && done_.pod.latency->model_tpot_ms > 0) {
     if (auto tpot = done_.measured_tpot_ms()) {
-      live_->observe_tpot(done_.pod.latency->model_tpot_ms,
-                          done_.pod.latency->predicted_tpot_ms, *tpot, now);
+      live_->observe_tpot(done_.pod.latency->model_tpot_ms, done_.pod.latency->predicted_tpot_ms,
+                          *tpot, now);
     }
   }
   if (services_->sink != nullptr) {

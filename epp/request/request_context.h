@@ -41,9 +41,9 @@ struct LifecycleServices {
 struct ResponseFacts {
   std::optional<int64_t> completion_tokens;  // usage, or a stream's content chunks counted
   std::optional<int64_t> cached_tokens;
-  std::optional<int64_t> prompt_tokens;  // usage's prompt_tokens
+  std::optional<int64_t> prompt_tokens;   // usage's prompt_tokens
   std::optional<int64_t> response_bytes;  // the response ran to its end: its body's bytes
-  std::string continuation_prompt;  // the prompt the pod now holds ("" = unknown)
+  std::string continuation_prompt;        // the prompt the pod now holds ("" = unknown)
   // A non-streamed answer: its first token arrived with the whole body, so TTFT = end-to-end.
   bool ttft_is_e2e = false;
   // Times measured by a transport that knows them exactly (the simulator's engine, in double
@@ -121,8 +121,8 @@ class PodAttempt {
  private:
   friend class RequestContext;
   PodAttempt(RequestContext& owner, const SchedulingRequest& request, const Endpoint& pod,
-             const Route& route, const std::string& target_model, int64_t max_tokens,
-             int number, TimePoint now);
+             const Route& route, const std::string& target_model, int64_t max_tokens, int number,
+             TimePoint now);
   void end(bool success, int status, TimePoint now, ResponseFacts&& facts);
   void stop_waiting();
 
@@ -138,8 +138,8 @@ class PodAttempt {
   // While a streamed request waits for its first token with a predicted bound: its entry in
   // live_'s PodFirstTokenWaits (removed exactly once, at the first token or the end).
   std::optional<PodFirstTokenWaits::Handle> wait_;
-  std::optional<TimePoint> last_token_;       // of this stream
-  int64_t content_chunks_ = 0;                // seen so far (streamed)
+  std::optional<TimePoint> last_token_;  // of this stream
+  int64_t content_chunks_ = 0;           // seen so far (streamed)
   bool ended_ = false;
 };
 

@@ -35,7 +35,10 @@ std::shared_ptr<RequestFlow> RequestFlow::create(const FlowOptions& options,
 
 RequestFlow::RequestFlow(const FlowOptions& options, const FlowServices& services, Post post,
                          Clock clock)
-    : options_(options), services_(services), post_(std::move(post)), clock_(std::move(clock)),
+    : options_(options),
+      services_(services),
+      post_(std::move(post)),
+      clock_(std::move(clock)),
       context_(LifecycleServices{services.registry, services.sink, services.gate}, clock_()),
       own_rng_(services.rng != nullptr ? 0 : new_seed()),
       rng_(services.rng != nullptr ? *services.rng : own_rng_) {}
@@ -56,8 +59,8 @@ void RequestFlow::begin(Decided decided) {
   config_ = services_.scheduler->generation();
 }
 
-void RequestFlow::start(std::string_view path, std::string_view body,
-                        const InboundHeaders& headers, Decided decided) {
+void RequestFlow::start(std::string_view path, std::string_view body, const InboundHeaders& headers,
+                        Decided decided) {
   begin(std::move(decided));
   inference_ = true;
   RequestDefaults defaults{options_.default_prediction, config_->objectives.get(),
@@ -90,8 +93,7 @@ void RequestFlow::start(std::string_view path, std::string_view body,
   route_and_admit();
 }
 
-void RequestFlow::start_scheduled(SchedulingRequest request, int64_t max_tokens,
-                                  Decided decided) {
+void RequestFlow::start_scheduled(SchedulingRequest request, int64_t max_tokens, Decided decided) {
   begin(std::move(decided));
   inference_ = true;
   parsed_.request = std::move(request);
@@ -192,8 +194,8 @@ void RequestFlow::on_picked(PickResult pick) {
     // Its last reader was upstream_body(): a long prompt's copy goes before the response.
     parsed_.body = nlohmann::json();
   }
-  target_model_ = parsed_.request.target_model.empty() ? parsed_.request.model
-                                                       : parsed_.request.target_model;
+  target_model_ =
+      parsed_.request.target_model.empty() ? parsed_.request.model : parsed_.request.target_model;
   decide(std::move(verdict));
 }
 

@@ -174,7 +174,7 @@ class RequestFlow : public std::enable_shared_from_this<RequestFlow> {
   bool retry_due_ = false;  // the last attempt failed before the response began
   std::optional<PodAttempt> attempt_;
   SseScanner scanner_;
-  std::string whole_;  // non-streamed response body (bounded)
+  std::string whole_;           // non-streamed response body (bounded)
   int64_t response_bytes_ = 0;  // of the current attempt's response body, as relayed
 };
 

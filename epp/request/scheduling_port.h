@@ -21,8 +21,8 @@
 namespace llmd::epp {
 
 struct PickResult {
-  int status = 200;            // != 200: denied (429 shed, 503 no pods, ...)
-  std::string detail;          // JSON detail when denied
+  int status = 200;              // != 200: denied (429 shed, 503 no pods, ...)
+  std::string detail;            // JSON detail when denied
   std::vector<Endpoint> ranked;  // best first: [0] is the pick, the next one the retry target
   bool predictions_used = false;
   std::string profile;

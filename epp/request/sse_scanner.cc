@@ -59,8 +59,8 @@ bool append_content(const Json& choices, std::string& out) {
     if (text.empty()) {
       continue;
     }
-    const bool first_choice = !c.contains("index") ||
-                              (c["index"].is_number_integer() && c["index"].get<int64_t>() == 0);
+    const bool first_choice =
+        !c.contains("index") || (c["index"].is_number_integer() && c["index"].get<int64_t>() == 0);
     if (first_choice && out.size() < SseScanner::kMaxGeneratedText) {
       out.append(text, 0, SseScanner::kMaxGeneratedText - out.size());
     }

@@ -43,8 +43,8 @@ RefusalAnswer wrong_route_answer(RequestFlow& flow, std::string_view path) {
 }
 
 std::string mid_stream_error_event() {
-  return "data: " +
-         openai_error_body(502, "The model server failed while streaming the response") + "\n\n";
+  return "data: " + openai_error_body(502, "The model server failed while streaming the response") +
+         "\n\n";
 }
 
 std::vector<HeaderField> response_headers(const std::string& destination,

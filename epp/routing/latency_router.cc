@@ -67,8 +67,7 @@ const LatencyRule* match_rule(const LoadBalancingConfig& config, const RouteQuer
   return nullptr;
 }
 
-void SampleWindow::add(Clock::time_point at, double ms, std::size_t cap,
-                       Clock::time_point cutoff) {
+void SampleWindow::add(Clock::time_point at, double ms, std::size_t cap, Clock::time_point cutoff) {
   samples_.push_back({at, ms});
   while (!samples_.empty() && (samples_.size() > cap || samples_.front().at < cutoff)) {
     samples_.pop_front();
@@ -169,8 +168,8 @@ void LatencyRouter::record(const std::string& rule_id, const std::string& target
   }
   const auto& settings = config_->settings;
   // A failure that took longer than the penalty must not look better than its real time.
-  double ms = success ? std::max(0.0, response_ms)
-                      : std::max(response_ms, settings.failure_penalty_ms);
+  double ms =
+      success ? std::max(0.0, response_ms) : std::max(response_ms, settings.failure_penalty_ms);
   windows_[it->second][t].add(now, ms, settings.window_requests, now - settings.window);
 }
 

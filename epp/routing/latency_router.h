@@ -35,7 +35,7 @@ using Clock = std::chrono::steady_clock;
 
 struct RouteQuery {
   std::string_view model;
-  std::string_view subject;                                 // header x-subject; "" = none
+  std::string_view subject;                                      // header x-subject; "" = none
   const std::map<std::string, std::string>* metadata = nullptr;  // x-metadata; null = none
 };
 

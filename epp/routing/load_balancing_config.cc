@@ -74,8 +74,9 @@ Error parse_settings(const json& j, LatencyRoutingSettings& out) {
   if (!j.is_object()) {
     return "settings must be a mapping, got " + j.dump();
   }
-  if (auto e = check_keys(j, "settings: ", {"windowSeconds", "windowRequests", "minSamples",
-                                            "fastFactor", "failurePenaltyMs"})) {
+  if (auto e = check_keys(
+          j, "settings: ",
+          {"windowSeconds", "windowRequests", "minSamples", "fastFactor", "failurePenaltyMs"})) {
     return e;
   }
   double window_s = static_cast<double>(out.window.count()) / 1000.0;
@@ -269,8 +270,8 @@ std::variant<LatencyRule, std::string> parse_rule(const json& j, std::size_t ind
   }
   if (!type->is_string() || type->get<std::string>() != kLatencyRuleType) {
     std::string got = type->is_string() ? type->get<std::string>() : type->dump();
-    return where + "unknown type " + in_quotes(got) + " (supported: " +
-           std::string(kLatencyRuleType) + ")";
+    return where + "unknown type " + in_quotes(got) +
+           " (supported: " + std::string(kLatencyRuleType) + ")";
   }
   if (!j.contains("when")) {
     return where + "missing 'when' (a rule matches requests by 'when.models')";

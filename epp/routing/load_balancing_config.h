@@ -40,13 +40,13 @@ struct LoadBalanceTarget {
   std::string pool;  // kPool: pool label value; "" = the default pool (pods without `pool`)
   std::string host;  // kUrl: name or address (IPv6 without brackets)
   uint16_t port = 80;
-  std::string base_path;  // kUrl: "" or "/openai" (no trailing '/')
+  std::string base_path;           // kUrl: "" or "/openai" (no trailing '/')
   nlohmann::json override_params;  // object merged into the forwarded body, or null
 };
 
 struct RuleCondition {
-  std::vector<std::string> models;    // non-empty; exact match on the request's `model`
-  std::vector<std::string> subjects;  // empty = any subject
+  std::vector<std::string> models;              // non-empty; exact match on the request's `model`
+  std::vector<std::string> subjects;            // empty = any subject
   std::map<std::string, std::string> metadata;  // every pair must be in the request's metadata
 };
 

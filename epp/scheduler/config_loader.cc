@@ -26,7 +26,9 @@ namespace {
 struct LoadError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-[[noreturn]] void fail(const std::string& message) { throw LoadError(message); }
+[[noreturn]] void fail(const std::string& message) {
+  throw LoadError(message);
+}
 
 std::string line_of(const YAML::Node& n) {
   const auto m = n.Mark();
@@ -39,8 +41,10 @@ std::string label(const std::string& name, std::string_view type) {
 
 std::string attribute_name(AttributeKey k) {
   switch (k) {
-    case AttributeKey::kPrefixCacheMatch: return "prefix-cache match info";
-    case AttributeKey::kLatencyPrediction: return "latency prediction info";
+    case AttributeKey::kPrefixCacheMatch:
+      return "prefix-cache match info";
+    case AttributeKey::kLatencyPrediction:
+      return "latency prediction info";
   }
   return "unknown attribute";
 }
@@ -124,8 +128,7 @@ void decode(const YAML::Node& root, Document document, std::vector<PluginSpec>& 
   sections.saturation_detector = section("saturationDetector");
   sections.flow_control = section("flowControl");
   // Gates first, as upstream: they may change how the rest loads.
-  if (auto e = upstream::parse_feature_gates(section("featureGates"), sections.gates);
-      !e.empty()) {
+  if (auto e = upstream::parse_feature_gates(section("featureGates"), sections.gates); !e.empty()) {
     fail(e);
   }
   const YAML::Node ps = root["plugins"];
@@ -306,8 +309,7 @@ void check_configuration_plugins(const Pipeline& pl, std::size_t profiles,
 }
 
 PipelineConstPtr build(const YAML::Node& root, Document document, const PluginRegistry& registry,
-                       const Handle& handle, SchedulerMetrics* metrics,
-                       LoadedSettings& settings) {
+                       const Handle& handle, SchedulerMetrics* metrics, LoadedSettings& settings) {
   std::vector<PluginSpec> specs;
   std::vector<ProfileSpec> profile_specs;
   upstream::Sections sections;

@@ -39,12 +39,13 @@ struct SchedulerMetrics;
 // The top-level keys of a pipeline document, and the EPP config file's own keys, which may sit
 // beside them in one document (the EPP config file then holds its pipeline inline).
 inline constexpr std::array<std::string_view, 10> kPipelineKeys = {
-    "apiVersion", "kind",           "plugins",  "schedulingProfiles", "featureGates",
+    "apiVersion", "kind",           "plugins",   "schedulingProfiles", "featureGates",
     "parser",     "requestHandler", "dataLayer", "saturationDetector", "flowControl"};
 inline constexpr std::array<std::string_view, 12> kEppFileKeys = {
-    "pool",          "scrapeIntervalMs", "stalenessMs", "pipeline",
-    "objectives",    "loadBalancing",    "routerQueue", "decisionLog",
-    "requests",      "proxy",            "outlierDetection", "leaderElection"};
+    "pool",        "scrapeIntervalMs", "stalenessMs",
+    "pipeline",    "objectives",       "loadBalancing",
+    "routerQueue", "decisionLog",      "requests",
+    "proxy",       "outlierDetection", "leaderElection"};
 enum class Document {
   kPipeline,  // a pipeline file: only kPipelineKeys
   kEppFile,   // the EPP config file with its pipeline inline: kEppFileKeys too (read elsewhere)

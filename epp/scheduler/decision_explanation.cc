@@ -33,8 +33,7 @@ constexpr std::size_t kMaxTieBreaks = 2 * kMaxSentence;
 
 }  // namespace
 
-std::vector<const CandidateDecision*> DecisionExplanation::shown(
-    std::size_t max_candidates) const {
+std::vector<const CandidateDecision*> DecisionExplanation::shown(std::size_t max_candidates) const {
   std::vector<const CandidateDecision*> out;
   auto find = [this](const std::string& name) -> const CandidateDecision* {
     if (name.empty()) {
@@ -77,8 +76,7 @@ std::vector<const CandidateDecision*> DecisionExplanation::shown(
   return out;
 }
 
-nlohmann::ordered_json decision_to_json(const DecisionExplanation& e,
-                                        std::size_t max_candidates) {
+nlohmann::ordered_json decision_to_json(const DecisionExplanation& e, std::size_t max_candidates) {
   // In the order a reader wants it (the request, the outcome, then the details).
   using json = nlohmann::ordered_json;
   json out = {{"request_id", e.request_id}, {"model", e.model}};

@@ -27,11 +27,11 @@ struct CandidateDecision {
   // negative = the pod is predicted to miss it.
   std::optional<double> ttft_headroom_ms;
   std::optional<double> tpot_headroom_ms;
-  double kv_cache_usage = 0;           // 0..1, scraped
-  int64_t waiting = 0;                 // scraped queue
-  int64_t dispatched = 0;              // this EPP's requests in flight on the pod
-  std::optional<double> score;         // weighted total; absent when a filter removed the pod
-  std::vector<double> scorer_scores;   // clamped output of each scorer (aligned with `scorers`)
+  double kv_cache_usage = 0;          // 0..1, scraped
+  int64_t waiting = 0;                // scraped queue
+  int64_t dispatched = 0;             // this EPP's requests in flight on the pod
+  std::optional<double> score;        // weighted total; absent when a filter removed the pod
+  std::vector<double> scorer_scores;  // clamped output of each scorer (aligned with `scorers`)
   // The filter instance that removed it; "" when it was kept, and also when no filter ran on
   // it (a denial decides before the filters).
   std::string removed_by;
@@ -62,7 +62,7 @@ struct DecisionExplanation {
   int64_t strict_priority = 0;
   std::string profile;
   std::string outcome = "no_candidates";  // picked | denied | no_candidates
-  std::string picked;  // pod name ("" unless picked)
+  std::string picked;                     // pod name ("" unless picked)
   std::string retry;   // the next-best pod, tried once when the pick fails before answering
   std::string reason;  // why nothing was picked (denial, empty filter result)
   // Why the cycle ranked pods without (all) predictions: "" when every candidate had one or
@@ -90,8 +90,7 @@ struct DecisionExplanation {
 // "candidates": [{name, ttft_ms, tpot_ms, ttft_headroom_ms, tpot_headroom_ms, prefix, kv,
 // waiting, dispatched, score, scores, removed_by}], "candidates_more"}; a candidate's optional
 // fields only when known (removed_by only when a filter removed it).
-nlohmann::ordered_json decision_to_json(const DecisionExplanation& e,
-                                        std::size_t max_candidates);
+nlohmann::ordered_json decision_to_json(const DecisionExplanation& e, std::size_t max_candidates);
 
 // The x-llmd-decision response header's value: "pick=pod-2 retry=pod-0 profile=default
 // predictions=yes slo=ttft:250,tpot:50 priority=10 filters=strict:4>2,loose:2>2

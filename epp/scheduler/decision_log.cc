@@ -38,9 +38,8 @@ std::string DecisionLogConfig::validate() const {
 
 DecisionLog::DecisionLog(DecisionLogConfig config, Sink sink, prometheus::Registry* registry,
                          Now now)
-    : sink_(sink ? std::move(sink) : Sink([](const std::string& line) {
-        spdlog::info("{}", line);
-      })),
+    : sink_(sink ? std::move(sink)
+                 : Sink([](const std::string& line) { spdlog::info("{}", line); })),
       now_(now ? std::move(now) : Now([] { return Clock::now(); })),
       sample_rate_(config.sample_rate),
       config_(config),
@@ -49,8 +48,9 @@ DecisionLog::DecisionLog(DecisionLogConfig config, Sink sink, prometheus::Regist
   if (registry != nullptr) {
     auto& family = prometheus::BuildCounter()
                        .Name("llmd_epp_decision_log_lines_total")
-                       .Help("Decision log lines of sampled requests: written, or refused by "
-                             "the line budget (maxLinesPerSecond)")
+                       .Help(
+                           "Decision log lines of sampled requests: written, or refused by "
+                           "the line budget (maxLinesPerSecond)")
                        .Register(*registry);
     written_metric_ = &family.Add({{"outcome", "written"}});
     rate_limited_metric_ = &family.Add({{"outcome", "rate_limited"}});
@@ -62,9 +62,10 @@ void DecisionLog::configure(const DecisionLogConfig& config) {
   if (config == config_) {
     return;
   }
-  spdlog::info("decision log reconfigured: sample rate {}, at most {} lines/s, {} candidates "
-               "per line", config.sample_rate, config.max_lines_per_second,
-               config.max_candidates);
+  spdlog::info(
+      "decision log reconfigured: sample rate {}, at most {} lines/s, {} candidates "
+      "per line",
+      config.sample_rate, config.max_lines_per_second, config.max_candidates);
   config_ = config;
   tokens_ = std::min(tokens_, std::max(1.0, config.max_lines_per_second));
   sample_rate_.store(config.sample_rate, std::memory_order_relaxed);

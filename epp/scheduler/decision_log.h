@@ -28,9 +28,9 @@ class Registry;
 namespace llmd::epp {
 
 struct DecisionLogConfig {
-  double sample_rate = 0;             // share of requests logged, 0..1 (0 = off)
-  double max_lines_per_second = 10;   // line budget (> 0); bursts up to one second's worth
-  std::size_t max_candidates = 10;    // pods listed per line (the pick and the retry first)
+  double sample_rate = 0;            // share of requests logged, 0..1 (0 = off)
+  double max_lines_per_second = 10;  // line budget (> 0); bursts up to one second's worth
+  std::size_t max_candidates = 10;   // pods listed per line (the pick and the retry first)
 
   // "" or the first bad field and value.
   std::string validate() const;
@@ -65,9 +65,9 @@ class DecisionLog {
   Now now_;
   std::atomic<double> sample_rate_;
   mutable std::mutex mu_;
-  DecisionLogConfig config_;    // guarded by mu_
-  double tokens_ = 0;           // guarded by mu_
-  Clock::time_point refilled_;  // guarded by mu_
+  DecisionLogConfig config_;              // guarded by mu_
+  double tokens_ = 0;                     // guarded by mu_
+  Clock::time_point refilled_;            // guarded by mu_
   uint64_t refused_since_last_line_ = 0;  // guarded by mu_
   std::atomic<uint64_t> written_{0};
   std::atomic<uint64_t> rate_limited_{0};

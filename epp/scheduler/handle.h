@@ -47,8 +47,7 @@ struct PluginOrError {
   static PluginOrError fail(std::string message) { return {nullptr, std::move(message)}; }
 };
 
-using PluginFactory = std::function<PluginOrError(const std::string& name,
-                                                  const nlohmann::json& params,
-                                                  const Handle& handle)>;
+using PluginFactory = std::function<PluginOrError(
+    const std::string& name, const nlohmann::json& params, const Handle& handle)>;
 
 }  // namespace llmd::epp

@@ -7,8 +7,8 @@ namespace {
 
 // 10 us .. ~1.3 s: plugins take microseconds, a prediction wait up to the 50 ms deadline.
 prometheus::Histogram::BucketBoundaries duration_buckets() {
-  return {1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1,
-          0.25, 0.5, 1.0};
+  return {1e-5, 2.5e-5, 5e-5,   1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3,
+          5e-3, 1e-2,   2.5e-2, 5e-2, 0.1,    0.25, 0.5,  1.0};
 }
 
 // GIE v1.5.0's scheduler and plugin buckets (100 us .. 100 ms).
@@ -75,15 +75,15 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry& registry)
 
 PluginTimer SchedulerMetrics::plugin_duration(std::string_view extension_point,
                                               std::string_view type, std::string_view name) {
-  return {&plugin_duration_family.Add({{"extension_point", std::string(extension_point)},
+  return {
+      &plugin_duration_family.Add({{"extension_point", std::string(extension_point)},
+                                   {"plugin_type", std::string(type)},
+                                   {"plugin_name", std::string(name)}},
+                                  duration_buckets()),
+      &gie_plugin_duration_family.Add({{"extension_point", gie_extension_point(extension_point)},
                                        {"plugin_type", std::string(type)},
                                        {"plugin_name", std::string(name)}},
-                                      duration_buckets()),
-          &gie_plugin_duration_family.Add(
-              {{"extension_point", gie_extension_point(extension_point)},
-               {"plugin_type", std::string(type)},
-               {"plugin_name", std::string(name)}},
-              gie_buckets())};
+                                      gie_buckets())};
 }
 
 void SchedulerMetrics::gie_attempt(const std::string& target_model, const std::string& pod,
@@ -109,8 +109,7 @@ void observe_since(const PluginTimer& t, std::chrono::steady_clock::time_point s
   if (t.ours == nullptr && t.gie == nullptr) {
     return;
   }
-  const double s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (t.ours != nullptr) {
     t.ours->Observe(s);
   }

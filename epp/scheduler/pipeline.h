@@ -2,7 +2,8 @@
 // One immutable generation of the scheduling pipeline: data producers and admitters (run for
 // every request, in config order) and the profiles. Built by the config loader, shared as
 // shared_ptr<const Pipeline> by every scheduling thread; a reload builds a new generation and
-// swaps it in (SchedulingCycle::set_pipeline), requests in flight finish on the one they started with.
+// swaps it in (SchedulingCycle::set_pipeline), requests in flight finish on the one they started
+// with.
 #include <memory>
 #include <string>
 #include <string_view>

@@ -15,7 +15,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The scorer's output as the profile sums it: NaN counts 0, the rest is clamped to [0, 1].
-double clamped(double score) { return std::isnan(score) ? 0.0 : std::clamp(score, 0.0, 1.0); }
+double clamped(double score) {
+  return std::isnan(score) ? 0.0 : std::clamp(score, 0.0, 1.0);
+}
 
 }  // namespace
 
@@ -77,8 +79,8 @@ void Profile::add_scores(const ScorerStage& s, CycleContext& ctx,
   trace.after_plugin(*s.plugin);
   if (scores.size() != endpoints.size()) {
     // A plugin bug, not a request error: its opinion is dropped, the request goes on.
-    spdlog::error("scorer {} ({}) returned {} scores for {} endpoints; ignored",
-                  s.plugin->name(), s.plugin->type(), scores.size(), endpoints.size());
+    spdlog::error("scorer {} ({}) returned {} scores for {} endpoints; ignored", s.plugin->name(),
+                  s.plugin->type(), scores.size(), endpoints.size());
     return;
   }
   for (std::size_t i = 0; i < scores.size(); ++i) {

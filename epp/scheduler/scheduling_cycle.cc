@@ -59,7 +59,8 @@ std::string prediction_fallback(const Pipeline& pipeline, const SchedulingReques
 
 }  // namespace
 
-SchedulingCycle::SchedulingCycle(PipelineConstPtr pipeline, SchedulerMetrics* metrics, DecisionLog* decision_log)
+SchedulingCycle::SchedulingCycle(PipelineConstPtr pipeline, SchedulerMetrics* metrics,
+                                 DecisionLog* decision_log)
     : pipeline_(std::move(pipeline)), metrics_(metrics), decision_log_(decision_log) {}
 
 void SchedulingCycle::set_pipeline(PipelineConstPtr pipeline) {
@@ -73,21 +74,21 @@ PipelineConstPtr SchedulingCycle::pipeline() const {
 }
 
 ScheduleResult SchedulingCycle::schedule(const SchedulingRequest& request,
-                                  std::vector<Endpoint> candidates, Rng& rng,
-                                  std::string_view profile_name) const {
+                                         std::vector<Endpoint> candidates, Rng& rng,
+                                         std::string_view profile_name) const {
   return schedule(this->pipeline(), request, std::move(candidates), rng, profile_name);
 }
 
 // One scheduling cycle, from its candidates to its result. Owned by the chain of producer
 // continuations (shared_ptr), touched by one thread at a time: producers run one after another.
 struct SchedulingCycle::Run {
-  Run(PipelineConstPtr p, const SchedulingRequest& r, std::vector<Endpoint> c, Rng& g,
-        Resume res, ScheduleCallback d)
+  Run(PipelineConstPtr p, const SchedulingRequest& r, std::vector<Endpoint> c, Rng& g, Resume res,
+      ScheduleCallback d)
       : pipeline(std::move(p)),
-        request_without_predictions(
-            pipeline && pipeline->predictions_ignored && r.prediction_enabled
-                ? std::optional<SchedulingRequest>(r)
-                : std::nullopt),
+        request_without_predictions(pipeline && pipeline->predictions_ignored &&
+                                            r.prediction_enabled
+                                        ? std::optional<SchedulingRequest>(r)
+                                        : std::nullopt),
         ctx{request_without_predictions ? *request_without_predictions : r, g},
         candidates(std::move(c)),
         resume(std::move(res)),
@@ -114,12 +115,13 @@ struct SchedulingCycle::Run {
 };
 
 ScheduleResult SchedulingCycle::schedule(const PipelineConstPtr& pipeline,
-                                  const SchedulingRequest& request,
-                                  std::vector<Endpoint> candidates, Rng& rng,
-                                  std::string_view profile_name) const {
+                                         const SchedulingRequest& request,
+                                         std::vector<Endpoint> candidates, Rng& rng,
+                                         std::string_view profile_name) const {
   std::optional<ScheduleResult> out;
-  schedule_async(pipeline, request, std::move(candidates), rng, {},
-                 [&out](ScheduleResult r) { out = std::move(r); }, profile_name);
+  schedule_async(
+      pipeline, request, std::move(candidates), rng, {},
+      [&out](ScheduleResult r) { out = std::move(r); }, profile_name);
   if (!out) {
     // Only a producer that answers later (the predictor client) gets here: callers that may
     // meet one use schedule_async.
@@ -132,10 +134,10 @@ ScheduleResult SchedulingCycle::schedule(const PipelineConstPtr& pipeline,
 }
 
 void SchedulingCycle::schedule_async(PipelineConstPtr pipeline, const SchedulingRequest& request,
-                              std::vector<Endpoint> candidates, Rng& rng, Resume resume,
-                              ScheduleCallback done, std::string_view profile_name) const {
+                                     std::vector<Endpoint> candidates, Rng& rng, Resume resume,
+                                     ScheduleCallback done, std::string_view profile_name) const {
   auto cycle = std::make_shared<Run>(std::move(pipeline), request, std::move(candidates), rng,
-                                       std::move(resume), std::move(done));
+                                     std::move(resume), std::move(done));
   Run& c = *cycle;
   c.logged = decision_log_ != nullptr && decision_log_->sample();
   if (c.logged || request.explain) {
@@ -161,10 +163,10 @@ void SchedulingCycle::schedule_async(PipelineConstPtr pipeline, const Scheduling
     }
     deliver(c);
   };
-  const Profile* profile = profile_name.empty() || !c.pipeline
-                               ? nullptr
-                               : c.pipeline->profile(profile_name);
-  if (!c.pipeline || c.pipeline->profiles.empty() || (!profile_name.empty() && profile == nullptr)) {
+  const Profile* profile =
+      profile_name.empty() || !c.pipeline ? nullptr : c.pipeline->profile(profile_name);
+  if (!c.pipeline || c.pipeline->profiles.empty() ||
+      (!profile_name.empty() && profile == nullptr)) {
     // Cannot happen with a loaded pipeline and a known profile name: a wiring bug.
     spdlog::error("scheduling cycle: no pipeline or unknown profile '{}'", profile_name);
     c.result.reason = "scheduler is not configured";
@@ -227,8 +229,7 @@ void SchedulingCycle::finish_run(Run& c) const {
     count(outcome);
     if (metrics_ != nullptr) {
       observe_since(&metrics_->scheduling_duration, c.start);
-      count(result.predictions_used ? &metrics_->with_predictions
-                                    : &metrics_->without_predictions);
+      count(result.predictions_used ? &metrics_->with_predictions : &metrics_->without_predictions);
     }
     deliver(c);
   };
@@ -278,8 +279,8 @@ void SchedulingCycle::finish_run(Run& c) const {
       result.reason = std::move(d.reason);
       if (explain != nullptr) {
         explain->outcome = "denied";
-        explain->reason = fmt::format("{} from admitter {}: {}", result.status,
-                                      a.plugin->name(), result.reason);
+        explain->reason =
+            fmt::format("{} from admitter {}: {}", result.status, a.plugin->name(), result.reason);
       }
       return finish(metrics_ ? &metrics_->denied : nullptr);
     }
@@ -301,9 +302,9 @@ void SchedulingCycle::finish_run(Run& c) const {
   }
   for (std::size_t i = 0; i < run.candidates.size(); ++i) {
     const auto& e = run.candidates[i];
-    result.scores.push_back({e.info, run.scores[i],
-                             e.latency ? std::optional<double>(e.latency->predicted_ttft_ms)
-                                       : std::nullopt});
+    result.scores.push_back(
+        {e.info, run.scores[i],
+         e.latency ? std::optional<double>(e.latency->predicted_ttft_ms) : std::nullopt});
   }
   if (!run.picked) {
     result.reason = run.emptied_by.empty() ? "no candidates"
@@ -351,7 +352,7 @@ void SchedulingCycle::deliver(Run& c) const {
 }
 
 void SchedulingCycle::on_response_complete(const SchedulingRequest& continued,
-                                    const Endpoint& pod) const {
+                                           const Endpoint& pod) const {
   PipelineConstPtr pipeline = this->pipeline();
   if (!pipeline) {
     return;

@@ -26,8 +26,8 @@ struct SchedulerMetrics;
 class DecisionLog;
 
 struct PodScore {
-  PodInfoConstPtr pod;  // the candidate's (shared, never copied)
-  double score = 0;  // weighted sum of the profile's clamped scorer outputs
+  PodInfoConstPtr pod;                      // the candidate's (shared, never copied)
+  double score = 0;                         // weighted sum of the profile's clamped scorer outputs
   std::optional<double> predicted_ttft_ms;  // when the cycle had a prediction for the pod
   const std::string& name() const { return pod->name; }
 };
@@ -54,7 +54,7 @@ class SchedulingCycle {
  public:
   // `decision_log` (may be null: no decision log) samples the cycles it writes a line for.
   explicit SchedulingCycle(PipelineConstPtr pipeline, SchedulerMetrics* metrics = nullptr,
-                    DecisionLog* decision_log = nullptr);
+                           DecisionLog* decision_log = nullptr);
 
   // Reload: later schedule() calls use `pipeline`; calls in flight keep the old generation.
   void set_pipeline(PipelineConstPtr pipeline);

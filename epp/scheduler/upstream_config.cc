@@ -24,11 +24,13 @@ constexpr std::string_view kSaturationWhy =
 
 constexpr std::pair<std::string_view, std::string_view> kRefusedTypes[] = {
     // Parsers: the EPP reads OpenAI JSON itself (epp/plugins/parser/openai).
-    {"vllmgrpc-parser", "the model servers' vLLM gRPC protocol: this EPP speaks HTTP/JSON "
-                        "(OpenAI) to them"},
-    {"passthrough-parser", "this EPP reads every request body as OpenAI JSON (its prefix and "
-                           "latency plugins need the prompt) and answers 400 to a body it "
-                           "cannot read instead of forwarding it uninterpreted"},
+    {"vllmgrpc-parser",
+     "the model servers' vLLM gRPC protocol: this EPP speaks HTTP/JSON "
+     "(OpenAI) to them"},
+    {"passthrough-parser",
+     "this EPP reads every request body as OpenAI JSON (its prefix and "
+     "latency plugins need the prompt) and answers 400 to a body it "
+     "cannot read instead of forwarding it uninterpreted"},
     {"anthropic-parser", "Anthropic Messages bodies are not read; the EPP serves the OpenAI API"},
     {"vllmhttp-parser", "vLLM's /inference/v1/generate (pre-tokenized prompts) is not served"},
     {"sglanghttp-parser", "SGLang's native /generate is not served"},
@@ -43,10 +45,12 @@ constexpr std::pair<std::string_view, std::string_view> kRefusedTypes[] = {
     {"utilization-detector", kSaturationWhy},
     {"concurrency-detector", kSaturationWhy},
     // Profile handlers other than single-profile-handler.
-    {"pd-profile-handler", "prefill/decode disaggregation is not scheduled here (one profile "
-                           "per request: single-profile-handler)"},
-    {"disagg-profile-handler", "disaggregated serving is not scheduled here (one profile per "
-                               "request: single-profile-handler)"},
+    {"pd-profile-handler",
+     "prefill/decode disaggregation is not scheduled here (one profile "
+     "per request: single-profile-handler)"},
+    {"disagg-profile-handler",
+     "disaggregated serving is not scheduled here (one profile per "
+     "request: single-profile-handler)"},
     {"data-parallel-profile-handler", "one profile per request here: single-profile-handler"},
     {"header-profile-handler", "one profile per request here: single-profile-handler"},
     {"prefill-header-handler", "prefill/decode disaggregation is not scheduled here"},
@@ -54,27 +58,35 @@ constexpr std::pair<std::string_view, std::string_view> kRefusedTypes[] = {
     {"always-disagg-pd-decider", "prefill/decode disaggregation is not scheduled here"},
     {"prefix-based-pd-decider", "prefill/decode disaggregation is not scheduled here"},
     // Scheduling plugins this EPP does not have.
-    {"random-picker", "use weighted-random-picker (all scores 0 pick uniformly) or "
-                      "round-robin-picker"},
-    {"running-requests-size-scorer", "not implemented; queue-scorer and the latency-scorer's "
-                                     "composite read the pods' scraped load"},
+    {"random-picker",
+     "use weighted-random-picker (all scores 0 pick uniformly) or "
+     "round-robin-picker"},
+    {"running-requests-size-scorer",
+     "not implemented; queue-scorer and the latency-scorer's "
+     "composite read the pods' scraped load"},
     {"lora-affinity-scorer", "this EPP keeps no LoRA adapter state"},
-    {"token-load-scorer", "not implemented; latency-scorer with indistinctPredictions: "
-                          "prefill-work ranks by the prompt tokens in flight"},
-    {"active-request-scorer", "not implemented; the EPP's exact in-flight counts feed "
-                              "latency-scorer (idle pods first) and the router queue"},
+    {"token-load-scorer",
+     "not implemented; latency-scorer with indistinctPredictions: "
+     "prefill-work ranks by the prompt tokens in flight"},
+    {"active-request-scorer",
+     "not implemented; the EPP's exact in-flight counts feed "
+     "latency-scorer (idle pods first) and the router queue"},
     {"session-affinity-scorer", "session affinity is not implemented"},
     {"session-affinity-filter", "session affinity is not implemented"},
     {"load-aware-scorer", "not implemented; use queue-scorer or latency-scorer"},
     {"no-hit-lru-scorer", "not implemented"},
-    {"precise-prefix-cache-scorer", "the EPP's prefix index is approximate "
-                                    "(approx-prefix-cache-producer, prefix-cache-scorer)"},
-    {"inflight-load-producer", "the EPP counts each pod's in-flight requests and prefill tokens "
-                               "itself, exactly, for every plugin: no producer is needed"},
-    {"predicted-latency-scorer", "GIE's older all-in-one plugin; list predicted-latency-producer,"
-                                 " latency-slo-admitter, the filters and latency-scorer instead"},
-    {"k8s-notification-source", "pods come from the EPP's own discovery (the pool or "
-                                "Kubernetes flags)"},
+    {"precise-prefix-cache-scorer",
+     "the EPP's prefix index is approximate "
+     "(approx-prefix-cache-producer, prefix-cache-scorer)"},
+    {"inflight-load-producer",
+     "the EPP counts each pod's in-flight requests and prefill tokens "
+     "itself, exactly, for every plugin: no producer is needed"},
+    {"predicted-latency-scorer",
+     "GIE's older all-in-one plugin; list predicted-latency-producer,"
+     " latency-slo-admitter, the filters and latency-scorer instead"},
+    {"k8s-notification-source",
+     "pods come from the EPP's own discovery (the pool or "
+     "Kubernetes flags)"},
     {"endpoint-notification-source", "pods come from the EPP's own discovery"},
     {"request-attribute-reporter", "per-request attribute reporting is not implemented"},
     {"header-based-testing-filter", "upstream's conformance-test plugin"},
@@ -167,17 +179,19 @@ std::string apply_data_layer(const Sections& s, const std::map<std::string, Plug
   if (s.gates.legacy_metrics) {
     // Upstream then polls with its legacy metric flags, whose defaults are vLLM's names at
     // http /metrics: the built-in defaults here. The data-layer plugins and section are unused.
-    spdlog::warn("featureGates enableLegacyMetrics: pods are scraped with the built-in vLLM "
-                 "defaults (http, /metrics); the dataLayer section and data-layer plugins are "
-                 "not used");
+    spdlog::warn(
+        "featureGates enableLegacyMetrics: pods are scraped with the built-in vLLM "
+        "defaults (http, /metrics); the dataLayer section and data-layer plugins are "
+        "not used");
     return {};
   }
   if (dl.is_null()) {
     // Upstream's defaults: the plugins named after the two types, else their defaults.
     return use_source("metrics-data-source", "core-metrics-extractor", plugins, out);
   }
-  if (auto e = only_keys(dl, {"sources", "injectDefaults", "discovery", "peerDiscovery",
-                              "crossReplicaSyncerPluginRef", "crossReplicaSyncInterval"},
+  if (auto e = only_keys(dl,
+                         {"sources", "injectDefaults", "discovery", "peerDiscovery",
+                          "crossReplicaSyncerPluginRef", "crossReplicaSyncInterval"},
                          "dataLayer");
       !e.empty()) {
     return e;
@@ -208,7 +222,8 @@ std::string apply_data_layer(const Sections& s, const std::map<std::string, Plug
   }
   if (sources.size() > 1) {
     return "dataLayer.sources: one source is supported (a metrics-data-source with one "
-           "core-metrics-extractor), got " + std::to_string(sources.size());
+           "core-metrics-extractor), got " +
+           std::to_string(sources.size());
   }
   const nlohmann::json& src = sources[0];
   if (auto e = only_keys(src, {"pluginRef", "extractors"}, "dataLayer.sources[0]"); !e.empty()) {
@@ -244,8 +259,9 @@ std::string check_type_meta(const nlohmann::json& api_version, const nlohmann::j
   }
   if (!api_version.is_string() ||
       (api_version != kGieApiVersion && api_version != kLlmdApiVersion)) {
-    return "apiVersion " + api_version.dump() + " is not supported (accepted: " +
-           std::string(kGieApiVersion) + ", " + std::string(kLlmdApiVersion) + ")";
+    return "apiVersion " + api_version.dump() +
+           " is not supported (accepted: " + std::string(kGieApiVersion) + ", " +
+           std::string(kLlmdApiVersion) + ")";
   }
   if (kind != kKind) {
     return "kind " + kind.dump() + " is not supported (expected " + std::string(kKind) + ")";

@@ -393,8 +393,7 @@ TEST(HttpClient, TheInterruptedPredicateCancelsAWaitingRequest) {
 std::string tls_answer(const std::string& head) {
   if (head.find(" /stream ") != std::string::npos) {
     return std::string(kChunkedHead) + chunk("{\"type\":\"ADDED\"}\n") +
-           chunk("{\"type\":\"MODIFIED\"}\n") + chunk("{\"type\":\"DELETED\"}\n") +
-           "0\r\n\r\n";
+           chunk("{\"type\":\"MODIFIED\"}\n") + chunk("{\"type\":\"DELETED\"}\n") + "0\r\n\r\n";
   }
   return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
 }
@@ -412,8 +411,8 @@ class HttpsClient : public ::testing::Test {
   }
   void SetUp() override {
     ASSERT_TRUE(made_) << "openssl req failed";
-    server_ = std::make_unique<TlsServer>(certs_->cert("server"), certs_->key("server"),
-                                          tls_answer);
+    server_ =
+        std::make_unique<TlsServer>(certs_->cert("server"), certs_->key("server"), tls_answer);
   }
   static std::string ca(const std::string& name) { return certs_->cert(name); }
   HttpClient::Options trusting(const std::string& ca_file, const std::string& name = "") {

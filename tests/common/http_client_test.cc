@@ -50,10 +50,10 @@ TEST(HttpClientParseUrl, AcceptsHttpForms) {
 }
 
 TEST(HttpClientParseUrl, RejectsOtherSchemesAndGarbage) {
-  for (const char* bad : {"https://host:443", "ftp://host", "host:8000", "", "http://",
-                          "http://:80", "http://host:", "http://host:0", "http://host:70000",
-                          "http://host:12ab", "http://host:80?x=1", "http://user@host",
-                          "http://ho st", "http://[::1"}) {
+  for (const char* bad :
+       {"https://host:443", "ftp://host", "host:8000", "", "http://", "http://:80",
+        "http://host:", "http://host:0", "http://host:70000", "http://host:12ab",
+        "http://host:80?x=1", "http://user@host", "http://ho st", "http://[::1"}) {
     EXPECT_FALSE(parse_url(bad).has_value()) << bad;
   }
 }
@@ -145,8 +145,7 @@ TEST(HttpClient, ConnectionRefusedIsStatusZeroWithError) {
 class SlowPathServer {
  public:
   SlowPathServer()
-      : released_(gate_.get_future().share()),
-        srv_(local_options(), [this](Request& r) {
+      : released_(gate_.get_future().share()), srv_(local_options(), [this](Request& r) {
           if (r.path == "/slow") {
             released_.wait_for(std::chrono::seconds(10));
           }

@@ -115,7 +115,8 @@ TEST(HttpMessage, ResponseHelpers) {
 }
 
 TEST(HttpMessage, PercentDecodeHandlesSdkEncodingAndRejectsMalformedEscapes) {
-  EXPECT_EQ(percent_decode("meta-llama%2FLlama-3.1-8B-Instruct"), "meta-llama/Llama-3.1-8B-Instruct");
+  EXPECT_EQ(percent_decode("meta-llama%2FLlama-3.1-8B-Instruct"),
+            "meta-llama/Llama-3.1-8B-Instruct");
   EXPECT_EQ(percent_decode("a%2fb%20c+d"), "a/b c+d");
   EXPECT_EQ(percent_decode("plain"), "plain");
   EXPECT_EQ(percent_decode("%E2%82%AC"), "\xE2\x82\xAC");

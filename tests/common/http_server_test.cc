@@ -30,7 +30,9 @@ struct TestApp {
 
   TestApp() {
     router.add("GET", "/echo", [](Request& r) {
-      return Response::json(200, {{"method", r.method}, {"path", r.path}, {"query", r.query},
+      return Response::json(200, {{"method", r.method},
+                                  {"path", r.path},
+                                  {"query", r.query},
                                   {"agent", std::string(r.header("User-Agent"))}});
     });
     router.add("POST", "/echo", [](Request& r) {
@@ -48,7 +50,9 @@ struct TestApp {
   }
 };
 
-json body_json(const ClientResponse& r) { return json::parse(r.body, nullptr, false); }
+json body_json(const ClientResponse& r) {
+  return json::parse(r.body, nullptr, false);
+}
 
 TEST(HttpServer, GetAndPostRoundTripOnOneKeptAliveClient) {
   TestApp app;
@@ -134,7 +138,8 @@ TEST(HttpServer, UnknownTransferEncodingIs501) {
   for (const char* coding : {"gzip", "gzip, chunked", "identity"}) {
     RawSocket sock(srv.port());
     ASSERT_TRUE(sock.send_all(std::string("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ") +
-                              coding + "\r\nContent-Type: application/json\r\n\r\n"
+                              coding +
+                              "\r\nContent-Type: application/json\r\n\r\n"
                               "2\r\n{}\r\n0\r\n\r\n"));
     const auto res = sock.read_response();
     ASSERT_TRUE(res.has_value()) << coding;
@@ -142,8 +147,9 @@ TEST(HttpServer, UnknownTransferEncodingIs501) {
     EXPECT_NE(res->find("not implemented"), std::string::npos) << *res;
   }
   RawSocket ok(srv.port());
-  ASSERT_TRUE(ok.send_all("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n"
-                          "2\r\n{}\r\n0\r\n\r\n"));
+  ASSERT_TRUE(
+      ok.send_all("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n"
+                  "2\r\n{}\r\n0\r\n\r\n"));
   const auto res = ok.read_response();
   ASSERT_TRUE(res.has_value());
   EXPECT_EQ(res->rfind("HTTP/1.1 200", 0), 0u) << *res;
@@ -155,8 +161,10 @@ TEST(HttpServer, ChunkedBodyOverLimitIs413) {
   options.body_limit = 16;
   RunningServer srv(options, app.handler());
   RawSocket sock(srv.port());
-  ASSERT_TRUE(sock.send_all("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-                            "20\r\n" + std::string(32, 'z') + "\r\n0\r\n\r\n"));
+  ASSERT_TRUE(
+      sock.send_all("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    "20\r\n" +
+                    std::string(32, 'z') + "\r\n0\r\n\r\n"));
   const auto res = sock.read_response();
   ASSERT_TRUE(res.has_value());
   EXPECT_EQ(res->rfind("HTTP/1.1 413", 0), 0u) << *res;
@@ -172,10 +180,10 @@ int post_raw(uint16_t port, const std::string& body, bool chunked) {
   const std::string head = "POST /echo HTTP/1.1\r\nHost: x\r\n";
   char size[32];
   std::snprintf(size, sizeof(size), "%zx", body.size());
-  if (!sock.send_all(chunked ? head + "Transfer-Encoding: chunked\r\n\r\n" + size + "\r\n" + body +
-                                   "\r\n0\r\n\r\n"
-                             : head + "Content-Length: " + std::to_string(body.size()) +
-                                   "\r\n\r\n" + body)) {
+  if (!sock.send_all(
+          chunked
+              ? head + "Transfer-Encoding: chunked\r\n\r\n" + size + "\r\n" + body + "\r\n0\r\n\r\n"
+              : head + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body)) {
     return 0;
   }
   const auto res = sock.read_response();
@@ -215,7 +223,8 @@ TEST(HttpServer, BodyBudgetRefusesBodiesBeyondItUntilTheyAreReleased) {
   EXPECT_EQ(res->rfind("HTTP/1.1 503", 0), 0u) << *res;
   EXPECT_NE(res->find("Retry-After: 1\r\n"), std::string::npos) << *res;
   EXPECT_NE(res->find(R"({"detail":"Server is at its request-body memory budget, retry"})"),
-            std::string::npos) << *res;
+            std::string::npos)
+      << *res;
   EXPECT_EQ(post_raw(srv.port(), std::string(200, 'b'), false), 200) << "800 + 200 fit";
   stalled->close();
   EXPECT_TRUE(accepted_soon(srv.port(), 900, false));
@@ -233,9 +242,10 @@ TEST(HttpServer, ChunkedBodiesCountAgainstTheBodyBudget) {
   std::unique_ptr<RawSocket> stalled;
   auto stall = [&] {
     stalled = std::make_unique<RawSocket>(srv.port());
-    ASSERT_TRUE(stalled->send_all(
-        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-        "258\r\n" + std::string(600, 'd') + "\r\n"));  // 600 bytes, no end
+    ASSERT_TRUE(
+        stalled->send_all("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          "258\r\n" +
+                          std::string(600, 'd') + "\r\n"));  // 600 bytes, no end
   };
   stall();
   // The server counts the stalled chunk once it has read it, which a loaded machine may delay:
@@ -250,8 +260,10 @@ TEST(HttpServer, ChunkedBodiesCountAgainstTheBodyBudget) {
       continue;
     }
     RawSocket refused(srv.port());
-    ASSERT_TRUE(refused.send_all("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-                                 "1f4\r\n" + std::string(500, 'e') + "\r\n0\r\n\r\n"));
+    ASSERT_TRUE(
+        refused.send_all("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         "1f4\r\n" +
+                         std::string(500, 'e') + "\r\n0\r\n\r\n"));
     res = refused.read_response();
     ASSERT_TRUE(res.has_value());
     if (res->rfind("HTTP/1.1 503", 0) == 0) {

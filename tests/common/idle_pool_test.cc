@@ -45,7 +45,9 @@ std::array<int, 2> connection() {
   return fds;
 }
 
-bool is_open_descriptor(int fd) { return ::fcntl(fd, F_GETFD) != -1; }
+bool is_open_descriptor(int fd) {
+  return ::fcntl(fd, F_GETFD) != -1;
+}
 
 const auto kAny = [](const Fd&) { return true; };
 const auto kStillOpen = [](const Fd& c) { return still_open(c.get()); };

@@ -82,10 +82,10 @@ TEST(JsonStreaming, SameDocumentItemsAndErrorsAsTheWholeDocumentParse) {
       R"({"entries": 7, "entries": [1]})",
       R"({"entries": [{"u": "\u00e9\ud83d\ude00"}], "s": "a\"b\\c"})",
       R"({"entries": [ {"a": 1} )",      // truncated
-      R"({"entries": [1,]})",             // syntax error
-      R"({"entries": [1]} trailing)",     // content after the value
-      R"({"entries": [{"a": 1e999}]})",   // not a finite double
-      "{\"entries\": [\"\xff\"]}",        // invalid UTF-8
+      R"({"entries": [1,]})",            // syntax error
+      R"({"entries": [1]} trailing)",    // content after the value
+      R"({"entries": [{"a": 1e999}]})",  // not a finite double
+      "{\"entries\": [\"\xff\"]}",       // invalid UTF-8
       "",
   };
   for (const auto& body : bodies) {

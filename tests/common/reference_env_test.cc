@@ -27,11 +27,11 @@ std::string refusal(std::span<const ReferenceEnv> table, const Environment& env)
 }
 
 TEST(ReferenceEnv, TheChartsIdentityAndScalerPathsAreLogged) {
-  const auto lines = check(trainer_reference_env(),
-                           {{"POD_NAME", "epp-1"},
-                            {"SERVER_TYPE", "training"},
-                            {"LATENCY_TTFT_SCALER_PATH", "/models/ttft_scaler.joblib"},
-                            {"HOME", "/root"}});
+  const auto lines =
+      check(trainer_reference_env(), {{"POD_NAME", "epp-1"},
+                                      {"SERVER_TYPE", "training"},
+                                      {"LATENCY_TTFT_SCALER_PATH", "/models/ttft_scaler.joblib"},
+                                      {"HOME", "/root"}});
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0].rfind("LATENCY_TTFT_SCALER_PATH=/models/ttft_scaler.joblib is accepted and "
                            "unused",
@@ -45,9 +45,10 @@ TEST(ReferenceEnv, TheValueWeImplementIsAcceptedAndAnyOtherRefused) {
   EXPECT_EQ(check(p, {{"OMP_NUM_THREADS", "1"}, {"LATENCY_ENSEMBLE_MODE", "True"}}).size(), 2u);
   EXPECT_EQ(refusal(p, {{"OMP_NUM_THREADS", "bogus"}}),
             "OMP_NUM_THREADS: expected an integer, got 'bogus'");
-  EXPECT_EQ(refusal(p, {{"OMP_NUM_THREADS", "4"}}).rfind("OMP_NUM_THREADS=4 is not supported, "
-                                                         "only 1: ",
-                                                         0),
+  EXPECT_EQ(refusal(p, {{"OMP_NUM_THREADS", "4"}})
+                .rfind("OMP_NUM_THREADS=4 is not supported, "
+                       "only 1: ",
+                       0),
             0u);
   EXPECT_EQ(refusal(p, {{"LATENCY_ENSEMBLE_MODE", "maybe"}}),
             "LATENCY_ENSEMBLE_MODE: expected true/false, got 'maybe'");

@@ -33,9 +33,10 @@ class Certificates {
     std::filesystem::remove_all(dir_, ec);
   }
   bool make(const std::string& name) {
-    const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test "
-                            "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " +
-                            key(name) + " -out " + cert(name) + " > /dev/null 2>&1";
+    const std::string cmd =
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test "
+        "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " +
+        key(name) + " -out " + cert(name) + " > /dev/null 2>&1";
     return std::system(cmd.c_str()) == 0;
   }
   std::string cert(const std::string& name) const { return dir_ + "/" + name + ".crt"; }

@@ -59,11 +59,11 @@ std::size_t past_closing(std::string_view expr, std::size_t i, char open, char c
 // strings, ranges ([5m], [$__rate_interval]) or numbers.
 std::set<std::string> promql_metric_names(std::string_view expr) {
   static const std::set<std::string, std::less<>> kAggregations = {
-      "sum",      "avg",    "min",      "max",          "count", "stddev", "stdvar",
-      "topk",     "bottomk", "quantile", "count_values", "group", "limitk", "limit_ratio"};
+      "sum",  "avg",     "min",      "max",          "count", "stddev", "stdvar",
+      "topk", "bottomk", "quantile", "count_values", "group", "limitk", "limit_ratio"};
   static const std::set<std::string, std::less<>> kLabelLists = {
       "by", "without", "on", "ignoring", "group_left", "group_right"};
-  static const std::set<std::string, std::less<>> kKeywords = {"bool", "and", "or", "unless",
+  static const std::set<std::string, std::less<>> kKeywords = {"bool",   "and",   "or",  "unless",
                                                                "offset", "atan2", "inf", "nan"};
   std::set<std::string> out;
   std::size_t i = 0;
@@ -77,8 +77,8 @@ std::set<std::string> promql_metric_names(std::string_view expr) {
     } else if (c == '[') {
       i = past_closing(expr, i, '[', ']');
     } else if (std::isdigit(static_cast<unsigned char>(c)) != 0 || c == '.') {
-      while (i < expr.size() && (std::isalnum(static_cast<unsigned char>(expr[i])) != 0 ||
-                                 expr[i] == '.')) {
+      while (i < expr.size() &&
+             (std::isalnum(static_cast<unsigned char>(expr[i])) != 0 || expr[i] == '.')) {
         ++i;  // 0.99, 1e-5 (the sign is an operator), 5m
       }
     } else if (ident_start(c)) {
@@ -111,7 +111,7 @@ std::set<std::string> promql_metric_names(std::string_view expr) {
 // Exposition text: the names a binary exports
 
 struct Exported {
-  std::set<std::string> samples;                 // names of sample lines
+  std::set<std::string> samples;                // names of sample lines
   std::map<std::string, std::string> families;  // # TYPE name type
 };
 
@@ -224,10 +224,10 @@ TEST(DeployDashboards, CheckerRejectsNamesTheBinaryDoesNotExport) {
       "# TYPE g gauge\n# TYPE s summary\n");
   EXPECT_EQ(check_name("h_seconds_bucket", e), "");
   EXPECT_EQ(check_name("c_total", e), "");
-  EXPECT_EQ(check_name("s_count", e), "");        // a summary's count
-  EXPECT_NE(check_name("h_seconds", e), "");      // a histogram's base selects no series
-  EXPECT_NE(check_name("g", e), "");              // a family without any series
-  EXPECT_NE(check_name("c_total_bucket", e), ""); // a counter has no buckets
+  EXPECT_EQ(check_name("s_count", e), "");         // a summary's count
+  EXPECT_NE(check_name("h_seconds", e), "");       // a histogram's base selects no series
+  EXPECT_NE(check_name("g", e), "");               // a family without any series
+  EXPECT_NE(check_name("c_total_bucket", e), "");  // a counter has no buckets
   EXPECT_NE(check_name("c_totl", e), "");
   const Json misspelled = {
       {"panels",
@@ -253,8 +253,8 @@ TEST(DeployDashboards, EveryDashboardIsValidJsonWithItsDatasourceVariable) {
     EXPECT_TRUE(uids.insert(d.value("uid", "")).second) << f << ": duplicate or missing uid";
     bool has_variable = false;
     for (const auto& v : d["templating"]["list"]) {
-      has_variable = has_variable || (v.value("name", "") == "datasource" &&
-                                      v.value("type", "") == "datasource");
+      has_variable = has_variable ||
+                     (v.value("name", "") == "datasource" && v.value("type", "") == "datasource");
     }
     EXPECT_TRUE(has_variable) << f << ": no datasource variable";
     for (const auto& p : d["panels"]) {
@@ -276,8 +276,8 @@ TEST(DeployDashboards, EveryPanelQueriesExportedMetrics) {
     auto r = stack.complete(words(8, "dash" + std::to_string(i)), 3, true,
                             {{"x-slo-ttft-ms", "5000"}, {"x-slo-tpot-ms", "1000"}});
     ASSERT_EQ(r.status, 200) << r.body;
-    predicted = metric_sum(stack.metrics(),
-                           "llmd_epp_scheduling_predictions_total{used=\"true\"}") > 0;
+    predicted =
+        metric_sum(stack.metrics(), "llmd_epp_scheduling_predictions_total{used=\"true\"}") > 0;
     if (!predicted) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }

@@ -206,16 +206,17 @@ Json strategic_merge(const Json& base, const Json& patch) {
   Json out = base;
   for (const auto& [k, v] : patch.items()) {
     if (!k.empty() && k[0] == '$') {
-      throw std::runtime_error("patch directive '" + k + "' is not supported by the built-in renderer");
+      throw std::runtime_error("patch directive '" + k +
+                               "' is not supported by the built-in renderer");
     }
     if (v.is_null()) {
       out.erase(k);
     } else if (out.contains(k) && out[k].is_object() && v.is_object()) {
       out[k] = strategic_merge(out[k], v);
     } else if (out.contains(k) && out[k].is_array() && v.is_array()) {
-      static const std::set<std::string> kByName = {"containers", "initContainers",
-                                                    "ephemeralContainers", "volumes", "env",
-                                                    "imagePullSecrets"};
+      static const std::set<std::string> kByName = {
+          "containers", "initContainers",  "ephemeralContainers", "volumes",
+          "env",        "imagePullSecrets"};
       if (kByName.count(k) > 0) {
         out[k] = merge_list(out[k], v, "name");
       } else if (k == "volumeMounts") {
@@ -247,8 +248,9 @@ void render_into(const fs::path& dir, LiteRender& out, bool component) {
   }
   const std::string where = kfile.string();
   Json k = yaml_to_json(YAML::LoadFile(kfile.string()));
-  require_keys(k, {"apiVersion", "kind", "resources", "components", "configMapGenerator",
-                   "generatorOptions", "patches", "images"},
+  require_keys(k,
+               {"apiVersion", "kind", "resources", "components", "configMapGenerator",
+                "generatorOptions", "patches", "images"},
                where);
   const std::string kind = k.value("kind", "Kustomization");
   if (kind != (component ? "Component" : "Kustomization")) {
@@ -296,7 +298,8 @@ void render_into(const fs::path& dir, LiteRender& out, bool component) {
     for (const auto& f : g.value("files", Json::array())) {
       std::string spec = f.get<std::string>();
       auto eq = spec.find('=');
-      std::string key = eq == std::string::npos ? fs::path(spec).filename().string() : spec.substr(0, eq);
+      std::string key =
+          eq == std::string::npos ? fs::path(spec).filename().string() : spec.substr(0, eq);
       std::string rel = eq == std::string::npos ? spec : spec.substr(eq + 1);
       data[key] = read_text(inside(dir, rel, where + " configMapGenerator file"));
     }
@@ -315,10 +318,13 @@ void render_into(const fs::path& dir, LiteRender& out, bool component) {
     Json* existing = find_doc(out.docs, "ConfigMap", name);
     if (behavior == "create") {
       if (existing != nullptr) {
-        throw std::runtime_error(where + ": ConfigMap " + name + " already exists (use behavior: merge)");
+        throw std::runtime_error(where + ": ConfigMap " + name +
+                                 " already exists (use behavior: merge)");
       }
-      out.docs.push_back(Json{{"apiVersion", "v1"}, {"kind", "ConfigMap"},
-                              {"metadata", {{"name", name}}}, {"data", data}});
+      out.docs.push_back(Json{{"apiVersion", "v1"},
+                              {"kind", "ConfigMap"},
+                              {"metadata", {{"name", name}}},
+                              {"data", data}});
       out.generated_names.insert(name);
     } else if (behavior == "merge" || behavior == "replace") {
       if (existing == nullptr) {
@@ -338,10 +344,10 @@ void render_into(const fs::path& dir, LiteRender& out, bool component) {
   for (const auto& p : k.value("patches", Json::array())) {
     require_keys(p, {"path"}, where + " patches");
     const std::string rel = p.at("path").get<std::string>();
-    for (const auto& patch :
-         load_yaml_documents(read_text(inside(dir, rel, where + " patch")))) {
+    for (const auto& patch : load_yaml_documents(read_text(inside(dir, rel, where + " patch")))) {
       const std::string kind = patch.value("kind", "");
-      const std::string name = patch.contains("metadata") ? patch["metadata"].value("name", "") : "";
+      const std::string name =
+          patch.contains("metadata") ? patch["metadata"].value("name", "") : "";
       Json* target = find_doc(out.docs, kind, name);
       if (target == nullptr) {
         throw std::runtime_error(where + ": patch " + rel + " targets " + kind + "/" + name +
@@ -364,12 +370,15 @@ void render_into(const fs::path& dir, LiteRender& out, bool component) {
           std::string ref = image.substr(0, image.find_first_of("@"));
           auto colon = ref.rfind(':');
           std::string repo = colon != std::string::npos && ref.find('/', colon) == std::string::npos
-                                 ? ref.substr(0, colon) : ref;
+                                 ? ref.substr(0, colon)
+                                 : ref;
           if (repo != name) continue;
           std::string tag = image.substr(repo.size());
           // (std::string(":").append(...): GCC 12 warns falsely about "x" + std::string&&.)
-          if (img.contains("newTag")) tag = std::string(":").append(img["newTag"].get<std::string>());
-          if (img.contains("digest")) tag = std::string("@").append(img["digest"].get<std::string>());
+          if (img.contains("newTag"))
+            tag = std::string(":").append(img["newTag"].get<std::string>());
+          if (img.contains("digest"))
+            tag = std::string("@").append(img["digest"].get<std::string>());
           c["image"] = img.value("newName", repo) + tag;
         }
       }

@@ -2,11 +2,11 @@
 // Just enough of kustomize to render deploy/ when neither `kustomize` nor `kubectl kustomize`
 // is installed: resources (files and base directories), components (kind: Component
 // directories, applied to what their parent accumulated), configMapGenerator (files, envs,
-// literals; behavior create|merge|replace), strategic-merge `patches` by path and `images`. Generated
-// ConfigMaps keep their plain names (no hash suffix). Anything else in a kustomization is an
-// error, so a manifest change this renderer cannot follow fails loudly instead of being
-// checked half-way. Like kustomize's default load restrictor, files must lie inside the
-// kustomization's directory. When a real kustomize is present, the tests compare the two.
+// literals; behavior create|merge|replace), strategic-merge `patches` by path and `images`.
+// Generated ConfigMaps keep their plain names (no hash suffix). Anything else in a kustomization is
+// an error, so a manifest change this renderer cannot follow fails loudly instead of being checked
+// half-way. Like kustomize's default load restrictor, files must lie inside the kustomization's
+// directory. When a real kustomize is present, the tests compare the two.
 #include <filesystem>
 #include <set>
 #include <string>

@@ -138,7 +138,9 @@ std::optional<int> to_int(const std::string& s) {
   return std::stoi(s);
 }
 
-std::string all_problems(const Problems& p) { return "\n  - " + join(p, "\n  - "); }
+std::string all_problems(const Problems& p) {
+  return "\n  - " + join(p, "\n  - ");
+}
 
 // A member of a JSON object by reference (an empty array/object when absent): pointers and
 // references into the manifests stay valid, unlike those into json::value()'s copies.
@@ -161,7 +163,7 @@ struct Option {
 };
 
 struct Help {
-  std::map<std::string, Option> flags;           // without the leading --
+  std::map<std::string, Option> flags;          // without the leading --
   std::map<std::string, std::string> env_flag;  // env name -> flag
   // Flags of the "Upstream (GIE / llm-d) flags" section: another program's command line,
   // flag only (as upstream's are), counted apart.
@@ -253,8 +255,9 @@ std::string external_renderer() {
     TempDir probe;
     std::ofstream(probe.file("kustomization.yaml"))
         << "configMapGenerator:\n- name: probe\n  literals: [a=b]\n";
-    for (const auto& [exe, cmd] : {std::pair<std::string, std::string>{"kustomize", "kustomize build"},
-                                   {"kubectl", "kubectl kustomize"}}) {
+    for (const auto& [exe, cmd] :
+         {std::pair<std::string, std::string>{"kustomize", "kustomize build"},
+          {"kubectl", "kubectl kustomize"}}) {
       if (!on_path(exe)) continue;
       auto r = run_command(cmd + " " + quote(probe.path()));
       if (r.status == 0 && r.out.find("name: probe-") != std::string::npos) {
@@ -292,7 +295,9 @@ Render render_with(const fs::path& dir, const std::string& tool) {
   return r;
 }
 
-Render render(const fs::path& dir) { return render_with(dir, external_renderer()); }
+Render render(const fs::path& dir) {
+  return render_with(dir, external_renderer());
+}
 
 std::vector<fs::path> kustomization_dirs() {
   std::vector<fs::path> out;
@@ -311,7 +316,8 @@ std::vector<fs::path> kustomization_dirs() {
 // ---------------------------------------------------------------------------------------------
 // Views of a rendered set of documents
 
-const Json* find_doc(const std::vector<Json>& docs, const std::string& kind, const std::string& name) {
+const Json* find_doc(const std::vector<Json>& docs, const std::string& kind,
+                     const std::string& name) {
   for (const auto& d : docs) {
     if (d.value("kind", "") == kind && d.contains("metadata") &&
         d["metadata"].value("name", "") == name) {
@@ -322,17 +328,23 @@ const Json* find_doc(const std::vector<Json>& docs, const std::string& kind, con
 }
 
 bool is_workload(const Json& d) {
-  static const std::set<std::string> kinds = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet"};
+  static const std::set<std::string> kinds = {"Deployment", "StatefulSet", "DaemonSet",
+                                              "ReplicaSet"};
   return kinds.count(d.value("kind", "")) > 0;
 }
 
-std::string doc_id(const Json& d) { return d.value("kind", "?") + "/" + d["metadata"].value("name", "?"); }
+std::string doc_id(const Json& d) {
+  return d.value("kind", "?") + "/" + d["metadata"].value("name", "?");
+}
 
-const Json& pod_spec(const Json& workload) { return workload["spec"]["template"]["spec"]; }
+const Json& pod_spec(const Json& workload) {
+  return workload["spec"]["template"]["spec"];
+}
 
 std::string bin_of(const Json& container) {
   // llmd/<binary>, optionally behind a registry and with a tag or digest.
-  static const std::regex kImage(R"((?:^|/)llmd/([a-z0-9-]+)(:[A-Za-z0-9_.-]+)?(@sha256:[0-9a-f]+)?$)");
+  static const std::regex kImage(
+      R"((?:^|/)llmd/([a-z0-9-]+)(:[A-Za-z0-9_.-]+)?(@sha256:[0-9a-f]+)?$)");
   std::smatch m;
   std::string image = container.value("image", "");
   return std::regex_search(image, m, kImage) ? std::string(m[1]) : std::string();
@@ -489,7 +501,8 @@ ContainerView view_container(const Json& c, const std::vector<Json>& docs, const
   return v;
 }
 
-int eff_int(const ContainerView& v, const std::string& flag, const std::string& where, Problems& p) {
+int eff_int(const ContainerView& v, const std::string& flag, const std::string& where,
+            Problems& p) {
   auto it = v.eff.find(flag);
   auto n = it == v.eff.end() ? std::nullopt : to_int(it->second);
   if (!n) {
@@ -536,10 +549,9 @@ std::optional<int> resolve_port(const ContainerView& v, const Json& port) {
 void check_probes(const ContainerView& v, const std::string& where, Problems& p) {
   const int hp = health_port(v, where, p);
   const bool ours = v.bin != "modelsim";  // modelsim mimics vLLM: /health only
-  const std::map<std::string, std::string> want = {
-      {"livenessProbe", ours ? "/healthz" : "/health"},
-      {"readinessProbe", ours ? "/readyz" : "/health"},
-      {"startupProbe", ours ? "/healthz" : "/health"}};
+  const std::map<std::string, std::string> want = {{"livenessProbe", ours ? "/healthz" : "/health"},
+                                                   {"readinessProbe", ours ? "/readyz" : "/health"},
+                                                   {"startupProbe", ours ? "/healthz" : "/health"}};
   for (const auto& [probe, path] : want) {
     if (!v.c->contains(probe)) {
       if (probe != "startupProbe") p.push_back(where + ": no " + probe);
@@ -604,7 +616,8 @@ void check_admin_token(const ContainerView& v, const std::string& where, Problem
   }
 }
 
-void check_container(const ContainerView& v, const Json& spec, const std::string& where, Problems& p) {
+void check_container(const ContainerView& v, const Json& spec, const std::string& where,
+                     Problems& p) {
   std::set<int> listen = listening_ports(v, where, p);
   if (listen != v.ports) {
     std::vector<std::string> a, b;
@@ -640,8 +653,8 @@ void check_container(const ContainerView& v, const Json& spec, const std::string
   // Files the binary writes must be on a writable volume (the root filesystem is read-only).
   std::vector<std::string> writes;
   if (v.bin == "trainer") {
-    writes = {"ttft-model-path", "tpot-model-path", "ttft-gated-model-path", "tpot-gated-model-path",
-              "samples-path"};
+    writes = {"ttft-model-path", "tpot-model-path", "ttft-gated-model-path",
+              "tpot-gated-model-path", "samples-path"};
   } else if (v.bin == "predictor") {
     writes = {"local-ttft-model-path", "local-tpot-model-path", "local-ttft-gated-model-path",
               "local-tpot-gated-model-path"};
@@ -679,7 +692,8 @@ void check_epp_config(const ContainerView& epp, const Json& spec, const std::vec
   std::string cm_name = (*vol)["configMap"].value("name", "");
   const Json* cm = find_doc(docs, "ConfigMap", cm_name);
   if (cm == nullptr || !cm->contains("data") || !(*cm)["data"].contains(key)) {
-    p.push_back(where + ": ConfigMap " + cm_name + " has no key " + key + " for --config " + config);
+    p.push_back(where + ": ConfigMap " + cm_name + " has no key " + key + " for --config " +
+                config);
     return;
   }
   // The ConfigMap as the container sees it, loaded by the EPP's own config loader.
@@ -696,7 +710,8 @@ void check_epp_config(const ContainerView& epp, const Json& spec, const std::vec
     out.pool = cfg.pods;
     if (!cfg.pipeline_path.empty()) {
       fs::path pp = fs::path(cfg.pipeline_path).lexically_normal();
-      if (pp.parent_path() != fs::path(dir.path()) || !(*cm)["data"].contains(pp.filename().string())) {
+      if (pp.parent_path() != fs::path(dir.path()) ||
+          !(*cm)["data"].contains(pp.filename().string())) {
         p.push_back(where + ": the pipeline of " + key + " is not a file of ConfigMap " + cm_name +
                     " (name it relative to the pool file, e.g. default-pipeline.yaml)");
       }
@@ -716,7 +731,8 @@ void check_epp_config(const ContainerView& epp, const Json& spec, const std::vec
     if (parsed.is_object() && (parsed.contains("pool") || k == key)) continue;  // the pool file
     fs::path original = kSource / "epp" / "config" / k;
     if (!fs::exists(original)) {
-      p.push_back(where + ": ConfigMap " + cm_name + "/" + k + " is a pipeline that is not in epp/config");
+      p.push_back(where + ": ConfigMap " + cm_name + "/" + k +
+                  " is a pipeline that is not in epp/config");
     } else if (read_text(original) != scalar(value)) {
       p.push_back(where + ": ConfigMap " + cm_name + "/" + k + " differs from epp/config/" + k +
                   " (copy it: cp epp/config/" + k + " deploy/base/config/)");
@@ -756,8 +772,8 @@ std::vector<const PodInfo*> selected_pods(const Json& service, const std::vector
 // behind that Service of these manifests (components/shared-trainer). nullptr, with the reason
 // in `why`, when the URL reaches no trainer.
 const ContainerView* trainer_behind(const std::string& url, const std::vector<ContainerView>& own,
-                                    const std::vector<PodInfo>& pods,
-                                    const std::vector<Json>& docs, std::string& why) {
+                                    const std::vector<PodInfo>& pods, const std::vector<Json>& docs,
+                                    std::string& why) {
   static const std::regex kUrl(R"(^http://([A-Za-z0-9.-]+):([0-9]+)/?$)");
   std::smatch m;
   if (!std::regex_match(url, m, kUrl)) {
@@ -781,7 +797,8 @@ const ContainerView* trainer_behind(const std::string& url, const std::vector<Co
   }
   Json target;
   for (const auto& sp : field((*svc)["spec"], "ports")) {
-    if (sp.value("port", 0) == port) target = sp.contains("targetPort") ? sp["targetPort"] : sp["port"];
+    if (sp.value("port", 0) == port)
+      target = sp.contains("targetPort") ? sp["targetPort"] : sp["port"];
   }
   if (target.is_null()) {
     why = "names port " + m[2].str() + ", which Service " + svc_name + " does not have";
@@ -860,8 +877,8 @@ void check_epp_pod(const std::vector<ContainerView>& views, const Json& workload
                 "' but the pod's predictors are '" + join(urls, ",") + "'");
   }
   if (epp->eff.at("training-server-url") != trainer_url) {
-    p.push_back(where + ": the EPP's TRAINING_SERVER_URL is '" + epp->eff.at("training-server-url") +
-                "', the trainer is " + trainer_url);
+    p.push_back(where + ": the EPP's TRAINING_SERVER_URL is '" +
+                epp->eff.at("training-server-url") + "', the trainer is " + trainer_url);
   }
   std::set<std::pair<std::string, std::string>> model_dirs;
   for (const auto* pr : predictors) {
@@ -949,10 +966,11 @@ void check_leader_election(const ContainerView& epp, const Json& workload,
   // The identity: POD_NAME from the pod's own name (the default, the host name, is that too).
   for (const auto& e : field(*epp.c, "env")) {
     if (e.value("name", "") != "POD_NAME") continue;
-    const Json ref = e.contains("valueFrom") ? e["valueFrom"].value("fieldRef", Json::object())
-                                             : Json::object();
+    const Json ref =
+        e.contains("valueFrom") ? e["valueFrom"].value("fieldRef", Json::object()) : Json::object();
     if (ref.value("fieldPath", "") != "metadata.name") {
-      p.push_back(where + ": POD_NAME (the leader election identity) must come from the pod's "
+      p.push_back(where +
+                  ": POD_NAME (the leader election identity) must come from the pod's "
                   "metadata.name, or every replica claims the Lease under the same name");
     }
   }
@@ -970,7 +988,8 @@ void check_leader_election(const ContainerView& epp, const Json& workload,
   }
   std::string lease_name = epp.eff.at("leader-elect-lease-name");
   if (lease_name.empty()) {
-    lease_name = epp.eff.at("pool-name").empty() ? "llmd-epp" : "llmd-epp-" + epp.eff.at("pool-name");
+    lease_name =
+        epp.eff.at("pool-name").empty() ? "llmd-epp" : "llmd-epp-" + epp.eff.at("pool-name");
   }
   const std::string sa = pod_spec(workload).value("serviceAccountName", "default");
   std::set<std::string> granted;
@@ -995,8 +1014,8 @@ void check_leader_election(const ContainerView& epp, const Json& workload,
       const bool named = !field(rule, "resourceNames").empty();
       for (const char* verb : {"get", "create", "update"}) {
         // A create names no existing object: a rule limited by resourceNames never allows it.
-        if (has("verbs", verb) && (!named || (std::string(verb) != "create" &&
-                                              has("resourceNames", lease_name)))) {
+        if (has("verbs", verb) &&
+            (!named || (std::string(verb) != "create" && has("resourceNames", lease_name)))) {
           granted.insert(verb);
         }
       }
@@ -1004,8 +1023,8 @@ void check_leader_election(const ContainerView& epp, const Json& workload,
   }
   for (const char* verb : {"get", "create", "update"}) {
     if (granted.count(verb) == 0) {
-      p.push_back(where + ": service account " + sa + " may not " + verb + " Lease " +
-                  lease_name + " (a Role bound to it must grant get, create and update on " +
+      p.push_back(where + ": service account " + sa + " may not " + verb + " Lease " + lease_name +
+                  " (a Role bound to it must grant get, create and update on " +
                   "coordination.k8s.io leases)");
     }
   }
@@ -1047,8 +1066,8 @@ void check_leader_election(const ContainerView& epp, const Json& workload,
 // the old one's ReadWriteOnce volume), and its models on a PersistentVolumeClaim (a restart
 // without its model files starts a new lineage at the cold-start defaults, which every EPP's
 // predictors would take).
-void check_shared_trainer(const PodInfo& pod, const ContainerView& trainer, const std::string& where,
-                          Problems& p) {
+void check_shared_trainer(const PodInfo& pod, const ContainerView& trainer,
+                          const std::string& where, Problems& p) {
   const Json& w = *pod.workload;
   if (w.value("kind", "") != "Deployment") {
     p.push_back(where + ": a shared trainer runs as a Deployment");
@@ -1084,7 +1103,8 @@ Problems check_render(const Render& r) {
   int epp_pods = 0;
   for (const auto& d : r.docs) {
     if (!d.contains("kind") || !d.contains("metadata") || !d["metadata"].contains("name")) {
-      p.push_back(r.name + ": a document without kind or metadata.name: " + d.dump().substr(0, 200));
+      p.push_back(r.name +
+                  ": a document without kind or metadata.name: " + d.dump().substr(0, 200));
     }
   }
   for (const auto& d : r.docs) {
@@ -1097,8 +1117,8 @@ Problems check_render(const Render& r) {
     }
     for (const auto& vol : field(spec, "volumes")) {
       if (vol.size() != 2) {  // its name and exactly one source
-        p.push_back(w + ": volume " + vol.value("name", "?") + " must have exactly one source: " +
-                    vol.dump());
+        p.push_back(w + ": volume " + vol.value("name", "?") +
+                    " must have exactly one source: " + vol.dump());
       }
     }
     PodInfo pod{&d, {}};
@@ -1224,8 +1244,8 @@ Problems check_render(const Render& r) {
             const Json* svc = find_doc(r.docs, "Service", svc_name);
             if (labels[1] != svc_name || svc == nullptr ||
                 (*svc)["spec"].value("clusterIP", "") != "None") {
-              p.push_back(w + ": " + labels[1] + " must be the StatefulSet's headless serviceName " +
-                          svc_name);
+              p.push_back(w + ": " + labels[1] +
+                          " must be the StatefulSet's headless serviceName " + svc_name);
             }
             for (const auto& pi : pods) {
               if (pi.workload == sts && (!port || !resolve_in_pod(pi, *port))) {
@@ -1240,7 +1260,8 @@ Problems check_render(const Render& r) {
         for (const auto& sp : field((*svc)["spec"], "ports")) {
           has = has || (port && sp.value("port", 0) == *port);
         }
-        if (!has) p.push_back(w + ": Service " + host + " has no port " + pod.address.substr(colon + 1));
+        if (!has)
+          p.push_back(w + ": Service " + host + " has no port " + pod.address.substr(colon + 1));
       }
       if (!found && example) {
         p.push_back(w + ": the example does not run anything named " + host);
@@ -1321,7 +1342,8 @@ TEST(DeployHelp, ParsesEveryOptionOfEachBinary) {
   const Help& t = help_of("trainer");
   EXPECT_EQ(t.env_flag.at("LATENCY_MAX_TRAINING_DATA_SIZE_PER_BUCKET"),
             "max-training-data-size-per-bucket");
-  EXPECT_EQ(t.flags.at("ttft-gated-model-path").default_value, "/tmp/latency_models/ttft_gated.bin");
+  EXPECT_EQ(t.flags.at("ttft-gated-model-path").default_value,
+            "/tmp/latency_models/ttft_gated.bin");
   EXPECT_EQ(t.flags.at("samples-path").default_value, "");
   EXPECT_EQ(help_of("epp").flags.at("prediction-server-url").env, "PREDICTION_SERVER_URL");
 }
@@ -1339,7 +1361,8 @@ TEST(DeployYaml, EveryYamlFileUnderDeployParses) {
       ASSERT_TRUE(d.is_object());
       if (d.contains("apiVersion") && d.value("kind", "") != "Kustomization" &&
           d.value("kind", "") != "Component") {
-        EXPECT_TRUE(d.contains("metadata") && d["metadata"].contains("name")) << d.dump().substr(0, 200);
+        EXPECT_TRUE(d.contains("metadata") && d["metadata"].contains("name"))
+            << d.dump().substr(0, 200);
       }
     }
   }
@@ -1390,7 +1413,8 @@ Json canonical(const Json& j, const std::set<std::string>& generated) {
     }
     if (keyed) {
       std::vector<Json> items(out.begin(), out.end());
-      std::sort(items.begin(), items.end(), [](const Json& a, const Json& b) { return a.dump() < b.dump(); });
+      std::sort(items.begin(), items.end(),
+                [](const Json& a, const Json& b) { return a.dump() < b.dump(); });
       out = Json(items);
     }
     return out;
@@ -1434,10 +1458,13 @@ TEST(DeployKustomize, BaseRunsTwoPredictorsAndTheOverlayFour) {
   ASSERT_TRUE(base.error.empty() && four.error.empty()) << base.error << four.error;
   using P = std::vector<std::pair<std::string, int>>;
   EXPECT_EQ(predictor_ports(base), (P{{"predictor-1", 8001}, {"predictor-2", 8002}}));
-  EXPECT_EQ(predictor_ports(four),
-            (P{{"predictor-1", 8001}, {"predictor-2", 8002}, {"predictor-3", 8003}, {"predictor-4", 8004}}));
-  EXPECT_EQ(env_value(*container(four, "epp"), "PREDICTION_SERVER_URL"),
-            "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003,http://127.0.0.1:8004");
+  EXPECT_EQ(predictor_ports(four), (P{{"predictor-1", 8001},
+                                      {"predictor-2", 8002},
+                                      {"predictor-3", 8003},
+                                      {"predictor-4", 8004}}));
+  EXPECT_EQ(
+      env_value(*container(four, "epp"), "PREDICTION_SERVER_URL"),
+      "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003,http://127.0.0.1:8004");
   EXPECT_EQ(env_value(*container(base, "epp"), "PREDICTION_SERVER_URL"),
             "http://127.0.0.1:8001,http://127.0.0.1:8002");
   // Nothing else of the base changes: same trainer, same EPP args.
@@ -1461,8 +1488,8 @@ TEST(DeployKustomize, PersistentOverlayPutsTrainerDataOnAClaim) {
   Problems p;
   ContainerView v = view_container(t, r.docs, "trainer", p);
   EXPECT_TRUE(p.empty()) << all_problems(p);
-  for (const char* flag : {"ttft-model-path", "tpot-model-path", "ttft-gated-model-path",
-                           "tpot-gated-model-path"}) {
+  for (const char* flag :
+       {"ttft-model-path", "tpot-model-path", "ttft-gated-model-path", "tpot-gated-model-path"}) {
     const Json* m = covering_mount(t, v.eff.at(flag));
     ASSERT_NE(m, nullptr) << flag;
     EXPECT_EQ(m->value("name", ""), "trainer-models") << flag;
@@ -1493,7 +1520,8 @@ TEST(DeployConfig, ManifestsShipTheFilesTheLocalStackUses) {
   std::string script = read_text(kSource / "scripts" / "run-stack.sh");
   std::set<std::string> used;
   std::regex ref(R"(epp/config/([A-Za-z0-9_.-]+\.yaml))");
-  for (auto it = std::sregex_iterator(script.begin(), script.end(), ref); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(script.begin(), script.end(), ref);
+       it != std::sregex_iterator(); ++it) {
     used.insert((*it)[1]);
   }
   EXPECT_FALSE(used.empty()) << "run-stack.sh names no epp/config file";
@@ -1512,8 +1540,8 @@ TEST(DeployConfig, ManifestsShipTheFilesTheLocalStackUses) {
   for (const auto& f : used) {
     if (f == "local-pool.yaml") continue;  // loopback pods: the manifests have their own pool
     EXPECT_EQ(read_text(kDeploy / "base" / "config" / f), read_text(kSource / "epp" / "config" / f))
-        << "deploy/base/config/" << f << " differs from epp/config/" << f
-        << " (cp epp/config/" << f << " deploy/base/config/)";
+        << "deploy/base/config/" << f << " differs from epp/config/" << f << " (cp epp/config/" << f
+        << " deploy/base/config/)";
     ASSERT_TRUE((*cm)["data"].contains(f)) << f << " is not in the epp-config ConfigMap";
     EXPECT_EQ((*cm)["data"][f].get<std::string>(), read_text(kSource / "epp" / "config" / f)) << f;
   }
@@ -1530,7 +1558,8 @@ TEST(DeployConfig, PodMonitorScrapesEveryContainerPort) {
   names.erase("http");
   names.erase("health");
   Json pm = load_yaml_documents(read_text(kDeploy / "monitoring" / "podmonitor.yaml")).at(0);
-  EXPECT_TRUE(selects(pm["spec"]["selector"]["matchLabels"], d["spec"]["template"]["metadata"]["labels"]));
+  EXPECT_TRUE(
+      selects(pm["spec"]["selector"]["matchLabels"], d["spec"]["template"]["metadata"]["labels"]));
   std::set<std::string> scraped;
   for (const auto& ep : pm["spec"]["podMetricsEndpoints"]) {
     scraped.insert(ep.value("port", ""));
@@ -1571,10 +1600,10 @@ TEST(DeployConfig, HaOverlayIsTheGatewayLayoutWithTwoElectedEpps) {
   std::set<std::string> added;
   for (const auto& [id, d] : by_id) added.insert(id);
   // Plus the shared trainer (components/shared-trainer, checked by SharedTrainer* below).
-  EXPECT_EQ(added, (std::set<std::string>{"PodDisruptionBudget/epp", "Role/epp-leader-election",
-                                          "RoleBinding/epp-leader-election", "Deployment/trainer",
-                                          "Service/trainer",
-                                          "PersistentVolumeClaim/trainer-models"}));
+  EXPECT_EQ(added,
+            (std::set<std::string>{"PodDisruptionBudget/epp", "Role/epp-leader-election",
+                                   "RoleBinding/epp-leader-election", "Deployment/trainer",
+                                   "Service/trainer", "PersistentVolumeClaim/trainer-models"}));
   EXPECT_EQ(ha_epp["spec"]["replicas"], 2);
   Json env = Json::array();
   for (auto& c : ha_epp["spec"]["template"]["spec"]["containers"]) {
@@ -1590,7 +1619,8 @@ TEST(DeployConfig, HaOverlayIsTheGatewayLayoutWithTwoElectedEpps) {
   }
   for (const auto& e : env) {
     if (e.value("name", "") == "TRAINING_SERVER_URL") {
-      EXPECT_EQ(e.value("value", ""), "http://trainer:8000") << "overlays/ha uses the shared trainer";
+      EXPECT_EQ(e.value("value", ""), "http://trainer:8000")
+          << "overlays/ha uses the shared trainer";
     }
   }
   Json gateway_epp = canonical(*find_doc(gateway.docs, "Deployment", "epp"), generated);
@@ -1641,45 +1671,60 @@ TEST(DeployChecks, DetectLeaderElectionDrift) {
        "there is no standby to take over"},
       {"one identity for all", [&](Render& r) { set_env(r, "POD_NAME", "epp"); },
        "must come from the pod's metadata.name"},
-      {"lease timing set by its old env", [&](Render& r) {
+      {"lease timing set by its old env",
+       [&](Render& r) {
          (*container(r, "epp"))["env"].push_back(
              {{"name", "EPP_LEADER_ELECT_RENEW_DEADLINE_S"}, {"value", "15"}});
-       }, "refuses: the setting moved to the config file"},
-      {"Lease RBAC without update", [&](Render& r) {
+       },
+       "refuses: the setting moved to the config file"},
+      {"Lease RBAC without update",
+       [&](Render& r) {
          doc(r, "Role", "epp-leader-election")["rules"][1]["verbs"] = Json::array({"get"});
-       }, "may not update Lease llmd-epp-vllm"},
-      {"Lease RBAC for another Lease", [&](Render& r) {
+       },
+       "may not update Lease llmd-epp-vllm"},
+      {"Lease RBAC for another Lease",
+       [&](Render& r) {
          doc(r, "Role", "epp-leader-election")["rules"][1]["resourceNames"] =
              Json::array({"llmd-epp"});
-       }, "may not get Lease llmd-epp-vllm"},
-      {"create limited by name", [&](Render& r) {
+       },
+       "may not get Lease llmd-epp-vllm"},
+      {"create limited by name",
+       [&](Render& r) {
          doc(r, "Role", "epp-leader-election")["rules"][0]["resourceNames"] =
              Json::array({"llmd-epp-vllm"});
-       }, "may not create Lease"},
-      {"Lease RBAC bound to another account", [&](Render& r) {
+       },
+       "may not create Lease"},
+      {"Lease RBAC bound to another account",
+       [&](Render& r) {
          doc(r, "RoleBinding", "epp-leader-election")["subjects"][0]["name"] = "default";
-       }, "service account epp may not get Lease"},
-      {"Lease in another namespace", [&](Render& r) {
+       },
+       "service account epp may not get Lease"},
+      {"Lease in another namespace",
+       [&](Render& r) {
          (*container(r, "epp"))["env"].push_back(
              {{"name", "EPP_LEADER_ELECT_LEASE_NAMESPACE"}, {"value", "kube-system"}});
-       }, "moves the Lease out of the pod's namespace"},
-      {"no disruption budget", [&](Render& r) {
+       },
+       "moves the Lease out of the pod's namespace"},
+      {"no disruption budget",
+       [&](Render& r) {
          doc(r, "PodDisruptionBudget", "epp")["spec"]["selector"]["matchLabels"] = {{"app", "x"}};
-       }, "no PodDisruptionBudget selects the EPP pods"},
-      {"a budget no eviction meets", [&](Render& r) {
-         doc(r, "PodDisruptionBudget", "epp")["spec"]["minAvailable"] = 2;
-       }, "only the leader is ever ready"},
-      {"rollout that cannot finish", [](Render& r) {
-         (*deployment(r, "epp"))["spec"].erase("strategy");
-       }, "never finishes under --leader-elect"},
+       },
+       "no PodDisruptionBudget selects the EPP pods"},
+      {"a budget no eviction meets",
+       [&](Render& r) { doc(r, "PodDisruptionBudget", "epp")["spec"]["minAvailable"] = 2; },
+       "only the leader is ever ready"},
+      {"rollout that cannot finish",
+       [](Render& r) { (*deployment(r, "epp"))["spec"].erase("strategy"); },
+       "never finishes under --leader-elect"},
   };
   for (const auto& c : cases) {
     Render broken = good;
     c.breakit(broken);
     Problems p = check_render(broken);
-    bool hit = std::any_of(p.begin(), p.end(), [&](auto& s) { return s.find(c.expect) != std::string::npos; });
-    EXPECT_TRUE(hit) << c.what << ": expected a problem containing '" << c.expect << "', got:"
-                     << (p.empty() ? std::string(" none") : all_problems(p));
+    bool hit = std::any_of(p.begin(), p.end(),
+                           [&](auto& s) { return s.find(c.expect) != std::string::npos; });
+    EXPECT_TRUE(hit) << c.what << ": expected a problem containing '" << c.expect
+                     << "', got:" << (p.empty() ? std::string(" none") : all_problems(p));
   }
 }
 
@@ -1687,7 +1732,8 @@ TEST(DeployChecks, DetectLeaderElectionDrift) {
 // (components/shared-trainer). No trainer sidecar in the EPP pod; the EPP's feedback and every
 // predictor's model sync go to Service trainer, which sends port 8000 (and nothing else) to a
 // one-replica, Recreate Deployment whose samples and models are on a PVC; only the EPP pod
-// changes otherwise. check_render() checks the same rules in every layout (DetectSharedTrainerDrift).
+// changes otherwise. check_render() checks the same rules in every layout
+// (DetectSharedTrainerDrift).
 void expect_shared_trainer(Render& r) {
   SCOPED_TRACE(r.name);
   ASSERT_TRUE(r.error.empty()) << r.error;
@@ -1715,8 +1761,8 @@ void expect_shared_trainer(Render& r) {
   ASSERT_EQ(containers.size(), 1u);
   ContainerView t = view_container(containers[0], r.docs, "trainer", p);
   EXPECT_EQ(t.bin, "trainer");
-  for (const char* flag : {"ttft-model-path", "tpot-model-path", "ttft-gated-model-path",
-                           "tpot-gated-model-path"}) {
+  for (const char* flag :
+       {"ttft-model-path", "tpot-model-path", "ttft-gated-model-path", "tpot-gated-model-path"}) {
     const Json* m = covering_mount(containers[0], t.eff.at(flag));
     ASSERT_NE(m, nullptr) << flag;
     const Json* vol = find_volume(pod_spec(*trainer), m->value("name", ""));
@@ -1752,10 +1798,12 @@ void expect_shared_trainer(Render& r) {
   EXPECT_TRUE(t.secret_env.count("LLMD_ADMIN_TOKEN"));
   // The Prometheus Operator scrapes the trainer's pod too.
   bool scraped = false;
-  for (const auto& pm : load_yaml_documents(read_text(kDeploy / "monitoring" / "podmonitor.yaml"))) {
+  for (const auto& pm :
+       load_yaml_documents(read_text(kDeploy / "monitoring" / "podmonitor.yaml"))) {
     if (!selects(pm["spec"]["selector"]["matchLabels"], labels)) continue;
     for (const auto& ep : pm["spec"]["podMetricsEndpoints"]) {
-      scraped = scraped || (ep.value("port", "") == "trainer" && ep.value("path", "") == "/metrics");
+      scraped =
+          scraped || (ep.value("port", "") == "trainer" && ep.value("path", "") == "/metrics");
     }
   }
   EXPECT_TRUE(scraped) << "no PodMonitor in deploy/monitoring scrapes the shared trainer";
@@ -1780,7 +1828,9 @@ TEST(DeployConfig, SharedTrainerOverlayFeedsOneTrainerFromEveryEppPod) {
   EXPECT_EQ(predictor_ports(base), predictor_ports(shared));
 }
 
-TEST(DeployConfig, HaOverlayUsesTheSharedTrainer) { expect_shared_trainer(cached("overlays/ha")); }
+TEST(DeployConfig, HaOverlayUsesTheSharedTrainer) {
+  expect_shared_trainer(cached("overlays/ha"));
+}
 
 // The shared-trainer checks must be able to fail: break the rendered overlay.
 TEST(DeployChecks, DetectSharedTrainerDrift) {
@@ -1817,13 +1867,19 @@ TEST(DeployChecks, DetectSharedTrainerDrift) {
   };
   const std::vector<Case> cases = {
       {"EPP still on the sidecar's loopback URL",
-       [&](Render& r) { set_env(*container(r, "epp"), "TRAINING_SERVER_URL", "http://127.0.0.1:8000"); },
+       [&](Render& r) {
+         set_env(*container(r, "epp"), "TRAINING_SERVER_URL", "http://127.0.0.1:8000");
+       },
        "is loopback, and no trainer container of this pod listens on 8000"},
       {"EPP aimed at a Service that does not exist",
-       [&](Render& r) { set_env(*container(r, "epp"), "TRAINING_SERVER_URL", "http://trainers:8000"); },
+       [&](Render& r) {
+         set_env(*container(r, "epp"), "TRAINING_SERVER_URL", "http://trainers:8000");
+       },
        "names Service trainers, which is not in the manifests"},
       {"EPP aimed at a port the Service lacks",
-       [&](Render& r) { set_env(*container(r, "epp"), "TRAINING_SERVER_URL", "http://trainer:8001"); },
+       [&](Render& r) {
+         set_env(*container(r, "epp"), "TRAINING_SERVER_URL", "http://trainer:8001");
+       },
        "names port 8001, which Service trainer does not have"},
       {"predictors syncing from loopback",
        [&](Render& r) { predictor_cm(r)["data"]["TRAINING_SERVER_URL"] = "http://127.0.0.1:8000"; },
@@ -1831,8 +1887,7 @@ TEST(DeployChecks, DetectSharedTrainerDrift) {
       {"Service to the wrong port",
        [&](Render& r) { doc(r, "Service", "trainer")["spec"]["ports"][0]["targetPort"] = 8001; },
        "targetPort 8001 is no containerPort of Deployment/trainer"},
-      {"two trainers",
-       [&](Render& r) { doc(r, "Deployment", "trainer")["spec"]["replicas"] = 2; },
+      {"two trainers", [&](Render& r) { doc(r, "Deployment", "trainer")["spec"]["replicas"] = 2; },
        "a shared trainer needs exactly 1 replica, has 2"},
       {"rolling update",
        [&](Render& r) { doc(r, "Deployment", "trainer")["spec"].erase("strategy"); },
@@ -1840,7 +1895,8 @@ TEST(DeployChecks, DetectSharedTrainerDrift) {
       {"models on an emptyDir",
        [&](Render& r) {
          for (auto& v : doc(r, "Deployment", "trainer")["spec"]["template"]["spec"]["volumes"]) {
-           if (v["name"] == "trainer-models") v = {{"name", "trainer-models"}, {"emptyDir", Json::object()}};
+           if (v["name"] == "trainer-models")
+             v = {{"name", "trainer-models"}, {"emptyDir", Json::object()}};
          }
        },
        "keeps its models (/var/lib/llmd/trainer/ttft.ubj) on a PersistentVolumeClaim"},
@@ -1852,7 +1908,9 @@ TEST(DeployChecks, DetectSharedTrainerDrift) {
        },
        "Service/epp: selects the pods of"},
       {"trainer on loopback behind its Service",
-       [&](Render& r) { trainer(r)["env"].push_back({{"name", "TRAINING_HOST"}, {"value", "127.0.0.1"}}); },
+       [&](Render& r) {
+         trainer(r)["env"].push_back({{"name", "TRAINING_HOST"}, {"value", "127.0.0.1"}});
+       },
        "targets port 8000, which container trainer binds on 127.0.0.1 only"},
       {"EPP with another token than the shared trainer",
        [&](Render& r) {
@@ -1866,9 +1924,10 @@ TEST(DeployChecks, DetectSharedTrainerDrift) {
     Render broken = good;
     c.breakit(broken);
     Problems p = check_render(broken);
-    bool hit = std::any_of(p.begin(), p.end(), [&](auto& s) { return s.find(c.expect) != std::string::npos; });
-    EXPECT_TRUE(hit) << c.what << ": expected a problem containing '" << c.expect << "', got:"
-                     << (p.empty() ? std::string(" none") : all_problems(p));
+    bool hit = std::any_of(p.begin(), p.end(),
+                           [&](auto& s) { return s.find(c.expect) != std::string::npos; });
+    EXPECT_TRUE(hit) << c.what << ": expected a problem containing '" << c.expect
+                     << "', got:" << (p.empty() ? std::string(" none") : all_problems(p));
   }
 }
 
@@ -1936,112 +1995,160 @@ TEST(DeployChecks, DetectDrift) {
   };
   auto cm_key = [](Render& r, const std::string& prefix) -> Json& {
     for (auto& d : r.docs) {
-      if (d.value("kind", "") == "ConfigMap" && d["metadata"].value("name", "").rfind(prefix, 0) == 0) {
+      if (d.value("kind", "") == "ConfigMap" &&
+          d["metadata"].value("name", "").rfind(prefix, 0) == 0) {
         return d;
       }
     }
     throw std::runtime_error("no ConfigMap " + prefix);
   };
   const std::vector<Case> cases = {
-      {"misspelt flag", [](Render& r) { (*container(r, "predictor-1"))["args"][0] = "--prot=8001"; },
+      {"misspelt flag",
+       [](Render& r) { (*container(r, "predictor-1"))["args"][0] = "--prot=8001"; },
        "flag --prot is not an option of predictor"},
-      {"unknown env name", [](Render& r) {
-         (*container(r, "epp"))["env"].push_back({{"name", "PREDICTION_SERVER_URLS"}, {"value", "x"}});
-       }, "env PREDICTION_SERVER_URLS is not an option of epp"},
-      {"unknown env in a sidecar ConfigMap", [&](Render& r) {
-         cm_key(r, "trainer-config")["data"]["LATENCY_RETRAIN_INTERVAL"] = "5";
-       }, "env LATENCY_RETRAIN_INTERVAL (from ConfigMap"},
-      {"containerPort off", [](Render& r) { (*container(r, "trainer"))["ports"][0]["containerPort"] = 8010; },
+      {"unknown env name",
+       [](Render& r) {
+         (*container(r, "epp"))["env"].push_back(
+             {{"name", "PREDICTION_SERVER_URLS"}, {"value", "x"}});
+       },
+       "env PREDICTION_SERVER_URLS is not an option of epp"},
+      {"unknown env in a sidecar ConfigMap",
+       [&](Render& r) { cm_key(r, "trainer-config")["data"]["LATENCY_RETRAIN_INTERVAL"] = "5"; },
+       "env LATENCY_RETRAIN_INTERVAL (from ConfigMap"},
+      {"containerPort off",
+       [](Render& r) { (*container(r, "trainer"))["ports"][0]["containerPort"] = 8010; },
        "but trainer listens on [8000]"},
-      {"port flag without containerPort", [](Render& r) { (*container(r, "epp"))["args"].push_back("--metrics-port=9091"); },
+      {"port flag without containerPort",
+       [](Render& r) { (*container(r, "epp"))["args"].push_back("--metrics-port=9091"); },
        "but epp listens on"},
-      {"liveness on /readyz", [](Render& r) {
+      {"liveness on /readyz",
+       [](Render& r) {
          (*container(r, "predictor-2"))["livenessProbe"]["httpGet"]["path"] = "/readyz";
-       }, "livenessProbe GETs /readyz, expected /healthz"},
-      {"probe on the wrong port", [](Render& r) {
-         (*container(r, "epp"))["readinessProbe"]["httpGet"]["port"] = 8080;
-       }, "readinessProbe port 8080 is not the container's health port 9003"},
-      {"predictor missing from the EPP's list", [](Render& r) {
+       },
+       "livenessProbe GETs /readyz, expected /healthz"},
+      {"probe on the wrong port",
+       [](Render& r) { (*container(r, "epp"))["readinessProbe"]["httpGet"]["port"] = 8080; },
+       "readinessProbe port 8080 is not the container's health port 9003"},
+      {"predictor missing from the EPP's list",
+       [](Render& r) {
          for (auto& e : (*container(r, "epp"))["env"]) {
            if (e["name"] == "PREDICTION_SERVER_URL") e["value"] = "http://127.0.0.1:8001";
          }
-       }, "PREDICTION_SERVER_URL is 'http://127.0.0.1:8001' but the pod's predictors are"},
-      {"pipeline copy drifted", [&](Render& r) {
+       },
+       "PREDICTION_SERVER_URL is 'http://127.0.0.1:8001' but the pod's predictors are"},
+      {"pipeline copy drifted",
+       [&](Render& r) {
          auto& data = cm_key(r, "epp-config")["data"];
          data["load-prefix.yaml"] = data["load-prefix.yaml"].get<std::string>() + "# edited\n";
-       }, "differs from epp/config/load-prefix.yaml"},
-      {"pool names a missing pipeline", [&](Render& r) {
+       },
+       "differs from epp/config/load-prefix.yaml"},
+      {"pool names a missing pipeline",
+       [&](Render& r) {
          auto& data = cm_key(r, "epp-config")["data"];
          data.erase("default-pipeline.yaml");
-       }, "is not a file of ConfigMap"},
-      {"two predictors share a model dir", [](Render& r) {
+       },
+       "is not a file of ConfigMap"},
+      {"two predictors share a model dir",
+       [](Render& r) {
          (*container(r, "predictor-2"))["volumeMounts"][0]["subPath"] = "predictor-1";
-       }, "shares its model directory"},
-      {"objective mismatch", [](Render& r) {
-         (*container(r, "predictor-1"))["env"] = Json::array({{{"name", "LATENCY_OBJECTIVE_TYPE"}, {"value", "mean"}}});
-       }, "--objective-type mean differs from the trainer's quantile"},
-      {"model path off the volume", [](Render& r) {
+       },
+       "shares its model directory"},
+      {"objective mismatch",
+       [](Render& r) {
+         (*container(r, "predictor-1"))["env"] =
+             Json::array({{{"name", "LATENCY_OBJECTIVE_TYPE"}, {"value", "mean"}}});
+       },
+       "--objective-type mean differs from the trainer's quantile"},
+      {"model path off the volume",
+       [](Render& r) {
          (*container(r, "trainer"))["args"].push_back("--ttft-model-path=/opt/ttft.ubj");
-       }, "--ttft-model-path /opt/ttft.ubj is not on a writable volume mount"},
-      {"unquoted env value", [](Render& r) {
+       },
+       "--ttft-model-path /opt/ttft.ubj is not on a writable volume mount"},
+      {"unquoted env value",
+       [](Render& r) {
          (*container(r, "epp"))["env"].push_back({{"name", "EPP_IO_THREADS"}, {"value", 4}});
-       }, "must be a string"},
-      {"Service targets a missing port", [](Render& r) {
+       },
+       "must be a string"},
+      {"Service targets a missing port",
+       [](Render& r) {
          for (auto& d : r.docs) {
            if (d["kind"] == "Service") d["spec"]["ports"][1]["targetPort"] = "metricz";
          }
-       }, "targetPort \"metricz\" is no containerPort"},
-      {"volume with two sources", [](Render& r) {
+       },
+       "targetPort \"metricz\" is no containerPort"},
+      {"volume with two sources",
+       [](Render& r) {
          for (auto& v : (*deployment(r, "epp"))["spec"]["template"]["spec"]["volumes"]) {
            if (v["name"] == "trainer-models") v["persistentVolumeClaim"] = {{"claimName", "x"}};
          }
-       }, "must have exactly one source"},
-      {"registry-prefixed image is still checked", [](Render& r) {
+       },
+       "must have exactly one source"},
+      {"registry-prefixed image is still checked",
+       [](Render& r) {
          (*container(r, "trainer"))["image"] = "registry.example.com/team/llmd/trainer:v1";
          (*container(r, "trainer"))["args"][0] = "--prot=8000";
-       }, "flag --prot is not an option of trainer"},
-      {"sidecar on the pod IP without the admin token", [](Render& r) {
+       },
+       "flag --prot is not an option of trainer"},
+      {"sidecar on the pod IP without the admin token",
+       [](Render& r) {
          Json& env = (*container(r, "predictor-2"))["env"];
          env.erase(std::remove_if(env.begin(), env.end(),
                                   [](const Json& e) { return e["name"] == "LLMD_ADMIN_TOKEN"; }),
                    env.end());
-       }, "container predictor-2: listens on 0.0.0.0 without an admin token"},
-      {"admin token written into the manifest", [](Render& r) {
+       },
+       "container predictor-2: listens on 0.0.0.0 without an admin token"},
+      {"admin token written into the manifest",
+       [](Render& r) {
          for (auto& e : (*container(r, "trainer"))["env"]) {
-           if (e["name"] == "LLMD_ADMIN_TOKEN") e = {{"name", "LLMD_ADMIN_TOKEN"}, {"value", "s3cret"}};
+           if (e["name"] == "LLMD_ADMIN_TOKEN")
+             e = {{"name", "LLMD_ADMIN_TOKEN"}, {"value", "s3cret"}};
          }
-       }, "container trainer: the admin token is written into the manifests"},
-      {"EPP with another token than the trainer", [](Render& r) {
+       },
+       "container trainer: the admin token is written into the manifests"},
+      {"EPP with another token than the trainer",
+       [](Render& r) {
          for (auto& e : (*container(r, "epp"))["env"]) {
            if (e["name"] == "LLMD_ADMIN_TOKEN") e["valueFrom"]["secretKeyRef"]["name"] = "other";
          }
-       }, "the EPP's admin token (other/token) is not the trainer's (llmd-admin-token/token)"},
-      {"health port on loopback", [](Render& r) {
+       },
+       "the EPP's admin token (other/token) is not the trainer's (llmd-admin-token/token)"},
+      {"health port on loopback",
+       [](Render& r) {
          for (auto& a : (*container(r, "epp"))["args"]) {
            if (a == "--health-host=0.0.0.0") a = "--health-host=127.0.0.1";
          }
-       }, "container epp: serves its probes on 127.0.0.1 only"},
-      {"Service in front of a loopback proxy", [](Render& r) {
+       },
+       "container epp: serves its probes on 127.0.0.1 only"},
+      {"Service in front of a loopback proxy",
+       [](Render& r) {
          for (auto& a : (*container(r, "epp"))["args"]) {
            if (a == "--host=0.0.0.0") a = "--host=127.0.0.1";
          }
-       }, "targets port 8080, which the EPP binds on 127.0.0.1 only"},
-      {"metrics on loopback", [](Render& r) {
+       },
+       "targets port 8080, which the EPP binds on 127.0.0.1 only"},
+      {"metrics on loopback",
+       [](Render& r) {
          for (auto& a : (*container(r, "epp"))["args"]) {
            if (a == "--metrics-host=0.0.0.0") a = "--metrics-host=127.0.0.1";
          }
-       }, "the EPP's metrics port binds 127.0.0.1 only"},
-      {"scrape annotation on the wrong port", [](Render& r) {
-         (*deployment(r, "epp"))["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] = "9003";
-       }, "annotations must name the EPP's metrics port 9090"},
+       },
+       "the EPP's metrics port binds 127.0.0.1 only"},
+      {"scrape annotation on the wrong port",
+       [](Render& r) {
+         (*deployment(r,
+                      "epp"))["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] =
+             "9003";
+       },
+       "annotations must name the EPP's metrics port 9090"},
   };
   for (const auto& c : cases) {
     Render broken = good;
     c.breakit(broken);
     Problems p = check_render(broken);
-    bool hit = std::any_of(p.begin(), p.end(), [&](auto& s) { return s.find(c.expect) != std::string::npos; });
-    EXPECT_TRUE(hit) << c.what << ": expected a problem containing '" << c.expect << "', got:"
-                     << (p.empty() ? std::string(" none") : all_problems(p));
+    bool hit = std::any_of(p.begin(), p.end(),
+                           [&](auto& s) { return s.find(c.expect) != std::string::npos; });
+    EXPECT_TRUE(hit) << c.what << ": expected a problem containing '" << c.expect
+                     << "', got:" << (p.empty() ? std::string(" none") : all_problems(p));
   }
 }
 
@@ -2095,7 +2202,8 @@ std::set<std::string> apt_packages(const std::vector<std::string>& stage) {
 std::string owning_package(const std::string& path) {
   static std::map<std::string, std::string> cache;
   if (auto it = cache.find(path); it != cache.end()) return it->second;
-  for (std::string candidate : {path, path.rfind("/usr", 0) == 0 ? path.substr(4) : "/usr" + path}) {
+  for (std::string candidate :
+       {path, path.rfind("/usr", 0) == 0 ? path.substr(4) : "/usr" + path}) {
     auto r = run_command("dpkg -S " + quote(candidate));
     if (r.status == 0) {
       return cache[path] = r.out.substr(0, r.out.find(':'));
@@ -2134,7 +2242,8 @@ TEST(DeployDocker, EveryImageHasAMinimalCorrectBuildFile) {
     EXPECT_NE(all_build.find("--target " + bin), std::string::npos);
     const auto& rt = d.stages[1];
     auto has = [&](const std::string& s) { return std::find(rt.begin(), rt.end(), s) != rt.end(); };
-    EXPECT_TRUE(has("COPY --from=build /build/" + path + " /usr/local/bin/" + bin)) << join(rt, "\n");
+    EXPECT_TRUE(has("COPY --from=build /build/" + path + " /usr/local/bin/" + bin))
+        << join(rt, "\n");
     EXPECT_TRUE(has("ENTRYPOINT [\"/usr/local/bin/" + bin + "\"]")) << join(rt, "\n");
     EXPECT_TRUE(has("USER 65532:65532")) << "runs as non-root";
     if (bin == "trainer" || bin == "predictor") {

@@ -114,8 +114,8 @@ inline std::unique_ptr<Process> start_chart_container(
     // (default 8000), which stands for the remap here.
     args.push_back("TRAINING_PORT=" + std::to_string(ports.at(c.port)));
   }
-  args.push_back("PATH=" + binary("uvicorn") + ":" + binary("predictor") + ":" +
-                 binary("trainer") + ":/usr/bin:/bin");
+  args.push_back("PATH=" + binary("uvicorn") + ":" + binary("predictor") + ":" + binary("trainer") +
+                 ":/usr/bin:/bin");
   if (c.command.empty()) {
     args.push_back(binary(c.image + "/" + c.image));  // the image's ENTRYPOINT, no args
   }

@@ -104,14 +104,16 @@ TEST_P(ChartSidecars, ProbesAnswerOnThePodAddress) {
   auto trainer = start(tc);
   for (const auto& path : tc.probes) {
     ASSERT_TRUE(trainer->wait_http_ok(port(tc), path, std::chrono::seconds(30), ip))
-        << tc.name << " GET " << ip << ":" << port(tc) << path << "\n" << trainer->log();
+        << tc.name << " GET " << ip << ":" << port(tc) << path << "\n"
+        << trainer->log();
   }
   EXPECT_TRUE(trainer->wait_http_ok(port(tc), "/healthz")) << "the EPP's localhost URL";
   auto predictor = start(pc);
   for (const auto& path : pc.probes) {
     // Readiness: the first sync from the trainer, at start (the next one is 30 s later).
     ASSERT_TRUE(predictor->wait_http_ok(port(pc), path, std::chrono::seconds(45), ip))
-        << pc.name << " GET " << ip << ":" << port(pc) << path << "\n" << predictor->log();
+        << pc.name << " GET " << ip << ":" << port(pc) << path << "\n"
+        << predictor->log();
   }
   // The chart's settings took effect: models on the volumes, the trainer's URL, 28 workers.
   EXPECT_TRUE(std::filesystem::exists(mounts_.at("/models") + "/ttft.joblib"));
@@ -153,8 +155,8 @@ TEST_P(ChartSidecars, EveryVariableIsReadOrRefusedAndDocumented) {
   ASSERT_FALSE(doc.empty());
   for (const auto& c : containers_) {
     const std::string help = help_text(c.image);
-    const auto table = c.image == "trainer" ? config::trainer_reference_env()
-                                            : config::predictor_reference_env();
+    const auto table =
+        c.image == "trainer" ? config::trainer_reference_env() : config::predictor_reference_env();
     std::set<std::string> listed;
     for (const auto& e : table) {
       listed.insert(e.name);

@@ -23,21 +23,25 @@ namespace llmd::testing {
 namespace {
 
 Json pod_object(const std::string& name, const std::string& ip, bool ready, const std::string& rv,
-               const std::string& app = "vllm") {
-  return Json{{"metadata",
-               {{"name", name}, {"namespace", "llm"}, {"resourceVersion", rv},
-                {"labels", {{"app", app}, {"pool", "p"}}}}},
-              {"status",
-               {{"phase", "Running"},
-                {"podIP", ip},
-                {"conditions", Json::array({{{"type", "Ready"}, {"status", ready ? "True" : "False"}}})}}}};
+                const std::string& app = "vllm") {
+  return Json{
+      {"metadata",
+       {{"name", name},
+        {"namespace", "llm"},
+        {"resourceVersion", rv},
+        {"labels", {{"app", app}, {"pool", "p"}}}}},
+      {"status",
+       {{"phase", "Running"},
+        {"podIP", ip},
+        {"conditions", Json::array({{{"type", "Ready"}, {"status", ready ? "True" : "False"}}})}}}};
 }
 
 // An InferenceObjective as the API server returns it (poolRef.group defaulted by the CRD).
 Json objective_object(const std::string& api_version, const std::string& name, Json priority,
                       const std::string& pool, const std::string& rv) {
-  Json spec = {{"poolRef", {{"group", "inference.networking.k8s.io"}, {"kind", "InferencePool"},
-                            {"name", pool}}}};
+  Json spec = {
+      {"poolRef",
+       {{"group", "inference.networking.k8s.io"}, {"kind", "InferencePool"}, {"name", pool}}}};
   if (!priority.is_null()) {
     spec["priority"] = priority;
   }
@@ -153,8 +157,11 @@ class FakeApiServer {
       return false;
     }
     pod_watch_->write(Json{{"type", "ERROR"},
-                           {"object", {{"kind", "Status"}, {"code", 410}, {"reason", "Expired"},
-                                       {"message", "too old resource version"}}}}
+                           {"object",
+                            {{"kind", "Status"},
+                             {"code", 410},
+                             {"reason", "Expired"},
+                             {"message", "too old resource version"}}}}
                           .dump() +
                       "\n");
     pod_watch_->end();
@@ -211,12 +218,12 @@ class FakeApiServer {
     for (auto p : pool_ports_) {
       ports.push_back({{"number", p}});
     }
-    return Json{{"apiVersion", "inference.networking.k8s.io/v1"},
-                {"kind", "InferencePool"},
-                {"metadata",
-                 {{"name", "p"}, {"namespace", "llm"},
-                  {"resourceVersion", std::to_string(pool_version_)}}},
-                {"spec", {{"selector", {{"matchLabels", pool_labels_}}}, {"targetPorts", ports}}}};
+    return Json{
+        {"apiVersion", "inference.networking.k8s.io/v1"},
+        {"kind", "InferencePool"},
+        {"metadata",
+         {{"name", "p"}, {"namespace", "llm"}, {"resourceVersion", std::to_string(pool_version_)}}},
+        {"spec", {{"selector", {{"matchLabels", pool_labels_}}}, {"targetPorts", ports}}}};
   }
 
   void handle(http::Request&& req, http::ResponseStreamPtr stream) {
@@ -294,7 +301,8 @@ class FakeApiServer {
   }
 
   std::mutex mu_;
-  Json list_ = Json{{"kind", "PodList"}, {"metadata", {{"resourceVersion", "1"}}}, {"items", Json::array()}};
+  Json list_ =
+      Json{{"kind", "PodList"}, {"metadata", {{"resourceVersion", "1"}}}, {"items", Json::array()}};
   Json pool_labels_;
   std::vector<uint16_t> pool_ports_;
   int pool_version_ = 1;
@@ -335,19 +343,23 @@ double until_ready_pods(uint16_t metrics_port, double n) {
 struct DiscoveringEpp {
   DiscoveringEpp(FakeApiServer& api, const std::string& pipeline,
                  const std::vector<std::string>& extra_args = {}) {
-    std::ofstream(dir.file("epp.yaml")) << "scrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: "
-                                        << LLMD_SOURCE_DIR << "/epp/config/" << pipeline << "\n";
+    std::ofstream(dir.file("epp.yaml"))
+        << "scrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: " << LLMD_SOURCE_DIR
+        << "/epp/config/" << pipeline << "\n";
     std::ofstream(dir.file("token")) << "test-token\n";
     std::vector<std::string> args = {
-        "--config", dir.file("epp.yaml"), "--host", "127.0.0.1", "--port",
-        std::to_string(epp_port), "--health-port", std::to_string(health_port),
-        "--metrics-port", std::to_string(metrics_port), "--pool-name", "p",
-        "--pool-namespace", "llm", "--kube-api-url",
-        "http://127.0.0.1:" + std::to_string(api.port())};
+        "--config",         dir.file("epp.yaml"),
+        "--host",           "127.0.0.1",
+        "--port",           std::to_string(epp_port),
+        "--health-port",    std::to_string(health_port),
+        "--metrics-port",   std::to_string(metrics_port),
+        "--pool-name",      "p",
+        "--pool-namespace", "llm",
+        "--kube-api-url",   "http://127.0.0.1:" + std::to_string(api.port())};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
-    epp = std::make_unique<Process>(binary("epp/epp"), std::move(args),
-                                    std::vector<std::string>{"EPP_KUBE_TOKEN_FILE=" +
-                                                             dir.file("token")});
+    epp = std::make_unique<Process>(
+        binary("epp/epp"), std::move(args),
+        std::vector<std::string>{"EPP_KUBE_TOKEN_FILE=" + dir.file("token")});
   }
   TempDir dir;
   uint16_t epp_port = free_port(), health_port = free_port(), metrics_port = free_port();
@@ -394,8 +406,7 @@ TEST(Discovery, EppFollowsPodsAddedRemovedAndUnreadiedThroughListAndWatch) {
                  {"max_tokens", 2}};
     auto r = client.post("/v1/completions", body.dump());
     ASSERT_EQ(r.status, 200) << r.body << epp.log();
-    EXPECT_NE(r.header("x-gateway-destination-endpoint"),
-              "127.0.0.2:" + std::to_string(pod_port));
+    EXPECT_NE(r.header("x-gateway-destination-endpoint"), "127.0.0.2:" + std::to_string(pod_port));
   }
   // A pod is deleted: it leaves.
   ASSERT_TRUE(api.event("DELETED", pod_object("b", "127.0.0.3", true, "13")));
@@ -422,10 +433,10 @@ TEST(Discovery, EveryTargetPortOfAPoolIsAnEndpoint) {
   ASSERT_NE(base, 0);
   std::vector<std::unique_ptr<Process>> pods;
   for (const char* ip : {"127.0.0.2", "127.0.0.3"}) {
-    pods.push_back(std::make_unique<Process>(
-        binary("bench/modelsim/modelsim"),
-        std::vector<std::string>{"--pods", "2", "--base-port", std::to_string(base), "--host",
-                                 ip}));
+    pods.push_back(
+        std::make_unique<Process>(binary("bench/modelsim/modelsim"),
+                                  std::vector<std::string>{"--pods", "2", "--base-port",
+                                                           std::to_string(base), "--host", ip}));
   }
   FakeApiServer api(base, 2);
   api.set_list(Json::array({pod_object("a", "127.0.0.2", true, "5"),
@@ -507,16 +518,18 @@ TEST(Discovery, AnInferencePoolEditMovesTrafficToWhatThePoolNowSelects) {
                                  std::to_string(base), "--host", ip}));
   }
   FakeApiServer api(base);
-  api.set_list(Json::array({pod_object("a", "127.0.0.2", true, "5"),
-                            pod_object("b", "127.0.0.3", true, "6"),
-                            pod_object("c", "127.0.0.4", true, "7", "vllm-next"),
-                            pod_object("d", "127.0.0.5", true, "8", "vllm-next")}),
-               "10");
+  api.set_list(
+      Json::array({pod_object("a", "127.0.0.2", true, "5"), pod_object("b", "127.0.0.3", true, "6"),
+                   pod_object("c", "127.0.0.4", true, "7", "vllm-next"),
+                   pod_object("d", "127.0.0.5", true, "8", "vllm-next")}),
+      "10");
   DiscoveringEpp d(api, "round-robin.yaml");
   Process& epp = *d.epp;
   ASSERT_TRUE(epp.wait_http_ok(d.health_port, "/readyz")) << epp.log();
   ASSERT_GE(until_ready_pods(d.metrics_port, 2), 0) << epp.log();
-  const auto at = [](const char* ip, int port) { return std::string(ip) + ":" + std::to_string(port); };
+  const auto at = [](const char* ip, int port) {
+    return std::string(ip) + ":" + std::to_string(port);
+  };
   const std::set<std::string> first = {at("127.0.0.2", base), at("127.0.0.3", base)};
   const std::set<std::string> next = {at("127.0.0.4", base), at("127.0.0.5", base)};
   const std::set<std::string> next_port = {at("127.0.0.4", base + 1), at("127.0.0.5", base + 1)};
@@ -528,7 +541,8 @@ TEST(Discovery, AnInferencePoolEditMovesTrafficToWhatThePoolNowSelects) {
   const double selector_seconds = seconds_until_traffic_reaches(d.epp_port, next, refused);
   ASSERT_GE(selector_seconds, 0) << epp.log();
   EXPECT_EQ(endpoints_reached(d.epp_port, 6, "selector"), next)
-      << "every request goes to the newly selected pods\n" << epp.log();
+      << "every request goes to the newly selected pods\n"
+      << epp.log();
   EXPECT_EQ(api.pod_watch_selector(), "app=vllm-next");
   EXPECT_EQ(api.lists(), 2) << "one list per selector";
   EXPECT_NE(epp.log().find("InferencePool llm/p changed: selector app=vllm -> app=vllm-next"),
@@ -540,9 +554,9 @@ TEST(Discovery, AnInferencePoolEditMovesTrafficToWhatThePoolNowSelects) {
   const double port_seconds = seconds_until_traffic_reaches(d.epp_port, next_port, refused);
   ASSERT_GE(port_seconds, 0) << epp.log();
   EXPECT_EQ(endpoints_reached(d.epp_port, 6, "port"), next_port) << epp.log();
-  EXPECT_NE(epp.log().find("changed: port " + std::to_string(base) + " -> " +
-                           std::to_string(base + 1)),
-            std::string::npos)
+  EXPECT_NE(
+      epp.log().find("changed: port " + std::to_string(base) + " -> " + std::to_string(base + 1)),
+      std::string::npos)
       << epp.log();
   EXPECT_EQ(api.pool_watches(), 1) << "one pool watch, kept open across the edits";
 
@@ -611,8 +625,8 @@ TEST(Discovery, ThePoolsInferenceObjectivesGiveTheirRequestsTheirPriority) {
       << "an objective of pool q is not this pool's";
 
   // An edit through the watch: the next requests get the new priority.
-  ASSERT_TRUE(api.objective_event(gie, "MODIFIED",
-                                  objective_object(gie, "interactive", -2, "p", "25")));
+  ASSERT_TRUE(
+      api.objective_event(gie, "MODIFIED", objective_object(gie, "interactive", -2, "p", "25")));
   std::string now;
   for (int i = 0; i < 200; ++i) {  // hang guard: following a watch event takes far less
     now = decision("x-gateway-inference-objective", "interactive");
@@ -623,8 +637,8 @@ TEST(Discovery, ThePoolsInferenceObjectivesGiveTheirRequestsTheirPriority) {
   }
   EXPECT_NE(now.find(" priority=-2 "), std::string::npos) << now << "\n" << epp.log();
   // Deleted: the name is unknown again (priority 0, no priority= in the decision).
-  ASSERT_TRUE(api.objective_event(gie, "DELETED",
-                                  objective_object(gie, "interactive", -2, "p", "26")));
+  ASSERT_TRUE(
+      api.objective_event(gie, "DELETED", objective_object(gie, "interactive", -2, "p", "26")));
   for (int i = 0; i < 200; ++i) {
     now = decision("x-gateway-inference-objective", "interactive");
     if (now.find(" priority=") == std::string::npos) {
@@ -651,8 +665,9 @@ class TlsApiServer {
     ctx_.use_private_key_file(key, boost::asio::ssl::context::pem);
     port_ = acceptor_.local_endpoint().port();
     acceptor_.non_blocking(true);
-    pool_ = Json{{"spec", {{"selector", {{"matchLabels", {{"app", "vllm"}}}}},
-                           {"targetPorts", Json::array({{{"number", target_port}}})}}}};
+    pool_ = Json{{"spec",
+                  {{"selector", {{"matchLabels", {{"app", "vllm"}}}}},
+                   {"targetPorts", Json::array({{{"number", target_port}}})}}}};
     list_ = Json{{"metadata", {{"resourceVersion", "3"}}},
                  {"items", Json::array({pod_object("a", pod_ip, true, "2")})}};
     thread_ = std::thread([this] { serve(); });
@@ -708,10 +723,10 @@ class TlsApiServer {
                    .dump() +
                "\n";
       }
-      const std::string answer = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                                 "Content-Length: " +
-                                 std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
-                                 body;
+      const std::string answer =
+          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+          "Content-Length: " +
+          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
       boost::asio::write(tls, boost::asio::buffer(answer), ec);
       tls.shutdown(ec);
     }
@@ -729,10 +744,10 @@ class TlsApiServer {
 
 // A self-signed certificate for 127.0.0.1 (also its own CA), made with the openssl tool.
 bool make_cert(const std::string& dir, const std::string& name) {
-  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=api "
-                          "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " +
-                          dir + "/" + name + ".key -out " + dir + "/" + name +
-                          ".crt > /dev/null 2>&1";
+  const std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=api "
+      "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " +
+      dir + "/" + name + ".key -out " + dir + "/" + name + ".crt > /dev/null 2>&1";
   return std::system(cmd.c_str()) == 0;
 }
 
@@ -750,13 +765,26 @@ TEST(Discovery, HttpsApiServerWithTheMountedCaIsTrustedAndAnyOtherIsRefused) {
   auto run_epp = [&](const std::string& ca, uint16_t metrics_port) {
     return std::make_unique<Process>(
         binary("epp/epp"),
-        std::vector<std::string>{"--config", config, "--host", "127.0.0.1", "--port",
-                                 std::to_string(free_port()), "--health-port",
-                                 std::to_string(free_port()), "--metrics-port",
-                                 std::to_string(metrics_port), "--pool-name", "p",
-                                 "--pool-namespace", "llm", "--kube-api-url",
+        std::vector<std::string>{"--config",
+                                 config,
+                                 "--host",
+                                 "127.0.0.1",
+                                 "--port",
+                                 std::to_string(free_port()),
+                                 "--health-port",
+                                 std::to_string(free_port()),
+                                 "--metrics-port",
+                                 std::to_string(metrics_port),
+                                 "--pool-name",
+                                 "p",
+                                 "--pool-namespace",
+                                 "llm",
+                                 "--kube-api-url",
                                  "https://127.0.0.1:" + std::to_string(api.port()),
-                                 "--kube-ca-file", ca, "--kube-token-file", dir.file("token")});
+                                 "--kube-ca-file",
+                                 ca,
+                                 "--kube-token-file",
+                                 dir.file("token")});
   };
   {
     const uint16_t metrics_port = free_port();
@@ -784,15 +812,14 @@ TEST(Discovery, PodsInTheConfigFileAreRefusedWithDiscovery) {
   const std::string config = dir.file("epp.yaml");
   std::ofstream(config) << "pool:\n  pods:\n  - {name: x, address: 127.0.0.1:9}\npipeline: "
                         << LLMD_SOURCE_DIR << "/epp/config/load-prefix.yaml\n";
-  Process epp(binary("epp/epp"), {"--config", config, "--pool-selector", "app=vllm",
-                                  "--pool-namespace", "llm", "--kube-api-url",
-                                  "http://127.0.0.1:9", "--port", std::to_string(free_port())});
+  Process epp(binary("epp/epp"),
+              {"--config", config, "--pool-selector", "app=vllm", "--pool-namespace", "llm",
+               "--kube-api-url", "http://127.0.0.1:9", "--port", std::to_string(free_port())});
   for (int i = 0; i < 200 && epp.running(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_FALSE(epp.running()) << "the EPP refuses to start";
-  EXPECT_NE(epp.log().find("pool.pods is not allowed with Kubernetes discovery"),
-            std::string::npos)
+  EXPECT_NE(epp.log().find("pool.pods is not allowed with Kubernetes discovery"), std::string::npos)
       << epp.log();
 }
 

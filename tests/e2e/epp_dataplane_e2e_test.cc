@@ -29,8 +29,8 @@ class DataPlaneStack : public StackTest {
     RawSocket sock(stack_->epp_port);
     if (!sock.connected() ||
         !sock.send_all("POST /v1/completions HTTP/1.1\r\nHost: epp\r\nContent-Type: "
-                       "application/json\r\nContent-Length: " + std::to_string(text.size()) +
-                       "\r\nConnection: close\r\n\r\n" + text)) {
+                       "application/json\r\nContent-Length: " +
+                       std::to_string(text.size()) + "\r\nConnection: close\r\n\r\n" + text)) {
       return {"", false};
     }
     while (sock.read_some() > 0) {
@@ -204,20 +204,21 @@ TEST_F(DataPlaneStack, IdleConnectionsBeyondTheDescriptorLimitKillNeitherEppNorP
   start(o);
   const uint16_t predictor_port = free_port();
   const std::string d = stack_->dir_.path() + "/limited";
-  Process predictor(binary("predictor/predictor"),
-                    {"--host", "127.0.0.1", "--port", std::to_string(predictor_port),
-                     "--training-server-url",
-                     "http://127.0.0.1:" + std::to_string(stack_->trainer->port),
-                     "--model-sync-interval", "0.2", "--workers", "1",
-                     "--local-ttft-model-path", d + "/ttft.ubj", "--local-tpot-model-path",
-                     d + "/tpot.ubj", "--local-ttft-gated-model-path", d + "/ttft_gated.bin",
-                     "--local-tpot-gated-model-path", d + "/tpot_gated.bin"},
-                    {}, 1024);
+  Process predictor(
+      binary("predictor/predictor"),
+      {"--host", "127.0.0.1", "--port", std::to_string(predictor_port), "--training-server-url",
+       "http://127.0.0.1:" + std::to_string(stack_->trainer->port), "--model-sync-interval", "0.2",
+       "--workers", "1", "--local-ttft-model-path", d + "/ttft.ubj", "--local-tpot-model-path",
+       d + "/tpot.ubj", "--local-ttft-gated-model-path", d + "/ttft_gated.bin",
+       "--local-tpot-gated-model-path", d + "/tpot_gated.bin"},
+      {}, 1024);
   ASSERT_TRUE(predictor.wait_http_ok(predictor_port, "/readyz"));
   int stream_status = 0;
   std::thread streamer([&] {
     http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(60));
-    Json body = {{"model", stack_->model}, {"prompt", words(10, "during")}, {"max_tokens", 300},
+    Json body = {{"model", stack_->model},
+                 {"prompt", words(10, "during")},
+                 {"max_tokens", 300},
                  {"stream", true}};
     stream_status = c.post("/v1/completions", body.dump()).status;
   });

@@ -99,9 +99,9 @@ TEST_F(DecisionStack, TheDebugHeaderAndTheDecisionLogShowTheCandidatesAndThePick
   EXPECT_EQ(r.header("x-gateway-destination-endpoint"), stack_->pod_address(picked))
       << "the header names the pod that answered";
   for (int i = 0; i < 4; ++i) {
-    EXPECT_TRUE(std::regex_search(
-        header, std::regex("pod-" + std::to_string(i) + ":ttft=[0-9.]+,tpot=[0-9.]+,"
-                           "ttft_headroom=[0-9.]+")))
+    EXPECT_TRUE(std::regex_search(header, std::regex("pod-" + std::to_string(i) +
+                                                     ":ttft=[0-9.]+,tpot=[0-9.]+,"
+                                                     "ttft_headroom=[0-9.]+")))
         << "pod-" << i << " with its predicted TTFT and headroom under the SLO: " << header;
   }
   // removed= only on a pod a filter removed, each named in filters=.
@@ -158,8 +158,7 @@ TEST_F(DecisionStack, TheDebugHeaderAndTheDecisionLogShowTheCandidatesAndThePick
 }
 
 TEST_F(DecisionStack, TheDecisionLogIsSwitchedAtRunTimeByAConfigReload) {
-  ASSERT_EQ(stack_->complete(words(5, "on"), 2, false, {{"x-request-id", "logged-1"}}).status,
-            200);
+  ASSERT_EQ(stack_->complete(words(5, "on"), 2, false, {{"x-request-id", "logged-1"}}).status, 200);
   ASSERT_TRUE(log_shows(*stack_, "\"request_id\":\"logged-1\""));
 
   stack_->options_.extra_config = "decisionLog: {sampleRate: 0}\n";

@@ -57,14 +57,17 @@ TEST_F(EppStack, StreamingAndNonStreamingSucceedAndFeedbackTrainsAModel) {
   bool trained = false;
   for (int i = 0; i < 600 && !trained; ++i) {  // hang guard: 60 s
     Json s = stack_->trainer->get_json("/data/status");
-    trained = s["training_data"]["ttft_samples"].get<int>() + s["test_data"]["ttft_samples"].get<int>() >= 30 &&
-              s["training_data"]["tpot_samples"].get<int>() > 0 && !s["last_retrain"].is_null();
+    trained =
+        s["training_data"]["ttft_samples"].get<int>() + s["test_data"]["ttft_samples"].get<int>() >=
+            30 &&
+        s["training_data"]["tpot_samples"].get<int>() > 0 && !s["last_retrain"].is_null();
     if (!trained) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
   ASSERT_TRUE(trained) << "hang guard (60 s): the trainer did not store the 30 streams' samples "
-                          "and retrain; " << stack_->trainer->get("/data/status").body;
+                          "and retrain; "
+                       << stack_->trainer->get("/data/status").body;
   // Predictions were used and are compared with actuals in the metrics.
   std::string m = stack_->metrics();
   EXPECT_GT(metric_sum(m, "inference_objective_request_predicted_ttft_seconds_count{"), 0) << m;
@@ -86,7 +89,8 @@ TEST_F(EppStack, StreamingAndNonStreamingSucceedAndFeedbackTrainsAModel) {
   // the client has read the answer: wait for the 65th observation (hang guard: 10 s), then
   // check that nothing else moved.
   std::string after = stack_->metrics();
-  for (int i = 0; i < 1000 && metric_sum(after, "inference_objective_request_duration_seconds_count{") < 65;
+  for (int i = 0;
+       i < 1000 && metric_sum(after, "inference_objective_request_duration_seconds_count{") < 65;
        ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     after = stack_->metrics();
@@ -185,7 +189,7 @@ TEST_F(EppStack, StalledPodStopsReceivingTraffic) {
   // the EPP to count it out (ready_pods), not for a time; the bound only guards against a hang.
   double ready = 0;
   for (int i = 0; i < 300 && (ready = metric_sum(stack_->metrics(),
-                                                  "llmd_epp_pool{stat=\"ready_pods\"}")) != 3;
+                                                 "llmd_epp_pool{stat=\"ready_pods\"}")) != 3;
        ++i) {  // hang guard: 30 s
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -246,9 +250,9 @@ TEST_F(EppStack, PredictionsTravelOnTheColumnarPath) {
 TEST_F(EppStack, ThreadsAreNamedAndPredictionCallsRunOnTheProxyWorkers) {
   ASSERT_EQ(stack_->complete(words(20, "warm"), 2).status, 200);
   const auto before = thread_switches(stack_->epp->pid());
-  for (const char* name : {"epp-worker-0", "epp-worker-1", "epp-scraper", "epp-coalescer",
-                           "epp-predict-io", "epp-pred-probe", "epp-timers", "epp-proxy",
-                           "epp-health-0", "epp-metrics-0"}) {
+  for (const char* name :
+       {"epp-worker-0", "epp-worker-1", "epp-scraper", "epp-coalescer", "epp-predict-io",
+        "epp-pred-probe", "epp-timers", "epp-proxy", "epp-health-0", "epp-metrics-0"}) {
     EXPECT_EQ(before.count(name), 1u) << name;
   }
   const auto predictor = thread_switches(stack_->predictors.at(0)->pid());
@@ -260,8 +264,7 @@ TEST_F(EppStack, ThreadsAreNamedAndPredictionCallsRunOnTheProxyWorkers) {
   }
   const auto after = thread_switches(stack_->epp->pid());
   const std::string m = stack_->metrics();
-  EXPECT_GE(metric_value(m, "llmd_epp_scheduling_predictions_total", {"used=\"true\""}),
-            kRequests);
+  EXPECT_GE(metric_value(m, "llmd_epp_scheduling_predictions_total", {"used=\"true\""}), kRequests);
   expect_prediction_calls_on_workers(before, after, kRequests);
 }
 
@@ -307,9 +310,9 @@ TEST_F(EppInProcessStack, TheTrainersModelsArePredictedInTheEppWithoutAPredictor
   }
   const std::string after = stack_->metrics();
   const std::string used = "llmd_epp_scheduling_predictions_total";
-  EXPECT_EQ(metric_value(after, used, {"used=\"true\""}) -
-                metric_value(before, used, {"used=\"true\""}),
-            10)
+  EXPECT_EQ(
+      metric_value(after, used, {"used=\"true\""}) - metric_value(before, used, {"used=\"true\""}),
+      10)
       << "every request scheduled with predictions";
   EXPECT_GE(metric_sum(after, "llmd_epp_in_process_prediction_seconds_count") -
                 metric_sum(before, "llmd_epp_in_process_prediction_seconds_count"),
@@ -387,7 +390,8 @@ TEST_F(EppStack, ConfigReloadSwitchesPipelineWithoutDroppingRequests) {
   std::thread traffic([&] {
     http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(30));
     for (int i = 0; !stop; ++i) {
-      Json body = {{"model", stack_->model}, {"prompt", words(20, "r" + std::to_string(i))},
+      Json body = {{"model", stack_->model},
+                   {"prompt", words(20, "r" + std::to_string(i))},
                    {"max_tokens", 4}};
       (c.post("/v1/completions", body.dump()).status == 200 ? ok : failed)++;
     }
@@ -459,9 +463,11 @@ TEST_F(EppUntrainedStack, BeforeTheFirstModelRequestsAvoidThePodPrefillingALongP
   constexpr int kRequests = 5;  // the long prompt, then four short ones
   std::vector<Json> bodies;
   for (int i = 0; i < kRequests; ++i) {
-    bodies.push_back({{"model", stack_->model},
-                      {"prompt", i == 0 ? words(1500, "long") : words(5, "short" + std::to_string(i))},
-                      {"max_tokens", 2}, {"stream", true}});
+    bodies.push_back(
+        {{"model", stack_->model},
+         {"prompt", i == 0 ? words(1500, "long") : words(5, "short" + std::to_string(i))},
+         {"max_tokens", 2},
+         {"stream", true}});
   }
   auto results = send_while_earlier_in_flight(*stack_, bodies, {});
   for (int i = 0; i < kRequests; ++i) {
@@ -494,7 +500,8 @@ TEST_F(EppSheddingStack, UnreachableSloShedsSheddableRequestButServesNormalOne) 
   for (int i = 0; i < 10; ++i) {
     busy.emplace_back([this, i] {
       http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(60));
-      Json body = {{"model", stack_->model}, {"prompt", words(300, "busy" + std::to_string(i))},
+      Json body = {{"model", stack_->model},
+                   {"prompt", words(300, "busy" + std::to_string(i))},
                    {"max_tokens", 1000}};
       c.post("/v1/completions", body.dump());
     });
@@ -505,14 +512,13 @@ TEST_F(EppSheddingStack, UnreachableSloShedsSheddableRequestButServesNormalOne) 
   // not a fixed delay; the bounds only guard against a hang.
   double in_flight = 0;
   for (int i = 0; i < 300 && (in_flight = metric_sum(stack_->metrics(),
-                                                      "llmd_epp_pod_in_flight{")) < 10;
+                                                     "llmd_epp_pod_in_flight{")) < 10;
        ++i) {  // hang guard: 30 s
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_GE(in_flight, 10) << "hang guard (30 s): the long requests never ran";
   // The proxy counts them as requests in progress (the operator's downstream_rq_active).
-  EXPECT_GE(metric_value(stack_->metrics(), "llmd_epp_requests_in_progress",
-                         {"ingress=\"proxy\""}),
+  EXPECT_GE(metric_value(stack_->metrics(), "llmd_epp_requests_in_progress", {"ingress=\"proxy\""}),
             10);
   std::vector<http::Header> slo = {{"x-slo-ttft-ms", "0.001"}, {"x-slo-tpot-ms", "0.001"}};
   Json sheddable = {{"nvext", {{"agent_hints", {{"priority", -1}}}}}};
@@ -541,9 +547,9 @@ TEST_F(EppSheddingStack, UnreachableSloShedsSheddableRequestButServesNormalOne) 
   EXPECT_EQ(shed.header("retry-after"), "1");
   EXPECT_EQ(normal.status, 200) << normal.body;
   double in_progress = -1;
-  for (int i = 0; i < 100 && (in_progress = metric_value(stack_->metrics(),
-                                                         "llmd_epp_requests_in_progress",
-                                                         {"ingress=\"proxy\""})) != 0;
+  for (int i = 0;
+       i < 100 && (in_progress = metric_value(stack_->metrics(), "llmd_epp_requests_in_progress",
+                                              {"ingress=\"proxy\""})) != 0;
        ++i) {  // hang guard: 10 s
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -575,7 +581,8 @@ class HeteroPoolStack : public EppStack {
         for (int i = next++; i < n; i = next++) {
           uint32_t h = (seed * 2654435761u) ^ (static_cast<uint32_t>(i) * 40503u + w);
           Json body = {{"model", stack_->model},
-                       {"prompt", words(300 + static_cast<int>(h % 900), "s" + std::to_string(seed * 1000 + i))},
+                       {"prompt", words(300 + static_cast<int>(h % 900),
+                                        "s" + std::to_string(seed * 1000 + i))},
                        {"max_tokens", 16},
                        {"stream", true},
                        {"stream_options", {{"include_usage", true}}}};
@@ -636,8 +643,8 @@ TEST_F(HeteroPoolStack, ASlowerPodIsMeasuredAgainstTheModelAndItsPredictionsAreS
     return most;
   };
   auto bound = [&](const std::string& m, const char* latency) {
-    return metric_sum(
-        m, std::string("llmd_epp_pool_latency_bound_factor{latency=\"") + latency + "\",pool=\"\"}");
+    return metric_sum(m, std::string("llmd_epp_pool_latency_bound_factor{latency=\"") + latency +
+                             "\",pool=\"\"}");
   };
   // One reading of everything the test judges, taken from one metrics scrape: the gauges are
   // read once, when the outcome is reached, and asserted on as read (a second scrape later
@@ -685,7 +692,9 @@ TEST_F(HeteroPoolStack, ASlowerPodIsMeasuredAgainstTheModelAndItsPredictionsAreS
   }
   ASSERT_TRUE(r.learned()) << "hang guard: " << kHangGuardRounds
                            << " rounds of traffic and pod-3 was not set apart on both "
-                              "latencies; " << r.text() << "\npicks per round:\n" << rounds;
+                              "latencies; "
+                           << r.text() << "\npicks per round:\n"
+                           << rounds;
   std::cout << "learned after " << std::count(rounds.begin(), rounds.end(), '\n')
             << " rounds: " << r.text() << std::endl;
   const double slow = r.ttft.at("pod-3");
@@ -768,9 +777,10 @@ TEST_F(HeteroPoolStack, EachPodsStepIsTimedFromItsStreamsAndShiftsItsPredictedTt
     }
   }
   ASSERT_TRUE(shifts() && enough())
-      << "hang guard: " << kHangGuardRounds << " rounds of traffic; step phase applied "
-      << shifts() << ", gauge samples per pod pod-0 " << samples["pod-0"].size() << " pod-3 "
-      << samples["pod-3"].size() << "; picks per round:\n" << rounds;
+      << "hang guard: " << kHangGuardRounds << " rounds of traffic; step phase applied " << shifts()
+      << ", gauge samples per pod pod-0 " << samples["pod-0"].size() << " pod-3 "
+      << samples["pod-3"].size() << "; picks per round:\n"
+      << rounds;
 
   std::map<std::string, double> step;
   std::string report;
@@ -781,7 +791,8 @@ TEST_F(HeteroPoolStack, EachPodsStepIsTimedFromItsStreamsAndShiftsItsPredictedTt
     http::HttpClient c("127.0.0.1", stack_->pod_port(i));
     const std::string pm = c.get("/metrics").body;
     const double n = metric_sum(pm, "vllm:time_per_output_token_seconds_count");
-    const double tpot_ms = n > 0 ? 1000 * metric_sum(pm, "vllm:time_per_output_token_seconds_sum") / n : 0;
+    const double tpot_ms =
+        n > 0 ? 1000 * metric_sum(pm, "vllm:time_per_output_token_seconds_sum") / n : 0;
     report += pod + ": EPP step " + std::to_string(step[pod]) + " ms (mean of " +
               std::to_string(v.size()) + " readings), pod's own TPOT " + std::to_string(tpot_ms) +
               " ms over " + std::to_string(n) + " requests\n";

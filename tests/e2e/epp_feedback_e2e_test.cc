@@ -75,7 +75,8 @@ SseView scan_sse(const std::string& body) {
     if (j.contains("usage") && !j["usage"].is_null()) {
       v.usage_seen = true;
       const Json& u = j["usage"];
-      if (u.is_object() && u.contains("completion_tokens") && u["completion_tokens"].is_number_integer()) {
+      if (u.is_object() && u.contains("completion_tokens") &&
+          u["completion_tokens"].is_number_integer()) {
         v.usage_completion_tokens = u["completion_tokens"].get<int64_t>();
       }
     }
@@ -201,8 +202,8 @@ class FeedbackStack : public ::testing::Test {
     const int max_tokens = 2 + static_cast<int>(rng() % 5);
     // Half short questions (5-64 words), half long ones (50-649): the uncached prefill, hence
     // the TTFT, varies with the request, so a model has to learn it (a constant cannot pass).
-    const int user_words = rng() % 2 == 0 ? 5 + static_cast<int>(rng() % 60)
-                                          : 50 + static_cast<int>(rng() % 600);
+    const int user_words =
+        rng() % 2 == 0 ? 5 + static_cast<int>(rng() % 60) : 50 + static_cast<int>(rng() % 600);
     const std::string user = words(user_words, tag + "n" + std::to_string(conv.turns.size()) + "u");
     const bool stream = kind != Kind::kNonStreaming;
     Json body = {{"model", stack_->model}, {"max_tokens", max_tokens}, {"stream", stream}};
@@ -344,8 +345,7 @@ class FeedbackStack : public ::testing::Test {
     c.ingested_tpot = metric_value(m, "llmd_trainer_samples_ingested_total", {"target=\"tpot\""});
     c.live_ttft = metric_value(m, "llmd_trainer_live_prediction_ape_percent", {"target=\"ttft\""});
     c.live_tpot = metric_value(m, "llmd_trainer_live_prediction_ape_percent", {"target=\"tpot\""});
-    c.fits_ttft =
-        metric_value(m, "llmd_trainer_fits_total", {"target=\"ttft\"", "result=\"ok\""});
+    c.fits_ttft = metric_value(m, "llmd_trainer_fits_total", {"target=\"ttft\"", "result=\"ok\""});
     Json s = stack_->trainer->get_json("/data/status");
     c.stored_ttft = s["training_data"]["ttft_samples"].get<int64_t>() +
                     s["test_data"]["ttft_samples"].get<int64_t>();
@@ -419,7 +419,8 @@ TEST_F(FeedbackStack, MixedTrafficGivesOneSamplePerStreamAndAccurateLiveTtft) {
     int64_t served = -1;
     for (int i = 0; i < 600 && served < ttft_version; ++i) {  // hang guard: 60 s
       Json s = Json::parse(p.get("/status").body, nullptr, false);
-      if (!s.is_discarded() && s.contains("model_versions") && s["model_versions"].contains("ttft")) {
+      if (!s.is_discarded() && s.contains("model_versions") &&
+          s["model_versions"].contains("ttft")) {
         served = s["model_versions"]["ttft"].get<int64_t>();
       }
       if (served < ttft_version) {
@@ -445,8 +446,9 @@ TEST_F(FeedbackStack, MixedTrafficGivesOneSamplePerStreamAndAccurateLiveTtft) {
   const double n = c2.ingested_ttft - before.ingested_ttft;
   const double w = std::pow(0.98, n);
   const double phase2_live = (c2.live_ttft - w * before.live_ttft) / (1 - w);
-  const double phase2_live_tpot = (c2.live_tpot - std::pow(0.98, c2.ingested_tpot - before.ingested_tpot) * before.live_tpot) /
-                                  (1 - std::pow(0.98, c2.ingested_tpot - before.ingested_tpot));
+  const double phase2_live_tpot =
+      (c2.live_tpot - std::pow(0.98, c2.ingested_tpot - before.ingested_tpot) * before.live_tpot) /
+      (1 - std::pow(0.98, c2.ingested_tpot - before.ingested_tpot));
   const std::string em = stack_->metrics();
   const std::string tm = stack_->trainer->get("/metrics").body;
   const Json info = stack_->trainer->get_json("/model/download/info");
@@ -457,11 +459,10 @@ TEST_F(FeedbackStack, MixedTrafficGivesOneSamplePerStreamAndAccurateLiveTtft) {
   std::ostringstream report;
   report << "phase 1: " << p1.summary() << "\nphase 2: " << p2.summary()
          << "\nafter phase 1: " << c1.text() << "\nbefore phase 2 (TTFT model v" << ttft_version
-         << "): " << before.text() << "\nafter phase 2: " << c2.text()
-         << "\nlive TTFT APE: gauge " << c2.live_ttft << " %, phase 2 alone " << phase2_live
-         << " % over " << n << " samples (gauge before phase 2 " << before.live_ttft
-         << " %); live TPOT APE: gauge " << c2.live_tpot << " %, phase 2 alone "
-         << phase2_live_tpot << " %"
+         << "): " << before.text() << "\nafter phase 2: " << c2.text() << "\nlive TTFT APE: gauge "
+         << c2.live_ttft << " %, phase 2 alone " << phase2_live << " % over " << n
+         << " samples (gauge before phase 2 " << before.live_ttft << " %); live TPOT APE: gauge "
+         << c2.live_tpot << " %, phase 2 alone " << phase2_live_tpot << " %"
          << "\ntrainer objective " << info.value("objective_type", "?") << " (quantile "
          << info.value("quantile", 0.0) << "); TTFT hold-out MAPE "
          << metric_value(tm, "llmd_trainer_holdout_mape_percent", {"target=\"ttft\""})
@@ -586,8 +587,8 @@ TEST(FeedbackExactlyOnce, StalledTrainerIngestsEachBatchOnceAndEppCountersAddUp)
     for (int i = 0; i < 600 && epp().retried == 0; ++i) {  // <= 60 s more
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    stopped_for = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at)
-                      .count();
+    stopped_for =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
     ASSERT_GT(epp().retried, 0) << "no feedback batch was retried while the trainer was stopped; "
                                 << epp().text();
   }  // SIGCONT
@@ -619,8 +620,9 @@ TEST(FeedbackExactlyOnce, StalledTrainerIngestsEachBatchOnceAndEppCountersAddUp)
   std::ostringstream report;
   report << "trainer stopped " << stopped_for << " s (at least " << stop_seconds
          << " s and until a retry); streams completed " << completed << ", failed " << failed
-         << "\n" << c.text() << "\ntrainer: ingested " << in << " samples, duplicate batches "
-         << duplicates << "; ingested / produced = " << (c.produced > 0 ? in / c.produced : 0);
+         << "\n"
+         << c.text() << "\ntrainer: ingested " << in << " samples, duplicate batches " << duplicates
+         << "; ingested / produced = " << (c.produced > 0 ? in / c.produced : 0);
   std::cout << report.str() << std::endl;
   RecordProperty("ingested_over_produced", std::to_string(c.produced > 0 ? in / c.produced : 0));
 

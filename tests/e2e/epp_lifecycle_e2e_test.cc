@@ -52,11 +52,14 @@ double pod_metric(Stack& stack, int pods, const std::string& prefix) {
 class LifecycleStack : public StackTest {
  protected:
   std::string raw_request(const std::string& prompt, int max_tokens, bool stream) {
-    Json body = {{"model", stack_->model}, {"prompt", prompt}, {"max_tokens", max_tokens},
+    Json body = {{"model", stack_->model},
+                 {"prompt", prompt},
+                 {"max_tokens", max_tokens},
                  {"stream", stream}};
     const std::string text = body.dump();
     return "POST /v1/completions HTTP/1.1\r\nHost: epp\r\nContent-Type: application/json\r\n"
-           "Content-Length: " + std::to_string(text.size()) + "\r\n\r\n" + text;
+           "Content-Length: " +
+           std::to_string(text.size()) + "\r\n\r\n" + text;
   }
   // Polls the EPP's metrics until the sum of `prefix` reaches `want` (up to 10 s).
   // Polls (up to 10 s) until the metric reaches `want`: at least it, or with `falling` at most
@@ -102,8 +105,9 @@ TEST_F(LifecycleStack, ClientThatDisconnectsWhileQueuedIsNeverDispatched) {
   o.pods = 1;
   o.predictors = 1;
   // One request in flight saturates the pod: everything else waits in the router queue.
-  o.extra_config = "routerQueue:\n  policy: fcfs\n  routerQueueThreshold: {inFlightRequests: 1}\n"
-                   "  timeoutMs: 60000\n";
+  o.extra_config =
+      "routerQueue:\n  policy: fcfs\n  routerQueueThreshold: {inFlightRequests: 1}\n"
+      "  timeoutMs: 60000\n";
   start(o);
   int long_status = 0;
   std::vector<std::thread> threads;
@@ -111,7 +115,9 @@ TEST_F(LifecycleStack, ClientThatDisconnectsWhileQueuedIsNeverDispatched) {
   threads.emplace_back([&] {
     http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(120));
     // Streamed: its headers come at once (the stack's first-byte timeout is 2 s).
-    Json body = {{"model", stack_->model}, {"prompt", words(20, "long")}, {"max_tokens", 600},
+    Json body = {{"model", stack_->model},
+                 {"prompt", words(20, "long")},
+                 {"max_tokens", 600},
                  {"stream", true}};
     long_status = c.post("/v1/completions", body.dump()).status;
   });
@@ -124,8 +130,8 @@ TEST_F(LifecycleStack, ClientThatDisconnectsWhileQueuedIsNeverDispatched) {
     std::vector<std::unique_ptr<RawSocket>> waiting;
     for (int i = 0; i < 3; ++i) {
       waiting.push_back(std::make_unique<RawSocket>(stack_->epp_port));
-      ASSERT_TRUE(waiting.back()->send_all(raw_request(words(20, "gone" + std::to_string(i)), 4,
-                                                       i % 2 == 0)));
+      ASSERT_TRUE(waiting.back()->send_all(
+          raw_request(words(20, "gone" + std::to_string(i)), 4, i % 2 == 0)));
     }
     ASSERT_GE(wait_metric("llmd_epp_router_queue_pending{", 3), 3) << stack_->metrics();
   }  // the three clients hang up
@@ -153,8 +159,10 @@ TEST_F(LifecycleStack, SigtermLetsEveryStreamInFlightFinishAndExitsZero) {
   for (int i = 0; i < kStreams; ++i) {
     clients.emplace_back([&, i] {
       http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(60));
-      Json body = {{"model", stack_->model}, {"prompt", words(30, "s" + std::to_string(i))},
-                   {"max_tokens", 200}, {"stream", true}};
+      Json body = {{"model", stack_->model},
+                   {"prompt", words(30, "s" + std::to_string(i))},
+                   {"max_tokens", 200},
+                   {"stream", true}};
       got[i] = c.post("/v1/completions", body.dump());
     });
   }
@@ -180,7 +188,8 @@ TEST_F(LifecycleStack, SigtermLetsEveryStreamInFlightFinishAndExitsZero) {
     EXPECT_EQ(got[i].status, 200) << i << ": " << got[i].error;
     EXPECT_NE(got[i].body.find("data: [DONE]"), std::string::npos) << i;
   }
-  EXPECT_EQ(stack_->epp->terminate(std::chrono::seconds(30)), 0) << "the EPP exits 0 after the drain";
+  EXPECT_EQ(stack_->epp->terminate(std::chrono::seconds(30)), 0)
+      << "the EPP exits 0 after the drain";
   EXPECT_NE(stack_->epp->log().find("drained: no request in flight"), std::string::npos);
 }
 
@@ -296,11 +305,11 @@ TEST_F(LifecycleStack, ClientAuthorizationReachesPodsStartedWithAnApiKey) {
   o.predictors = 1;
   o.modelsim_args = {"--api-key", "sk-pool"};
   start(o);
-  auto with_key = stack_->complete(words(10, "auth"), 2, false,
-                                   {{"Authorization", "Bearer sk-pool"}});
+  auto with_key =
+      stack_->complete(words(10, "auth"), 2, false, {{"Authorization", "Bearer sk-pool"}});
   EXPECT_EQ(with_key.status, 200) << with_key.body;
-  auto streamed = stack_->complete(words(10, "auth"), 2, true,
-                                   {{"Authorization", "Bearer sk-pool"}});
+  auto streamed =
+      stack_->complete(words(10, "auth"), 2, true, {{"Authorization", "Bearer sk-pool"}});
   EXPECT_EQ(streamed.status, 200) << streamed.body;
   // Without it the pod's own 401 passes through as the pod wrote it.
   auto without = stack_->complete(words(10, "auth"), 2);
@@ -358,8 +367,7 @@ TEST_F(LifecycleStack, RejectionsBeforeTheFirstSuccessCarryTheModelName) {
   const std::string m = stack_->metrics();
   const std::string named = "llmd_epp_requests_total{code=\"503\",model_name=\"" + stack_->model;
   EXPECT_EQ(metric_sum(m, named), 1) << m;
-  EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"502\",model_name=\"" + stack_->model),
-            1);
+  EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"502\",model_name=\"" + stack_->model), 1);
   EXPECT_EQ(metric_sum(m, "llmd_epp_requests_total{code=\"503\",model_name=\"other\""), 1);
   EXPECT_EQ(m.find("no-such"), std::string::npos);
 }
@@ -403,9 +411,8 @@ TEST_F(LifecycleStack, ClientThatAbandonsAHungStreamReleasesThePodAtOnce) {
     }
     fault(0, R"({"mode":"stall","duration_ms":120000})");
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the pod is silent now
-  }  // the client hangs up
-  EXPECT_GE(wait_metric("llmd_epp_pod_attempts_total{code=\"499\"}", 1), 1)
-      << stack_->metrics();
+  }                                                               // the client hangs up
+  EXPECT_GE(wait_metric("llmd_epp_pod_attempts_total{code=\"499\"}", 1), 1) << stack_->metrics();
   fault(0, R"({"mode":"none"})");
   const std::string m = stack_->metrics();
   EXPECT_EQ(metric_sum(m, "llmd_epp_pod_attempts_total{code=\"502\"}"), 0) << m;
@@ -425,13 +432,13 @@ TEST_F(LifecycleStack, HeadersNamedInConnectionAreNotForwarded) {
   start(o);
   // The pod needs the key: named in Connection, Authorization is dropped (the pod's 401);
   // otherwise it travels on.
-  auto dropped = stack_->complete(words(10, "c"), 2, false,
-                                  {{"Authorization", "Bearer sk-pool"},
-                                   {"Connection", "keep-alive, Authorization"}});
+  auto dropped = stack_->complete(
+      words(10, "c"), 2, false,
+      {{"Authorization", "Bearer sk-pool"}, {"Connection", "keep-alive, Authorization"}});
   EXPECT_EQ(dropped.status, 401) << dropped.body;
-  auto kept = stack_->complete(words(10, "c"), 2, false,
-                               {{"Authorization", "Bearer sk-pool"},
-                                {"Connection", "keep-alive, x-other"}});
+  auto kept = stack_->complete(
+      words(10, "c"), 2, false,
+      {{"Authorization", "Bearer sk-pool"}, {"Connection", "keep-alive, x-other"}});
   EXPECT_EQ(kept.status, 200) << kept.body;
 }
 
@@ -525,7 +532,8 @@ TEST_F(LifecycleStack, EveryEppErrorIsAnOpenAiErrorObject) {
       {404, "not_found_error", c.get("/v1/models/org%2Fnone"), nullptr, "model_not_found"},
       {405, "invalid_request_error", c.get("/v1/chat/completions")},
       {413, "invalid_request_error",
-       c.post("/v1/completions", Json{{"model", stack_->model}, {"prompt", std::string(9000, 'x')}}.dump())},
+       c.post("/v1/completions",
+              Json{{"model", stack_->model}, {"prompt", std::string(9000, 'x')}}.dump())},
       {502, "server_error", c.post("/v1/completions", ok_body)},  // the only pod answers 500
       {503, "service_unavailable_error", c.post("/v1/completions", ok_body)},  // it is ejected
   };
@@ -565,9 +573,11 @@ TEST(EppListeners, BindLoopbackByDefaultAndEachHostFlagOpensOneListener) {
                          "pipeline: " LLMD_SOURCE_DIR "/epp/config/round-robin.yaml\n";
   const uint16_t port = free_port(), health = free_port(), metrics = free_port(),
                  ext_proc = free_port();
-  const std::vector<std::string> ports = {
-      "--config", pool, "--port", std::to_string(port), "--health-port", std::to_string(health),
-      "--metrics-port", std::to_string(metrics), "--ext-proc-port", std::to_string(ext_proc)};
+  const std::vector<std::string> ports = {"--config",        pool,
+                                          "--port",          std::to_string(port),
+                                          "--health-port",   std::to_string(health),
+                                          "--metrics-port",  std::to_string(metrics),
+                                          "--ext-proc-port", std::to_string(ext_proc)};
   {
     Process epp(binary("epp/epp"), ports);
     ASSERT_TRUE(epp.wait_http_ok(health, "/healthz")) << epp.log();

@@ -69,7 +69,8 @@ TEST_F(PolicyStack, LatencyRoutingLeavesASlowTargetAndComesBackAfterRecovery) {
   EXPECT_LE(slow, 6) << "the slow target kept receiving traffic";
   std::string m = stack_->metrics();
   EXPECT_NE(m.find("llmd_epp_latency_routing_target{rule=\"llama\",stat=\"fast\",target=\"http://"),
-            std::string::npos) << m;
+            std::string::npos)
+      << m;
 
   // Recovery: the slow samples age out of the 3 s window, the target is re-tried, found fast.
   fault(3, R"({"mode":"none"})");
@@ -83,12 +84,13 @@ TEST_F(PolicyStack, RuleConfigErrorsAreRefusedAtLoadNamingTheRule) {
   TempDir dir;
   std::string pool = dir.file("pool.yaml");
   std::ofstream(pool) << "pool:\n  pods:\n  - {name: p, address: 127.0.0.1:1}\n"
-                         "pipeline: " LLMD_SOURCE_DIR "/epp/config/default-pipeline.yaml\n"
+                         "pipeline: " LLMD_SOURCE_DIR
+                         "/epp/config/default-pipeline.yaml\n"
                          "loadBalancing:\n  type: gateway-load-balancing-config\n  rules:\n"
                          "  - id: broken-rule\n    type: fastest-wins\n"
                          "    when: {models: [m]}\n    load_balance_targets: [{target: pool}]\n";
-  Process epp(binary("epp/epp"), {"--config", pool, "--port", "0", "--health-port", "0",
-                                  "--metrics-port", "0"});
+  Process epp(binary("epp/epp"),
+              {"--config", pool, "--port", "0", "--health-port", "0", "--metrics-port", "0"});
   for (int i = 0; i < 200 && epp.log().find("broken-rule") == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -99,16 +101,17 @@ TEST_F(PolicyStack, RuleConfigErrorsAreRefusedAtLoadNamingTheRule) {
 }
 
 TEST_F(PolicyStack, ShippedPolicyExampleLoads) {
-  Process epp(binary("epp/epp"),
-              {"--config", LLMD_SOURCE_DIR "/epp/config/policies-example.yaml", "--host",
-               "127.0.0.1", "--port", "0", "--health-port", std::to_string(free_port()),
-               "--metrics-port", "0"});
+  Process epp(binary("epp/epp"), {"--config", LLMD_SOURCE_DIR "/epp/config/policies-example.yaml",
+                                  "--host", "127.0.0.1", "--port", "0", "--health-port",
+                                  std::to_string(free_port()), "--metrics-port", "0"});
   // Up means the whole file parsed: the pods themselves are not running here.
   for (int i = 0; i < 100 && epp.log().find("policies:") == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_NE(epp.log().find("policies: 3 objectives, 1 model-level routing rules, router queue fcfs"),
-            std::string::npos) << epp.log();
+  EXPECT_NE(
+      epp.log().find("policies: 3 objectives, 1 model-level routing rules, router queue fcfs"),
+      std::string::npos)
+      << epp.log();
   EXPECT_TRUE(epp.running()) << epp.log();
 }
 
@@ -136,8 +139,9 @@ TEST_F(PolicyStack, RouterQueueServesHigherTiersAndPrioritiesFirstUnderABurst) {
   o.predictors = 1;
   o.modelsim_args = {"--scheduling-policy", "priority"};
   // At most two requests in flight per pod: a burst of 48 must wait in the EPP's queue.
-  o.extra_config = "routerQueue:\n  policy: fcfs\n  routerQueueThreshold: {inFlightRequests: 2}\n"
-                   "  timeoutMs: 60000\n";
+  o.extra_config =
+      "routerQueue:\n  policy: fcfs\n  routerQueueThreshold: {inFlightRequests: 2}\n"
+      "  timeoutMs: 60000\n";
   start(o);
   Latencies lat;
   std::atomic<int> failures{0};
@@ -146,7 +150,8 @@ TEST_F(PolicyStack, RouterQueueServesHigherTiersAndPrioritiesFirstUnderABurst) {
     for (int i = 0; i < n; ++i) {
       ts.emplace_back([&, cls, i, hints] {
         http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(120));
-        Json body = {{"model", stack_->model}, {"prompt", words(40, cls + std::to_string(i))},
+        Json body = {{"model", stack_->model},
+                     {"prompt", words(40, cls + std::to_string(i))},
                      {"max_tokens", 24}};
         if (!hints.is_null()) {
           body["nvext"] = {{"agent_hints", hints}};
@@ -157,8 +162,9 @@ TEST_F(PolicyStack, RouterQueueServesHigherTiersAndPrioritiesFirstUnderABurst) {
           ++failures;
           return;
         }
-        lat.add(cls, std::chrono::duration<double, std::milli>(
-                         std::chrono::steady_clock::now() - t0).count());
+        lat.add(cls,
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                    .count());
       });
     }
     return ts;
@@ -170,7 +176,7 @@ TEST_F(PolicyStack, RouterQueueServesHigherTiersAndPrioritiesFirstUnderABurst) {
   auto plain = burst("plain", 16, nullptr);
   double pending = 0;
   for (int i = 0; i < 3000 && (pending = metric_sum(stack_->metrics(),
-                                                     "llmd_epp_router_queue_pending{")) < 12;
+                                                    "llmd_epp_router_queue_pending{")) < 12;
        ++i) {  // hang guard: 30 s
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -263,8 +269,10 @@ std::vector<std::string> hopeless_destinations(const TempDir& dir, std::unique_p
   constexpr int kHopeless = 4;
   std::vector<Json> bodies;
   for (int i = 0; i < kHopeless; ++i) {
-    bodies.push_back({{"model", stack->model}, {"prompt", words(40, "hopeless" + std::to_string(i))},
-                      {"max_tokens", 600}, {"stream", true}});
+    bodies.push_back({{"model", stack->model},
+                      {"prompt", words(40, "hopeless" + std::to_string(i))},
+                      {"max_tokens", 600},
+                      {"stream", true}});
   }
   std::vector<std::string> dest;
   for (const auto& r : send_while_earlier_in_flight(

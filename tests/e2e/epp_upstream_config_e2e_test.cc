@@ -33,12 +33,12 @@ class EnginePod {
           if (r.method == "POST" && r.path == "/v1/completions") {
             ++completions;
             return http::Response::json(
-                200, nlohmann::json{{"id", "c"},
-                                    {"object", "text_completion"},
-                                    {"choices", {{{"index", 0}, {"text", "ok"},
-                                                  {"finish_reason", "stop"}}}},
-                                    {"usage", {{"prompt_tokens", 2}, {"completion_tokens", 1},
-                                               {"total_tokens", 3}}}});
+                200, nlohmann::json{
+                         {"id", "c"},
+                         {"object", "text_completion"},
+                         {"choices", {{{"index", 0}, {"text", "ok"}, {"finish_reason", "stop"}}}},
+                         {"usage",
+                          {{"prompt_tokens", 2}, {"completion_tokens", 1}, {"total_tokens", 3}}}});
           }
           return http::Response::detail(404, "Not Found");
         }) {}
@@ -92,10 +92,10 @@ struct Epp {
     std::ofstream(dir.file("epp.yaml")) << config_text;
     process = std::make_unique<Process>(
         binary("epp/epp"),
-        std::vector<std::string>{"--config", dir.file("epp.yaml"), "--host", "127.0.0.1",
-                                 "--port", std::to_string(port), "--health-port",
-                                 std::to_string(health), "--metrics-port",
-                                 std::to_string(metrics), "--prediction-server-url", ""});
+        std::vector<std::string>{"--config", dir.file("epp.yaml"), "--host", "127.0.0.1", "--port",
+                                 std::to_string(port), "--health-port", std::to_string(health),
+                                 "--metrics-port", std::to_string(metrics),
+                                 "--prediction-server-url", ""});
   }
   // Every pod ready (a fresh scrape read with its engine's gauges), within a hang bound.
   bool ready_pods(double n) {
@@ -124,8 +124,8 @@ void expect_engine_read(const std::string& engine, const std::string& path, Engi
   for (int i = 0; i < 4; ++i) {
     const auto r = client.post(
         "/v1/completions",
-        nlohmann::json{{"model", "m"}, {"prompt", "hello there " + std::to_string(i)},
-                       {"max_tokens", 1}}
+        nlohmann::json{
+            {"model", "m"}, {"prompt", "hello there " + std::to_string(i)}, {"max_tokens", 1}}
             .dump());
     EXPECT_EQ(r.status, 200) << r.body;
   }

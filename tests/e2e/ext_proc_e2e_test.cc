@@ -288,8 +288,9 @@ TEST_F(ExtProcStack, RouterQueueWaitsRefusesWith429AndAdmitsWhenAPodFrees) {
   StackOptions o;
   o.pods = 1;
   o.predictors = 1;
-  o.extra_config = "routerQueue:\n  policy: fcfs\n  routerQueueThreshold: {inFlightRequests: 1}\n"
-                   "  maxSize: 1\n  timeoutMs: 20000\n";
+  o.extra_config =
+      "routerQueue:\n  policy: fcfs\n  routerQueueThreshold: {inFlightRequests: 1}\n"
+      "  maxSize: 1\n  timeoutMs: 20000\n";
   start_gateway_mode(o);
   const std::string body =
       Json{{"model", stack_->model}, {"prompt", "queued"}, {"max_tokens", 2}}.dump();
@@ -343,9 +344,16 @@ TEST_F(ExtProcStack, AStandbyIsNotServingOverGrpcAndPicksOnceItLeads) {
   StackOptions o;
   o.pods = 2;
   o.predictors = 1;
-  o.epp_args = {"--kube-api-url", api.url(), "--kube-token-file", dir.file("token"),
-                "--leader-elect", "true", "--leader-elect-identity", "epp-gw",
-                "--leader-elect-lease-namespace", "llm"};
+  o.epp_args = {"--kube-api-url",
+                api.url(),
+                "--kube-token-file",
+                dir.file("token"),
+                "--leader-elect",
+                "true",
+                "--leader-elect-identity",
+                "epp-gw",
+                "--leader-elect-lease-namespace",
+                "llm"};
   o.startup["leaderElection.leaseDurationSeconds"] = "2";
   o.startup["leaderElection.renewDeadlineSeconds"] = "1.5";
   o.startup["leaderElection.retryPeriodSeconds"] = "0.3";
@@ -402,12 +410,14 @@ TEST_F(ExtProcStack, TheProxyAndTheGatewayTakeFromOneBodyBudget) {
   StackOptions o;
   o.epp_args = {"--body-budget-bytes", std::to_string(3 * 1024 * 1024)};
   start_gateway_mode(o);
-  const std::string body =
-      Json{{"model", stack_->model}, {"prompt", std::string(2 * 1024 * 1024, 'a')}, {"max_tokens", 4}}
-          .dump();
-  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: epp\r\n"
-                           "Content-Type: application/json\r\nContent-Length: " +
-                           std::to_string(body.size()) + "\r\n\r\n";
+  const std::string body = Json{
+      {"model", stack_->model},
+      {"prompt", std::string(2 * 1024 * 1024, 'a')},
+      {"max_tokens", 4}}.dump();
+  const std::string head =
+      "POST /v1/completions HTTP/1.1\r\nHost: epp\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n";
   // The proxy's answer to the request's headers alone: its status, or 0 while it waits for
   // the body (the proxy reserves the body's bytes when it reads the headers).
   auto proxy_status_before_the_body = [&] {

@@ -60,8 +60,8 @@ class GatewayExchange {
 };
 
 inline pb::ProcessingRequest request_headers(const std::string& path, bool full_duplex,
-                                      bool end_of_stream = false,
-                                      std::vector<std::string> subset = {}) {
+                                             bool end_of_stream = false,
+                                             std::vector<std::string> subset = {}) {
   pb::ProcessingRequest r;
   auto* h = r.mutable_request_headers();
   *h->mutable_headers()->add_headers() = header(":method", end_of_stream ? "GET" : "POST");
@@ -75,7 +75,8 @@ inline pb::ProcessingRequest request_headers(const std::string& path, bool full_
   }
   if (!subset.empty()) {
     auto& ns = (*r.mutable_metadata_context()->mutable_filter_metadata())["envoy.lb.subset_hint"];
-    auto* list = (*ns.mutable_fields())["x-gateway-destination-endpoint-subset"].mutable_list_value();
+    auto* list =
+        (*ns.mutable_fields())["x-gateway-destination-endpoint-subset"].mutable_list_value();
     for (const auto& s : subset) {
       list->add_values()->set_string_value(s);
     }
@@ -83,8 +84,7 @@ inline pb::ProcessingRequest request_headers(const std::string& path, bool full_
   return r;
 }
 
-inline pb::ProcessingRequest body_chunk(const std::string& bytes, bool end,
-                                        bool response = false) {
+inline pb::ProcessingRequest body_chunk(const std::string& bytes, bool end, bool response = false) {
   pb::ProcessingRequest r;
   auto* b = response ? r.mutable_response_body() : r.mutable_request_body();
   b->set_body(bytes);
@@ -124,8 +124,8 @@ class ExtProcStack : public StackTest {
     start(std::move(o));
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(ext_proc_port_),
                                    grpc::InsecureChannelCredentials());
-    ASSERT_TRUE(channel_->WaitForConnected(std::chrono::system_clock::now() +
-                                           std::chrono::seconds(10)));
+    ASSERT_TRUE(
+        channel_->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
     stub_ = pb::ExternalProcessor::NewStub(channel_);
   }
 
@@ -166,7 +166,8 @@ class ExtProcStack : public StackTest {
     EXPECT_TRUE(x.send(body_chunk(body.substr(0, body.size() / 2), false)));
     EXPECT_TRUE(x.send(body_chunk(body.substr(body.size() / 2), true)));
     auto headers = x.receive();
-    EXPECT_TRUE(headers && headers->has_request_headers()) << (headers ? headers->DebugString() : "");
+    EXPECT_TRUE(headers && headers->has_request_headers())
+        << (headers ? headers->DebugString() : "");
     if (!headers || !headers->has_request_headers()) {
       return {};
     }
@@ -179,8 +180,7 @@ class ExtProcStack : public StackTest {
     EXPECT_TRUE(common.clear_route_cache());
     auto forwarded = x.receive();
     EXPECT_TRUE(forwarded && forwarded->has_request_body());
-    const auto& streamed =
-        forwarded->request_body().response().body_mutation().streamed_response();
+    const auto& streamed = forwarded->request_body().response().body_mutation().streamed_response();
     EXPECT_TRUE(streamed.end_of_stream());
     EXPECT_NE(streamed.body().find(text), std::string::npos) << "the body goes on to the pod";
 

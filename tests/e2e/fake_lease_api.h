@@ -91,7 +91,7 @@ class FakeLeaseApi {
  private:
   static Json status(int code, const std::string& reason, const std::string& message) {
     return Json{{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Failure"},
-                {"code", code}, {"reason", reason}, {"message", message}};
+                {"code", code},     {"reason", reason},   {"message", message}};
   }
 
   void handle(http::Request&& req, http::ResponseStreamPtr stream) {
@@ -128,8 +128,8 @@ class FakeLeaseApi {
     const std::string name = req.path.substr(base.size() + 1);
     auto it = leases_.find(name);
     if (it == leases_.end()) {
-      stream->respond(http::Response::json(
-          404, status(404, "NotFound", "leases \"" + name + "\" not found")));
+      stream->respond(
+          http::Response::json(404, status(404, "NotFound", "leases \"" + name + "\" not found")));
       return;
     }
     if (req.method == "GET") {
@@ -148,10 +148,10 @@ class FakeLeaseApi {
       const std::string rv = body["metadata"].value("resourceVersion", "");
       if (rv != it->second["metadata"]["resourceVersion"].get<std::string>()) {
         ++conflicts_;
-        stream->respond(http::Response::json(
-            409, status(409, "Conflict",
-                        "Operation cannot be fulfilled on leases \"" + name +
-                            "\": the object has been modified")));
+        stream->respond(
+            http::Response::json(409, status(409, "Conflict",
+                                             "Operation cannot be fulfilled on leases \"" + name +
+                                                 "\": the object has been modified")));
         return;
       }
       stream->respond(http::Response::json(200, store(name, std::move(body))));

@@ -63,9 +63,15 @@ class Mutator {
     for (int k = 0; k < 1 + pick(8) && !s.empty(); ++k) {
       const std::size_t at = static_cast<std::size_t>(pick(static_cast<int>(s.size())));
       switch (pick(3)) {
-        case 0: s.erase(at, 1 + pick(4)); break;
-        case 1: s.insert(at, 1, alphabet[static_cast<std::size_t>(pick(static_cast<int>(alphabet.size())))]); break;
-        default: s[at] = alphabet[static_cast<std::size_t>(pick(static_cast<int>(alphabet.size())))];
+        case 0:
+          s.erase(at, 1 + pick(4));
+          break;
+        case 1:
+          s.insert(at, 1,
+                   alphabet[static_cast<std::size_t>(pick(static_cast<int>(alphabet.size())))]);
+          break;
+        default:
+          s[at] = alphabet[static_cast<std::size_t>(pick(static_cast<int>(alphabet.size())))];
       }
     }
     return s;
@@ -73,12 +79,18 @@ class Mutator {
 
   Json random_value(int depth, bool large = false) {
     switch (pick(large ? 10 : 8)) {
-      case 0: return nullptr;
-      case 1: return pick(2) == 0;
-      case 2: return std::uniform_int_distribution<int64_t>(INT64_MIN, INT64_MAX)(rng_);
-      case 3: return std::uniform_real_distribution<double>(-1e300, 1e300)(rng_);
-      case 4: return std::string(static_cast<std::size_t>(pick(50)), 'x');
-      case 5: return "yes";
+      case 0:
+        return nullptr;
+      case 1:
+        return pick(2) == 0;
+      case 2:
+        return std::uniform_int_distribution<int64_t>(INT64_MIN, INT64_MAX)(rng_);
+      case 3:
+        return std::uniform_real_distribution<double>(-1e300, 1e300)(rng_);
+      case 4:
+        return std::string(static_cast<std::size_t>(pick(50)), 'x');
+      case 5:
+        return "yes";
       case 6: {
         Json a = Json::array();
         for (int i = 0; i < pick(4) && depth > 0; ++i) a.push_back(random_value(depth - 1));
@@ -86,7 +98,8 @@ class Mutator {
       }
       case 7: {
         Json o = Json::object();
-        for (int i = 0; i < pick(4) && depth > 0; ++i) o["k" + std::to_string(i)] = random_value(depth - 1);
+        for (int i = 0; i < pick(4) && depth > 0; ++i)
+          o["k" + std::to_string(i)] = random_value(depth - 1);
         return o;
       }
       case 8:  // deep nesting, spliced into the text after dumping (see with_deep_nesting)
@@ -149,26 +162,39 @@ TEST(Fuzz, NoCrashNoDropJsonErrorsBoundedMemory) {
   Stack stack(o);
   ASSERT_TRUE(stack.ready) << stack.logs();
   Json row = {{"kv_cache_percentage", 0.5}, {"input_token_length", 100},
-              {"num_request_waiting", 1}, {"num_request_running", 2},
-              {"num_tokens_generated", 1}, {"prefix_cache_score", 0.2}};
+              {"num_request_waiting", 1},   {"num_request_running", 2},
+              {"num_tokens_generated", 1},  {"prefix_cache_score", 0.2}};
   Json entry = row;
   entry["actual_ttft_ms"] = 20.0;
   entry["actual_tpot_ms"] = 5.0;
   std::vector<Target> targets = {
-      {"trainer", stack.trainer->port, "/add_training_data_bulk", Json{{"entries", {entry, entry}}}, false},
-      {"predictor", stack.predictor_ports[0], "/predict/bulk/strict", Json{{"requests", {row, row}}}, false},
+      {"trainer", stack.trainer->port, "/add_training_data_bulk", Json{{"entries", {entry, entry}}},
+       false},
+      {"predictor", stack.predictor_ports[0], "/predict/bulk/strict",
+       Json{{"requests", {row, row}}}, false},
       {"predictor", stack.predictor_ports[0], "/predict", row, false},
       {"predictor", stack.predictor_ports[0], "/predict/bulk/columnar",
-       Json{{"kv_cache_percentage", {0.5, 0.25}}, {"input_token_length", 100},
-            {"num_request_waiting", {1, 0}}, {"num_request_running", 2},
-            {"num_tokens_generated", 1}, {"prefix_cache_score", {0.2, 0.0}},
-            {"pod_type", {"", "decode"}}}, false},
+       Json{{"kv_cache_percentage", {0.5, 0.25}},
+            {"input_token_length", 100},
+            {"num_request_waiting", {1, 0}},
+            {"num_request_running", 2},
+            {"num_tokens_generated", 1},
+            {"prefix_cache_score", {0.2, 0.0}},
+            {"pod_type", {"", "decode"}}},
+       false},
       {"epp", stack.epp_port, "/v1/completions",
-       Json{{"model", stack.model}, {"prompt", "hello there"}, {"max_tokens", 2}, {"stream", true},
-            {"stream_options", {{"include_usage", true}}}}, true},
+       Json{{"model", stack.model},
+            {"prompt", "hello there"},
+            {"max_tokens", 2},
+            {"stream", true},
+            {"stream_options", {{"include_usage", true}}}},
+       true},
       {"epp", stack.epp_port, "/v1/chat/completions",
-       Json{{"model", stack.model}, {"messages", {{{"role", "user"}, {"content", "hi"}}}},
-            {"max_tokens", 2}, {"nvext", {{"agent_hints", {{"priority", 1}}}}}}, true},
+       Json{{"model", stack.model},
+            {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+            {"max_tokens", 2},
+            {"nvext", {{"agent_hints", {{"priority", 1}}}}}},
+       true},
   };
   Mutator mutate(20261123);
   std::map<std::string, int> sent, client_errors;
@@ -186,12 +212,12 @@ TEST(Fuzz, NoCrashNoDropJsonErrorsBoundedMemory) {
     if (r.status >= 400) {
       ++client_errors[t.name];
       Json e = Json::parse(r.body, nullptr, false);
-      ASSERT_FALSE(e.is_discarded()) << t.name << " " << r.status << " body is not JSON: "
-                                     << r.body.substr(0, 200);
+      ASSERT_FALSE(e.is_discarded())
+          << t.name << " " << r.status << " body is not JSON: " << r.body.substr(0, 200);
       // The EPP's own errors are OpenAI error objects; a pod's (vLLM's {"object": "error", ...})
       // pass through as the pod wrote them.
-      const bool shaped = t.openai ? e.contains("error") || e.value("object", "") == "error"
-                                   : e.contains("detail");
+      const bool shaped =
+          t.openai ? e.contains("error") || e.value("object", "") == "error" : e.contains("detail");
       EXPECT_TRUE(shaped) << t.name << ": " << r.body.substr(0, 200);
       EXPECT_LT(r.body.size(), 100000u) << t.name;
     }

@@ -195,8 +195,8 @@ class GieMetrics : public ::testing::Test {
     for (int i = 0; i < 100 && predicted_ < 3; ++i) {
       auto r = stack_->complete(words(12, "gie" + std::to_string(i)), 4, true, slo);
       ok_ += r.status == 200 ? 1 : 0;
-      predicted_ = metric_sum(stack_->metrics(),
-                              "llmd_epp_scheduling_predictions_total{used=\"true\"}");
+      predicted_ =
+          metric_sum(stack_->metrics(), "llmd_epp_scheduling_predictions_total{used=\"true\"}");
       if (predicted_ < 3) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
@@ -204,19 +204,22 @@ class GieMetrics : public ::testing::Test {
     for (int i = 0; i < 3; ++i) {
       ok_ += stack_->complete(words(12, "plain" + std::to_string(i)), 4).status == 200 ? 1 : 0;
     }
-    ok_ += stack_->complete(words(8, "late"), 4, true, {{"x-slo-ttft-ms", "0.001"}}).status ==
-                   200
+    ok_ += stack_->complete(words(8, "late"), 4, true, {{"x-slo-ttft-ms", "0.001"}}).status == 200
                ? 1
                : 0;
-    Json alias = {{"model", kAlias}, {"prompt", words(8, "alias")}, {"max_tokens", 3},
-                  {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+    Json alias = {{"model", kAlias},
+                  {"prompt", words(8, "alias")},
+                  {"max_tokens", 3},
+                  {"stream", true},
+                  {"stream_options", {{"include_usage", true}}}};
     ok_ += stack_->client->post("/v1/completions", alias.dump()).status == 200 ? 1 : 0;
     std::vector<std::thread> burst;
     std::atomic<int> burst_ok{0};
     for (int i = 0; i < 6; ++i) {
       burst.emplace_back([&, i] {
         http::HttpClient c("127.0.0.1", stack_->epp_port, std::chrono::seconds(60));
-        Json body = {{"model", stack_->model}, {"prompt", words(30, "burst" + std::to_string(i))},
+        Json body = {{"model", stack_->model},
+                     {"prompt", words(30, "burst" + std::to_string(i))},
                      {"max_tokens", 16}};
         burst_ok += c.post("/v1/completions", body.dump()).status == 200 ? 1 : 0;
       });
@@ -308,9 +311,11 @@ std::vector<Family> gie_families() {
       {"inference_pool_ready_pods", "gauge", {"name"}},
       {"inference_pool_per_pod_queue_size", "gauge", {"name", "model_server_pod"}},
       {"inference_extension_scheduler_e2e_duration_seconds", "histogram", {}},
-      {"inference_extension_scheduler_attempts_total", "counter",
+      {"inference_extension_scheduler_attempts_total",
+       "counter",
        {"status", "target_model_name", "pod_name", "namespace", "port"}},
-      {"inference_extension_plugin_duration_seconds", "histogram",
+      {"inference_extension_plugin_duration_seconds",
+       "histogram",
        {"extension_point", "plugin_type", "plugin_name"}},
       {"inference_extension_prefix_indexer_size", "gauge", {}},
       {"inference_extension_prefix_indexer_hit_ratio", "histogram", {}},
@@ -319,12 +324,14 @@ std::vector<Family> gie_families() {
       {"inference_extension_flow_control_request_queue_duration_seconds", "histogram",
        with(flow, {"outcome"})},
       {"inference_extension_flow_control_dispatch_cycle_duration_seconds", "histogram", {}},
-      {"inference_extension_flow_control_request_enqueue_duration_seconds", "histogram",
+      {"inference_extension_flow_control_request_enqueue_duration_seconds",
+       "histogram",
        {"fairness_id", "priority", "outcome"}},
       {"inference_extension_flow_control_queue_size", "gauge", flow},
       {"inference_extension_flow_control_queue_bytes", "gauge", flow},
       {"inference_extension_flow_control_pool_saturation", "gauge", {"inference_pool"}},
-      {"inference_extension_model_rewrite_decisions_total", "counter",
+      {"inference_extension_model_rewrite_decisions_total",
+       "counter",
        {"model_rewrite_name", "model_name", "target_model"}},
   };
 }
@@ -382,10 +389,8 @@ TEST_F(GieMetrics, LatencyFamiliesMovedWithPredictions) {
   EXPECT_GT(e_.sum("inference_objective_request_ttft_seconds_count", model), 0);
   EXPECT_GT(e_.sum("inference_objective_request_tpot_seconds_count", model), 0);
   EXPECT_GE(e_.sum("inference_objective_request_predicted_ttft_seconds_count", model), 3);
-  EXPECT_GE(e_.sum("inference_objective_request_ttft_prediction_duration_seconds_count", model),
-            3);
-  EXPECT_GE(e_.sum("inference_objective_request_tpot_prediction_duration_seconds_count", model),
-            3);
+  EXPECT_GE(e_.sum("inference_objective_request_ttft_prediction_duration_seconds_count", model), 3);
+  EXPECT_GE(e_.sum("inference_objective_request_tpot_prediction_duration_seconds_count", model), 3);
   EXPECT_GT(e_.sum("inference_objective_request_ttft_prediction_duration_seconds_sum", model), 0);
   // The consolidated gauge mirrors the *_gauge series.
   for (const char* type : {"ttft", "predicted_ttft", "ttft_prediction_duration", "tpot",
@@ -418,9 +423,9 @@ TEST_F(GieMetrics, PoolSchedulerAndFlowControlFamiliesMoved) {
     EXPECT_EQ(s->labels.at("target_model_name"), stack_->model);
     EXPECT_FALSE(s->labels.at("port").empty());
   }
-  EXPECT_EQ(e_.sum("inference_extension_plugin_duration_seconds_count",
-                   {{"extension_point", "Picker"}}),
-            ok_);
+  EXPECT_EQ(
+      e_.sum("inference_extension_plugin_duration_seconds_count", {{"extension_point", "Picker"}}),
+      ok_);
   EXPECT_GT(e_.sum("inference_extension_plugin_duration_seconds_count",
                    {{"extension_point", "PrepareData"}}),
             0);
@@ -437,14 +442,15 @@ TEST_F(GieMetrics, PoolSchedulerAndFlowControlFamiliesMoved) {
             ok_);
   EXPECT_GT(e_.sum("inference_extension_flow_control_request_enqueue_duration_seconds_count",
                    {{"outcome", "NotYetFinalized"}}),
-            0) << "the burst never waited";
+            0)
+      << "the burst never waited";
   EXPECT_GT(e_.sum("inference_extension_flow_control_dispatch_cycle_duration_seconds_count"), 0);
   EXPECT_EQ(e_.sum("inference_extension_flow_control_queue_size"), 0);
   EXPECT_EQ(e_.sum("inference_extension_flow_control_queue_bytes"), 0);
-  EXPECT_EQ(e_.find("inference_extension_flow_control_pool_saturation",
-                    {{"inference_pool", "default"}})
-                .size(),
-            1u);
+  EXPECT_EQ(
+      e_.find("inference_extension_flow_control_pool_saturation", {{"inference_pool", "default"}})
+          .size(),
+      1u);
 }
 
 TEST_F(GieMetrics, EveryNameTheStockDashboardQueriesIsExported) {

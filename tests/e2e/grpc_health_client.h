@@ -25,9 +25,9 @@ inline grpc::health::v1::HealthCheckResponse::ServingStatus grpc_health(
 
 inline grpc::health::v1::HealthCheckResponse::ServingStatus grpc_health(
     uint16_t port, const std::string& service) {
-  return grpc_health(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                         grpc::InsecureChannelCredentials()),
-                     service);
+  return grpc_health(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()),
+      service);
 }
 
 }  // namespace llmd::testing

@@ -46,8 +46,8 @@ TEST(Hardening, DeeplyNestedJsonIsRefusedByEveryServer) {
   // Wrong types in fields the EPP reads: a 400 that names the field, on a live connection.
   // (Booleans are read as vLLM reads them: "yes" and 1 are a stream, "maybe" and 2 are not.)
   for (const char* bad : {R"("stream": "maybe")", R"("stream": 2)", R"("max_tokens": "8")"}) {
-    auto r = epp.post("/v1/completions", "{\"model\": \"" + stack.model +
-                                             "\", \"prompt\": \"hi\", " + bad + "}");
+    auto r = epp.post("/v1/completions",
+                      "{\"model\": \"" + stack.model + "\", \"prompt\": \"hi\", " + bad + "}");
     EXPECT_EQ(r.status, 400) << bad << ": " << r.body;
     EXPECT_NE(r.body.find("field '"), std::string::npos) << r.body;
   }
@@ -102,7 +102,8 @@ TEST(Hardening, AdminTokenGuardsMutatingEndpointsAndTheEppSendsIt) {
   for (int i = 0; i < 50 && samples < 10; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     Json s = stack.trainer->get_json("/data/status");
-    samples = s["training_data"]["ttft_samples"].get<int>() + s["test_data"]["ttft_samples"].get<int>();
+    samples =
+        s["training_data"]["ttft_samples"].get<int>() + s["test_data"]["ttft_samples"].get<int>();
   }
   EXPECT_EQ(samples, 10);
   EXPECT_EQ(trainer.request("POST", "/flush", "{}", "application/json", good).status, 200);
@@ -144,8 +145,9 @@ TEST(Hardening, SidecarBodyBudgetRefusesUploadsBeyondItAndBoundsMemory) {
   TempDir dir;
   TrainerProcess trainer(dir.path(), {"--body-budget-bytes", "8000000"});
   ASSERT_TRUE(trainer.ready);
-  const std::string head = "POST /add_training_data_bulk HTTP/1.1\r\nHost: t\r\n"
-                           "Content-Type: application/json\r\nContent-Length: 3000000\r\n\r\n";
+  const std::string head =
+      "POST /add_training_data_bulk HTTP/1.1\r\nHost: t\r\n"
+      "Content-Type: application/json\r\nContent-Length: 3000000\r\n\r\n";
   // Two uploads that announce 3 MB each and stall: 6 of the 8 MB are held.
   std::unique_ptr<http::testing::RawSocket> slow1, slow2;
   auto stall = [&] {
@@ -203,10 +205,9 @@ TEST(Hardening, PredictorBoundsMemoryUnderConcurrentLargeBodies) {
   const uint16_t port = free_port();
   Process p(binary("predictor/predictor"),
             {"--host", "127.0.0.1", "--port", std::to_string(port), "--workers", "2",
-             "--training-server-url",
-             "http://127.0.0.1:" + std::to_string(trainer.port), "--local-ttft-model-path",
-             dir.file("ttft.ubj"), "--local-tpot-model-path", dir.file("tpot.ubj"),
-             "--local-ttft-gated-model-path", dir.file("ttft_gated.bin"),
+             "--training-server-url", "http://127.0.0.1:" + std::to_string(trainer.port),
+             "--local-ttft-model-path", dir.file("ttft.ubj"), "--local-tpot-model-path",
+             dir.file("tpot.ubj"), "--local-ttft-gated-model-path", dir.file("ttft_gated.bin"),
              "--local-tpot-gated-model-path", dir.file("tpot_gated.bin")});
   ASSERT_TRUE(p.wait_http_ok(port, "/readyz")) << p.log();
   const Json row = feature_row(0.5, 100, 1, 10, 0.2);
@@ -236,8 +237,10 @@ TEST(Hardening, PredictorBoundsMemoryUnderConcurrentLargeBodies) {
     senders.emplace_back([&] {
       http::HttpClient c("127.0.0.1", port, std::chrono::seconds(60));
       auto r = c.post("/predict/bulk/strict", bulk);
-      predicted += r.status == 200 && r.body.find("\"successful_predictions\":10000") !=
-                                          std::string::npos ? 1 : 0;
+      predicted +=
+          r.status == 200 && r.body.find("\"successful_predictions\":10000") != std::string::npos
+              ? 1
+              : 0;
     });
   }
   for (auto& t : senders) {
@@ -269,13 +272,16 @@ TEST(Hardening, PredictorReloadNeedsItsToken) {
   ASSERT_TRUE(p.wait_http_ok(port, "/healthz"));
   http::HttpClient c("127.0.0.1", port);
   EXPECT_EQ(c.post("/reload", "").status, 401);
-  EXPECT_EQ(c.request("POST", "/reload", "", "application/json", {{"Authorization", "Bearer k"}}).status,
-            200);
+  EXPECT_EQ(
+      c.request("POST", "/reload", "", "application/json", {{"Authorization", "Bearer k"}}).status,
+      200);
   // The scheme is case-insensitive (RFC 9110 section 11.1); the token is not.
-  EXPECT_EQ(c.request("POST", "/reload", "", "application/json", {{"Authorization", "bearer k"}}).status,
-            200);
-  EXPECT_EQ(c.request("POST", "/reload", "", "application/json", {{"Authorization", "bearer K"}}).status,
-            401);
+  EXPECT_EQ(
+      c.request("POST", "/reload", "", "application/json", {{"Authorization", "bearer k"}}).status,
+      200);
+  EXPECT_EQ(
+      c.request("POST", "/reload", "", "application/json", {{"Authorization", "bearer K"}}).status,
+      401);
 }
 
 }  // namespace

@@ -44,12 +44,26 @@ struct ElectedEpp {
   ElectedEpp(std::string replica, FakeLeaseApi& api, const std::string& config, bool named = true)
       : name(std::move(replica)) {
     std::ofstream(dir.file("token")) << token() << "\n";
-    std::vector<std::string> args = {
-        "--config", config, "--host", "127.0.0.1", "--port", std::to_string(port),
-        "--health-port", std::to_string(health_port), "--metrics-port",
-        std::to_string(metrics_port), "--kube-api-url", api.url(), "--kube-token-file",
-        dir.file("token"), "--leader-elect", "true",
-        "--leader-elect-lease-namespace", "llm", "--drain-timeout", "1"};
+    std::vector<std::string> args = {"--config",
+                                     config,
+                                     "--host",
+                                     "127.0.0.1",
+                                     "--port",
+                                     std::to_string(port),
+                                     "--health-port",
+                                     std::to_string(health_port),
+                                     "--metrics-port",
+                                     std::to_string(metrics_port),
+                                     "--kube-api-url",
+                                     api.url(),
+                                     "--kube-token-file",
+                                     dir.file("token"),
+                                     "--leader-elect",
+                                     "true",
+                                     "--leader-elect-lease-namespace",
+                                     "llm",
+                                     "--drain-timeout",
+                                     "1"};
     if (named) {
       args.insert(args.end(), {"--leader-elect-identity", name});
     }
@@ -173,8 +187,8 @@ class LeaderElectionE2E : public ::testing::Test {
     ASSERT_TRUE(pod->wait_http_ok(pod_port, "/health")) << pod->log();
     std::ofstream(dir.file("epp.yaml"))
         << "pool:\n  pods:\n  - {name: pod-0, address: 127.0.0.1:" << pod_port
-        << "}\nscrapeIntervalMs: 50\nstalenessMs: 1000\n" << kFastLease << "pipeline: " << LLMD_SOURCE_DIR
-        << "/epp/config/load-prefix.yaml\n";
+        << "}\nscrapeIntervalMs: 50\nstalenessMs: 1000\n"
+        << kFastLease << "pipeline: " << LLMD_SOURCE_DIR << "/epp/config/load-prefix.yaml\n";
     a = std::make_unique<ElectedEpp>("epp-a", api, dir.file("epp.yaml"));
     b = std::make_unique<ElectedEpp>("epp-b", api, dir.file("epp.yaml"));
     watch = std::make_unique<ReadinessWatch>(*a, *b);
@@ -215,8 +229,8 @@ TEST(LeaderElectionDefaults, TwoUnnamedReplicasOnOneHostElectOneLeader) {
   ASSERT_TRUE(pod.wait_http_ok(pod_port, "/health")) << pod.log();
   std::ofstream(dir.file("epp.yaml"))
       << "pool:\n  pods:\n  - {name: pod-0, address: 127.0.0.1:" << pod_port
-      << "}\nscrapeIntervalMs: 50\nstalenessMs: 1000\n" << kFastLease << "pipeline: " << LLMD_SOURCE_DIR
-      << "/epp/config/load-prefix.yaml\n";
+      << "}\nscrapeIntervalMs: 50\nstalenessMs: 1000\n"
+      << kFastLease << "pipeline: " << LLMD_SOURCE_DIR << "/epp/config/load-prefix.yaml\n";
   FakeLeaseApi api;
   ElectedEpp a("epp-a", api, dir.file("epp.yaml"), /*named=*/false);
   ElectedEpp b("epp-b", api, dir.file("epp.yaml"), /*named=*/false);
@@ -261,8 +275,9 @@ TEST_F(LeaderElectionE2E, OneLeaderServesAndTheStandbyTakesOverWarmWhenTheLeader
   EXPECT_EQ(leader->metric("llmd_epp_leader"), 1);
   EXPECT_EQ(standby->metric("llmd_epp_leader"), 0);
   // The standby is warm: it scrapes the pod as the leader does.
-  EXPECT_TRUE(eventually([&] { return standby->metric("llmd_epp_pool{stat=\"ready_pods\"}") == 1; }))
-      << standby->process->log();
+  EXPECT_TRUE(eventually([&] {
+    return standby->metric("llmd_epp_pool{stat=\"ready_pods\"}") == 1;
+  })) << standby->process->log();
 
   // The leader dies without a word: the standby takes the Lease once it expires, and its very
   // first request is served.
@@ -356,7 +371,6 @@ namespace llmd::testing {
 namespace {
 
 using Serving = grpc::health::v1::HealthCheckResponse;
-
 
 // The probes of the GIE chart with replicas > 1 (tests/fixtures/upstream/gie-v1.5.0/
 // inferencepool-latency-ha.yaml): gRPC on the health port, liveness on every replica (a

@@ -25,15 +25,27 @@ namespace llmd::testing {
 namespace {
 
 struct PredictorProcess {
-  PredictorProcess(const std::string& dir, uint16_t trainer_port, std::vector<std::string> extra = {})
+  PredictorProcess(const std::string& dir, uint16_t trainer_port,
+                   std::vector<std::string> extra = {})
       : port(free_port()) {
-    std::vector<std::string> args = {
-        "--host", "127.0.0.1", "--port", std::to_string(port),
-        "--training-server-url", "http://127.0.0.1:" + std::to_string(trainer_port),
-        "--model-sync-interval", "0.2",
-        "--local-ttft-model-path", dir + "/ttft.ubj", "--local-tpot-model-path", dir + "/tpot.ubj",
-        "--local-ttft-gated-model-path", dir + "/ttft_gated.bin",
-        "--local-tpot-gated-model-path", dir + "/tpot_gated.bin", "--workers", "2"};
+    std::vector<std::string> args = {"--host",
+                                     "127.0.0.1",
+                                     "--port",
+                                     std::to_string(port),
+                                     "--training-server-url",
+                                     "http://127.0.0.1:" + std::to_string(trainer_port),
+                                     "--model-sync-interval",
+                                     "0.2",
+                                     "--local-ttft-model-path",
+                                     dir + "/ttft.ubj",
+                                     "--local-tpot-model-path",
+                                     dir + "/tpot.ubj",
+                                     "--local-ttft-gated-model-path",
+                                     dir + "/ttft_gated.bin",
+                                     "--local-tpot-gated-model-path",
+                                     dir + "/tpot_gated.bin",
+                                     "--workers",
+                                     "2"};
     args.insert(args.end(), extra.begin(), extra.end());
     process = std::make_unique<Process>(binary("predictor/predictor"), args);
     started = process->wait_http_ok(port, "/healthz");
@@ -86,11 +98,14 @@ class TrainedStack : public ::testing::Test {
     SyntheticLaw law;
     law.inflight_signal = true;
     ASSERT_EQ(trainer_->post("/add_training_data_bulk", training_body(law, 3000, 1)).status, 202);
-    ASSERT_TRUE(wait_until([] {
-      return trainer_->get_json("/model/ttft/info")["version"].get<int64_t>() > 1 &&
-             trainer_->get_json("/model/tpot/info")["version"].get<int64_t>() > 1 &&
-             trainer_->get("/model/ttft_gated/info").status == 200;
-    }, std::chrono::seconds(60))) << trainer_->process->log();
+    ASSERT_TRUE(wait_until(
+        [] {
+          return trainer_->get_json("/model/ttft/info")["version"].get<int64_t>() > 1 &&
+                 trainer_->get_json("/model/tpot/info")["version"].get<int64_t>() > 1 &&
+                 trainer_->get("/model/ttft_gated/info").status == 200;
+        },
+        std::chrono::seconds(60)))
+        << trainer_->process->log();
     auto r = predictor_->client->post("/reload", "");
     ASSERT_EQ(r.status, 200) << r.body;
   }
@@ -100,7 +115,8 @@ class TrainedStack : public ::testing::Test {
     delete predictor_dir_;
     delete trainer_dir_;
   }
-  static Json bulk(const std::vector<Json>& rows, const std::string& path = "/predict/bulk/strict") {
+  static Json bulk(const std::vector<Json>& rows,
+                   const std::string& path = "/predict/bulk/strict") {
     auto r = predictor_->post(path, Json{{"requests", rows}});
     EXPECT_EQ(r.status, 200) << r.body;
     return Json::parse(r.body);
@@ -175,9 +191,11 @@ TEST_F(TrainedStack, TtftRisesWithInputAndEveryRouteUsesInflightFeatures) {
     for (const char* route : {"/predict/bulk", "/predict/bulk/strict"}) {
       Json b = bulk({idle, busy}, route);
       EXPECT_GT(b["predictions"][1]["ttft_ms"].get<double>(),
-                b["predictions"][0]["ttft_ms"].get<double>() + 30) << route << " waiting " << waiting;
+                b["predictions"][0]["ttft_ms"].get<double>() + 30)
+          << route << " waiting " << waiting;
       EXPECT_GT(b["predictions"][1]["tpot_ms"].get<double>(),
-                b["predictions"][0]["tpot_ms"].get<double>() + 3) << route;
+                b["predictions"][0]["tpot_ms"].get<double>() + 3)
+          << route;
     }
     double a = Json::parse(predictor_->post("/predict", idle).body)["ttft_ms"].get<double>();
     double b = Json::parse(predictor_->post("/predict", busy).body)["ttft_ms"].get<double>();
@@ -196,8 +214,10 @@ TEST_F(TrainedStack, EnsembleRoutesWaitingZeroToNoQueueModel) {
     f.num_request_waiting = waiting;
     std::vector<features::FeatureInput> row{f};
     double expected = (waiting == 0 ? gated->noqueue : gated->queued)->predict(row)[0];
-    double got = Json::parse(predictor_->post("/predict", features::feature_input_to_json(f)).body)
-                     ["ttft_ms"].get<double>();
+    double got =
+        Json::parse(
+            predictor_->post("/predict", features::feature_input_to_json(f)).body)["ttft_ms"]
+            .get<double>();
     EXPECT_EQ(got, expected) << "waiting " << waiting;
     EXPECT_NE(got, base->predict(row)[0]) << "the base model would give another answer";
   }
@@ -214,11 +234,14 @@ TEST_F(TrainedStack, BadInputIs422Or413AndServerKeepsServing) {
     }
   };
   for (const char* route : {"/predict/bulk", "/predict/bulk/strict"}) {
-    for (auto [field, value] : std::vector<std::pair<std::string, Json>>{
-             {"kv_cache_percentage", 1.5}, {"input_token_length", -1},
-             {"num_request_waiting", 0.5}, {"num_request_running", "x"},
-             {"prefix_cache_score", nullptr}, {"pod_type", 7},
-             {"prefill_tokens_in_flight", -3}}) {
+    for (auto [field, value] :
+         std::vector<std::pair<std::string, Json>>{{"kv_cache_percentage", 1.5},
+                                                   {"input_token_length", -1},
+                                                   {"num_request_waiting", 0.5},
+                                                   {"num_request_running", "x"},
+                                                   {"prefix_cache_score", nullptr},
+                                                   {"pod_type", 7},
+                                                   {"prefill_tokens_in_flight", -3}}) {
       Json bad = good;
       bad[field] = value;
       expect_422(predictor_->post(route, Json{{"requests", {good, bad}}}),
@@ -231,7 +254,8 @@ TEST_F(TrainedStack, BadInputIs422Or413AndServerKeepsServing) {
     expect_422(predictor_->post(route, Json{{"requests", Json::array()}}),
                Json::array({"body", "requests"}));
     std::vector<Json> many(10001, good);
-    expect_422(predictor_->post(route, Json{{"requests", many}}), Json::array({"body", "requests"}));
+    expect_422(predictor_->post(route, Json{{"requests", many}}),
+               Json::array({"body", "requests"}));
     expect_422(predictor_->client->post(route, "{\"requests\": [{"), Json());
     expect_422(predictor_->post(route, Json{{"requests", {1, 2}}}),
                Json::array({"body", "requests", 0}));
@@ -300,8 +324,8 @@ TEST_F(TrainedStack, ColumnarAnswersEqualStrictBitForBit) {
   EXPECT_TRUE(c["predicted_at"].is_string());
   EXPECT_FALSE(c.contains("predictions"));
   std::cerr << "1000 rows: strict " << Json{{"requests", rows}}.dump().size() << " B out, "
-            << strict_raw.body.size() << " B back; columnar " << body.dump().size()
-            << " B out, " << columnar_raw.body.size() << " B back\n";
+            << strict_raw.body.size() << " B back; columnar " << body.dump().size() << " B out, "
+            << columnar_raw.body.size() << " B back\n";
 }
 
 // Validation as strict as /predict/bulk/strict's, each error located at its field (and row).
@@ -338,7 +362,9 @@ TEST_F(TrainedStack, ColumnarBadInputIs422AtTheValue) {
       {"num_request_running", "x", {"body", "num_request_running"}, "int_type"},
       {"prefix_cache_score", nullptr, {"body", "prefix_cache_score"}, "float_type"},
       {"pod_type", {7, "decode"}, {"body", "pod_type", 0}, "string_type"},
-      {"prefill_tokens_in_flight", {-3, 0}, {"body", "prefill_tokens_in_flight", 0},
+      {"prefill_tokens_in_flight",
+       {-3, 0},
+       {"body", "prefill_tokens_in_flight", 0},
        "greater_than_equal"},
       {"num_request_waiting", {0, 1, 2}, {"body", "num_request_waiting"}, "too_long"},
       {"num_request_running", {1}, {"body", "num_request_running"}, "too_short"},
@@ -365,9 +391,9 @@ TEST_F(TrainedStack, ColumnarBadInputIs422AtTheValue) {
   EXPECT_EQ(Json::parse(max.body)["tpot_ms"].size(), 10000u);
   expect_422(post(R"({"kv_cache_percentage": [0.5, NaN]})"), Json(), "json_invalid");
   expect_422(post("[1, 2]"), {"body"}, "model_attributes_type");
-  expect_422(post(R"({"kv_cache_percentage":)" + std::string(100, '[') + std::string(100, ']') +
-                  "}"),
-             Json(), "json_invalid");
+  expect_422(
+      post(R"({"kv_cache_percentage":)" + std::string(100, '[') + std::string(100, ']') + "}"),
+      Json(), "json_invalid");
   EXPECT_EQ(predictor_->client->get("/predict/bulk/columnar").status, 405);
   EXPECT_EQ(post(good.dump()).status, 200);
 }
@@ -408,11 +434,14 @@ TEST(PredictorAlone, NotReadyShapesThenOversizedBody) {
 
 TEST(PredictorResilience, KilledTrainerLeavesPredictorServingAndLocalModelsSurviveRestart) {
   TempDir tdir, pdir;
-  auto trainer = std::make_unique<TrainerProcess>(tdir.path(), std::vector<std::string>{"--retraining-interval", "0.5"});
+  auto trainer = std::make_unique<TrainerProcess>(
+      tdir.path(), std::vector<std::string>{"--retraining-interval", "0.5"});
   ASSERT_TRUE(trainer->ready);
-  ASSERT_EQ(trainer->post("/add_training_data_bulk", training_body(SyntheticLaw{}, 500, 2)).status, 202);
-  ASSERT_TRUE(wait_until([&] { return trainer->get_json("/model/tpot/info")["version"].get<int64_t>() > 1; },
-                         std::chrono::seconds(60)));
+  ASSERT_EQ(trainer->post("/add_training_data_bulk", training_body(SyntheticLaw{}, 500, 2)).status,
+            202);
+  ASSERT_TRUE(wait_until(
+      [&] { return trainer->get_json("/model/tpot/info")["version"].get<int64_t>() > 1; },
+      std::chrono::seconds(60)));
   const uint16_t trainer_port = trainer->port;
   Json row = feature_row(0.5, 2000, 1, 10, 0.2);
   Json expected = Json::parse(trainer->post("/predict", row).body);
@@ -420,11 +449,14 @@ TEST(PredictorResilience, KilledTrainerLeavesPredictorServingAndLocalModelsSurvi
   {
     PredictorProcess p(pdir.path(), trainer_port);
     ASSERT_TRUE(p.started);
-    ASSERT_TRUE(wait_until([&] {
-      return p.client->get("/status").status == 200 &&
-             p.get_json("/status")["model_versions"].value("tpot", 0) > 1 &&
-             p.get_json("/status")["model_versions"].value("ttft", 0) > 1;
-    }, std::chrono::seconds(30))) << p.process->log();
+    ASSERT_TRUE(wait_until(
+        [&] {
+          return p.client->get("/status").status == 200 &&
+                 p.get_json("/status")["model_versions"].value("tpot", 0) > 1 &&
+                 p.get_json("/status")["model_versions"].value("ttft", 0) > 1;
+        },
+        std::chrono::seconds(30)))
+        << p.process->log();
     trainer->process->kill_now();
     before = Json::parse(p.post("/predict", row).body);
     EXPECT_EQ(before["ttft_ms"], expected["ttft_ms"]);
@@ -516,9 +548,9 @@ TEST(PredictorResilience, ReloadAgainstAHangingTrainerDoesNotStallRequests) {
   }
   HangingServer trainer;
   ASSERT_TRUE(trainer.ok());
-  PredictorProcess p(dir.path(), trainer.port(),
-                     {"--workers", "1", "--model-sync-interval", "3600", "--model-sync-timeout",
-                      "30"});
+  PredictorProcess p(
+      dir.path(), trainer.port(),
+      {"--workers", "1", "--model-sync-interval", "3600", "--model-sync-timeout", "30"});
   ASSERT_TRUE(p.started) << p.process->log();
   ASSERT_EQ(p.client->get("/readyz").status, 200) << "ready from its local copies";
   // The sync at start is now waiting on the hanging trainer.
@@ -566,20 +598,26 @@ TEST(PredictorResilience, FollowsATrainerThatRestartedWithoutItsModels) {
   auto trainer = std::make_unique<TrainerProcess>(
       tdir.path(), std::vector<std::string>{"--retraining-interval", "0.3"});
   ASSERT_TRUE(trainer->ready);
-  ASSERT_EQ(trainer->post("/add_training_data_bulk", training_body(SyntheticLaw{}, 500, 2)).status, 202);
+  ASSERT_EQ(trainer->post("/add_training_data_bulk", training_body(SyntheticLaw{}, 500, 2)).status,
+            202);
   // A trained version (> 1), so that the reset goes backwards.
-  ASSERT_TRUE(wait_until([&] { return trainer->get_json("/model/ttft/info")["version"].get<int64_t>() > 1; },
-                         std::chrono::seconds(60)));
+  ASSERT_TRUE(wait_until(
+      [&] { return trainer->get_json("/model/ttft/info")["version"].get<int64_t>() > 1; },
+      std::chrono::seconds(60)));
   const uint16_t trainer_port = trainer->port;
-  PredictorProcess p(pdir.path(), trainer_port, {"--model-sync-interval", std::to_string(interval_s)});
+  PredictorProcess p(pdir.path(), trainer_port,
+                     {"--model-sync-interval", std::to_string(interval_s)});
   ASSERT_TRUE(p.started);
   const Json old_generation = trainer->get_json("/model/ttft/info")["generation"];
   ASSERT_TRUE(old_generation.is_string() && !old_generation.get<std::string>().empty());
-  ASSERT_TRUE(wait_until([&] {
-    Json s = p.get_json("/status");
-    return s["model_versions"].value("ttft", 0) > 1 &&
-           s["model_generations"].value("ttft", "") == old_generation;
-  }, std::chrono::seconds(30))) << p.process->log();
+  ASSERT_TRUE(wait_until(
+      [&] {
+        Json s = p.get_json("/status");
+        return s["model_versions"].value("ttft", 0) > 1 &&
+               s["model_generations"].value("ttft", "") == old_generation;
+      },
+      std::chrono::seconds(30)))
+      << p.process->log();
   trainer->process->kill_now();
   trainer.reset();
 
@@ -598,7 +636,8 @@ TEST(PredictorResilience, FollowsATrainerThatRestartedWithoutItsModels) {
     const double from = ok_syncs();
     if (!wait_until([&] { return ok_syncs() >= from + 2; }, std::chrono::seconds(60))) {
       return ::testing::AssertionFailure() << "hang guard (60 s): fewer than two successful "
-                                              "sync rounds; " << p.process->log();
+                                              "sync rounds; "
+                                           << p.process->log();
     }
     const Json s = p.get_json("/status");
     if (s["model_versions"].value("ttft", 0) == ttft_version &&

@@ -61,8 +61,8 @@ struct Served {
   std::string ttft_gen, tpot_gen;
   bool operator==(const Served&) const = default;
   std::string text() const {
-    return "ttft v" + std::to_string(ttft) + " (" + ttft_gen + "), tpot v" +
-           std::to_string(tpot) + " (" + tpot_gen + ")";
+    return "ttft v" + std::to_string(ttft) + " (" + ttft_gen + "), tpot v" + std::to_string(tpot) +
+           " (" + tpot_gen + ")";
   }
 };
 
@@ -139,8 +139,8 @@ std::vector<double> predicted_ttfts(const std::string& header) {
 // to be ready, what its predictor served first, and the first predicted TTFTs.
 struct Replacement {
   std::unique_ptr<Stack> stack;
-  double ready_ms = -1;        // start -> EPP and predictor ready
-  Served first_served;         // the predictor's models when the stack was ready
+  double ready_ms = -1;  // start -> EPP and predictor ready
+  Served first_served;   // the predictor's models when the stack was ready
   std::pair<double, double> first_answer{-1, -1};  // and its answer to predict()'s row
   int requests_before_predictions = -1;
   double first_prediction_ms = -1;  // start -> first request scheduled with predictions
@@ -228,9 +228,8 @@ TEST(SharedTrainer, TwoEppsFeedOneTrainerAndAReplacementEppPredictsWithTheTraine
   const int64_t stored = status["training_data"]["total_samples"].get<int64_t>() +
                          status["test_data"]["total_samples"].get<int64_t>();
   std::ostringstream counts;
-  counts << "EPP A: " << fa.text() << "\nEPP B: " << fb.text() << "\ntrainer: ingested "
-         << ingested << ", stored " << stored << ", batches ok " << batches << ", duplicate "
-         << duplicates;
+  counts << "EPP A: " << fa.text() << "\nEPP B: " << fb.text() << "\ntrainer: ingested " << ingested
+         << ", stored " << stored << ", batches ok " << batches << ", duplicate " << duplicates;
   std::cout << counts.str() << std::endl;
   EXPECT_EQ(fa.produced, 2 * kPerEpp) << counts.str();
   EXPECT_EQ(fb.produced, 2 * kPerEpp) << counts.str();
@@ -264,7 +263,8 @@ TEST(SharedTrainer, TwoEppsFeedOneTrainerAndAReplacementEppPredictsWithTheTraine
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
-  ASSERT_GT(final_model.ttft, 1) << "no trained TTFT model: " << final_model.text() << trainer_log();
+  ASSERT_GT(final_model.ttft, 1) << "no trained TTFT model: " << final_model.text()
+                                 << trainer_log();
   ASSERT_FALSE(final_model.ttft_gen.empty());
   for (Stack* s : {a.get(), b.get()}) {
     Served got;
@@ -272,8 +272,8 @@ TEST(SharedTrainer, TwoEppsFeedOneTrainerAndAReplacementEppPredictsWithTheTraine
       got = served_by(s->predictor_ports[0]);
       if (!(got == final_model)) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    EXPECT_EQ(got, final_model) << "predictor " << s->predictor_ports[0] << " serves "
-                                << got.text() << ", the trainer publishes " << final_model.text();
+    EXPECT_EQ(got, final_model) << "predictor " << s->predictor_ports[0] << " serves " << got.text()
+                                << ", the trainer publishes " << final_model.text();
   }
   const auto pa = predict(a->predictor_ports[0]);
   const auto pb = predict(b->predictor_ports[0]);
@@ -313,8 +313,8 @@ TEST(SharedTrainer, TwoEppsFeedOneTrainerAndAReplacementEppPredictsWithTheTraine
   EXPECT_EQ(shared.first_answer, pa) << report.str();
   // Its EPP schedules with predictions (from that predictor, the only one it has). The per-pod
   // values in the header are rounded to 0.1 ms, so they are reported, not compared with 10.
-  ASSERT_FALSE(shared.first_ttfts.empty()) << "no request was scheduled with predictions; "
-                                           << report.str() << shared.stack->logs();
+  ASSERT_FALSE(shared.first_ttfts.empty())
+      << "no request was scheduled with predictions; " << report.str() << shared.stack->logs();
   // The control: a new lineage at its cold-start defaults.
   EXPECT_NE(sidecar.first_served.ttft_gen, final_model.ttft_gen) << report.str();
   ASSERT_FALSE(sidecar.first_ttfts.empty()) << report.str() << sidecar.stack->logs();
@@ -322,10 +322,11 @@ TEST(SharedTrainer, TwoEppsFeedOneTrainerAndAReplacementEppPredictsWithTheTraine
     EXPECT_EQ(t, 10.0) << report.str();
   }
   // And the replacement feeds the same trainer.
-  const double before = metric_value(trainer.get("/metrics").body,
-                                     "llmd_trainer_samples_ingested_total");
+  const double before =
+      metric_value(trainer.get("/metrics").body, "llmd_trainer_samples_ingested_total");
   for (int i = 0; i < 100; ++i) {  // <= 10 s
-    if (metric_value(trainer.get("/metrics").body, "llmd_trainer_samples_ingested_total") > before) {
+    if (metric_value(trainer.get("/metrics").body, "llmd_trainer_samples_ingested_total") >
+        before) {
       break;
     }
     if (i == 0) stream_through(*shared.stack, 4, 1, "c");

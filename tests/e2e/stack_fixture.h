@@ -51,8 +51,9 @@ class Stack {
     }
     for (int attempt = 0; attempt < 3 && options_.pool_base_port <= 0; ++attempt) {
       base_port_ = free_port_block(options_.pods);
-      std::vector<std::string> ms = {"--pods", std::to_string(options_.pods), "--base-port",
-                                     std::to_string(base_port_), "--host", "127.0.0.1"};
+      std::vector<std::string> ms = {"--pods",      std::to_string(options_.pods),
+                                     "--base-port", std::to_string(base_port_),
+                                     "--host",      "127.0.0.1"};
       ms.insert(ms.end(), options_.modelsim_args.begin(), options_.modelsim_args.end());
       modelsim = std::make_unique<Process>(binary("bench/modelsim/modelsim"), ms);
       if (modelsim->wait_http_ok(static_cast<uint16_t>(base_port_), "/health",
@@ -61,14 +62,12 @@ class Stack {
       }
     }
     if (options_.trainer_url.empty()) {
-      trainer = std::make_unique<TrainerProcess>(
-          dir_.path() + "/trainer",
-          [&] {
-            std::vector<std::string> a = {"--retraining-interval", "0.5",
-                                          "--min-samples-for-retrain", "20"};
-            a.insert(a.end(), options_.trainer_args.begin(), options_.trainer_args.end());
-            return a;
-          }());
+      trainer = std::make_unique<TrainerProcess>(dir_.path() + "/trainer", [&] {
+        std::vector<std::string> a = {"--retraining-interval", "0.5", "--min-samples-for-retrain",
+                                      "20"};
+        a.insert(a.end(), options_.trainer_args.begin(), options_.trainer_args.end());
+        return a;
+      }());
       trainer_url = "http://127.0.0.1:" + std::to_string(trainer->port);
     } else {
       trainer_url = options_.trainer_url;
@@ -79,10 +78,9 @@ class Stack {
       predictors.push_back(std::make_unique<Process>(
           binary("predictor/predictor"),
           std::vector<std::string>{"--host", "127.0.0.1", "--port", std::to_string(port),
-                                   "--training-server-url", trainer_url,
-                                   "--model-sync-interval", "0.5", "--workers", "1",
-                                   "--local-ttft-model-path", d + "/ttft.ubj",
-                                   "--local-tpot-model-path", d + "/tpot.ubj",
+                                   "--training-server-url", trainer_url, "--model-sync-interval",
+                                   "0.5", "--workers", "1", "--local-ttft-model-path",
+                                   d + "/ttft.ubj", "--local-tpot-model-path", d + "/tpot.ubj",
                                    "--local-ttft-gated-model-path", d + "/ttft_gated.bin",
                                    "--local-tpot-gated-model-path", d + "/tpot_gated.bin"}));
       predictor_ports.push_back(port);
@@ -101,11 +99,22 @@ class Stack {
     if (options_.in_process_predictions) {
       urls.clear();
     }
-    std::vector<std::string> args = {
-        "--config", pool, "--host", "127.0.0.1", "--port", std::to_string(epp_port),
-        "--health-port", std::to_string(health_port), "--metrics-port",
-        std::to_string(metrics_port), "--prediction-server-url", urls, "--training-server-url",
-        trainer_url, "--log-level", "debug"};
+    std::vector<std::string> args = {"--config",
+                                     pool,
+                                     "--host",
+                                     "127.0.0.1",
+                                     "--port",
+                                     std::to_string(epp_port),
+                                     "--health-port",
+                                     std::to_string(health_port),
+                                     "--metrics-port",
+                                     std::to_string(metrics_port),
+                                     "--prediction-server-url",
+                                     urls,
+                                     "--training-server-url",
+                                     trainer_url,
+                                     "--log-level",
+                                     "debug"};
     if (options_.in_process_predictions) {
       args.insert(args.end(), {"--in-process-predictions", "true", "--model-sync-interval", "0.5"});
     }
@@ -135,7 +144,9 @@ class Stack {
     }
     f << startup_sections();
     f << "scrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: "
-      << (pipeline.starts_with("/") ? "" : std::string(LLMD_SOURCE_DIR) + "/epp/config/") << pipeline << "\n" << with_ports(options_.extra_config);
+      << (pipeline.starts_with("/") ? "" : std::string(LLMD_SOURCE_DIR) + "/epp/config/")
+      << pipeline << "\n"
+      << with_ports(options_.extra_config);
     f.close();
     std::rename(tmp.c_str(), dir_.file("pool.yaml").c_str());
   }
@@ -170,8 +181,10 @@ class Stack {
   uint16_t pod_port(int i) const { return static_cast<uint16_t>(base_port_ + i); }
 
   http::ClientResponse complete(const std::string& prompt, int max_tokens = 8, bool stream = false,
-                                std::vector<http::Header> headers = {}, Json extra = Json::object()) {
-    Json body = {{"model", model}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", stream}};
+                                std::vector<http::Header> headers = {},
+                                Json extra = Json::object()) {
+    Json body = {
+        {"model", model}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", stream}};
     if (stream) {
       body["stream_options"] = {{"include_usage", true}};
     }
@@ -294,8 +307,8 @@ inline std::vector<DispatchResult> send_while_earlier_in_flight(
 // Voluntary context switches of each thread of `pid`, summed by thread name (/proc).
 inline std::map<std::string, long> thread_switches(pid_t pid) {
   std::map<std::string, long> by_name;  // name -> voluntary context switches, summed
-  for (const auto& entry : std::filesystem::directory_iterator(
-           "/proc/" + std::to_string(pid) + "/task")) {
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
     std::ifstream comm(entry.path() / "comm");
     std::string name;
     std::getline(comm, name);

@@ -11,8 +11,8 @@
 namespace llmd::testing {
 namespace {
 
-Json entry(double kv, int64_t input, int64_t waiting, int64_t running, double prefix,
-           double ttft, double tpot) {
+Json entry(double kv, int64_t input, int64_t waiting, int64_t running, double prefix, double ttft,
+           double tpot) {
   Json e = feature_row(kv, input, waiting, running, prefix);
   e["actual_ttft_ms"] = ttft;
   e["actual_tpot_ms"] = tpot;
@@ -23,7 +23,8 @@ class TrainerApi : public ::testing::Test {
  protected:
   void SetUp() override {
     // Everything goes to training (no random hold-out) so counts are exact.
-    trainer_ = std::make_unique<TrainerProcess>(dir_.path(),
+    trainer_ = std::make_unique<TrainerProcess>(
+        dir_.path(),
         std::vector<std::string>{"--test-train-ratio", "0", "--retraining-interval", "3600"});
     ASSERT_TRUE(trainer_->ready) << trainer_->process->log();
   }
@@ -88,7 +89,8 @@ TEST_F(TrainerApi, ModelInfoDownloadAndLiteralRoutes) {
   EXPECT_EQ(dinfo["available_endpoints"]["trees"]["ttft_trees"], "/model/ttft/xgb/json");
   EXPECT_EQ(dinfo["model_status"]["ttft_model_ready"], true);
   Json list = trainer_->get_json("/models/list");
-  for (const char* name : {"ttft", "tpot", "ttft_scaler", "tpot_scaler", "ttft_gated", "tpot_gated"}) {
+  for (const char* name :
+       {"ttft", "tpot", "ttft_scaler", "tpot_scaler", "ttft_gated", "tpot_gated"}) {
     EXPECT_TRUE(list["models"].contains(name)) << name;
   }
   EXPECT_EQ(list["models"]["ttft"]["exists"], true);
@@ -103,9 +105,9 @@ TEST_F(TrainerApi, ModelInfoDownloadAndLiteralRoutes) {
 }
 
 TEST_F(TrainerApi, BulkIngestExactMessageAndEmptyList) {
-  Json body = {{"entries", Json::array({entry(0.1, 10, 0, 1, 0.0, 20, 5),
-                                        entry(0.2, 20, 1, 1, 0.5, 30, 0),
-                                        entry(0.3, 30, 2, 1, 0.9, 0, 7)})}};
+  Json body = {
+      {"entries", Json::array({entry(0.1, 10, 0, 1, 0.0, 20, 5), entry(0.2, 20, 1, 1, 0.5, 30, 0),
+                               entry(0.3, 30, 2, 1, 0.9, 0, 7)})}};
   auto r = trainer_->post("/add_training_data_bulk", body);
   EXPECT_EQ(r.status, 202);
   EXPECT_EQ(Json::parse(r.body), (Json{{"message", "Accepted 3 training samples."}}));
@@ -159,13 +161,14 @@ TEST_F(TrainerApi, BadInputIs422WithDetailAndNothingIsAccepted) {
   expect_422(*trainer_, "/add_training_data_bulk", bulk(negative), "greater_than_equal",
              Json::array({"body", "entries", 1, "actual_ttft_ms"}));
   // NaN and Infinity are not JSON; an overflowing literal is not finite.
-  expect_422(*trainer_, "/add_training_data_bulk",
-             R"({"entries":[{"kv_cache_percentage":NaN}]})", "json_invalid", Json());
+  expect_422(*trainer_, "/add_training_data_bulk", R"({"entries":[{"kv_cache_percentage":NaN}]})",
+             "json_invalid", Json());
   std::string inf = bulk(good);
   inf.replace(inf.find("\"actual_ttft_ms\":20.0"), 21, "\"actual_ttft_ms\":1e999");
   expect_422(*trainer_, "/add_training_data_bulk", inf, "finite_number", Json());
   expect_422(*trainer_, "/add_training_data_bulk", "{\"entries\": [", "json_invalid", Json());
-  expect_422(*trainer_, "/add_training_data_bulk", "{}", "missing", Json::array({"body", "entries"}));
+  expect_422(*trainer_, "/add_training_data_bulk", "{}", "missing",
+             Json::array({"body", "entries"}));
   expect_422(*trainer_, "/add_training_data_bulk", R"({"entries": 5})", "list_type",
              Json::array({"body", "entries"}));
   expect_422(*trainer_, "/predict", R"({"kv_cache_percentage": 0.5})", "missing",
@@ -235,8 +238,9 @@ TEST_F(TrainerApi, FlushSemantics) {
   }
   ASSERT_EQ(trainer_->post("/add_training_data_bulk", Json{{"entries", entries}}).status, 202);
   // Partial flush: test data only -> training untouched.
-  auto r = trainer_->post("/flush", Json{{"flush_training_data", false}, {"flush_metrics", false},
-                                        {"reason", "rotate"}});
+  auto r = trainer_->post(
+      "/flush",
+      Json{{"flush_training_data", false}, {"flush_metrics", false}, {"reason", "rotate"}});
   ASSERT_EQ(r.status, 200) << r.body;
   Json f = Json::parse(r.body);
   EXPECT_EQ(f["success"], true);
@@ -244,9 +248,11 @@ TEST_F(TrainerApi, FlushSemantics) {
   EXPECT_EQ(f["ttft_training_samples_flushed"], 0);
   EXPECT_EQ(f["metrics_cleared"], false);
   EXPECT_EQ(trainer_->get_json("/data/status")["training_data"]["ttft_samples"], 10);
-  Json nothing = Json::parse(trainer_->post("/flush", Json{{"flush_training_data", false},
-                                                          {"flush_test_data", false},
-                                                          {"flush_metrics", false}}).body);
+  Json nothing = Json::parse(trainer_
+                                 ->post("/flush", Json{{"flush_training_data", false},
+                                                       {"flush_test_data", false},
+                                                       {"flush_metrics", false}})
+                                 .body);
   EXPECT_EQ(nothing["message"], "No data flushed");
   // No body = flush everything; visible to the very next /data/status.
   r = trainer_->client->request("POST", "/flush", "", "application/json");

@@ -166,7 +166,9 @@ TEST(Idempotency, ARepeatedBatchIdIsAcknowledgedAndIngestedOnceAlsoAfterRestarts
   EXPECT_EQ(ttft_samples(t), 50);
 }
 
-int64_t version(TrainerProcess& t) { return t.get_json("/model/ttft/info")["version"].get<int64_t>(); }
+int64_t version(TrainerProcess& t) {
+  return t.get_json("/model/ttft/info")["version"].get<int64_t>();
+}
 
 // Polls (bounded) until the trainer published a version above `v`.
 bool wait_version_above(TrainerProcess& t, int64_t v) {
@@ -181,9 +183,14 @@ bool wait_version_above(TrainerProcess& t, int64_t v) {
 
 TEST(Lineage, ModelVersionsNeverGoBackWhenModelFilesAreOlderThanWhatWasServed) {
   TempDir dir;
-  const std::vector<std::string> args = {"--snapshot-interval", "3600", "--retraining-interval",
-                                         "1", "--min-samples-for-ensemble-split", "1000000",
-                                         "--n-estimators", "10"};
+  const std::vector<std::string> args = {"--snapshot-interval",
+                                         "3600",
+                                         "--retraining-interval",
+                                         "1",
+                                         "--min-samples-for-ensemble-split",
+                                         "1000000",
+                                         "--n-estimators",
+                                         "10"};
   int64_t served = 0;
   std::string generation;
   std::optional<std::string> old_ttft, old_tpot;
@@ -205,7 +212,8 @@ TEST(Lineage, ModelVersionsNeverGoBackWhenModelFilesAreOlderThanWhatWasServed) {
   ASSERT_TRUE(old_ttft && old_tpot);
   util::write_file_atomic(dir.file("ttft.ubj"), *old_ttft);
   util::write_file_atomic(dir.file("tpot.ubj"), *old_tpot);
-  TrainerProcess again(dir.path(), {"--snapshot-interval", "3600", "--retraining-interval", "3600"});
+  TrainerProcess again(dir.path(),
+                       {"--snapshot-interval", "3600", "--retraining-interval", "3600"});
   ASSERT_TRUE(again.ready);
   EXPECT_EQ(again.get_json("/model/ttft/info")["generation"], generation);
   EXPECT_GT(version(again), served) << again.process->log();

@@ -114,7 +114,8 @@ TEST_P(TrainerLearning, QuantileCoverageMeanMapeAndInputMonotonicity) {
   ASSERT_TRUE(wait_for_version(mean, 1, std::chrono::seconds(60))) << mean.process->log();
 
   Quality q = measure(quantile, law, 1500, 99);
-  std::printf("quantile: ttft coverage %.3f tpot coverage %.3f\n", q.ttft_coverage, q.tpot_coverage);
+  std::printf("quantile: ttft coverage %.3f tpot coverage %.3f\n", q.ttft_coverage,
+              q.tpot_coverage);
   EXPECT_GE(q.ttft_coverage, 0.85);
   EXPECT_LE(q.ttft_coverage, 0.95);
   EXPECT_GE(q.tpot_coverage, 0.85);
@@ -156,7 +157,8 @@ TEST_P(TrainerLearning, QuantileCoverageMeanMapeAndInputMonotonicity) {
   Json status = quantile.get_json("/data/status");
   EXPECT_EQ(status["ensemble"]["ensemble_active"], true);
   EXPECT_GE(status["metrics"]["ttft_scores_count"].get<int>(), 1);
-  EXPECT_NE(quantile.get("/metrics").body.find("ttft_coverage_percent{idx=\"0\"}"), std::string::npos);
+  EXPECT_NE(quantile.get("/metrics").body.find("ttft_coverage_percent{idx=\"0\"}"),
+            std::string::npos);
   EXPECT_NE(mean.get("/metrics").body.find("ttft_mae{idx=\"0\"}"), std::string::npos);
   EXPECT_EQ(quantile.get("/model/ttft_gated/info").status, 200);
 }
@@ -243,7 +245,8 @@ TEST(TrainerExport, SeedBundleStartsANewTrainer) {
   EXPECT_EQ(r.header("content-type"), "application/gzip");
   util::write_file_atomic(seeded.file("bundle.tar.gz"), r.body);
   // Every member has a non-zero mtime (tar prints 1970 otherwise).
-  std::string list_cmd = "tar tvzf " + seeded.file("bundle.tar.gz") + " > " + seeded.file("list.txt");
+  std::string list_cmd =
+      "tar tvzf " + seeded.file("bundle.tar.gz") + " > " + seeded.file("list.txt");
   ASSERT_EQ(std::system(list_cmd.c_str()), 0);
   std::string listing = *util::read_file(seeded.file("list.txt"));
   EXPECT_EQ(listing.find("1970-"), std::string::npos) << listing;
@@ -259,7 +262,8 @@ TEST(TrainerExport, SeedBundleStartsANewTrainer) {
 
   TrainerProcess fresh(seeded.path());
   ASSERT_TRUE(fresh.ready) << fresh.process->log();
-  EXPECT_EQ(fresh.get_json("/model/ttft/info")["version"], t.get_json("/model/ttft/info")["version"]);
+  EXPECT_EQ(fresh.get_json("/model/ttft/info")["version"],
+            t.get_json("/model/ttft/info")["version"]);
   Json row = feature_row(0.7, 2500, 0, 12, 0.3);
   EXPECT_DOUBLE_EQ(predict_ttft(fresh, row), predict_ttft(t, row));
 }

@@ -1,7 +1,7 @@
 // An upstream user's deployment, run as the cluster would run it: the epp container of the
 // GIE v1.5.0 inferencepool chart, and of llm-d-router's llm-d-router-gateway chart, with the
-// latency predictor on, rendered into committed fixtures (tests/fixtures/upstream/), with our image's
-// environment (deploy/docker/epp.Dockerfile's ENV) and the chart's args, env and ConfigMap
+// latency predictor on, rendered into committed fixtures (tests/fixtures/upstream/), with our
+// image's environment (deploy/docker/epp.Dockerfile's ENV) and the chart's args, env and ConfigMap
 // unchanged but for the ports (free loopback ports instead of 9002/9003/9090/8000/8001) and the
 // addresses (loopback instead of the pod's), next to the chart's trainer and predictor
 // containers started with exactly their env (tests/e2e/charts/). A fake API server serves the
@@ -137,8 +137,9 @@ class FakeKubeApi {
 
  private:
   void handle(http::Request&& req, http::ResponseStreamPtr stream) {
-    const std::string pools = "/apis/inference.networking.k8s.io/v1/namespaces/default/"
-                              "inferencepools";
+    const std::string pools =
+        "/apis/inference.networking.k8s.io/v1/namespaces/default/"
+        "inferencepools";
     if (req.path == pools + "/" + kPool) {
       stream->respond(http::Response::json(200, pool()));
     } else if ((req.path == pools || req.path == "/api/v1/namespaces/default/pods") &&
@@ -159,9 +160,10 @@ class FakeKubeApi {
       stream->respond(http::Response::json(201, {{"status", status}}));
     } else if (req.path == "/apis/authorization.k8s.io/v1/subjectaccessreviews") {
       const Json spec = Json::parse(req.body)["spec"];
-      const bool allowed = spec.value("user", "") == "system:serviceaccount:monitoring:prometheus" &&
-                           spec["nonResourceAttributes"].value("path", "") == "/metrics" &&
-                           spec["nonResourceAttributes"].value("verb", "") == "get";
+      const bool allowed =
+          spec.value("user", "") == "system:serviceaccount:monitoring:prometheus" &&
+          spec["nonResourceAttributes"].value("path", "") == "/metrics" &&
+          spec["nonResourceAttributes"].value("verb", "") == "get";
       stream->respond(http::Response::json(201, {{"status", {{"allowed", allowed}}}}));
     } else {
       stream->respond(http::Response::detail(404, "not found: " + req.path));
@@ -178,14 +180,15 @@ class FakeKubeApi {
   Json pods() const {
     Json items = Json::array();
     for (std::size_t i = 0; i < pod_ips_.size(); ++i) {
-      items.push_back(
-          {{"metadata",
-            {{"name", "vllm-" + std::to_string(i)}, {"namespace", "default"},
-             {"resourceVersion", std::to_string(10 + i)}, {"labels", {{"app", kPool}}}}},
-           {"status",
-            {{"phase", "Running"},
-             {"podIP", pod_ips_[i]},
-             {"conditions", Json::array({{{"type", "Ready"}, {"status", "True"}}})}}}});
+      items.push_back({{"metadata",
+                        {{"name", "vllm-" + std::to_string(i)},
+                         {"namespace", "default"},
+                         {"resourceVersion", std::to_string(10 + i)},
+                         {"labels", {{"app", kPool}}}}},
+                       {"status",
+                        {{"phase", "Running"},
+                         {"podIP", pod_ips_[i]},
+                         {"conditions", Json::array({{{"type", "Ready"}, {"status", "True"}}})}}}});
     }
     return {{"kind", "PodList"}, {"metadata", {{"resourceVersion", "20"}}}, {"items", items}};
   }
@@ -193,10 +196,9 @@ class FakeKubeApi {
   const uint16_t target_port_;
   const std::vector<std::string> pod_ips_;
   std::mutex mu_;
-  std::vector<http::ResponseStreamPtr> watches_;  // guarded by mu_
+  std::vector<http::ResponseStreamPtr> watches_;                // guarded by mu_
   std::unique_ptr<http::testing::RunningStreamServer> server_;  // last: stopped first
 };
-
 
 // A TLS channel as Envoy opens one to an EPP with a self-signed certificate: h2 by ALPN, the
 // server's certificate not verified.
@@ -225,9 +227,9 @@ class UpstreamChart : public ::testing::TestWithParam<std::string> {
     api_ = std::make_unique<FakeKubeApi>(pod_port_,
                                          std::vector<std::string>{"127.0.0.2", "127.0.0.3"});
     // The chart's sidecars with exactly their env (tests/e2e/charts/, the same renders).
-    sidecars_ = read_chart_containers(std::string(LLMD_SOURCE_DIR) + "/tests/e2e/charts/" +
-                                      (GetParam().rfind("gie", 0) == 0 ? "gie-v1.5.0.txt"
-                                                                       : "llm-d-router-ebab687.txt"));
+    sidecars_ = read_chart_containers(
+        std::string(LLMD_SOURCE_DIR) + "/tests/e2e/charts/" +
+        (GetParam().rfind("gie", 0) == 0 ? "gie-v1.5.0.txt" : "llm-d-router-ebab687.txt"));
     for (const auto& c : sidecars_) {
       sidecar_ports_[c.port] = free_port();
       for (const auto& m : c.mounts) {
@@ -239,8 +241,8 @@ class UpstreamChart : public ::testing::TestWithParam<std::string> {
       sidecar_processes_.push_back(
           start_chart_container(c, sidecar_ports_, mounts_, {}, /*loopback=*/true));
       const bool up = sidecar_processes_.back()->wait_http_ok(
-          static_cast<uint16_t>(sidecar_ports_.at(c.port)), c.image == "trainer" ? "/healthz" : "/readyz",
-          std::chrono::seconds(45));
+          static_cast<uint16_t>(sidecar_ports_.at(c.port)),
+          c.image == "trainer" ? "/healthz" : "/readyz", std::chrono::seconds(45));
       ASSERT_TRUE(up) << c.name << ": " << sidecar_processes_.back()->log();
     }
   }
@@ -254,9 +256,10 @@ class UpstreamChart : public ::testing::TestWithParam<std::string> {
     }
     // Ports remapped: where the chart names one its value is replaced, else (the EPP's default
     // 9002, 9003, 9090) it is added.
-    std::map<std::string, std::string> ports = {{"--grpc-port", std::to_string(grpc_port_)},
-                                                {"--grpc-health-port", std::to_string(health_port_)},
-                                                {"--metrics-port", std::to_string(metrics_port_)}};
+    std::map<std::string, std::string> ports = {
+        {"--grpc-port", std::to_string(grpc_port_)},
+        {"--grpc-health-port", std::to_string(health_port_)},
+        {"--metrics-port", std::to_string(metrics_port_)}};
     std::vector<std::string> args;
     for (std::string a : chart_.args()) {
       if (a.rfind("/config/", 0) == 0) {
@@ -321,9 +324,8 @@ class UpstreamChart : public ::testing::TestWithParam<std::string> {
 TEST_P(UpstreamChart, TheChartRunsOurEpp) {
   start_epp();
   // The kubelet's probes: gRPC health on the health port, service inference-extension.
-  auto health_channel =
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(health_port_),
-                          grpc::InsecureChannelCredentials());
+  auto health_channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(health_port_),
+                                            grpc::InsecureChannelCredentials());
   ASSERT_TRUE(wait_serving(health_channel, "inference-extension")) << epp_->log();
   EXPECT_EQ(grpc_health(health_channel, ""), Serving::SERVING);
   EXPECT_TRUE(epp_->wait_http_ok(health_port_, "/readyz")) << "our own HTTP probe, same port";
@@ -331,7 +333,8 @@ TEST_P(UpstreamChart, TheChartRunsOurEpp) {
   // Envoy's ext_proc over TLS (secure serving is upstream's default, and our image's): one
   // request is routed to a pod of the pool.
   auto channel = tls_channel(grpc_port_);
-  ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)))
+  ASSERT_TRUE(
+      channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)))
       << epp_->log();
   auto stub = pb::ExternalProcessor::NewStub(channel);
   grpc::ClientContext ctx;
@@ -346,22 +349,23 @@ TEST_P(UpstreamChart, TheChartRunsOurEpp) {
   *h->mutable_headers()->add_headers() = header("x-llm-d-slo-ttft-ms", "5000");
   ASSERT_TRUE(stream->Write(headers));
   pb::ProcessingRequest body;
-  body.mutable_request_body()->set_body(
-      Json{{"model", "meta-llama/Llama-3.1-8B-Instruct"}, {"prompt", "hello there"},
-           {"max_tokens", 4}}
-          .dump());
+  body.mutable_request_body()->set_body(Json{
+      {"model", "meta-llama/Llama-3.1-8B-Instruct"},
+      {"prompt", "hello there"},
+      {"max_tokens", 4}}.dump());
   body.mutable_request_body()->set_end_of_stream(true);
   ASSERT_TRUE(stream->Write(body));
   std::string destination;
   pb::ProcessingResponse r;
   while (destination.empty() && stream->Read(&r)) {
-    const auto& mutation = r.has_request_body()    ? r.request_body().response().header_mutation()
-                           : r.has_request_headers() ? r.request_headers().response().header_mutation()
-                                                     : pb::HeaderMutation();
+    const auto& mutation = r.has_request_body() ? r.request_body().response().header_mutation()
+                           : r.has_request_headers()
+                               ? r.request_headers().response().header_mutation()
+                               : pb::HeaderMutation();
     for (const auto& set : mutation.set_headers()) {
       if (set.header().key() == "x-gateway-destination-endpoint") {
-        destination = set.header().raw_value().empty() ? set.header().value()
-                                                       : set.header().raw_value();
+        destination =
+            set.header().raw_value().empty() ? set.header().value() : set.header().raw_value();
       }
     }
   }
@@ -376,11 +380,10 @@ TEST_P(UpstreamChart, TheChartRunsOurEpp) {
   // default, false): TTFT := end-to-end latency.
   http::HttpClient client("127.0.0.1", proxy_port_, std::chrono::seconds(30));
   for (int i = 0; i < 6; ++i) {
-    auto res = client.post("/v1/completions",
-                           Json{{"model", "meta-llama/Llama-3.1-8B-Instruct"},
-                                {"prompt", "sample " + std::to_string(i)},
-                                {"max_tokens", 3}}
-                               .dump());
+    auto res = client.post("/v1/completions", Json{{"model", "meta-llama/Llama-3.1-8B-Instruct"},
+                                                   {"prompt", "sample " + std::to_string(i)},
+                                                   {"max_tokens", 3}}
+                                                  .dump());
     ASSERT_EQ(res.status, 200) << res.body << epp_->log();
   }
   // The chart leaves --metrics-endpoint-auth to upstream's default (on): Prometheus sends its

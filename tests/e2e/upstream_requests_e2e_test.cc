@@ -119,9 +119,9 @@ TEST_F(UpstreamRequests, LlmdHeadersAndTheirOldNamesSetTheSloAndObjectiveThrough
 }
 
 TEST_F(UpstreamRequests, LlmdHeadersSetTheSloAndObjectiveThroughTheGateway) {
-  auto r = through_gateway(completion("gw-slo"),
-                           {{"x-llm-d-slo-ttft-ms", "250"}, {"x-slo-ttft-ms", "900"},
-                            {"x-slo-tpot-ms", "20"}});
+  auto r = through_gateway(
+      completion("gw-slo"),
+      {{"x-llm-d-slo-ttft-ms", "250"}, {"x-slo-ttft-ms", "900"}, {"x-slo-tpot-ms", "20"}});
   EXPECT_NE(r.decision.find(" slo=ttft:250,tpot:20"), std::string::npos) << r.decision;
   r = through_gateway(completion("gw-objective"), {{"x-llm-d-inference-objective", "batch"}});
   EXPECT_NE(r.decision.find(" slo=ttft:900 priority=-1"), std::string::npos) << r.decision;
@@ -161,9 +161,9 @@ TEST_F(UpstreamRequests, AStreamWrittenAsAStringStreamsThroughTheProxy) {
   EXPECT_TRUE(Json::parse(plain.body).contains("choices")) << plain.body;
 
   // What vLLM refuses, the EPP refuses: OpenAI's error object naming the field.
-  auto maybe = stack_->client->request("POST", "/v1/completions",
-                                       completion("maybe", {{"stream", "maybe"}}),
-                                       "application/json", {});
+  auto maybe =
+      stack_->client->request("POST", "/v1/completions", completion("maybe", {{"stream", "maybe"}}),
+                              "application/json", {});
   ASSERT_EQ(maybe.status, 400) << maybe.body;
   const Json error = Json::parse(maybe.body)["error"];
   EXPECT_EQ(error["type"], "invalid_request_error");
@@ -173,8 +173,8 @@ TEST_F(UpstreamRequests, AStreamWrittenAsAStringStreamsThroughTheProxy) {
 }
 
 TEST_F(UpstreamRequests, AStreamWrittenAsAStringStreamsThroughTheGateway) {
-  const std::string body = completion(
-      "gw-guide", {{"stream_options", {{"include_usage", "true"}}}, {"stream", "true"}});
+  const std::string body =
+      completion("gw-guide", {{"stream_options", {{"include_usage", "true"}}}, {"stream", "true"}});
   auto r = through_gateway(body, {{"x-llm-d-slo-ttft-ms", "4000"}});
   ASSERT_TRUE(r.answer.has_request_body()) << r.answer.DebugString();
   EXPECT_EQ(r.forwarded, body) << "the body goes on to the pod as the client wrote it";

@@ -22,9 +22,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // The transport-free folders: what the simulator, the tests and both ingresses share.
-const std::set<std::string> kCoreFolders = {
-    "attributes", "config", "datastore", "features", "feedback", "interface",
-    "objectives", "plugins", "queue",    "request",  "routing",  "scheduler"};
+const std::set<std::string> kCoreFolders = {"attributes", "config",    "datastore",  "features",
+                                            "feedback",   "interface", "objectives", "plugins",
+                                            "queue",      "request",   "routing",    "scheduler"};
 
 bool is_transport_header(const std::string& include) {
   static const std::regex kTransport(
@@ -171,7 +171,8 @@ TEST(ModuleRules, CatchesATransportHeaderReachedThroughACommonHeader) {
   llmd::testing::TempDir dir;
   write(fs::path(dir.path()) / "common/net/io.h", "#include <boost/asio/io_context.hpp>\n");
   write(fs::path(dir.path()) / "epp/request/flow.h", "#include \"common/net/io.h\"\n");
-  write(fs::path(dir.path()) / "epp/proxy/server.cc", "#include <boost/beast.hpp>\n");  // allowed there
+  write(fs::path(dir.path()) / "epp/proxy/server.cc",
+        "#include <boost/beast.hpp>\n");  // allowed there
   const auto found = ModuleChecker(fs::path(dir.path())).violations();
   ASSERT_EQ(found.size(), 1u);
   EXPECT_NE(found[0].find("epp/request/flow.h -> common/net/io.h -> <boost/asio/io_context.hpp>"),
@@ -181,7 +182,8 @@ TEST(ModuleRules, CatchesATransportHeaderReachedThroughACommonHeader) {
 
 TEST(ModuleRules, CatchesGeneratedProtobufAndGrpcHeaders) {
   llmd::testing::TempDir dir;
-  write(fs::path(dir.path()) / "epp/scheduler/a.cc", "#include \"epp/extproc/external_processor.pb.h\"\n");
+  write(fs::path(dir.path()) / "epp/scheduler/a.cc",
+        "#include \"epp/extproc/external_processor.pb.h\"\n");
   write(fs::path(dir.path()) / "epp/queue/b.cc", "#include <grpcpp/grpcpp.h>\n");
   EXPECT_EQ(ModuleChecker(fs::path(dir.path())).violations().size(), 2u);
 }
@@ -190,7 +192,8 @@ TEST(ModuleRules, CatchesTwoFoldersIncludingEachOther) {
   llmd::testing::TempDir dir;
   write(fs::path(dir.path()) / "epp/queue/gate.h", "#include \"epp/request/flow.h\"\n");
   write(fs::path(dir.path()) / "epp/request/flow.h", "#include \"epp/queue/gate.h\"\n");
-  write(fs::path(dir.path()) / "epp/routing/rule.h", "#include \"epp/queue/gate.h\"\n");  // one way: fine
+  write(fs::path(dir.path()) / "epp/routing/rule.h",
+        "#include \"epp/queue/gate.h\"\n");  // one way: fine
   const auto found = ModuleChecker(fs::path(dir.path())).violations();
   ASSERT_EQ(found.size(), 1u);
   EXPECT_NE(found[0].find("epp/queue/gate.h includes epp/request/flow.h"), std::string::npos)

@@ -22,7 +22,8 @@ class DecisionLogConfigFile : public ::testing::Test {
     const std::string path = dir_.file("pool.yaml");
     std::ofstream f(path);
     f << "pool:\n  pods:\n  - {name: pod-0, address: 127.0.0.1:9100}\n"
-      << "plugins: []\nschedulingProfiles: []\n" << decision_log;
+      << "plugins: []\nschedulingProfiles: []\n"
+      << decision_log;
     f.close();
     return load_epp_config(path);
   }
@@ -36,10 +37,9 @@ TEST_F(DecisionLogConfigFile, KeysTheFileSetsAndTheOthersKeepTheirDefaults) {
   EXPECT_DOUBLE_EQ(d.max_lines_per_second, DecisionLogConfig{}.max_lines_per_second);
   EXPECT_EQ(d.max_candidates, DecisionLogConfig{}.max_candidates);
   const DecisionLogConfig all =
-      load("decisionLog: {sampleRate: 1, maxLinesPerSecond: 50, maxCandidates: 3}\n")
-          .decision_log;
-  EXPECT_EQ(all, (DecisionLogConfig{.sample_rate = 1, .max_lines_per_second = 50,
-                                    .max_candidates = 3}));
+      load("decisionLog: {sampleRate: 1, maxLinesPerSecond: 50, maxCandidates: 3}\n").decision_log;
+  EXPECT_EQ(all,
+            (DecisionLogConfig{.sample_rate = 1, .max_lines_per_second = 50, .max_candidates = 3}));
 }
 
 TEST_F(DecisionLogConfigFile, BadValuesAndUnknownKeysAreRefusedByName) {
@@ -73,13 +73,14 @@ TEST_F(StartupConfigFile, TheDocumentedDefaultsAreTheOnesInForce) {
 
 TEST_F(StartupConfigFile, EverySectionIsRead) {
   const StartupSettings s =
-      load("scrapeIntervalMs: 25\nstalenessMs: 900\n"
-           "requests: {predictionBasedScheduling: false, forwardPriority: false}\n"
-           "proxy: {headerTimeoutMs: 500, idleTimeoutMs: 700, upstreamFirstByteTimeoutMs: 900}\n"
-           "outlierDetection: {consecutiveFailures: 2, baseEjectionMs: 100, maxEjectionMs: 400,\n"
-           "  maxEjectionPercent: 33.5, panicThresholdPercent: 0}\n"
-           "leaderElection: {leaseDurationSeconds: 4, renewDeadlineSeconds: 2.5,\n"
-           "  retryPeriodSeconds: 0.5}\n")
+      load(
+          "scrapeIntervalMs: 25\nstalenessMs: 900\n"
+          "requests: {predictionBasedScheduling: false, forwardPriority: false}\n"
+          "proxy: {headerTimeoutMs: 500, idleTimeoutMs: 700, upstreamFirstByteTimeoutMs: 900}\n"
+          "outlierDetection: {consecutiveFailures: 2, baseEjectionMs: 100, maxEjectionMs: 400,\n"
+          "  maxEjectionPercent: 33.5, panicThresholdPercent: 0}\n"
+          "leaderElection: {leaseDurationSeconds: 4, renewDeadlineSeconds: 2.5,\n"
+          "  retryPeriodSeconds: 0.5}\n")
           .startup;
   EXPECT_EQ(s.scrape_interval, std::chrono::milliseconds(25));
   EXPECT_EQ(s.staleness, std::chrono::milliseconds(900));
@@ -207,9 +208,9 @@ TEST_F(UpstreamConfigFile, ApiVersionKindAndThePipelinesPlaceAreChecked) {
   EXPECT_NE(error(pool + "pipeline: p.yaml\nfeatureGates: [dataLayer]\n")
                 .find("'featureGates' is given here and 'pipeline' names a file"),
             std::string::npos);
-  EXPECT_NE(error(pool + "plugins: []\nschedulingProfiles: []\ndata: {}\n")
-                .find("unknown key 'data'"),
-            std::string::npos);
+  EXPECT_NE(
+      error(pool + "plugins: []\nschedulingProfiles: []\ndata: {}\n").find("unknown key 'data'"),
+      std::string::npos);
 }
 
 }  // namespace

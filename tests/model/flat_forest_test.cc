@@ -58,7 +58,7 @@ Schema test_schema() {
   add("continuous", 0);
   add("integer", 0);  // small integers: split conditions coincide with data values
   add("signed", 0);
-  add("sparse", 0);   // mostly missing
+  add("sparse", 0);  // mostly missing
   add("prefill_score_bucket", 4);
   add("pod_type_cat", 3);
   add("wide_cat", 40);
@@ -70,8 +70,8 @@ Schema test_schema() {
 // fractional, huge; numeric -0.0 and extreme values.
 std::vector<float> draw_rows(const Schema& s, std::size_t n, bool wild, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  const std::vector<float> odd_categories = {7.0f,  -1.0f, 2.5f,  -0.5f, -0.0f, 3.999f,
-                                             0.5f,  31.0f, 32.0f, 33.0f, 39.5f, 40.0f,
+  const std::vector<float> odd_categories = {7.0f,  -1.0f, 2.5f,        -0.5f,      -0.0f, 3.999f,
+                                             0.5f,  31.0f, 32.0f,       33.0f,      39.5f, 40.0f,
                                              64.0f, 1e9f,  16777215.0f, 16777216.0f};
   const std::vector<float> odd_numbers = {-0.0f, 0.0f, 1e30f, -1e30f, 1e-40f, 20.0f, 3.0f};
   const std::size_t cols = s.categories.size();
@@ -188,15 +188,16 @@ TEST_P(FlatForestMatchesXgboost, BitForBit) {
   expect_same_bits(want, single, "predict_margin");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Models, FlatForestMatchesXgboost,
-    ::testing::Values(Config{"stump", 1, 1, 10.0, 0.3, 1.0, 1.0},
-                      Config{"many_shallow", 300, 2, 3.7},
-                      Config{"production_shape", 200, 6, 10.0},
-                      Config{"deep", 60, 8, 0.0, 0.1},
-                      Config{"full_columns", 40, 4, 3.7, 0.2, 1.0, 1.0},
-                      Config{"negative_base", 120, 5, -12.25, 0.1, 0.9, 0.5}),
-    [](const ::testing::TestParamInfo<Config>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Models, FlatForestMatchesXgboost,
+                         ::testing::Values(Config{"stump", 1, 1, 10.0, 0.3, 1.0, 1.0},
+                                           Config{"many_shallow", 300, 2, 3.7},
+                                           Config{"production_shape", 200, 6, 10.0},
+                                           Config{"deep", 60, 8, 0.0, 0.1},
+                                           Config{"full_columns", 40, 4, 3.7, 0.2, 1.0, 1.0},
+                                           Config{"negative_base", 120, 5, -12.25, 0.1, 0.9, 0.5}),
+                         [](const ::testing::TestParamInfo<Config>& info) {
+                           return info.param.name;
+                         });
 
 // The published path: a TargetModel on the real feature schema, serialized and reloaded.
 TEST(FlatForestTest, MatchesTargetModelAfterSerializeLoadRoundTrip) {
@@ -225,11 +226,10 @@ TEST(FlatForestTest, MatchesTargetModelAfterSerializeLoadRoundTrip) {
   for (std::size_t i = 0; i < n_train; ++i) {
     features::FeatureInput in = draw_input();
     features::fill_row(in, set, &x[i * cols]);
-    y[i] = static_cast<float>(20.0 + 0.05 * static_cast<double>(in.input_token_length) *
-                                          (1.0 - in.prefix_cache_score) +
-                              15.0 * static_cast<double>(in.num_request_waiting) +
-                              (in.pod_type == features::PodType::kPrefill ? 30.0 : 0.0) +
-                              10.0 * u(rng));
+    y[i] = static_cast<float>(
+        20.0 + 0.05 * static_cast<double>(in.input_token_length) * (1.0 - in.prefix_cache_score) +
+        15.0 * static_cast<double>(in.num_request_waiting) +
+        (in.pod_type == features::PodType::kPrefill ? 30.0 : 0.0) + 10.0 * u(rng));
   }
   TrainParams p;
   p.threads = 1;
@@ -264,8 +264,7 @@ TEST(FlatForestTest, MatchesTargetModelAfterSerializeLoadRoundTrip) {
     rows[i * cols + pod] = odd[(i / std::size(odd)) % std::size(odd)];
   }
   forest.predict_margins(rows.data(), n, got.data());
-  expect_same_bits(loaded->booster().predict(info, {rows.data(), n, cols}), got,
-                   "odd categories");
+  expect_same_bits(loaded->booster().predict(info, {rows.data(), n, cols}), got, "odd categories");
 }
 
 // --- Hand-built trees for the corner cases training rarely produces --------------------------
@@ -407,10 +406,10 @@ Crafted craft(const std::vector<json>& trees, double base_score) {
 // Every pair of interesting values for the two features. (No infinities: XGBoost refuses them
 // as input.)
 std::vector<float> value_grid() {
-  const std::vector<float> v = {-1e9f, -1.0f, -0.5f, -0.0f,  0.0f,  0.5f,        1.0f,
-                                1.5f,  1.999f, 2.0f, 2.5f,   3.0f,  3.999f,      7.0f,
-                                31.0f, 31.5f, 32.0f, 33.0f,  40.0f, 40.5f,       41.0f,
-                                64.0f, 100.0f, 16777215.0f,  16777216.0f, 3e9f, kNaN};
+  const std::vector<float> v = {-1e9f, -1.0f,  -0.5f,       -0.0f,       0.0f,  0.5f,   1.0f,
+                                1.5f,  1.999f, 2.0f,        2.5f,        3.0f,  3.999f, 7.0f,
+                                31.0f, 31.5f,  32.0f,       33.0f,       40.0f, 40.5f,  41.0f,
+                                64.0f, 100.0f, 16777215.0f, 16777216.0f, 3e9f,  kNaN};
   std::vector<float> rows;
   for (float a : v) {
     for (float b : v) {
@@ -438,16 +437,14 @@ TEST(FlatForestTest, CategoricalAndSpecialSplitsMatchXgboost) {
   std::vector<json> trees;
   // Categorical splits (lists = categories that go RIGHT): one word, two words (40), and
   // 2^24 - 1, the largest category.
-  trees.push_back(make_tree(0, {categorical(1, 0, false, {1, 3}),
-                                categorical(3, 1, true, {0, 40}), categorical(5, 1, false, {2}),
-                                leaf(0.125), leaf(0.25), leaf(0.5), leaf(1.0)}));
   trees.push_back(
-      make_tree(1, {categorical(1, 0, true, {0, 16777215}), leaf(2.0), leaf(4.0)}));
+      make_tree(0, {categorical(1, 0, false, {1, 3}), categorical(3, 1, true, {0, 40}),
+                    categorical(5, 1, false, {2}), leaf(0.125), leaf(0.25), leaf(0.5), leaf(1.0)}));
+  trees.push_back(make_tree(1, {categorical(1, 0, true, {0, 16777215}), leaf(2.0), leaf(4.0)}));
   // Numeric splits at NaN, +-inf and -0.0 with both default directions.
-  trees.push_back(make_tree(2, {numeric(1, 0, -kSentinelInf, true),
-                                numeric(3, 1, kSentinelNaN, true),
-                                numeric(5, 1, kSentinelInf, false), leaf(32.0), leaf(64.0),
-                                leaf(128.0), leaf(256.0)}));
+  trees.push_back(make_tree(
+      2, {numeric(1, 0, -kSentinelInf, true), numeric(3, 1, kSentinelNaN, true),
+          numeric(5, 1, kSentinelInf, false), leaf(32.0), leaf(64.0), leaf(128.0), leaf(256.0)}));
   trees.push_back(make_tree(3, {numeric(1, 1, -0.0, true), numeric(3, 0, kSentinelInf, true),
                                 numeric(5, 0, kSentinelNaN, false), leaf(512.0), leaf(1024.0),
                                 leaf(2048.0), leaf(4096.0)}));
@@ -469,13 +466,13 @@ TEST(FlatForestTest, CategoricalAndSpecialSplitsMatchXgboost) {
 // list in a tree that has lists (every present value goes left), and split_type 1 in a tree
 // without any list (XGBoost then compares with the node's NaN split: present goes right).
 TEST(FlatForestTest, UnlistedCategoricalNodesMatchXgboost) {
-  const Crafted model = craft(
-      {make_tree(0, {categorical(1, 0, false, {1}), categorical(3, 1, false, {}, false),
-                     categorical(5, 1, true, {}, false), leaf(1.0), leaf(2.0), leaf(4.0),
-                     leaf(8.0)}),
-       make_tree(1, {categorical(1, 1, true, {}, false), leaf(16.0), leaf(32.0)}),
-       make_tree(2, {categorical(1, 0, false, {}, false), leaf(64.0), leaf(128.0)})},
-      0.0);
+  const Crafted model =
+      craft({make_tree(0, {categorical(1, 0, false, {1}), categorical(3, 1, false, {}, false),
+                           categorical(5, 1, true, {}, false), leaf(1.0), leaf(2.0), leaf(4.0),
+                           leaf(8.0)}),
+             make_tree(1, {categorical(1, 1, true, {}, false), leaf(16.0), leaf(32.0)}),
+             make_tree(2, {categorical(1, 0, false, {}, false), leaf(64.0), leaf(128.0)})},
+            0.0);
   expect_grid_matches(Booster::load(model.text), FlatForest::from_model_bytes(model.ubj),
                       "unlisted categorical nodes");
 }
@@ -594,8 +591,8 @@ TEST(FlatForestTest, RejectsNonTreeBoosters) {
 
 TEST(FlatForestTest, RejectsObjectivesWithTransformedBaseScore) {
   const std::string logistic = edited_model([](json& m) {
-    m["learner"]["objective"] = json::parse(
-        R"({"name": "reg:logistic", "reg_loss_param": {"scale_pos_weight": "1"}})");
+    m["learner"]["objective"] =
+        json::parse(R"({"name": "reg:logistic", "reg_loss_param": {"scale_pos_weight": "1"}})");
     m["learner"]["learner_model_param"]["base_score"] = "5E-1";
   });
   EXPECT_THROW(FlatForest::from_model_bytes(logistic), ModelError);

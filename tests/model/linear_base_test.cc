@@ -193,15 +193,18 @@ TEST(TreeDump, MatchesXgboostOnNumericModelsAndDumpsCategoricalOnes) {
     std::vector<float> row(cols);
     features::fill_row(f, FeatureSet::kTtft, row.data());
     x.insert(x.end(), row.begin(), row.end());
-    y_numeric.push_back(static_cast<float>(5 + 0.1 * f.input_token_length + 20 * f.num_request_waiting));
+    y_numeric.push_back(
+        static_cast<float>(5 + 0.1 * f.input_token_length + 20 * f.num_request_waiting));
     // Depends on the bucket only: the trees must split on the categorical column.
-    y_bucket.push_back(static_cast<float>(10 + 40 * features::prefill_score_bucket(f.prefix_cache_score)));
+    y_bucket.push_back(
+        static_cast<float>(10 + 40 * features::prefill_score_bucket(f.prefix_cache_score)));
   }
   TrainParams p;
   p.num_trees = 5;
   ColumnInfo numeric_info = info;
   numeric_info.categorical.assign(cols, false);
-  Booster numeric = Booster::train(p, numeric_info, {x.data(), y_numeric.size(), cols}, y_numeric, 0.0);
+  Booster numeric =
+      Booster::train(p, numeric_info, {x.data(), y_numeric.size(), cols}, y_numeric, 0.0);
   expect_same_dump(nlohmann::json::parse(dump_trees_json(numeric.save(), info.names)),
                    nlohmann::json::parse(numeric.dump_trees_json()), info.names);
 

@@ -58,8 +58,9 @@ Json to_columns(const std::vector<FeatureInput>& rows, bool singles) {
   }
   if (singles) {
     for (auto& [key, column] : out.items()) {
-      if (key != "kv_cache_percentage" && std::all_of(column.begin(), column.end(),
-                                                      [&](const Json& v) { return v == column[0]; })) {
+      if (key != "kv_cache_percentage" &&
+          std::all_of(column.begin(), column.end(),
+                      [&](const Json& v) { return v == column[0]; })) {
         column = Json(column[0]);
       }
     }
@@ -204,7 +205,8 @@ TEST(ColumnarRows, CountsTheRowsOfABodyOverTheCap) {
 // rows; whatever that one refuses, the fast path refuses.
 TEST(ColumnarRows, FastPathNeverDisagreesWithTheValidatingReader) {
   std::mt19937_64 rng(20261124);
-  const std::vector<Json> odd = {nullptr, true, -1, 0.5, 1.5, 1e300, "x", "decode",
+  const std::vector<Json> odd = {nullptr,       true,           -1,         0.5,
+                                 1.5,           1e300,          "x",        "decode",
                                  Json::array(), Json::object(), Json{1, 2}, 7};
   int accepted = 0;
   for (int i = 0; i < 3000; ++i) {

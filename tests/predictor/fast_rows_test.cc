@@ -70,12 +70,16 @@ TEST(FastRows, DefersEverythingDoubtfulToTheSlowPath) {
     return parse_bulk_fast(Json{{"requests", {good, row}}}.dump(), 1, 10000, rows);
   };
   ASSERT_TRUE(bulk(good));
-  for (auto [field, value] : std::vector<std::pair<std::string, Json>>{
-           {"kv_cache_percentage", 1.01}, {"kv_cache_percentage", "0.5"},
-           {"input_token_length", 0.5},   {"input_token_length", -1},
-           {"num_request_waiting", true}, {"prefix_cache_score", nullptr},
-           {"pod_type", 3},               {"encoder_input_size", -2},
-           {"num_request_running", 1e30}}) {
+  for (auto [field, value] :
+       std::vector<std::pair<std::string, Json>>{{"kv_cache_percentage", 1.01},
+                                                 {"kv_cache_percentage", "0.5"},
+                                                 {"input_token_length", 0.5},
+                                                 {"input_token_length", -1},
+                                                 {"num_request_waiting", true},
+                                                 {"prefix_cache_score", nullptr},
+                                                 {"pod_type", 3},
+                                                 {"encoder_input_size", -2},
+                                                 {"num_request_running", 1e30}}) {
     Json bad = good;
     bad[field] = value;
     EXPECT_FALSE(bulk(bad)) << field << "=" << value.dump();
@@ -112,7 +116,8 @@ TEST(FastRows, CountsTheRowsOfABodyOverTheCap) {
   EXPECT_EQ(fast.body(), slow.body());
   // Anything else is left to the validating parser: no count.
   for (const std::string& other :
-       {std::string(R"({"requests": [1, 2, 3)"), std::string(R"({"requests": [], "requests": [1, 2, 3]})"),
+       {std::string(R"({"requests": [1, 2, 3)"),
+        std::string(R"({"requests": [], "requests": [1, 2, 3]})"),
         std::string(R"({"requests": []})"), Json{{"requests", {row}}}.dump()}) {
     too_many = 0;
     parse_bulk_fast(other, 1, 2, rows, &too_many);

@@ -101,7 +101,8 @@ TEST(ModelStore, CentralEstimateIsTheQuantileModelsLocationWithoutItsOffset) {
 
 TEST(ModelStore, GatedLinearBaseModelsCompile) {
   model::GatedModel gated;
-  gated.noqueue = std::make_shared<const model::TargetModel>(fit_on_base(FeatureSet::kTtftNoQueue, 4));
+  gated.noqueue =
+      std::make_shared<const model::TargetModel>(fit_on_base(FeatureSet::kTtftNoQueue, 4));
   gated.queued = std::make_shared<const model::TargetModel>(fit_on_base(FeatureSet::kTtft, 5));
   auto compiled = compile_model_file("ttft_gated", gated.serialize(9));
   ASSERT_TRUE(compiled.noqueue && compiled.queued);

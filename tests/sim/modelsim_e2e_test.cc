@@ -47,7 +47,8 @@ std::vector<std::string> sse_events(const std::string& body) {
 
 // Value of an unlabelled-by-us sample `name{...}` in Prometheus text (first match).
 double metric(const std::string& text, const std::string& name) {
-  std::regex re("(^|\n)" + std::regex_replace(name, std::regex(R"([\[\]{}().*+?^$|\\])"), R"(\$&)") +
+  std::regex re("(^|\n)" +
+                std::regex_replace(name, std::regex(R"([\[\]{}().*+?^$|\\])"), R"(\$&)") +
                 R"((\{[^}]*\})? ([0-9.eE+-]+))");
   std::smatch m;
   if (!std::regex_search(text, m, re)) {
@@ -64,8 +65,8 @@ class ModelsimE2E : public ::testing::Test {
     proc_ = std::make_unique<Process>(
         binary("bench/modelsim/modelsim"),
         std::vector<std::string>{"--pods", std::to_string(kPods), "--base-port",
-                                 std::to_string(base_), "--host", "127.0.0.1", "--time-scale",
-                                 "20", "--slow-pods", "1", "--jitter", "0", "--seed", "3",
+                                 std::to_string(base_), "--host", "127.0.0.1", "--time-scale", "20",
+                                 "--slow-pods", "1", "--jitter", "0", "--seed", "3",
                                  "--max-body-bytes", "65536", "--log-level", "warn"});
     for (int i = 0; i < kPods; ++i) {
       ASSERT_TRUE(proc_->wait_http_ok(port(i), "/health")) << proc_->log();
@@ -149,8 +150,9 @@ TEST_F(ModelsimE2E, StreamingCompletionHasVllmSseFramingAndUsage) {
 
 TEST_F(ModelsimE2E, ChatAndNonStreamingResponsesCarryUsage) {
   auto chat = post(1, "/v1/chat/completions",
-                   {{"messages", {{{"role", "system"}, {"content", "be brief"}},
-                                  {{"role", "user"}, {"content", "hello there"}}}},
+                   {{"messages",
+                     {{{"role", "system"}, {"content", "be brief"}},
+                      {{"role", "user"}, {"content", "hello there"}}}},
                     {"max_tokens", 4},
                     {"stream", true},
                     {"stream_options", {{"include_usage", true}}}});
@@ -181,7 +183,7 @@ TEST_F(ModelsimE2E, RepeatedPromptReportsCachedTokensPerPod) {
   auto second = Json::parse(post(0, "/v1/completions", body).body);
   auto other_pod = Json::parse(post(1, "/v1/completions", body).body);
   EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
-  EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], 96);  // 6 full blocks
+  EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], 96);    // 6 full blocks
   EXPECT_EQ(other_pod["usage"]["prompt_tokens_details"]["cached_tokens"], 0);  // per-pod cache
   const auto m = get(0, "/metrics").body;
   EXPECT_EQ(metric(m, "vllm:prefix_cache_hits_total"), 96);
@@ -199,9 +201,9 @@ TEST_F(ModelsimE2E, BadRequestsGetVllmErrors) {
   EXPECT_EQ(missing.status, 404);
   EXPECT_EQ(Json::parse(missing.body)["error"]["code"], "model_not_found") << missing.body;
   // Token-id prompts, lists of token-id lists and multi-prompt lists, as vLLM accepts them.
-  for (const Json& prompt : {Json::array({1, 2, 3}), Json::array({Json::array({1, 2, 3})}),
-                             Json::array({Json::array({1, 2}), Json::array({3, 4})}),
-                             Json::array({"a b", "c d"})}) {
+  for (const Json& prompt :
+       {Json::array({1, 2, 3}), Json::array({Json::array({1, 2, 3})}),
+        Json::array({Json::array({1, 2}), Json::array({3, 4})}), Json::array({"a b", "c d"})}) {
     auto r = post(0, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 2}});
     ASSERT_EQ(r.status, 200) << prompt << r.body;
     const std::size_t want = prompt[0].is_number() ? 1 : prompt.size();
@@ -213,7 +215,8 @@ TEST_F(ModelsimE2E, BadRequestsGetVllmErrors) {
   auto big = post(0, "/v1/completions", {{"prompt", std::string(70000, 'x')}});
   EXPECT_EQ(big.status, 413);
   // A prompt longer than the model's context is refused like vLLM does.
-  auto too_long = post(0, "/v1/completions", {{"prompt", words(1000, "d")}, {"max_tokens", 200000}});
+  auto too_long =
+      post(0, "/v1/completions", {{"prompt", words(1000, "d")}, {"max_tokens", 200000}});
   EXPECT_EQ(too_long.status, 400);
   EXPECT_NE(too_long.body.find("maximum context length"), std::string::npos);
 }

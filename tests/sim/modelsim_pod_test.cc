@@ -173,12 +173,14 @@ TEST(ModelsimProtocol, FormatsChunksLikeVllm) {
 }
 
 TEST(ModelsimFault, ParsesModes) {
-  auto f = std::get<FaultSpec>(parse_fault(R"({"mode":"close","duration_ms":50,"after_tokens":2})"));
+  auto f =
+      std::get<FaultSpec>(parse_fault(R"({"mode":"close","duration_ms":50,"after_tokens":2})"));
   EXPECT_EQ(f.mode, FaultMode::kClose);
   EXPECT_EQ(f.duration_ms, 50);
   EXPECT_EQ(f.after_tokens, 2);
   EXPECT_TRUE(std::holds_alternative<std::string>(parse_fault(R"({"mode":"explode"})")));
-  EXPECT_TRUE(std::holds_alternative<std::string>(parse_fault(R"({"mode":"stall","duration_ms":-1})")));
+  EXPECT_TRUE(
+      std::holds_alternative<std::string>(parse_fault(R"({"mode":"stall","duration_ms":-1})")));
   EXPECT_TRUE(std::holds_alternative<std::string>(parse_fault("[]")));
 }
 
@@ -316,13 +318,13 @@ TEST(ModelsimPod, FaultsStallErrorAndClose) {
 TEST(ModelsimPod, ClientGoneAbortsAndMetricsUseVllmNames) {
   Pod pod(exact_pod(), 0);
   auto s = std::make_shared<FakeStream>();
-  const uint64_t key =
-      pod.handle_inference(parse_ok(false, R"({"prompt":"a b c","max_tokens":500,"stream":true})"),
-                           "x", s, 1, 0);
+  const uint64_t key = pod.handle_inference(
+      parse_ok(false, R"({"prompt":"a b c","max_tokens":500,"stream":true})"), "x", s, 1, 0);
   pod.advance(50);
   auto text = pod.metrics(50).body;
-  EXPECT_NE(text.find("vllm:num_requests_running{model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} 1"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("vllm:num_requests_running{model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} 1"),
+      std::string::npos)
       << text;
   for (const char* name :
        {"vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",

@@ -37,7 +37,8 @@ SimRequest request(const SimEngine& e, uint64_t id, const std::vector<TokenId>& 
 }
 
 // Runs the engine until idle; returns the finished stats by request id.
-std::map<uint64_t, RequestStats> run_to_completion(SimEngine& e, std::vector<SimEvent>* log = nullptr) {
+std::map<uint64_t, RequestStats> run_to_completion(SimEngine& e,
+                                                   std::vector<SimEvent>* log = nullptr) {
   std::map<uint64_t, RequestStats> done;
   for (int guard = 0; guard < 10'000'000 && e.next_event_time() != kNever; ++guard) {
     for (const auto& ev : e.advance_to(e.next_event_time())) {
@@ -214,7 +215,7 @@ TEST(SimEngine, KvCacheFillsAndEvictsLeastRecentlyUsedPrefixFirst) {
   const auto c = prompt_tokens(160, 3);
   ASSERT_TRUE(e.submit(request(e, 1, a, 2)).accepted);
   ASSERT_TRUE(e.submit(request(e, 2, b, 2)).accepted);
-  e.advance_to(e.next_event_time());  // first step scheduled: both admitted
+  e.advance_to(e.next_event_time());            // first step scheduled: both admitted
   EXPECT_DOUBLE_EQ(e.metrics().kv_usage, 0.5);  // 2 x 10 of 40 blocks
   run_to_completion(e);
   ASSERT_TRUE(e.submit(request(e, 3, c, 2)).accepted);
@@ -321,7 +322,8 @@ std::vector<std::string> trace(uint64_t seed) {
   for (uint64_t id = 1; id <= 40; ++id) {
     t += 3.0 + static_cast<double>(id % 7);
     e.advance_to(t, events);
-    EXPECT_TRUE(e.submit(request(e, id, prompt_tokens(50 + 37 * (id % 5), id % 3), 20 + id % 9)).accepted);
+    EXPECT_TRUE(
+        e.submit(request(e, id, prompt_tokens(50 + 37 * (id % 5), id % 3), 20 + id % 9)).accepted);
   }
   run_to_completion(e, &events);
   for (const auto& ev : events) {

@@ -245,7 +245,9 @@ TEST(LoadClientResponse, AccumulatesAStreamWithUsage) {
   acc.on_event(R"({"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})", 1);
   acc.on_event(R"({"choices":[{"index":0,"delta":{"content":" a"},"finish_reason":null}]})", 2);
   acc.on_event(R"({"choices":[{"index":0,"delta":{"content":" b"},"finish_reason":"length"}]})", 3);
-  acc.on_event(R"({"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9,"prompt_tokens_details":{"cached_tokens":4}}})", 4);
+  acc.on_event(
+      R"({"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9,"prompt_tokens_details":{"cached_tokens":4}}})",
+      4);
   EXPECT_FALSE(acc.done());
   acc.on_event("[DONE]", 5);
   EXPECT_TRUE(acc.done());
@@ -262,7 +264,9 @@ TEST(LoadClientResponse, AccumulatesAStreamWithUsage) {
   bad.on_event(R"({"object":"error","message":"boom","code":500})", 1);
   EXPECT_EQ(bad.error(), "boom");
   loadclient::ResponseAccumulator whole;
-  whole.on_body(R"({"choices":[{"text":" x y","finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":2}})", 9);
+  whole.on_body(
+      R"({"choices":[{"text":" x y","finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":2}})",
+      9);
   EXPECT_TRUE(whole.done());
   EXPECT_EQ(whole.first_content_ms(), 9);
 }
@@ -319,8 +323,7 @@ TEST(LoadClientReport, ComparisonTableSetsRunsSideBySide) {
   r.end_ms = 170;
   r.cached_tokens = 10;
   auto slow = loadclient::summarize({r, r}, {{1, 10}}, {});
-  const std::string t =
-      loadclient::comparison_table({{"default", fast}, {"round-robin", slow}});
+  const std::string t = loadclient::comparison_table({{"default", fast}, {"round-robin", slow}});
   std::vector<std::string> lines;
   std::stringstream ss(t);
   for (std::string l; std::getline(ss, l);) {
@@ -346,9 +349,9 @@ TEST(LoadClientReport, ComparisonTableSetsRunsSideBySide) {
     EXPECT_EQ(l.size(), lines[0].size()) << t;
   }
   // A summary without a field shows "-".
-  EXPECT_NE(loadclient::comparison_table({{"a", fast}, {"empty", nlohmann::json::object()}})
-                .find("-"),
-            std::string::npos);
+  EXPECT_NE(
+      loadclient::comparison_table({{"a", fast}, {"empty", nlohmann::json::object()}}).find("-"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -113,7 +113,8 @@ TempDir::~TempDir() {
 Process::Process(std::string exe, std::vector<std::string> args, std::vector<std::string> env,
                  int max_open_files, int64_t max_file_bytes) {
   static int counter = 0;
-  log_path_ = "/tmp/llmd-proc-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".log";
+  log_path_ =
+      "/tmp/llmd-proc-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".log";
   pid_ = ::fork();
   if (pid_ == 0) {
     int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

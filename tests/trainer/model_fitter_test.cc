@@ -52,7 +52,8 @@ std::vector<double> coverage_by_regime(const Scored& s) {
   for (std::size_t i = 0; i < idx.size(); ++i) {
     idx[i] = i;
   }
-  std::sort(idx.begin(), idx.end(), [&](auto a, auto b) { return s.truth_p90[a] < s.truth_p90[b]; });
+  std::sort(idx.begin(), idx.end(),
+            [&](auto a, auto b) { return s.truth_p90[a] < s.truth_p90[b]; });
   std::vector<double> out;
   for (int third = 0; third < 3; ++third) {
     std::size_t lo = third * idx.size() / 3, hi = (third + 1) * idx.size() / 3, cov = 0;
@@ -135,8 +136,8 @@ TEST(MeanFit, MapeBelowTenPercentAndTtftGrowsWithInput) {
 }
 
 // A router ranks pods by these predictions: a pod with more queued work must never be predicted
-// faster, nor a better cache hit slower, even where noisy samples say so. Very noisy, few samples: without the constraints the
-// trees learn inversions along the load columns.
+// faster, nor a better cache hit slower, even where noisy samples say so. Very noisy, few samples:
+// without the constraints the trees learn inversions along the load columns.
 TEST(MonotoneFit, MoreLoadIsNeverPredictedFasterAndACacheHitNeverSlower) {
   testing::SyntheticLaw law;
   law.sigma = 0.6;

@@ -13,7 +13,7 @@
 namespace llmd::trainer {
 namespace {
 
-constexpr std::size_t kHeader = 12;                                  // magic + format
+constexpr std::size_t kHeader = 12;  // magic + format
 constexpr std::size_t kFullFrame = 16 + 4 + kBlockRecords * codec::kRecordSize;
 
 features::FeatureInput row(int64_t waiting, double kv, double prefix) {
@@ -94,11 +94,12 @@ TEST(Snapshot, DamageCostsOnlyTheFrameItIsIn) {
 
   // A stretch of zeros over the first two frames' boundary (a lost disk page).
   std::string zeros = bytes;
-  std::fill(zeros.begin() + kHeader + kFullFrame - 2000, zeros.begin() + kHeader + kFullFrame + 2000, 0);
+  std::fill(zeros.begin() + kHeader + kFullFrame - 2000,
+            zeros.begin() + kHeader + kFullFrame + 2000, 0);
   EXPECT_EQ(restore(zeros).samples, 10000u - 2 * kBlockRecords);
 
-  for (const std::string& junk : {std::string(), std::string("hello world, not a snapshot"),
-                                  bytes.substr(0, 10)}) {
+  for (const std::string& junk :
+       {std::string(), std::string("hello world, not a snapshot"), bytes.substr(0, 10)}) {
     auto r = restore(junk);
     EXPECT_FALSE(r.ok);
     EXPECT_EQ(r.samples, 0u);

@@ -18,7 +18,7 @@ features::FeatureInput row(int64_t waiting, double kv, double prefix) {
 }
 
 TEST(Buckets, BoundariesMatchTheContract) {
-  const std::pair<int64_t, int> waiting[] = {{0, 0}, {1, 1}, {2, 1}, {3, 2}, {5, 2},
+  const std::pair<int64_t, int> waiting[] = {{0, 0}, {1, 1},  {2, 1},  {3, 2},  {5, 2},
                                              {6, 3}, {10, 3}, {11, 4}, {500, 4}};
   for (auto [w, b] : waiting) {
     EXPECT_EQ(queue_bucket(w), b) << w;
@@ -44,7 +44,7 @@ TEST(SampleStore, FifoWindowPerBucketAndTargetsApart) {
   for (int i = 1; i <= 5; ++i) {
     s.add(row(0, 0.1, 0.0), i, 0);  // TTFT only
   }
-  s.add(row(0, 0.1, 0.0), 0, 7);    // TPOT only
+  s.add(row(0, 0.1, 0.0), 0, 7);  // TPOT only
   EXPECT_EQ(s.training_count(Target::kTtft), 3u);
   EXPECT_EQ(s.training_count(Target::kTpot), 1u);
   auto ttft = s.training_samples(Target::kTtft);

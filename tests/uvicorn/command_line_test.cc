@@ -36,18 +36,19 @@ TEST(UvicornCommandLine, ThePackagedAppsOfLlmdAndTheTrainer) {
   EXPECT_EQ(parse({"llm_d_latency_predictor.prediction_server:app"}).program, "predictor");
   EXPECT_EQ(parse({"prediction.prediction_server:app"}).program, "predictor");
   // The reference trainer image's CMD; worker processes become the trainer's io threads.
-  const Launch t = parse({"training_server:app", "--host", "0.0.0.0", "--port", "8000",
-                          "--workers", "3"});
+  const Launch t =
+      parse({"training_server:app", "--host", "0.0.0.0", "--port", "8000", "--workers", "3"});
   EXPECT_EQ(t.program, "trainer");
   EXPECT_EQ(t.args, (Args{"--host", "0.0.0.0", "--port", "8000", "--io-threads", "3"}));
 }
 
 TEST(UvicornCommandLine, UvicornsDefaultsAndPrecedence) {
-  EXPECT_EQ(parse({"prediction_server:app"}).args,
-            (Args{"--host", "127.0.0.1", "--port", "8000"}))
+  EXPECT_EQ(parse({"prediction_server:app"}).args, (Args{"--host", "127.0.0.1", "--port", "8000"}))
       << "uvicorn's defaults; no --workers: the predictor's own default";
-  const Environment env = {{"UVICORN_HOST", "0.0.0.0"}, {"UVICORN_PORT", "9001"},
-                           {"WEB_CONCURRENCY", "4"}, {"UVICORN_LOG_LEVEL", "warning"}};
+  const Environment env = {{"UVICORN_HOST", "0.0.0.0"},
+                           {"UVICORN_PORT", "9001"},
+                           {"WEB_CONCURRENCY", "4"},
+                           {"UVICORN_LOG_LEVEL", "warning"}};
   EXPECT_EQ(parse({"prediction_server:app"}, env).args,
             (Args{"--host", "0.0.0.0", "--port", "9001", "--workers", "4", "--log-level", "warn"}));
   EXPECT_EQ(parse({"prediction_server:app", "--port=9002", "--workers", "2"}, env).args,
@@ -67,13 +68,12 @@ TEST(UvicornCommandLine, RefusesWhatItDoesNotMapNamingIt) {
             std::string::npos);
   EXPECT_NE(refusal({"prediction_server:app", "--port", "bogus"}).find("--port"),
             std::string::npos);
-  EXPECT_NE(refusal({"prediction_server:app"}, {{"UVICORN_WORKERS", "bogus"}})
-                .find("UVICORN_WORKERS"),
-            std::string::npos);
+  EXPECT_NE(
+      refusal({"prediction_server:app"}, {{"UVICORN_WORKERS", "bogus"}}).find("UVICORN_WORKERS"),
+      std::string::npos);
   EXPECT_NE(refusal({"prediction_server:app"}, {{"WEB_CONCURRENCY", "0"}}).find("WEB_CONCURRENCY"),
             std::string::npos);
-  EXPECT_NE(refusal({"prediction_server:app", "--port", "70000"}).find("70000"),
-            std::string::npos);
+  EXPECT_NE(refusal({"prediction_server:app", "--port", "70000"}).find("70000"), std::string::npos);
   EXPECT_NE(refusal({"prediction_server:app", "--log-level", "loud"}).find("--log-level"),
             std::string::npos);
   EXPECT_NE(refusal({"prediction_server:app", "--port"}).find("requires an argument"),

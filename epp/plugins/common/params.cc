@@ -128,8 +128,7 @@ std::string ParamReader::finish() const {
         for (const auto& k : seen_) {
           known += (known.empty() ? "" : ", ") + k;
         }
-        return "unknown parameter '" + key + "' (known: " + (known.empty() ? "none" : known) +
-               ")";
+        return "unknown parameter '" + key + "' (known: " + (known.empty() ? "none" : known) + ")";
       }
     }
   }
@@ -150,8 +149,8 @@ std::optional<std::chrono::nanoseconds> parse_go_duration(std::string_view text)
     return std::nullopt;
   }
   static const std::pair<std::string_view, double> kUnits[] = {
-      {"ns", 1},     {"us", 1e3},     {"\u00b5s", 1e3}, {"\u03bcs", 1e3},
-      {"ms", 1e6},   {"s", 1e9},      {"m", 60e9},      {"h", 3600e9}};
+      {"ns", 1},   {"us", 1e3}, {"\u00b5s", 1e3}, {"\u03bcs", 1e3},
+      {"ms", 1e6}, {"s", 1e9},  {"m", 60e9},      {"h", 3600e9}};
   double total = 0;
   while (!s.empty()) {
     std::size_t i = 0;

@@ -163,12 +163,12 @@ std::vector<FlagSection> parse_help(const std::string& help) {
 // ---- Plugins: the registry, each factory's parameters, each README's rows ---------------
 
 struct ReadmeRow {
-  std::string name;                  // the parameter
-  std::set<std::string> all_names;   // with its aliases
-  std::string line;                  // the row as the README has it
+  std::string name;                 // the parameter
+  std::set<std::string> all_names;  // with its aliases
+  std::string line;                 // the row as the README has it
 };
 struct Readme {
-  fs::path path;  // relative to the source tree
+  fs::path path;     // relative to the source tree
   std::string kind;  // "scorer", "filter", ... from the Type line
   bool has_table = false;
   std::vector<ReadmeRow> rows;
@@ -265,8 +265,8 @@ std::optional<std::set<std::string>> factory_parameters(const PluginFactory& f,
 // A setting's name as words: "--leader-elect-renew-deadline" and "renewDeadlineSeconds" ->
 // {leader, elect, renew, deadline} and {renew, deadline}; units are not part of the name.
 std::vector<std::string> words_of(const std::string& name) {
-  static const std::set<std::string> kUnits = {"ms", "us", "s", "sec", "seconds", "percent",
-                                               "bytes"};
+  static const std::set<std::string> kUnits = {"ms",      "us",      "s",    "sec",
+                                               "seconds", "percent", "bytes"};
   std::vector<std::string> out;
   std::string w;
   auto flush = [&] {
@@ -290,7 +290,7 @@ std::vector<std::string> words_of(const std::string& name) {
 }
 
 struct Knob {
-  std::string where;  // "flag --x", "config key a.b", "parameter p of plugin t"
+  std::string where;               // "flag --x", "config key a.b", "parameter p of plugin t"
   std::vector<std::string> words;  // the name's words; for a config key, its last part's
 };
 
@@ -373,7 +373,8 @@ std::string render(std::vector<std::string>& problems) {
        "[coming-from-upstream.md](coming-from-upstream.md). The trainer and the predictor list "
        "their flags with `--help`; their environment names are the reference sidecars' "
        "([spec/predictor-api.md](spec/predictor-api.md)).\n\n"
-    << "- [Flags](#flags)\n- [Config file: settings read at start](#config-file-settings-read-at-start)\n"
+    << "- [Flags](#flags)\n- [Config file: settings read at "
+       "start](#config-file-settings-read-at-start)\n"
        "- [Plugins](#plugins)\n\n";
 
   o << "## Flags\n\n"
@@ -386,8 +387,8 @@ std::string render(std::vector<std::string>& problems) {
     o << "\n### " << (s.title.empty() ? "The EPP's own flags" : s.title) << "\n\n"
       << "| flag | env | default | meaning |\n|---|---|---|---|\n";
     for (const auto& r : s.rows) {
-      o << "| `" << r.names << "` | " << (r.env.empty() ? "" : "`" + cell(r.env) + "`")
-        << " | " << (r.default_value.empty() ? "" : "`" + cell(r.default_value) + "`") << " | "
+      o << "| `" << r.names << "` | " << (r.env.empty() ? "" : "`" + cell(r.env) + "`") << " | "
+        << (r.default_value.empty() ? "" : "`" + cell(r.default_value) + "`") << " | "
         << cell(r.help) << " |\n";
     }
   }
@@ -507,10 +508,11 @@ TEST(ConfigurationReference, EverySettingHasOneHomeAndTheEppFewFlags) {
 // producer parameter, the decision log's rate as a flag and a config key, the Lease's renew
 // deadline under a component prefix; and it leaves different settings apart.
 TEST(ConfigurationReference, FindsASettingDefinedTwice) {
-  const std::vector<Knob> flags = {{"flag --prediction-deadline-ms", words_of("prediction-deadline-ms")},
-                                   {"flag --decision-log-sample-rate", words_of("decision-log-sample-rate")},
-                                   {"flag --leader-elect-renew-deadline", words_of("leader-elect-renew-deadline")},
-                                   {"flag --idle-timeout-ms", words_of("idle-timeout-ms")}};
+  const std::vector<Knob> flags = {
+      {"flag --prediction-deadline-ms", words_of("prediction-deadline-ms")},
+      {"flag --decision-log-sample-rate", words_of("decision-log-sample-rate")},
+      {"flag --leader-elect-renew-deadline", words_of("leader-elect-renew-deadline")},
+      {"flag --idle-timeout-ms", words_of("idle-timeout-ms")}};
   const std::vector<Knob> others = {
       {"parameter predictionDeadlineMs", words_of("predictionDeadlineMs")},
       {"config key decisionLog.sampleRate", words_of("sampleRate")},

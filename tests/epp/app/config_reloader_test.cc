@@ -21,8 +21,8 @@ class ConfigReloaderTest : public ::testing::Test {
   void write(int pods) {
     std::string text = "pool:\n  pods:\n";
     for (int i = 0; i < pods; ++i) {
-      text += "  - {name: pod-" + std::to_string(i) + ", address: 127.0.0.1:" +
-              std::to_string(9100 + i) + "}\n";
+      text += "  - {name: pod-" + std::to_string(i) +
+              ", address: 127.0.0.1:" + std::to_string(9100 + i) + "}\n";
     }
     write_text(text + "plugins: []\nschedulingProfiles: []\n");
   }

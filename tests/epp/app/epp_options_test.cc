@@ -27,11 +27,16 @@ std::optional<EppOptions> parse(std::vector<std::string> args) {
 using test_env::error_of;
 
 const EnvVars kNoEnv = {
-    {"EPP_HOST", std::nullopt},         {"EPP_PORT", std::nullopt},
-    {"EPP_HEALTH_HOST", std::nullopt},  {"EPP_METRICS_HOST", std::nullopt},
-    {"EPP_EXT_PROC_HOST", std::nullopt}, {"EPP_DRAIN_TIMEOUT_S", std::nullopt},
-    {"EPP_POOL_NAME", std::nullopt},    {"EPP_POOL_SELECTOR", std::nullopt},
-    {"EPP_IO_THREADS", std::nullopt},   {"PREDICTION_SERVER_URL", std::nullopt},
+    {"EPP_HOST", std::nullopt},
+    {"EPP_PORT", std::nullopt},
+    {"EPP_HEALTH_HOST", std::nullopt},
+    {"EPP_METRICS_HOST", std::nullopt},
+    {"EPP_EXT_PROC_HOST", std::nullopt},
+    {"EPP_DRAIN_TIMEOUT_S", std::nullopt},
+    {"EPP_POOL_NAME", std::nullopt},
+    {"EPP_POOL_SELECTOR", std::nullopt},
+    {"EPP_IO_THREADS", std::nullopt},
+    {"PREDICTION_SERVER_URL", std::nullopt},
     {"EPP_OUTLIER_BASE_EJECTION_MS", std::nullopt},
     {"EPP_LEADER_ELECT_RENEW_DEADLINE_S", std::nullopt},
     {"EPP_LEADER_ELECT", std::nullopt},
@@ -144,9 +149,9 @@ TEST(EppOptions, InProcessPredictionsTakeTheTrainersUrlAndExcludeReplicas) {
                         {"MODEL_SYNC_INTERVAL_SEC", std::nullopt},
                         {"MODEL_SYNC_TIMEOUT_SEC", std::nullopt},
                         {"LOCAL_MODEL_DIR", std::nullopt}});
-  const auto o = parse({"--in-process-predictions", "true", "--training-server-url",
-                        "http://t:8000", "--model-sync-interval", "0.5", "--local-model-dir",
-                        "/var/models"});
+  const auto o =
+      parse({"--in-process-predictions", "true", "--training-server-url", "http://t:8000",
+             "--model-sync-interval", "0.5", "--local-model-dir", "/var/models"});
   ASSERT_TRUE(o);
   EXPECT_TRUE(o->in_process_predictions);
   EXPECT_EQ(o->in_process.trainer_url, "http://t:8000");

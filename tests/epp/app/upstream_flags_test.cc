@@ -30,16 +30,16 @@ using test_env::ScopedEnv;
 // The env a test must not inherit from the machine.
 ScopedEnv clean_env() {
   return ScopedEnv(EnvVars{{"NAMESPACE", std::nullopt},
-                    {"EPP_POOL_NAMESPACE", std::nullopt},
-                    {"EPP_EXT_PROC_PORT", std::nullopt},
-                    {"EPP_SECURE_SERVING", std::nullopt},
-                    {"EPP_METRICS_ENDPOINT_AUTH", std::nullopt},
-                    {"LOG_LEVEL", std::nullopt},
-                    {"EPP_CONFIG", std::nullopt},
-                    {"LATENCY_COALESCE_WINDOW_MS", std::nullopt},
-                    {"LATENCY_MAX_CONCURRENT_DISPATCHES", std::nullopt},
-                    {"LATENCY_MAX_SAMPLE_SIZE", std::nullopt},
-                    {"PREDICTION_SERVER_URL", std::nullopt}});
+                           {"EPP_POOL_NAMESPACE", std::nullopt},
+                           {"EPP_EXT_PROC_PORT", std::nullopt},
+                           {"EPP_SECURE_SERVING", std::nullopt},
+                           {"EPP_METRICS_ENDPOINT_AUTH", std::nullopt},
+                           {"LOG_LEVEL", std::nullopt},
+                           {"EPP_CONFIG", std::nullopt},
+                           {"LATENCY_COALESCE_WINDOW_MS", std::nullopt},
+                           {"LATENCY_MAX_CONCURRENT_DISPATCHES", std::nullopt},
+                           {"LATENCY_MAX_SAMPLE_SIZE", std::nullopt},
+                           {"PREDICTION_SERVER_URL", std::nullopt}});
 }
 
 // Options that must parse (a --help here is a test error).
@@ -54,10 +54,19 @@ using test_env::error_of;
 
 // The epp container's args of the GIE v1.5.0 inferencepool chart with the latency predictor
 // on (tests/fixtures/upstream/gie-v1.5.0/inferencepool-latency.yaml).
-const std::vector<std::string> kGieChartArgs = {
-    "--pool-name",  "vllm-llama3-8b-instruct", "--pool-namespace", "default",
-    "--pool-group", "inference.networking.k8s.io", "--zap-encoder", "json",
-    "--config-file", "/config/default-plugins.yaml", "--v", "1", "--tracing=false"};
+const std::vector<std::string> kGieChartArgs = {"--pool-name",
+                                                "vllm-llama3-8b-instruct",
+                                                "--pool-namespace",
+                                                "default",
+                                                "--pool-group",
+                                                "inference.networking.k8s.io",
+                                                "--zap-encoder",
+                                                "json",
+                                                "--config-file",
+                                                "/config/default-plugins.yaml",
+                                                "--v",
+                                                "1",
+                                                "--tracing=false"};
 
 TEST(UpstreamFlags, TheGieChartsArgsParseWithUpstreamsMeaning) {
   auto env = clean_env();
@@ -93,8 +102,9 @@ TEST(UpstreamFlags, AliasesNameOurSettings) {
 
 TEST(UpstreamFlags, ConfigTextIsTheDocumentItself) {
   auto env = clean_env();
-  const std::string text = "apiVersion: inference.networking.x-k8s.io/v1alpha1\n"
-                           "kind: EndpointPickerConfig\n";
+  const std::string text =
+      "apiVersion: inference.networking.x-k8s.io/v1alpha1\n"
+      "kind: EndpointPickerConfig\n";
   const EppOptions o = parse({"--config-text", text});
   std::ifstream in(o.config_path);
   std::stringstream read;
@@ -142,8 +152,7 @@ TEST(UpstreamFlags, LoggingFlags) {
   EXPECT_EQ(parse({"--zap-log-level", "error"}).log_level, "error");
   EXPECT_EQ(parse({"--zap-log-level", "4", "-v", "1"}).log_level, "debug");
   EXPECT_EQ(parse({"--zap-encoder", "console"}).upstream.log_format.json, false);
-  EXPECT_EQ(parse({"--zap-time-encoding", "rfc3339"}).upstream.log_format.time_encoding,
-            "rfc3339");
+  EXPECT_EQ(parse({"--zap-time-encoding", "rfc3339"}).upstream.log_format.time_encoding, "rfc3339");
   EXPECT_NO_THROW(parse({"--zap-devel=false", "--zap-stacktrace-level", "error"}));
   EXPECT_EQ(error_of({"--zap-encoder", "xml"}),
             "--zap-encoder: expected json or console, got 'xml'");
@@ -156,10 +165,9 @@ TEST(UpstreamFlags, LoggingFlags) {
 
 TEST(UpstreamFlags, ServingFlags) {
   auto env = clean_env();
-  const EppOptions o =
-      parse({"--secure-serving", "--cert-path", "/certs", "--enable-cert-reload",
-             "--tls-min-version", "VersionTLS13", "--grpc-max-recv-msg-size", "10MiB",
-             "--grpc-max-send-msg-size", "25MB"});
+  const EppOptions o = parse({"--secure-serving", "--cert-path", "/certs", "--enable-cert-reload",
+                              "--tls-min-version", "VersionTLS13", "--grpc-max-recv-msg-size",
+                              "10MiB", "--grpc-max-send-msg-size", "25MB"});
   EXPECT_TRUE(o.upstream.secure_serving);
   EXPECT_EQ(o.upstream.cert_path, "/certs");
   EXPECT_TRUE(o.upstream.cert_reload);
@@ -175,8 +183,9 @@ TEST(UpstreamFlags, ServingFlags) {
                 .find("--tls-cipher-suites is not supported"),
             std::string::npos);
   EXPECT_NE(error_of({"--metrics-cert-dir", "/m"}).find("not supported"), std::string::npos);
-  EXPECT_NE(error_of({"--emit-endpoint-scores"}).find("--emit-endpoint-scores=true is not "
-                                                      "supported"),
+  EXPECT_NE(error_of({"--emit-endpoint-scores"})
+                .find("--emit-endpoint-scores=true is not "
+                      "supported"),
             std::string::npos);
   EXPECT_EQ(error_of({"--grpc-max-recv-msg-size", "lots"}),
             "--grpc-max-recv-msg-size: expected a size of at least 1Ki such as 10MiB or 25MB, "
@@ -185,16 +194,28 @@ TEST(UpstreamFlags, ServingFlags) {
 
 TEST(UpstreamFlags, ScrapingFlags) {
   auto env = clean_env();
-  const EppOptions o = parse(
-      {"--model-server-metrics-scheme", "https", "--model-server-metrics-path",
-       "/prometheus/metrics", "--model-server-metrics-port", "9400",
-       "--model-server-metrics-https-insecure-skip-verify=false",
-       "--refresh-metrics-interval", "100ms", "--metrics-staleness-threshold", "1m30s",
-       "--refresh-prometheus-metrics-interval", "5s",
-       "--total-queued-requests-metric=\"sglang:num_queue_reqs\"",
-       "--total-running-requests-metric", "sglang:num_running_reqs",
-       "--kv-cache-usage-percentage-metric", "sglang:token_usage",
-       "--cache-info-metric", "sglang:cache_config_info", "--lora-info-metric", ""});
+  const EppOptions o = parse({"--model-server-metrics-scheme",
+                              "https",
+                              "--model-server-metrics-path",
+                              "/prometheus/metrics",
+                              "--model-server-metrics-port",
+                              "9400",
+                              "--model-server-metrics-https-insecure-skip-verify=false",
+                              "--refresh-metrics-interval",
+                              "100ms",
+                              "--metrics-staleness-threshold",
+                              "1m30s",
+                              "--refresh-prometheus-metrics-interval",
+                              "5s",
+                              "--total-queued-requests-metric=\"sglang:num_queue_reqs\"",
+                              "--total-running-requests-metric",
+                              "sglang:num_running_reqs",
+                              "--kv-cache-usage-percentage-metric",
+                              "sglang:token_usage",
+                              "--cache-info-metric",
+                              "sglang:cache_config_info",
+                              "--lora-info-metric",
+                              ""});
   const UpstreamSettings& u = o.upstream;
   EXPECT_EQ(u.metrics_scheme, "https");
   EXPECT_EQ(u.metrics_path, "/prometheus/metrics");
@@ -229,18 +250,18 @@ TEST(UpstreamFlags, ThePredictorClientsEnvIsHonouredOrRefused) {
   auto env = clean_env();
   {
     ScopedEnv chart(EnvVars{{"LATENCY_COALESCE_WINDOW_MS", "2"},
-                     {"LATENCY_MAX_CONCURRENT_DISPATCHES", "36"},
-                     {"LATENCY_MAX_SAMPLE_SIZE", "10000"},
-                     {"PREDICTION_SERVER_URL", "http://localhost:8001"}});
+                            {"LATENCY_MAX_CONCURRENT_DISPATCHES", "36"},
+                            {"LATENCY_MAX_SAMPLE_SIZE", "10000"},
+                            {"PREDICTION_SERVER_URL", "http://localhost:8001"}});
     const EppOptions o = parse({});
     EXPECT_EQ(o.predictor.coalesce_window, std::chrono::microseconds(2000));
     EXPECT_EQ(o.predictor.max_concurrent_dispatches, 36u);
     EXPECT_EQ(o.feedback.max_per_flush, 10000u);
   }
   for (const char* name :
-       {"LATENCY_COALESCE_WINDOW_MS", "LATENCY_MAX_CONCURRENT_DISPATCHES", "LATENCY_MAX_SAMPLE_SIZE",
-        "LATENCY_FLUSH_INTERVAL_SEC", "LATENCY_HTTP_TIMEOUT_SEC", "LATENCY_MAX_BULK_SIZE",
-        "LATENCY_MAX_COALESCED_ROWS", "LATENCY_METRICS_INTERVAL_SEC"}) {
+       {"LATENCY_COALESCE_WINDOW_MS", "LATENCY_MAX_CONCURRENT_DISPATCHES",
+        "LATENCY_MAX_SAMPLE_SIZE", "LATENCY_FLUSH_INTERVAL_SEC", "LATENCY_HTTP_TIMEOUT_SEC",
+        "LATENCY_MAX_BULK_SIZE", "LATENCY_MAX_COALESCED_ROWS", "LATENCY_METRICS_INTERVAL_SEC"}) {
     ScopedEnv bogus(EnvVars{{name, "bogus"}});
     EXPECT_EQ(error_of({}).rfind(std::string(name) + ": expected a whole number", 0), 0u)
         << name << ": " << error_of({});

@@ -34,9 +34,9 @@ TEST(BoundCoverageTest, StaysOneUntilEnoughObservationsAndIgnoresGarbage) {
     c.add(10, 30);
   }
   EXPECT_DOUBLE_EQ(c.factor(), 1.0);
-  c.add(0, 30);      // no bound
-  c.add(-5, 30);     // negative bound
-  c.add(10, -1);     // negative actual
+  c.add(0, 30);   // no bound
+  c.add(-5, 30);  // negative bound
+  c.add(10, -1);  // negative actual
   c.add(10, std::nan(""));
   c.add(std::numeric_limits<double>::infinity(), 1);
   EXPECT_EQ(c.size(), BoundCoverage::kMinSamples - 1);

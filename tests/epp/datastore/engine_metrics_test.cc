@@ -58,7 +58,7 @@ TEST(EngineMetrics, SglangGaugesAndPages) {
   EXPECT_EQ(m->waiting, 3);
   EXPECT_EQ(m->running, 7);
   EXPECT_DOUBLE_EQ(m->kv_cache_usage, 0.25);
-  EXPECT_EQ(m->block_size, 32);        // page_size
+  EXPECT_EQ(m->block_size, 32);         // page_size
   EXPECT_EQ(m->num_gpu_blocks, 70000);  // num_pages
   EXPECT_EQ(m->models, (std::vector<std::string>{"meta-llama/Llama-3.1-8B-Instruct"}));
   EXPECT_FALSE(parse_engine_metrics(testing::vllm_exposition(), engine("sglang")))
@@ -66,8 +66,8 @@ TEST(EngineMetrics, SglangGaugesAndPages) {
 }
 
 TEST(EngineMetrics, TrtllmServeGaugesAndBlockGeometry) {
-  auto m = parse_engine_metrics(testing::trtllm_serve_exposition(1, 4, 0.5),
-                                engine("trtllm-serve"));
+  auto m =
+      parse_engine_metrics(testing::trtllm_serve_exposition(1, 4, 0.5), engine("trtllm-serve"));
   ASSERT_TRUE(m);
   EXPECT_EQ(m->waiting, 1);
   EXPECT_EQ(m->running, 4);
@@ -81,8 +81,8 @@ TEST(EngineMetrics, TritonSamplesAreToldApartByTheirLabels) {
   auto m = parse_engine_metrics(testing::triton_trtllm_exposition(2, 6, 0.125),
                                 engine("triton-tensorrt-llm"));
   ASSERT_TRUE(m);
-  EXPECT_EQ(m->waiting, 2);   // request_type="waiting", not "context" or "max"
-  EXPECT_EQ(m->running, 6);   // request_type="scheduled"
+  EXPECT_EQ(m->waiting, 2);  // request_type="waiting", not "context" or "max"
+  EXPECT_EQ(m->running, 6);  // request_type="scheduled"
   EXPECT_DOUBLE_EQ(m->kv_cache_usage, 0.125);
   EXPECT_EQ(m->block_size, 128);
   EXPECT_EQ(m->num_gpu_blocks, 4096);

@@ -178,8 +178,8 @@ TEST_F(RegistryHealth, BelowThePanicThresholdEveryScrapedPodIsACandidate) {
 
 TEST_F(RegistryHealth, APodThatNeverAnsweredAScrapeIsNeverACandidate) {
   make_pool(2, options(5));
-  registry_.set_pods({{"p0", "127.0.0.1:1000", {}}, {"p1", "127.0.0.1:1001", {}},
-                      {"new", "127.0.0.1:2000", {}}});
+  registry_.set_pods(
+      {{"p0", "127.0.0.1:1000", {}}, {"p1", "127.0.0.1:1001", {}}, {"new", "127.0.0.1:2000", {}}});
   const TimePoint later = kT0 + seconds(10);  // everything stale: panic
   EXPECT_TRUE(registry_.health(later).panic);
   auto c = registry_.candidates(later);

@@ -106,8 +106,8 @@ TEST_F(PodResidualRegistryTest, EachPoolIsComparedWithItself) {
 TEST(PodResidual, IgnoresUnusableObservationsAndBoundsTheFactor) {
   PodResidual r;
   for (int i = 0; i < 100; ++i) {
-    r.add(0, 50, t0);                   // no prediction
-    r.add(100, std::nan(""), t0);       // no measurement
+    r.add(0, 50, t0);              // no prediction
+    r.add(100, std::nan(""), t0);  // no measurement
     r.add(100, -1, t0);
   }
   EXPECT_FALSE(r.counts());

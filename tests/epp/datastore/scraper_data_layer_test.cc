@@ -77,8 +77,8 @@ TEST(ScraperDataLayer, EachPodIsReadWithItsEnginesMappingAtTheConfiguredPath) {
   ExpositionPod trtllm("/prometheus/metrics", testing::trtllm_serve_exposition(1, 4, 0.5));
   PodRegistry registry(10s);
   const std::string engine(ScrapeConfig::kDefaultEngineLabel);
-  registry.set_pods({{"sg", sglang.address(), {{engine, "sglang"}}},
-                     {"trt", trtllm.address(), {}}});
+  registry.set_pods(
+      {{"sg", sglang.address(), {{engine, "sglang"}}}, {"trt", trtllm.address(), {}}});
   ScrapeConfig c;
   c.path = "/prometheus/metrics";
   c.default_engine = "trtllm-serve";
@@ -137,8 +137,8 @@ class ScraperHttps : public ::testing::Test {
     ASSERT_TRUE(made_) << "openssl req failed";
     pod_ = std::make_unique<http::testing::TlsServer>(
         certs_->cert("pod"), certs_->key("pod"), [](const std::string& head) {
-          const std::string body = head.starts_with("GET /metrics ") ? testing::vllm_exposition()
-                                                                      : std::string();
+          const std::string body =
+              head.starts_with("GET /metrics ") ? testing::vllm_exposition() : std::string();
           return std::string(body.empty() ? "HTTP/1.1 404 Not Found" : "HTTP/1.1 200 OK") +
                  "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
         });

@@ -152,8 +152,8 @@ TEST(ScrapePhase, AnyNumberOfPodsFillsTheSlotsEvenly) {
 
 TEST(PodRegistry, ApplyScrapesPublishesOneSnapshotForSeveralAnswers) {
   PodRegistry registry;
-  registry.set_pods({{"a", "10.0.0.1:8000", {}}, {"b", "10.0.0.2:8000", {}},
-                     {"c", "10.0.0.3:8000", {}}});
+  registry.set_pods(
+      {{"a", "10.0.0.1:8000", {}}, {"b", "10.0.0.2:8000", {}}, {"c", "10.0.0.3:8000", {}}});
   const uint64_t before = registry.publishes();
   PodMetrics m;
   m.waiting = 3;

@@ -30,8 +30,9 @@ inline std::string vllm_exposition(int waiting = 2, int running = 5, double kv =
                        321 * (gen + 1));
   }
   family("python_info", "gauge", "Python platform information");
-  out += "python_info{implementation=\"CPython\",major=\"3\",minor=\"12\",patchlevel=\"9\","
-         "version=\"3.12.9\"} 1.0\n";
+  out +=
+      "python_info{implementation=\"CPython\",major=\"3\",minor=\"12\",patchlevel=\"9\","
+      "version=\"3.12.9\"} 1.0\n";
   for (const char* p : {"process_virtual_memory_bytes", "process_resident_memory_bytes",
                         "process_start_time_seconds", "process_cpu_seconds_total",
                         "process_open_fds", "process_max_fds"}) {
@@ -46,10 +47,10 @@ inline std::string vllm_exposition(int waiting = 2, int running = 5, double kv =
   out += fmt::format("vllm:gpu_cache_usage_perc{{{}}} {}\n", labels, kv);
   family("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.");
   out += fmt::format("vllm:kv_cache_usage_perc{{{}}} {}\n", labels, kv);
-  for (const char* c : {"vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total",
-                        "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
-                        "vllm:num_preemptions_total", "vllm:prompt_tokens_total",
-                        "vllm:generation_tokens_total"}) {
+  for (const char* c :
+       {"vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total",
+        "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+        "vllm:num_preemptions_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total"}) {
     family(c, "counter", "A counter of the engine.");
     out += fmt::format("{}{{{}}} 987654.0\n", c, labels);
   }
@@ -58,13 +59,12 @@ inline std::string vllm_exposition(int waiting = 2, int running = 5, double kv =
     out += fmt::format("vllm:request_success_total{{{},finished_reason=\"{}\"}} 4242.0\n", labels,
                        reason);
   }
-  const std::vector<std::string> time_buckets{"0.001", "0.005", "0.01", "0.02", "0.04", "0.06",
-                                              "0.08", "0.1", "0.25", "0.5", "0.75", "1.0", "2.5",
-                                              "5.0", "7.5", "10.0", "20.0", "40.0", "80.0",
-                                              "160.0", "640.0", "2560.0"};
-  const std::vector<std::string> token_buckets{"1.0", "2.0", "5.0", "10.0", "20.0", "50.0",
-                                               "100.0", "200.0", "500.0", "1000.0", "2000.0",
-                                               "5000.0", "10000.0", "20000.0"};
+  const std::vector<std::string> time_buckets{
+      "0.001", "0.005", "0.01", "0.02", "0.04", "0.06", "0.08", "0.1",  "0.25",  "0.5",   "0.75",
+      "1.0",   "2.5",   "5.0",  "7.5",  "10.0", "20.0", "40.0", "80.0", "160.0", "640.0", "2560.0"};
+  const std::vector<std::string> token_buckets{"1.0",    "2.0",    "5.0",     "10.0",   "20.0",
+                                               "50.0",   "100.0",  "200.0",   "500.0",  "1000.0",
+                                               "2000.0", "5000.0", "10000.0", "20000.0"};
   auto histogram = [&](const char* name, const std::vector<std::string>& buckets) {
     family(name, "histogram", "A histogram of the engine.");
     int n = 0;

@@ -110,11 +110,14 @@ TEST_F(KubeApiClientTest, InterruptEndsAWatchThatWaitsForEvents) {
   KubeTimeouts t;
   t.body_read = 60s;  // the interruption, not the bound, must end it
   std::string error;
-  const int status = client.request(KubeMethod::kGet, "/watch", "", t, [&](std::string_view b) {
-    EXPECT_EQ(b, "{\"type\":\"ADDED\"}\n");
-    ++events;
-    return true;
-  }, error);
+  const int status = client.request(
+      KubeMethod::kGet, "/watch", "", t,
+      [&](std::string_view b) {
+        EXPECT_EQ(b, "{\"type\":\"ADDED\"}\n");
+        ++events;
+        return true;
+      },
+      error);
   interrupter.join();
   EXPECT_EQ(status, 200);
   EXPECT_EQ(error, "interrupted");

@@ -14,8 +14,9 @@ using Json = nlohmann::json;
 // As the API server returns it (poolRef.group and kind defaulted by the CRD's schema).
 Json objective(const std::string& name, Json priority, const std::string& pool = "p",
                const std::string& rv = "1") {
-  Json spec = {{"poolRef", {{"group", "inference.networking.k8s.io"}, {"kind", "InferencePool"},
-                            {"name", pool}}}};
+  Json spec = {
+      {"poolRef",
+       {{"group", "inference.networking.k8s.io"}, {"kind", "InferencePool"}, {"name", pool}}}};
   if (!priority.is_null()) {
     spec["priority"] = priority;
   }
@@ -86,26 +87,24 @@ TEST(ObjectiveTracker, KeepsOnlyThePoolsObjectivesFromListAndWatch) {
   EXPECT_EQ(t.apply({{"type", "MODIFIED"}, {"object", objective("interactive", 12, "p", "12")}},
                     warnings),
             O::kUnchanged);
-  EXPECT_EQ(t.apply({{"type", "ADDED"}, {"object", objective("premium", 20, "p", "13")}},
-                    warnings),
+  EXPECT_EQ(t.apply({{"type", "ADDED"}, {"object", objective("premium", 20, "p", "13")}}, warnings),
             O::kChanged);
   // Pointed at another pool: it leaves ours, as upstream's reconciler deletes it.
-  EXPECT_EQ(t.apply({{"type", "MODIFIED"}, {"object", objective("batch", -1, "q", "14")}},
-                    warnings),
-            O::kChanged);
-  EXPECT_EQ(t.apply({{"type", "DELETED"}, {"object", objective("premium", 20, "p", "15")}},
-                    warnings),
-            O::kChanged);
-  EXPECT_EQ(t.apply({{"type", "DELETED"}, {"object", objective("elsewhere", 5, "q", "16")}},
-                    warnings),
-            O::kUnchanged);
+  EXPECT_EQ(
+      t.apply({{"type", "MODIFIED"}, {"object", objective("batch", -1, "q", "14")}}, warnings),
+      O::kChanged);
+  EXPECT_EQ(
+      t.apply({{"type", "DELETED"}, {"object", objective("premium", 20, "p", "15")}}, warnings),
+      O::kChanged);
+  EXPECT_EQ(
+      t.apply({{"type", "DELETED"}, {"object", objective("elsewhere", 5, "q", "16")}}, warnings),
+      O::kUnchanged);
   EXPECT_EQ(t.objectives(), (std::vector<ClusterObjective>{{"interactive", 12}}));
   EXPECT_EQ(t.apply({{"type", "BOOKMARK"}, {"object", {{"metadata", {{"resourceVersion", "20"}}}}}},
                     warnings),
             O::kUnchanged);
   EXPECT_EQ(t.resource_version(), "20");
-  EXPECT_EQ(t.apply({{"type", "ERROR"}, {"object", {{"kind", "Status"}, {"code", 410}}}},
-                    warnings),
+  EXPECT_EQ(t.apply({{"type", "ERROR"}, {"object", {{"kind", "Status"}, {"code", 410}}}}, warnings),
             O::kRelist);
 }
 

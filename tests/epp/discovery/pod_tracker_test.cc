@@ -13,11 +13,15 @@ using Json = nlohmann::json;
 
 Json pod(const std::string& name, const std::string& ip, bool ready,
          const std::string& phase = "Running") {
-  return Json{{"metadata", {{"name", name}, {"resourceVersion", "7"},
-                            {"labels", {{"app", "vllm"}, {"pool", "k8s-pool"}, {"role", "decode"}}}}},
-              {"status", {{"phase", phase}, {"podIP", ip},
-                          {"conditions", Json::array({{{"type", "Ready"},
-                                                       {"status", ready ? "True" : "False"}}})}}}};
+  return Json{
+      {"metadata",
+       {{"name", name},
+        {"resourceVersion", "7"},
+        {"labels", {{"app", "vllm"}, {"pool", "k8s-pool"}, {"role", "decode"}}}}},
+      {"status",
+       {{"phase", phase},
+        {"podIP", ip},
+        {"conditions", Json::array({{{"type", "Ready"}, {"status", ready ? "True" : "False"}}})}}}};
 }
 
 TEST(PodTracker, OnlyRunningReadyPodsWithAnIpAreEndpoints) {
@@ -67,8 +71,9 @@ TEST(PodTracker, ListThenWatchEvents) {
 TEST(PodTracker, EveryTargetPortOfAPodIsAnEndpointOfItsOwn) {
   PodTracker t(8000);
   t.set_target_ports({8000, 8001});
-  t.replace_all(Json{{"metadata", {{"resourceVersion", "1"}}},
-                     {"items", Json::array({pod("a", "10.0.0.1", true), pod("b", "fd00::2", true)})}});
+  t.replace_all(
+      Json{{"metadata", {{"resourceVersion", "1"}}},
+           {"items", Json::array({pod("a", "10.0.0.1", true), pod("b", "fd00::2", true)})}});
   const auto e = t.endpoints();
   ASSERT_EQ(e.size(), 4u);
   EXPECT_EQ(e[0].name, "a-rank-0");

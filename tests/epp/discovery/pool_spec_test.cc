@@ -12,11 +12,11 @@ using Json = nlohmann::json;
 
 TEST(PoolSpec, V1SelectorAndEveryTargetPort) {
   std::string error;
-  auto spec = pool_spec_of(
-      Json{{"spec",
-            {{"selector", {{"matchLabels", {{"app", "vllm"}, {"tier", "decode"}}}}},
-             {"targetPorts", Json::array({{{"number", 8000}}, {{"number", 8001}}})}}}},
-      9999, error);
+  auto spec =
+      pool_spec_of(Json{{"spec",
+                         {{"selector", {{"matchLabels", {{"app", "vllm"}, {"tier", "decode"}}}}},
+                          {"targetPorts", Json::array({{{"number", 8000}}, {{"number", 8001}}})}}}},
+                   9999, error);
   ASSERT_TRUE(spec) << error;
   EXPECT_EQ(selector_text(spec->selector), "app=vllm,tier=decode");
   EXPECT_EQ(spec->ports, (std::vector<uint16_t>{8000, 8001}));
@@ -33,14 +33,15 @@ TEST(PoolSpec, V1Alpha2SelectorAndTargetPortNumber) {
 
 TEST(PoolSpec, NoPortsMeansTheDefaultAndBadPortsAreSkipped) {
   std::string error;
-  auto spec = pool_spec_of(Json{{"spec", {{"selector", {{"matchLabels", {{"app", "x"}}}}}}}},
-                           8000, error);
+  auto spec =
+      pool_spec_of(Json{{"spec", {{"selector", {{"matchLabels", {{"app", "x"}}}}}}}}, 8000, error);
   ASSERT_TRUE(spec) << error;
   EXPECT_EQ(spec->ports, (std::vector<uint16_t>{8000}));
   spec = pool_spec_of(
       Json{{"spec",
             {{"selector", {{"matchLabels", {{"app", "x"}}}}},
-             {"targetPorts", Json::array({{{"number", 70000}}, {{"number", "80"}}, {{"number", 81}}})}}}},
+             {"targetPorts",
+              Json::array({{{"number", 70000}}, {{"number", "80"}}, {{"number", 81}}})}}}},
       8000, error);
   ASSERT_TRUE(spec) << error;
   EXPECT_EQ(spec->ports, (std::vector<uint16_t>{81}));
@@ -48,8 +49,8 @@ TEST(PoolSpec, NoPortsMeansTheDefaultAndBadPortsAreSkipped) {
 
 TEST(PoolSpec, APoolWithoutSelectorIsRefused) {
   std::string error;
-  EXPECT_FALSE(pool_spec_of(Json{{"spec", {{"targetPorts", Json::array({{{"number", 1}}})}}}},
-                            8000, error));
+  EXPECT_FALSE(
+      pool_spec_of(Json{{"spec", {{"targetPorts", Json::array({{{"number", 1}}})}}}}, 8000, error));
   EXPECT_EQ(error, "InferencePool has no selector");
   EXPECT_FALSE(pool_spec_of(Json::array(), 8000, error));
   EXPECT_FALSE(pool_spec_of(Json{{"spec", "x"}}, 8000, error));

@@ -39,7 +39,8 @@ class BufferedExchange {
                           "x-gateway-destination-endpoint");
   }
   // Sends the body and reads its answer, whatever it is.
-  bool send_body(const std::string& json, envoy::service::ext_proc::v3::ProcessingResponse& answer) {
+  bool send_body(const std::string& json,
+                 envoy::service::ext_proc::v3::ProcessingResponse& answer) {
     envoy::service::ext_proc::v3::ProcessingRequest m;
     m.mutable_request_body()->set_body(json);
     m.mutable_request_body()->set_end_of_stream(true);

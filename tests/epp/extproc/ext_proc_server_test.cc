@@ -16,7 +16,6 @@
 namespace llmd::epp::extproc {
 namespace {
 
-
 // Answers every pick from a thread of its own, as the predictor client's single I/O thread
 // does, through the `resume` the stream gave; records which thread ran the continuation.
 class PredictorThreadPort final : public SchedulingPort {

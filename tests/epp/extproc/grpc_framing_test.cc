@@ -167,7 +167,7 @@ TEST(GrpcFraming, ATimeoutOf99999999HoursIsClampedNotOverflowed) {
   // 99999999 h is 3.6e20 ns: past int64 nanoseconds (9.2e18).
   EXPECT_EQ(parse_grpc_timeout("99999999H"), kMaxGrpcTimeout);
   EXPECT_EQ(parse_grpc_timeout("99999999M"), kMaxGrpcTimeout);  // 6.0e18 ns: past the clamp
-  EXPECT_EQ(parse_grpc_timeout("876000H"), kMaxGrpcTimeout);     // exactly the clamp
+  EXPECT_EQ(parse_grpc_timeout("876000H"), kMaxGrpcTimeout);    // exactly the clamp
   EXPECT_EQ(parse_grpc_timeout("875999H"), hours(875999));
   EXPECT_EQ(parse_grpc_timeout("99999999S"), seconds(99999999));
   const auto deadline = std::chrono::steady_clock::now() + *parse_grpc_timeout("99999999H");

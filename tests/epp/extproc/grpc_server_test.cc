@@ -37,14 +37,13 @@ namespace {
 
 using http::testing::connect_loopback;
 
-
 // Picks pod "a" at once, on the calling thread.
 class ImmediatePort final : public SchedulingPort {
  public:
   SchedulingGenerationPtr generation() override { return generation_; }
   Route route(const SchedulingRequest&, const SchedulingGeneration&) override { return {}; }
-  void pick_async(const SchedulingRequest&, const Route&, const SchedulingGeneration&, Rng&,
-                  Resume, std::function<void(PickResult)> done) override {
+  void pick_async(const SchedulingRequest&, const Route&, const SchedulingGeneration&, Rng&, Resume,
+                  std::function<void(PickResult)> done) override {
     done(testing::pick_of_pod_a());
   }
   void estimate_service_ms_async(const SchedulingRequest&, int64_t, Resume,
@@ -146,7 +145,9 @@ bool closed_by_peer(int fd) {
 std::string health_request(const std::string& service) {
   return std::string{0x0a, static_cast<char>(service.size())} + service;
 }
-std::string health_status(int status) { return {0x08, static_cast<char>(status)}; }
+std::string health_status(int status) {
+  return {0x08, static_cast<char>(status)};
+}
 constexpr int kServing = 1, kNotServing = 2, kServiceUnknown = 3;
 
 class GrpcServerTest : public ::testing::Test {
@@ -158,7 +159,8 @@ class GrpcServerTest : public ::testing::Test {
     options.port = 0;
     options.stream.body_limit = body_limit;
     options.body_budget = std::move(body_budget);
-    server_ = std::make_unique<ExtProcServer>(options, ExtProcServices{&port_, nullptr, nullptr, nullptr});
+    server_ = std::make_unique<ExtProcServer>(options,
+                                              ExtProcServices{&port_, nullptr, nullptr, nullptr});
     server_->start();
     channel_ = new_channel();
   }
@@ -275,8 +277,8 @@ TEST_F(GrpcServerTest, ABodyOverTheBodyBudgetIsRefused503AndTheBudgetComesBack) 
     testing::BufferedExchange x(channel_);
     ASSERT_TRUE(x.headers());
     pb::ProcessingResponse answer;
-    ASSERT_TRUE(x.send_body(R"({"model":"m","prompt":")" + std::string(2 * 1024 * 1024, 'x') + R"("})",
-                            answer));
+    ASSERT_TRUE(x.send_body(
+        R"({"model":"m","prompt":")" + std::string(2 * 1024 * 1024, 'x') + R"("})", answer));
     ASSERT_TRUE(answer.has_immediate_response()) << answer.DebugString();
     const auto& refusal = answer.immediate_response();
     EXPECT_EQ(refusal.status().code(), 503);
@@ -289,7 +291,8 @@ TEST_F(GrpcServerTest, ABodyOverTheBodyBudgetIsRefused503AndTheBudgetComesBack) 
     EXPECT_TRUE(x.finish().ok());
   }
   EXPECT_TRUE(pick(channel_)) << "a body within the budget still gets its pick";
-  EXPECT_TRUE(pick(channel_, R"({"model":"m","prompt":")" + std::string(512 * 1024, 'y') + R"("})"));
+  EXPECT_TRUE(
+      pick(channel_, R"({"model":"m","prompt":")" + std::string(512 * 1024, 'y') + R"("})"));
   EXPECT_EQ(budget->held(), 0u) << "every byte taken is given back";
 }
 
@@ -421,8 +424,7 @@ class HealthPortTest : public ::testing::Test {
   std::string http1(const std::string& request) {
     const int fd = connect_loopback(server_->port());
     EXPECT_GE(fd, 0);
-    EXPECT_EQ(::send(fd, request.data(), request.size(), 0),
-              static_cast<ssize_t>(request.size()));
+    EXPECT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
     timeval hang_guard{10, 0};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &hang_guard, sizeof(hang_guard));
     std::string answer;
@@ -520,9 +522,8 @@ TEST(Http1Probe, SniffsTheHttp2PrefaceByPrefix) {
   EXPECT_EQ(sniff_protocol("GET / HTTP/1.1"), Protocol::kHttp1);
   EXPECT_EQ(sniff_protocol("P"), Protocol::kUndecided);
   EXPECT_EQ(sniff_protocol("PUT"), Protocol::kHttp1);
-  EXPECT_FALSE(answer_http1("GET /healthz HTTP/1.1\r\n", [](auto&, auto&) {
-    return Http1Answer{};
-  }));
+  EXPECT_FALSE(
+      answer_http1("GET /healthz HTTP/1.1\r\n", [](auto&, auto&) { return Http1Answer{}; }));
 }
 
 }  // namespace

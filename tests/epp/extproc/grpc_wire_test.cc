@@ -73,12 +73,15 @@ class RawCall {
 
   // Sends the request (`body` as DATA, ending the stream) to `path` and, with `wait`, reads
   // until the stream closes.
-  bool run(const std::string& timeout, std::string body, const std::string& path = "/test.Echo/Echo",
-           bool wait = true) {
+  bool run(const std::string& timeout, std::string body,
+           const std::string& path = "/test.Echo/Echo", bool wait = true) {
     body_ = std::move(body);
-    std::vector<std::pair<std::string, std::string>> h{
-        {":method", "POST"}, {":scheme", "http"}, {":path", path},
-        {":authority", "localhost"}, {"content-type", "application/grpc"}, {"te", "trailers"}};
+    std::vector<std::pair<std::string, std::string>> h{{":method", "POST"},
+                                                       {":scheme", "http"},
+                                                       {":path", path},
+                                                       {":authority", "localhost"},
+                                                       {"content-type", "application/grpc"},
+                                                       {"te", "trailers"}};
     if (!timeout.empty()) {
       h.emplace_back("grpc-timeout", timeout);
     }
@@ -111,7 +114,7 @@ class RawCall {
   }
 
   std::map<std::string, std::string> fields;  // response headers and trailers
-  std::string data;                            // response DATA
+  std::string data;                           // response DATA
 
  private:
   static ssize_t on_send(nghttp2_session*, const uint8_t* data, std::size_t n, int, void* self) {
@@ -167,9 +170,8 @@ class GrpcWireTest : public ::testing::Test {
     server_->add_method("/test.Echo/Echo", [](std::shared_ptr<GrpcCall> call) {
       return std::make_unique<Echo>(std::move(call));
     });
-    server_->add_method("/test.Hold/Hold", [](std::shared_ptr<GrpcCall>) {
-      return std::make_unique<Hold>();
-    });
+    server_->add_method("/test.Hold/Hold",
+                        [](std::shared_ptr<GrpcCall>) { return std::make_unique<Hold>(); });
     server_->start();
   }
   void TearDown() override {

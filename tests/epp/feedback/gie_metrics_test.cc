@@ -79,20 +79,22 @@ TEST(GieRequestMetrics, CountsARequestOnceAndEachErrorOnce) {
                              ",priority=\"0\",target_model_name=\"m\"}"),
             3)
       << text;
-  EXPECT_EQ(sample(text, "inference_objective_request_error_total{error_code=\"ModelServerError\"," +
-                             m + ",target_model_name=\"m\"}"),
-            1);
-  EXPECT_EQ(sample(text, "inference_objective_request_error_total{error_code=\"ResourceExhausted\"," +
-                             m + ",target_model_name=\"m\"}"),
-            1);
-  EXPECT_EQ(sample(text, "inference_objective_request_sizes_count{" + m +
-                             ",target_model_name=\"m\"}"),
-            3);
-  EXPECT_EQ(sample(text, "inference_objective_response_sizes_sum{" + m +
-                             ",target_model_name=\"m\"}"),
-            1000);
-  EXPECT_NEAR(sample(text, "inference_objective_normalized_time_per_output_token_seconds_sum{" +
-                               m + ",target_model_name=\"m\"}"),
+  EXPECT_EQ(
+      sample(text, "inference_objective_request_error_total{error_code=\"ModelServerError\"," + m +
+                       ",target_model_name=\"m\"}"),
+      1);
+  EXPECT_EQ(
+      sample(text, "inference_objective_request_error_total{error_code=\"ResourceExhausted\"," + m +
+                       ",target_model_name=\"m\"}"),
+      1);
+  EXPECT_EQ(
+      sample(text, "inference_objective_request_sizes_count{" + m + ",target_model_name=\"m\"}"),
+      3);
+  EXPECT_EQ(
+      sample(text, "inference_objective_response_sizes_sum{" + m + ",target_model_name=\"m\"}"),
+      1000);
+  EXPECT_NEAR(sample(text, "inference_objective_normalized_time_per_output_token_seconds_sum{" + m +
+                               ",target_model_name=\"m\"}"),
               0.01, 1e-9);
   EXPECT_EQ(sample(text, "inference_objective_running_requests{" + m + "}"), 0);
 }
@@ -143,33 +145,36 @@ struct GateFixture {
     c.saturation.in_flight_requests = 1;
     gate.configure(c);
   }
-  AdmissionGate::Ticket enter(std::chrono::steady_clock::time_point now =
-                                  std::chrono::steady_clock::now()) {
+  AdmissionGate::Ticket enter(
+      std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) {
     AdmissionRequest r;
     r.model = "m";
     r.body_bytes = 100;
-    return gate.enter(r, [](AdmissionVerdict) {}, now);
+    return gate.enter(
+        r, [](AdmissionVerdict) {}, now);
   }
   std::string text() { return metrics::serialize(registry); }
 };
 
 std::string outcome_count(const char* outcome) {
-  return std::string("inference_extension_flow_control_request_queue_duration_seconds_count{"
-                     "fairness_id=\"default-flow\",inference_pool=\"pool\",model_name=\"m\","
-                     "outcome=\"") +
+  return std::string(
+             "inference_extension_flow_control_request_queue_duration_seconds_count{"
+             "fairness_id=\"default-flow\",inference_pool=\"pool\",model_name=\"m\","
+             "outcome=\"") +
          outcome + "\",priority=\"0\",target_model_name=\"m\"}";
 }
 
 TEST(FlowControlMetrics, EveryWayOutOfTheRouterQueueHasItsOutcome) {
   GateFixture f;
-  f.enter();  // the pod is free: in and out
+  f.enter();                // the pod is free: in and out
   f.gate.on_scheduled("");  // ... and dispatched there
   f.pods[0].dispatched = 1;
   const auto t0 = std::chrono::steady_clock::now();
   const auto waiting = f.enter(t0);
   ASSERT_TRUE(waiting.queued);
-  const std::string held = "{fairness_id=\"default-flow\",inference_pool=\"pool\","
-                           "model_name=\"m\",priority=\"0\",target_model_name=\"m\"}";
+  const std::string held =
+      "{fairness_id=\"default-flow\",inference_pool=\"pool\","
+      "model_name=\"m\",priority=\"0\",target_model_name=\"m\"}";
   std::string text = f.text();
   EXPECT_EQ(sample(text, "inference_extension_flow_control_queue_size" + held), 1) << text;
   EXPECT_EQ(sample(text, "inference_extension_flow_control_queue_bytes" + held), 100);
@@ -187,8 +192,9 @@ TEST(FlowControlMetrics, EveryWayOutOfTheRouterQueueHasItsOutcome) {
   EXPECT_EQ(sample(text, outcome_count("EvictedTTL")), 1);
   EXPECT_EQ(sample(text, "inference_extension_flow_control_queue_size" + held), 0);
   EXPECT_EQ(sample(text, "inference_extension_flow_control_queue_bytes" + held), 0);
-  EXPECT_EQ(sample(text, "inference_extension_flow_control_request_enqueue_duration_seconds_count{"
-                         "fairness_id=\"default-flow\",outcome=\"NotYetFinalized\",priority=\"0\"}"),
+  EXPECT_EQ(sample(text,
+                   "inference_extension_flow_control_request_enqueue_duration_seconds_count{"
+                   "fairness_id=\"default-flow\",outcome=\"NotYetFinalized\",priority=\"0\"}"),
             3);
   EXPECT_GT(sample(text, "inference_extension_flow_control_dispatch_cycle_duration_seconds_count"),
             0);

@@ -39,7 +39,8 @@ TEST(RequestMetricsLabels, UnservedModelNamesFoldIntoOther) {
   EXPECT_EQ(count(text, "scan-"), 0u);
   EXPECT_EQ(count(text, "typo-"), 0u);
   EXPECT_NE(text.find("llmd_epp_requests_total{code=\"404\",model_name=\"other\""),
-            std::string::npos) << text.substr(0, 2000);
+            std::string::npos)
+      << text.substr(0, 2000);
   EXPECT_NE(text.find("code=\"429\",model_name=\"llama\""), std::string::npos);
   EXPECT_LT(text.size(), 200000u);
 }
@@ -56,8 +57,7 @@ TEST(RequestMetricsLabels, AtMostTheCapOfServedNames) {
     metrics.on_completed(ok);
   }
   const std::string text = metrics::serialize(registry);
-  EXPECT_EQ(count(text, "llmd_epp_requests_total{code=\"200\",model_name=\"m"),
-            ModelLabels::kMax);
+  EXPECT_EQ(count(text, "llmd_epp_requests_total{code=\"200\",model_name=\"m"), ModelLabels::kMax);
   EXPECT_NE(text.find("code=\"200\",model_name=\"other\""), std::string::npos);
 }
 

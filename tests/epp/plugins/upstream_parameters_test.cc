@@ -76,12 +76,14 @@ TEST_F(UpstreamParameters, TtftSourcePrefillThroughputBreaksStickinessOnTokensIn
 
 TEST_F(UpstreamParameters, TtftSourceAndPeakPrefillThroughputAreValidated) {
   using F = PrefixCacheAffinityFilter;
-  EXPECT_NE(error<F>({{"ttftSource", "guess"}}).find("'ttftSource' must be latencyPredictor or "
-                                                     "prefillThroughput"),
+  EXPECT_NE(error<F>({{"ttftSource", "guess"}})
+                .find("'ttftSource' must be latencyPredictor or "
+                      "prefillThroughput"),
             std::string::npos);
   EXPECT_NE(error<F>({{"peakPrefillThroughput", -1}}).find("'peakPrefillThroughput'"),
             std::string::npos);
-  EXPECT_NE(error<F>({{"ttftSource", "prefillThroughput"}, {"peakPrefillThroughput", 0},
+  EXPECT_NE(error<F>({{"ttftSource", "prefillThroughput"},
+                      {"peakPrefillThroughput", 0},
                       {"maxTTFTPenaltyMs", 100}})
                 .find("must be > 0 when ttftSource is prefillThroughput"),
             std::string::npos);
@@ -118,10 +120,10 @@ TEST_F(UpstreamParameters, PredictInProduceFalseIsTrainingOnly) {
     EXPECT_TRUE(p->ignores_predictions()) << key << ": the pipeline asks for no predictions";
   }
   EXPECT_FALSE(make<PredictedLatencyProducer>(nullptr)->ignores_predictions());
-  EXPECT_NE(error<PredictedLatencyProducer>({{"predictInProduce", false},
-                                             {"predictInPrepareData", true}})
-                .find("the same setting"),
-            std::string::npos);
+  EXPECT_NE(
+      error<PredictedLatencyProducer>({{"predictInProduce", false}, {"predictInPrepareData", true}})
+          .find("the same setting"),
+      std::string::npos);
 }
 
 TEST_F(UpstreamParameters, SloBufferFactorScalesTheTpotSlo) {
@@ -162,9 +164,8 @@ TEST_F(UpstreamParameters, EndpointRoleLabelNamesTheRoleLabel) {
 }
 
 TEST_F(UpstreamParameters, MidStreamSamplingAndContextTtlAreAcceptedAndValidated) {
-  auto p = make<PredictedLatencyProducer>({{"samplingMean", 500},
-                                           {"maxDecodeTokenSamplesForPrediction", 4},
-                                           {"contextTTL", "1h30m"}});
+  auto p = make<PredictedLatencyProducer>(
+      {{"samplingMean", 500}, {"maxDecodeTokenSamplesForPrediction", 4}, {"contextTTL", "1h30m"}});
   EXPECT_DOUBLE_EQ(p->config().samplingMean, 500);
   EXPECT_EQ(p->config().maxDecodeTokenSamplesForPrediction, 4);
   EXPECT_EQ(p->config().contextTTL, 90min);
@@ -186,8 +187,7 @@ TEST_F(UpstreamParameters, MidStreamSamplingAndContextTtlAreAcceptedAndValidated
 TEST(GoDurations, ParseLikeTimeParseDuration) {
   EXPECT_EQ(parse_go_duration("5m"), std::chrono::nanoseconds(5min));
   EXPECT_EQ(parse_go_duration("1.5h"), std::chrono::nanoseconds(90min));
-  EXPECT_EQ(parse_go_duration("2h45m30.5s"),
-            std::chrono::nanoseconds(2h + 45min + 30s + 500ms));
+  EXPECT_EQ(parse_go_duration("2h45m30.5s"), std::chrono::nanoseconds(2h + 45min + 30s + 500ms));
   EXPECT_EQ(parse_go_duration("100us"), std::chrono::nanoseconds(100us));
   EXPECT_EQ(parse_go_duration("0"), std::chrono::nanoseconds(0));
   EXPECT_EQ(parse_go_duration("-1s"), std::chrono::nanoseconds(-1s));

@@ -96,7 +96,7 @@ TEST(CallLimiter, KeepsGoodputNearCapacityUnderTwiceTheLoad) {
   constexpr int kCapacity = 10;            // answers per 1-ms tick
   constexpr int kOffered = 2 * kCapacity;  // arrivals per tick
   constexpr auto kBudget = 50ms;
-  std::vector<Clock::time_point> queue;    // admission times, FIFO
+  std::vector<Clock::time_point> queue;  // admission times, FIFO
   std::size_t head = 0;
   auto t = Clock::time_point{} + 1s;
   int answered_in_time = 0, offered = 0;

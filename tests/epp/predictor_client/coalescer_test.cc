@@ -150,8 +150,8 @@ TEST_F(CoalescerTest, AnswerIsCutIntoEachCallersSliceInOrder) {
   ASSERT_EQ(batches.size(), 1u);
   auto done = c_.deliver(batches[0].id, answer(batches[0]));
   ASSERT_EQ(done.size(), 3u);
-  const std::pair<Ticket, std::pair<int, int>> expected[] = {{a, {0, 3}}, {b, {100, 4}},
-                                                             {c, {200, 2}}};
+  const std::pair<Ticket, std::pair<int, int>> expected[] = {
+      {a, {0, 3}}, {b, {100, 4}}, {c, {200, 2}}};
   for (std::size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(done[i].ticket, expected[i].first);
     ASSERT_TRUE(done[i].predictions.has_value());

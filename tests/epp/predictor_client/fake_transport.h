@@ -99,10 +99,15 @@ inline std::string columnar_answer(const std::vector<features::FeatureInput>& ro
     ttft.push_back(fake_ttft(rows[i]));
     tpot.push_back(fake_tpot(rows[i]));
   }
-  return nlohmann::json{{"ttft_ms", ttft}, {"tpot_ms", tpot}, {"ttft_expected_ms", ttft},
-                        {"tpot_expected_ms", tpot}, {"predicted_at", "2026-01-01T00:00:00Z"},
-                        {"model_type", "xgboost"}, {"objective_type", "quantile"},
-                        {"quantile", 0.9}, {"last_model_load", nullptr},
+  return nlohmann::json{{"ttft_ms", ttft},
+                        {"tpot_ms", tpot},
+                        {"ttft_expected_ms", ttft},
+                        {"tpot_expected_ms", tpot},
+                        {"predicted_at", "2026-01-01T00:00:00Z"},
+                        {"model_type", "xgboost"},
+                        {"objective_type", "quantile"},
+                        {"quantile", 0.9},
+                        {"last_model_load", nullptr},
                         {"processing_time_ms", 0.1}}
       .dump();
 }
@@ -131,7 +136,7 @@ class FakeTransport final : public Transport {
     std::size_t replica;
     std::string method;
     std::string path;
-    std::size_t rows;  // rows in the body (0 for GET)
+    std::size_t rows;            // rows in the body (0 for GET)
     std::thread::id started_on;  // the thread that called exchange_async
   };
   using Handler = std::function<TransportResponse(std::size_t replica, const std::string& path,
@@ -165,10 +170,9 @@ class FakeTransport final : public Transport {
                       const std::string& body, std::chrono::milliseconds,
                       ResponseCallback done) override {
     std::lock_guard lk(mu_);
-    threads_.emplace_back([this, replica, m = std::string(method), p = std::string(path),
-                           b = body, from = std::this_thread::get_id(), done = std::move(done)] {
-      done(run(replica, m, p, b, from));
-    });
+    threads_.emplace_back([this, replica, m = std::string(method), p = std::string(path), b = body,
+                           from = std::this_thread::get_id(),
+                           done = std::move(done)] { done(run(replica, m, p, b, from)); });
   }
 
   std::vector<Call> calls() const {

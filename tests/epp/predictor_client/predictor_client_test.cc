@@ -280,8 +280,8 @@ TEST(PredictorClient, ShortAnswerIsRetriedOnTheOtherReplica) {
 
 TEST(PredictorClient, RejectedRowsAreNotRetriedAndKeepTheReplicaHealthy) {
   prometheus::Registry registry;
-  auto transport = std::make_shared<FakeTransport>(
-      [](std::size_t, const std::string&, const auto&) {
+  auto transport =
+      std::make_shared<FakeTransport>([](std::size_t, const std::string&, const auto&) {
         return TransportResponse::ok(422, R"({"detail":[]})");
       });
   PredictorClient client(config(2), registry, transport, std::make_unique<FixedRng>(0.0));
@@ -324,8 +324,8 @@ TEST(PredictorClient, A404OnTheColumnarPathSwitchesThatReplicaToStrict) {
     EXPECT_EQ(transport->invalid_bodies(), 0);
   }
   prometheus::Registry registry;
-  auto transport = std::make_shared<FakeTransport>(
-      [](std::size_t, const std::string&, const auto&) {
+  auto transport =
+      std::make_shared<FakeTransport>([](std::size_t, const std::string&, const auto&) {
         return TransportResponse::ok(404, R"({"detail":"Not Found"})");
       });
   PredictorClient client(config(2), registry, transport, std::make_unique<FixedRng>(0.0));
@@ -461,8 +461,8 @@ TEST(PredictorClient, AReplicaReadmittedAfterUnhealthinessGetsTheColumnarPathAga
 
 TEST(PredictorClient, AllReplicasDownGivesNulloptWithoutWaitingForTheDeadline) {
   prometheus::Registry registry;
-  auto transport = std::make_shared<FakeTransport>(
-      [](std::size_t, const std::string&, const auto&) {
+  auto transport =
+      std::make_shared<FakeTransport>([](std::size_t, const std::string&, const auto&) {
         return TransportResponse::failure("connect: Connection refused");
       });
   PredictorClient client(config(2), registry, transport);

@@ -12,8 +12,8 @@ using testing::FixedRng;
 TEST(ParseReplicaList, SplitsTrimsAndSkipsEmptyItems) {
   auto urls = parse_replica_list(" http://p0:8001 ,http://p1:8002,, http://p2:8003/base ");
   ASSERT_TRUE(urls.has_value());
-  EXPECT_EQ(*urls, (std::vector<std::string>{"http://p0:8001", "http://p1:8002",
-                                             "http://p2:8003/base"}));
+  EXPECT_EQ(*urls,
+            (std::vector<std::string>{"http://p0:8001", "http://p1:8002", "http://p2:8003/base"}));
   auto one = parse_replica_list("http://predictor:8001");
   ASSERT_TRUE(one.has_value());
   EXPECT_EQ(one->size(), 1u);

@@ -41,7 +41,11 @@ void expect_same_rows(const std::vector<FeatureInput>& a, const std::vector<Feat
 // in: non-finite, out of range, negative, -0.
 std::vector<FeatureInput> random_rows(std::mt19937_64& rng, std::size_t n) {
   const double odd[] = {std::numeric_limits<double>::quiet_NaN(),
-                        std::numeric_limits<double>::infinity(), -0.0, 1.0000001, -0.5, 1.0};
+                        std::numeric_limits<double>::infinity(),
+                        -0.0,
+                        1.0000001,
+                        -0.5,
+                        1.0};
   const int64_t prompt = static_cast<int64_t>(rng() % 5000);
   std::vector<FeatureInput> rows(n);
   for (auto& r : rows) {
@@ -97,7 +101,8 @@ TEST(WireColumnar, AFieldTheRowsShareIsWrittenOnceAndTheFirstIsAlwaysAList) {
 TEST(WireColumnar, ReadsTheColumnarAnswer) {
   auto p = parse_columnar_response(
       R"({"ttft_ms":[1,3.5],"model_type":"xgboost","tpot_ms":[2,4e0],)"
-      R"("ttft_expected_ms":[0.5,3.25],"tpot_expected_ms":[1.5,2.125],"x":{"ttft_ms":"no"}})", 2);
+      R"("ttft_expected_ms":[0.5,3.25],"tpot_expected_ms":[1.5,2.125],"x":{"ttft_ms":"no"}})",
+      2);
   ASSERT_TRUE(p.has_value());
   ASSERT_EQ(p->size(), 2u);
   EXPECT_EQ((*p)[1].ttft_ms, 3.5);
@@ -168,8 +173,10 @@ std::optional<std::vector<Prediction>> reference_parse(const std::string& body) 
       if (!column[i].is_number()) {
         return std::nullopt;
       }
-      double& v = k == 0 ? out[i].ttft_ms : k == 1 ? out[i].tpot_ms
-                          : k == 2 ? out[i].ttft_expected_ms : out[i].tpot_expected_ms;
+      double& v = k == 0   ? out[i].ttft_ms
+                  : k == 1 ? out[i].tpot_ms
+                  : k == 2 ? out[i].ttft_expected_ms
+                           : out[i].tpot_expected_ms;
       v = column[i].get<double>();
     }
   }

@@ -90,7 +90,8 @@ TEST(Wire, ParsesTheStrictBulkAnswer) {
   EXPECT_EQ((*p)[0].tpot_ms, 2);
   EXPECT_EQ((*p)[1].ttft_ms, 3.5);
   EXPECT_EQ((*p)[1].tpot_ms, 4);
-  EXPECT_LT((*p)[0].ttft_expected_ms, 0) << "a reference predictor's answer has no central estimate";
+  EXPECT_LT((*p)[0].ttft_expected_ms, 0)
+      << "a reference predictor's answer has no central estimate";
   EXPECT_LT((*p)[0].tpot_expected_ms, 0);
   // Our predictor's central estimates are kept; they are optional, the bounds are not.
   auto ours = parse_bulk_response(
@@ -153,8 +154,7 @@ nlohmann::json random_value(std::mt19937& rng, int depth) {
       return static_cast<int>(rng() % 2000) - 1000;
     case 3:
       return std::ldexp(static_cast<double>(rng() % 100000), static_cast<int>(rng() % 40) - 20);
-    case 4:
-    {
+    case 4: {
       std::string text = "s\"\\\n";  // quote, backslash and newline: escaped by dump()
       text.push_back(static_cast<char>('0' + rng() % 10));
       return text;
@@ -236,12 +236,13 @@ TEST(Wire, ReaderAgreesWithAFullJsonParserOnRandomBodies) {
 // The reader steps over a prediction's trailing ignored members when they repeat the previous
 // prediction's byte for byte; a tail that differs, or a kept key after ignored ones, is read.
 TEST(Wire, RepeatedMetadataTailsAreReadLikeAnyOther) {
-  const std::string meta = R"(,"predicted_at":"2025-01-01T00:00:00Z","quantile":0.9,"x":{"y":[1,"}"]}})";
-  const std::string body = R"({"predictions":[{"ttft_ms":1,"tpot_ms":2)" + meta +
-                           R"(,{"ttft_ms":3,"tpot_ms":4)" + meta +
-                           R"(,{"ttft_ms":5,"quantile":0.9,"tpot_ms":6)" + meta +
-                           R"(,{"ttft_ms":7)" + meta.substr(0, meta.size() - 1) + R"(,"tpot_ms":8})" +
-                           R"(,{"ttft_ms":9,"tpot_ms":10,"predicted_at":"2025-01-01T00:00:01Z"}]})";
+  const std::string meta =
+      R"(,"predicted_at":"2025-01-01T00:00:00Z","quantile":0.9,"x":{"y":[1,"}"]}})";
+  const std::string body =
+      R"({"predictions":[{"ttft_ms":1,"tpot_ms":2)" + meta + R"(,{"ttft_ms":3,"tpot_ms":4)" + meta +
+      R"(,{"ttft_ms":5,"quantile":0.9,"tpot_ms":6)" + meta + R"(,{"ttft_ms":7)" +
+      meta.substr(0, meta.size() - 1) + R"(,"tpot_ms":8})" +
+      R"(,{"ttft_ms":9,"tpot_ms":10,"predicted_at":"2025-01-01T00:00:01Z"}]})";
   auto p = parse_bulk_response(body);
   ASSERT_TRUE(p.has_value()) << body;
   ASSERT_EQ(p->size(), 5u);
@@ -259,10 +260,20 @@ TEST(Wire, RepeatedMetadataTailsAreReadLikeAnyOther) {
 // one from_chars gives, at the fast path's limits and past them.
 TEST(Wire, NumbersMatchFromChars) {
   std::mt19937_64 rng(99);
-  std::vector<std::string> numbers = {"0", "-0", "0.0", "-0.000", "123456789012345",
-                                      "1234567890123456", "0.1", "0.0000000000000000000001",
-                                      "0.00000000000000000000001", "999999999999999.9",
-                                      "12.3456789012345", "1e3", "2.5E-3", "17.000000000000001"};
+  std::vector<std::string> numbers = {"0",
+                                      "-0",
+                                      "0.0",
+                                      "-0.000",
+                                      "123456789012345",
+                                      "1234567890123456",
+                                      "0.1",
+                                      "0.0000000000000000000001",
+                                      "0.00000000000000000000001",
+                                      "999999999999999.9",
+                                      "12.3456789012345",
+                                      "1e3",
+                                      "2.5E-3",
+                                      "17.000000000000001"};
   for (int i = 0; i < 20000; ++i) {
     std::string n = rng() % 2 ? "-" : "";
     n += std::to_string(rng() % 1000000000000ull).substr(0, 1 + rng() % 12);
@@ -286,8 +297,8 @@ TEST(Wire, NumbersMatchFromChars) {
 }
 
 TEST(Wire, DeepNestingIsRejectedWithoutRecursingForever) {
-  std::string deep = R"({"x":)" + std::string(100000, '[') + std::string(100000, ']') +
-                     R"(,"predictions":[]})";
+  std::string deep =
+      R"({"x":)" + std::string(100000, '[') + std::string(100000, ']') + R"(,"predictions":[]})";
   EXPECT_FALSE(parse_bulk_response(deep).has_value());
 }
 

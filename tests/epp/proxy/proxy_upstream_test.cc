@@ -30,8 +30,8 @@ class FirstPodPort final : public SchedulingPort {
   explicit FirstPodPort(PodRegistry& registry) : registry_(registry) {}
   SchedulingGenerationPtr generation() override { return generation_; }
   Route route(const SchedulingRequest&, const SchedulingGeneration&) override { return {}; }
-  void pick_async(const SchedulingRequest&, const Route&, const SchedulingGeneration&, Rng&,
-                  Resume, std::function<void(PickResult)> done) override {
+  void pick_async(const SchedulingRequest&, const Route&, const SchedulingGeneration&, Rng&, Resume,
+                  std::function<void(PickResult)> done) override {
     PickResult r;
     r.ranked = registry_.candidates(Clock::now());
     done(std::move(r));
@@ -105,9 +105,7 @@ class StreamingPod {
   static constexpr std::string_view kDone = "data: [DONE]\n\n";
   static constexpr std::size_t kFrame = 8;  // "data: " + "\n\n"
 
-  bool send_all(int fd, std::string_view data) {
-    return http::testing::send_all(fd, data, &sent_);
-  }
+  bool send_all(int fd, std::string_view data) { return http::testing::send_all(fd, data, &sent_); }
   bool answer(int fd) {
     const std::string event = "data: " + std::string(event_bytes_, 'x') + "\n\n";
     const std::string length = std::to_string(body_bytes());
@@ -178,14 +176,17 @@ class ProxyInFrontOf {
 std::string completion_request() {
   const std::string body = R"({"model":"m","prompt":"hi","max_tokens":4})";
   return "POST /v1/completions HTTP/1.1\r\nHost: epp\r\nContent-Type: application/json\r\n"
-         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+         "Content-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
 TEST(ProxyWholeAnswer, ASmallBodyOfKnownLengthIsAnsweredWholeWithItsLength) {
   const std::string body = R"({"id":"x","object":"text_completion","choices":[]})";
-  RawAnswerPod pod("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nx-pod-header: kept\r\n"
-                   "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
-                   false);
+  RawAnswerPod pod(
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nx-pod-header: kept\r\n"
+      "Content-Length: " +
+          std::to_string(body.size()) + "\r\n\r\n" + body,
+      false);
   ProxyInFrontOf proxy(pod.address());
   http::testing::RawSocket client(proxy.port(), 30);
   for (int i = 0; i < 2; ++i) {  // the client's connection stays usable after a whole answer
@@ -193,7 +194,8 @@ TEST(ProxyWholeAnswer, ASmallBodyOfKnownLengthIsAnsweredWholeWithItsLength) {
     const std::optional<std::string> got = client.read_response();
     ASSERT_TRUE(got) << "request " << i;
     EXPECT_NE(got->find("Content-Length: " + std::to_string(body.size()) + "\r\n"),
-              std::string::npos) << *got;
+              std::string::npos)
+        << *got;
     EXPECT_EQ(got->find("Transfer-Encoding"), std::string::npos) << *got;
     EXPECT_NE(got->find("x-pod-header: kept\r\n"), std::string::npos) << *got;
     EXPECT_NE(got->find("x-gateway-destination-endpoint: " + pod.address()), std::string::npos)
@@ -203,9 +205,10 @@ TEST(ProxyWholeAnswer, ASmallBodyOfKnownLengthIsAnsweredWholeWithItsLength) {
 }
 
 TEST(ProxyWholeAnswer, ABodyCutShortOfItsLengthReachesTheClientAsAnIncompleteAnswer) {
-  RawAnswerPod pod("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n"
-                   "\r\n{\"id\":\"x\",",
-                   true);
+  RawAnswerPod pod(
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n"
+      "\r\n{\"id\":\"x\",",
+      true);
   ProxyInFrontOf proxy(pod.address());
   http::testing::RawSocket client(proxy.port(), 30);
   ASSERT_TRUE(client.send_all(completion_request()));
@@ -224,7 +227,8 @@ class ProxyUpstream : public ::testing::Test {
   static std::string request() {
     const std::string body = R"({"model":"m","prompt":"hi","stream":true,"max_tokens":4})";
     return "POST /v1/completions HTTP/1.1\r\nHost: epp\r\nContent-Type: application/json\r\n"
-           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+           "Content-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
   }
   // Reads one chunked answer to its terminating chunk; the bytes of its body (chunk sizes and
   // framing included, which is enough to compare amounts), or 0 if the answer broke off.
@@ -253,9 +257,8 @@ TEST_F(ProxyUpstream, AClientThatDoesNotReadHoldsThePodBackAndLosesNoByte) {
     still = now > 0 && now == last ? still + 1 : 0;
     last = now;
   }
-  EXPECT_LT(last, pod_.body_bytes() / 2)
-      << "the proxy read the pod while its client read nothing (" << last << " of "
-      << pod_.body_bytes() << " bytes)";
+  EXPECT_LT(last, pod_.body_bytes() / 2) << "the proxy read the pod while its client read nothing ("
+                                         << last << " of " << pod_.body_bytes() << " bytes)";
   const std::size_t got = read_answer(client);
   EXPECT_GT(got, pod_.body_bytes()) << "every byte reaches the client (plus the framing)";
   std::cout << "the pod was held at " << last << " of " << pod_.body_bytes() << " bytes\n";
@@ -287,16 +290,18 @@ TEST(ProxyStream, AnSseLineBeyondTheBoundEndsTheStreamWithAnError) {
       "data: " + std::string(SseScanner::kMaxLineBytes + 4096, 'x') + "\n\ndata: [DONE]\n\n";
   char size[32];
   std::snprintf(size, sizeof(size), "%zx", body.size());
-  RawAnswerPod pod("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                   "Transfer-Encoding: chunked\r\n\r\n" + std::string(size) + "\r\n" + body +
-                       "\r\n0\r\n\r\n",
-                   true);
+  RawAnswerPod pod(
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n" +
+          std::string(size) + "\r\n" + body + "\r\n0\r\n\r\n",
+      true);
   ProxyInFrontOf proxy(pod.address());
   http::testing::RawSocket client(proxy.port(), 30);
   const std::string request = R"({"model":"m","prompt":"hi","max_tokens":4,"stream":true})";
-  ASSERT_TRUE(client.send_all("POST /v1/completions HTTP/1.1\r\nHost: epp\r\n"
-                              "Content-Type: application/json\r\nContent-Length: " +
-                              std::to_string(request.size()) + "\r\n\r\n" + request));
+  ASSERT_TRUE(
+      client.send_all("POST /v1/completions HTTP/1.1\r\nHost: epp\r\n"
+                      "Content-Type: application/json\r\nContent-Length: " +
+                      std::to_string(request.size()) + "\r\n\r\n" + request));
   while (client.read_some() > 0) {
   }
   const std::string& got = client.buffered();

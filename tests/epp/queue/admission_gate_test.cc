@@ -34,7 +34,12 @@ struct Fixture {
     AdmissionRequest r;
     r.strict_priority = tier;
     r.priority = priority;
-    return gate.enter(r, [this, label](AdmissionVerdict v) { woken.push_back({label, v}); }, now);
+    return gate.enter(
+        r,
+        [this, label](AdmissionVerdict v) {
+          woken.push_back({label, v});
+        },
+        now);
   }
   std::vector<std::string> order() const {
     std::vector<std::string> out;

@@ -64,8 +64,8 @@ Ids ids(const std::vector<QueueEntry>& entries) {
 }
 
 TEST(QueuePolicyTest, ParsesAndPrintsEveryName) {
-  for (auto p : {QueuePolicy::kFcfs, QueuePolicy::kLcfs, QueuePolicy::kWspt,
-                 QueuePolicy::kSloDeadline}) {
+  for (auto p :
+       {QueuePolicy::kFcfs, QueuePolicy::kLcfs, QueuePolicy::kWspt, QueuePolicy::kSloDeadline}) {
     EXPECT_EQ(parse_queue_policy(to_string(p)), p);
   }
   EXPECT_EQ(parse_queue_policy("slo-deadline"), QueuePolicy::kSloDeadline);
@@ -103,10 +103,8 @@ TEST(RouterQueueFcfsTest, NegativePriorityOrdersExactlyLikeZero) {
 
 TEST(RouterQueueFcfsTest, HugePrioritySaturatesInsteadOfWrapping) {
   constexpr auto kMax = std::numeric_limits<int64_t>::max();
-  EXPECT_EQ(order_of(QueuePolicy::kFcfs, {entry(1, 0s, 1000), entry(2, 10s, kMax)}),
-            (Ids{2, 1}));
-  EXPECT_EQ(order_of(QueuePolicy::kLcfs, {entry(1, 10s, 1000), entry(2, 0s, kMax)}),
-            (Ids{2, 1}));
+  EXPECT_EQ(order_of(QueuePolicy::kFcfs, {entry(1, 0s, 1000), entry(2, 10s, kMax)}), (Ids{2, 1}));
+  EXPECT_EQ(order_of(QueuePolicy::kLcfs, {entry(1, 10s, 1000), entry(2, 0s, kMax)}), (Ids{2, 1}));
 }
 
 TEST(RouterQueueLcfsTest, LatestEffectiveArrivalFirst) {
@@ -121,10 +119,10 @@ TEST(RouterQueueLcfsTest, LatestEffectiveArrivalFirst) {
 }
 
 TEST(RouterQueueWsptTest, ShortestWeightedServiceFirst) {
-  EXPECT_EQ(order_of(QueuePolicy::kWspt,
-                     {with_service(entry(1, 0s), 100), with_service(entry(2, 1s), 50),
-                      with_service(entry(3, 2s), 200)}),
-            (Ids{2, 1, 3}));
+  EXPECT_EQ(
+      order_of(QueuePolicy::kWspt, {with_service(entry(1, 0s), 100), with_service(entry(2, 1s), 50),
+                                    with_service(entry(3, 2s), 200)}),
+      (Ids{2, 1, 3}));
 }
 
 TEST(RouterQueueWsptTest, PriorityAddsWeight) {
@@ -141,10 +139,10 @@ TEST(RouterQueueWsptTest, PriorityAddsWeight) {
 
 TEST(RouterQueueWsptTest, ServiceClampedToOneMillisecond) {
   // 0 (unknown), 0.25 ms and 1 ms all weigh 1 / 1 ms: arrival decides.
-  EXPECT_EQ(order_of(QueuePolicy::kWspt,
-                     {with_service(entry(1, 2s), 0), with_service(entry(2, 1s), 0.25),
-                      with_service(entry(3, 0s), 1), with_service(entry(4, 0s), 2)}),
-            (Ids{3, 2, 1, 4}));
+  EXPECT_EQ(
+      order_of(QueuePolicy::kWspt, {with_service(entry(1, 2s), 0), with_service(entry(2, 1s), 0.25),
+                                    with_service(entry(3, 0s), 1), with_service(entry(4, 0s), 2)}),
+      (Ids{3, 2, 1, 4}));
 }
 
 TEST(RouterQueueSloDeadlineTest, EarliestDeadlineFirst) {
@@ -170,9 +168,7 @@ TEST_P(RouterQueueTierTest, HigherTierAlwaysFirst) {
   auto best = [](uint64_t id, Clock::duration at, int64_t tier) {
     return with_slo(with_service(entry(id, at, 1000, tier), 1), 1);
   };
-  auto worst = [](uint64_t id, int64_t tier) {
-    return with_service(entry(id, 5s, -1, tier), 1e6);
-  };
+  auto worst = [](uint64_t id, int64_t tier) { return with_service(entry(id, 5s, -1, tier), 1e6); };
   std::vector<QueueEntry> entries = {best(1, 0s, 0), best(2, 10s, 0), worst(3, 2),
                                      best(4, 0s, 1), best(5, 10s, 1), worst(6, 1)};
   std::vector<int64_t> tiers;
@@ -279,8 +275,7 @@ TEST(RouterQueueTest, RemoveTakesOneEntryOut) {
 
 TEST(RouterQueueTest, PendingByTierCountsQueuedEntries) {
   RouterQueue q(settings(QueuePolicy::kFcfs));
-  for (auto e : {entry(1, 0s, 0, 0), entry(2, 0s, 0, 2), entry(3, 1s, 0, 0),
-                 entry(4, 0s, 0, 5)}) {
+  for (auto e : {entry(1, 0s, 0, 0), entry(2, 0s, 0, 2), entry(3, 1s, 0, 0), entry(4, 0s, 0, 5)}) {
     ASSERT_TRUE(q.push(e).accepted);
   }
   using Tiers = std::map<int64_t, std::size_t>;

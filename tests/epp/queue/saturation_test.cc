@@ -16,7 +16,9 @@ Endpoint pod(std::string name, int64_t waiting = 0, double kv = 0) {
   return Endpoint::of(std::move(info));
 }
 
-SaturationThresholds none() { return SaturationThresholds{}; }
+SaturationThresholds none() {
+  return SaturationThresholds{};
+}
 
 TEST(PodSaturatedTest, PrefillFractionOfMaxBatchedTokens) {
   auto t = none();
@@ -70,8 +72,8 @@ TEST(PodSaturatedTest, AnyLimitIsEnoughAndNoLimitNeverSaturates) {
   EXPECT_FALSE(pod_saturated(e, none(), 1e9));
   EXPECT_FALSE(none().any());
   SaturationThresholds t;
-  t.waiting_requests = 5;   // reached
-  t.kv_cache_usage = 1.0;   // reached too
+  t.waiting_requests = 5;       // reached
+  t.kv_cache_usage = 1.0;       // reached too
   t.in_flight_requests = 1000;  // not reached
   EXPECT_TRUE(t.any());
   e.info = pod("a", 100, 0.1).info;

@@ -42,8 +42,8 @@ TEST(InboundHeaders, LlmdNamesAndTheirOldNamesMeanTheSame) {
 }
 
 TEST(InboundHeaders, TheCurrentNameWinsOverTheOldOne) {
-  auto r = scheduled({{"x-llm-d-slo-ttft-ms", "100"}, {"x-slo-ttft-ms", "900"},
-                      {"x-slo-tpot-ms", "30"}});
+  auto r = scheduled(
+      {{"x-llm-d-slo-ttft-ms", "100"}, {"x-slo-ttft-ms", "900"}, {"x-slo-tpot-ms", "30"}});
   EXPECT_EQ(*r.slo_ttft_ms, 100);
   EXPECT_EQ(*r.slo_tpot_ms, 30) << "each header on its own: the old name alone still counts";
   EXPECT_EQ(read({{"x-llm-d-inference-objective", "a"}, {"x-gateway-inference-objective", "b"}})

@@ -150,7 +150,8 @@ TEST(UpstreamBody, SoftPriorityIsForwardedInVllmPolarity) {
 TEST(UpstreamBody, NeverNegatesTwice) {
   // The client already speaks vLLM: its own top-level priority is forwarded untouched.
   auto p = parse(R"({"model":"m","prompt":"a","priority":-5,
-                     "nvext":{"agent_hints":{"priority":3}}})", {});
+                     "nvext":{"agent_hints":{"priority":3}}})",
+                 {});
   EXPECT_TRUE(p.vllm_priority_in_body);
   EXPECT_FALSE(upstream_body(p, nullptr, true));
   // Forwarding the already converted body again (EPP behind EPP) keeps the value.

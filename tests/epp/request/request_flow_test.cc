@@ -42,8 +42,8 @@ class ScriptedPort final : public SchedulingPort {
   explicit ScriptedPort(PodRegistry& registry) : registry_(registry) {}
   SchedulingGenerationPtr generation() override { return generation_; }
   Route route(const SchedulingRequest&, const SchedulingGeneration&) override { return route_; }
-  void pick_async(const SchedulingRequest& request, const Route&, const SchedulingGeneration&,
-                  Rng&, Resume resume, std::function<void(PickResult)> done) override {
+  void pick_async(const SchedulingRequest& request, const Route&, const SchedulingGeneration&, Rng&,
+                  Resume resume, std::function<void(PickResult)> done) override {
     ++picks;
     picked_ids.push_back(request.request_id);
     PickResult r;
@@ -90,9 +90,7 @@ std::string sse(const std::string& content) {
 
 class RequestFlowTest : public ::testing::Test {
  protected:
-  RequestFlowTest() {
-    testing::add_two_pods(registry_);
-  }
+  RequestFlowTest() { testing::add_two_pods(registry_); }
   std::shared_ptr<RequestFlow> make(AdmissionGate* gate = nullptr) {
     return RequestFlow::create(FlowOptions{}, FlowServices{&port_, &registry_, &sink_, gate},
                                executor_.post(), [this] { return now_; });
@@ -164,8 +162,8 @@ TEST_F(RequestFlowTest, AStreamIsScannedTimedAndRecordedOnce) {
 
 TEST_F(RequestFlowTest, ANonStreamedBodyGivesUsageAndTtftIsItsEnd) {
   auto flow = make();
-  flow->start(kChatPath, R"({"model":"m","messages":[{"role":"user","content":"q"}]})",
-              headers(), [](const RequestFlow::Verdict&) {});
+  flow->start(kChatPath, R"({"model":"m","messages":[{"role":"user","content":"q"}]})", headers(),
+              [](const RequestFlow::Verdict&) {});
   flow->dispatch();
   now_ += 50ms;
   flow->response_bytes(R"({"choices":[{"message":{"content":"A"}}],)");
@@ -230,8 +228,7 @@ TEST_F(RequestFlowTest, PredictionsThatArriveLaterContinueOnTheOwnersExecutor) {
   port_.deferred = true;
   auto flow = make();
   int decided = 0;
-  flow->start(kChatPath, kStreamedChat, headers(),
-              [&](const RequestFlow::Verdict&) { ++decided; });
+  flow->start(kChatPath, kStreamedChat, headers(), [&](const RequestFlow::Verdict&) { ++decided; });
   port_.release();  // the predictor client's thread answers: it only posts
   EXPECT_EQ(decided, 0);
   executor_.run();
@@ -279,8 +276,7 @@ class RequestFlowQueueTest : public RequestFlowTest {
     c.saturation.in_flight_requests = 1;
     gate_.configure(c);
   }
-  AdmissionGate gate_{[this](const std::string&) { return registry_.candidates(now_); },
-                      nullptr};
+  AdmissionGate gate_{[this](const std::string&) { return registry_.candidates(now_); }, nullptr};
 };
 
 TEST_F(RequestFlowQueueTest, AWaiterIsAdmittedWhenASlotFreesAndTheSlotPassesToTheDispatch) {

@@ -55,7 +55,8 @@ TEST(OpenAiError, ParamNamesTheFieldAndCodeIsAStringOrNull) {
   EXPECT_TRUE(e["code"].is_null());
   EXPECT_EQ(error_param("header x-metadata must be a JSON object"), std::nullopt);
   for (int status : {404, 405, 413, 502, 503, 504}) {
-    const auto other = nlohmann::json::parse(openai_error_body(status, "field 'x' is odd"))["error"];
+    const auto other =
+        nlohmann::json::parse(openai_error_body(status, "field 'x' is odd"))["error"];
     EXPECT_TRUE(other["param"].is_null()) << status;
     EXPECT_TRUE(other["code"].is_null()) << status;
   }
@@ -73,11 +74,11 @@ TEST(OpenAiRequest, CompletionAndChatPromptsHeadersAndHints) {
   h.slo_ttft_ms = "250";
   h.prediction_based_scheduling = "false";
   ParsedRequest p;
-  ASSERT_FALSE(parse_openai_request(
-      "/v1/completions",
-      R"({"model":"m","prompt":"one two  three","stream":true,"max_tokens":7,
+  ASSERT_FALSE(
+      parse_openai_request("/v1/completions",
+                           R"({"model":"m","prompt":"one two  three","stream":true,"max_tokens":7,
           "nvext":{"agent_hints":{"priority":-2,"strict_priority":3}}})",
-      h, RequestDefaults{}, p));
+                           h, RequestDefaults{}, p));
   EXPECT_EQ(p.request.input_tokens, 3);
   EXPECT_TRUE(p.request.streaming);
   EXPECT_EQ(p.max_tokens, 7);
@@ -87,11 +88,11 @@ TEST(OpenAiRequest, CompletionAndChatPromptsHeadersAndHints) {
   EXPECT_EQ(*p.request.slo_ttft_ms, 250.0);
   EXPECT_FALSE(p.request.prediction_enabled);
   ParsedRequest c;
-  ASSERT_FALSE(parse_openai_request(
-      "/v1/chat/completions",
-      R"({"model":"m","messages":[{"role":"system","content":"be brief"},
+  ASSERT_FALSE(
+      parse_openai_request("/v1/chat/completions",
+                           R"({"model":"m","messages":[{"role":"system","content":"be brief"},
           {"role":"user","content":[{"type":"text","text":"hi there"}]}]})",
-      InboundHeaders{}, RequestDefaults{}, c));
+                           InboundHeaders{}, RequestDefaults{}, c));
   EXPECT_EQ(c.request.prompt_text, "be brief hi there ");
   EXPECT_EQ(c.request.input_tokens, 4);
   EXPECT_TRUE(c.request.prediction_enabled);
@@ -99,14 +100,12 @@ TEST(OpenAiRequest, CompletionAndChatPromptsHeadersAndHints) {
 
 TEST(OpenAiRequest, TheDebugHeaderAsksOnlyWhenTheEppAllowsIt) {
   auto explain = [](std::optional<std::string> debug, bool allowed) {
-    InboundHeaders h = read_inbound_headers([&debug](std::string_view name) {
-      return name == "x-llmd-debug" ? debug : std::nullopt;
-    });
+    InboundHeaders h = read_inbound_headers(
+        [&debug](std::string_view name) { return name == "x-llmd-debug" ? debug : std::nullopt; });
     RequestDefaults d;
     d.allow_debug_header = allowed;
     ParsedRequest p;
-    EXPECT_FALSE(parse_openai_request("/v1/completions", R"({"model":"m","prompt":"x"})", h, d,
-                                      p));
+    EXPECT_FALSE(parse_openai_request("/v1/completions", R"({"model":"m","prompt":"x"})", h, d, p));
     return p.request.explain;
   };
   EXPECT_TRUE(explain("1", true));
@@ -121,11 +120,14 @@ TEST(OpenAiRequest, TheDebugHeaderAsksOnlyWhenTheEppAllowsIt) {
 TEST(OpenAiRequest, BadInputGivesAMessage) {
   ParsedRequest p;
   EXPECT_TRUE(parse_openai_request("/v1/completions", "{", InboundHeaders{}, RequestDefaults{}, p));
-  EXPECT_TRUE(parse_openai_request("/v1/completions", R"({"prompt":"x"})", InboundHeaders{}, RequestDefaults{}, p));
-  EXPECT_TRUE(parse_openai_request("/v1/chat/completions", R"({"model":"m"})", InboundHeaders{}, RequestDefaults{}, p));
+  EXPECT_TRUE(parse_openai_request("/v1/completions", R"({"prompt":"x"})", InboundHeaders{},
+                                   RequestDefaults{}, p));
+  EXPECT_TRUE(parse_openai_request("/v1/chat/completions", R"({"model":"m"})", InboundHeaders{},
+                                   RequestDefaults{}, p));
   InboundHeaders bad;
   bad.slo_ttft_ms = "fast";
-  auto e = parse_openai_request("/v1/completions", R"({"model":"m","prompt":"x"})", bad, RequestDefaults{}, p);
+  auto e = parse_openai_request("/v1/completions", R"({"model":"m","prompt":"x"})", bad,
+                                RequestDefaults{}, p);
   ASSERT_TRUE(e);
   EXPECT_NE(e->find("header x-llm-d-slo-ttft-ms "), std::string::npos) << *e;
   bad.slo_ttft_header = "x-slo-ttft-ms";  // the name the client sent
@@ -146,33 +148,51 @@ TEST(OpenAiRequest, WrongTypesAndRangesNameTheField) {
   // What vLLM (pydantic's lax booleans) refuses too.
   for (const char* stream : {R"("maybe")", "2", "0.5", R"(" true")", "[]", "{}"}) {
     EXPECT_NE(error(c, std::string(R"({"model":"m","prompt":"x","stream":)") + stream + "}")
-                  .find("'stream'"), std::string::npos) << stream;
+                  .find("'stream'"),
+              std::string::npos)
+        << stream;
   }
   EXPECT_NE(error(c, R"({"model":"m","prompt":"x","stream":true,"stream_options":1})")
-                .find("'stream_options'"), std::string::npos);
+                .find("'stream_options'"),
+            std::string::npos);
   EXPECT_NE(error(c, R"({"model":"m","prompt":"x","stream_options":{"include_usage":"maybe"}})")
-                .find("include_usage"), std::string::npos);
+                .find("include_usage"),
+            std::string::npos);
   EXPECT_NE(error(c, R"({"model":"m","prompt":"x","max_tokens":"9"})").find("'max_tokens'"),
             std::string::npos);
   EXPECT_NE(error(c, R"({"model":"m","prompt":"x","max_tokens":-1})").find("'max_tokens'"),
             std::string::npos);
   EXPECT_NE(error(chat, R"({"model":"m","messages":[{"role":"user","content":[{"type":5}]}]})")
-                .find("messages[0].content[0].type"), std::string::npos);
+                .find("messages[0].content[0].type"),
+            std::string::npos);
   EXPECT_NE(error(chat, R"({"model":"m","messages":["hi"]})").find("messages[0]"),
             std::string::npos);
   EXPECT_NE(error(chat, R"({"model":"m","messages":[{"role":"user","content":7}]})")
-                .find("messages[0].content"), std::string::npos);
-  EXPECT_NE(error(c, R"({"model":"m","prompt":"x","nvext":{"agent_hints":{"priority":18446744073709551615}}})")
-                .find("priority"), std::string::npos);
-  EXPECT_NE(error(c, R"({"model":"m","prompt":"x","nvext":{"agent_hints":{"priority":-9223372036854775808}}})")
-                .find("priority"), std::string::npos);
+                .find("messages[0].content"),
+            std::string::npos);
+  EXPECT_NE(
+      error(
+          c,
+          R"({"model":"m","prompt":"x","nvext":{"agent_hints":{"priority":18446744073709551615}}})")
+          .find("priority"),
+      std::string::npos);
+  EXPECT_NE(
+      error(
+          c,
+          R"({"model":"m","prompt":"x","nvext":{"agent_hints":{"priority":-9223372036854775808}}})")
+          .find("priority"),
+      std::string::npos);
   InboundHeaders h;
   h.priority = "-9223372036854775808";
   EXPECT_NE(error(c, R"({"model":"m","prompt":"x"})", h).find("x-dynamo-request-priority"),
             std::string::npos);
   // Nulls are absent fields; valid shapes still parse.
   EXPECT_EQ(error(c, R"({"model":"m","prompt":"x","stream":null,"max_tokens":null})"), "");
-  EXPECT_EQ(error(chat, R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{}},{"type":"text","text":"hi"}]}]})"), "");
+  EXPECT_EQ(
+      error(
+          chat,
+          R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{}},{"type":"text","text":"hi"}]}]})"),
+      "");
 }
 
 // The Inference Extension's latency guide sends "stream": "true"; vLLM serves it (pydantic's
@@ -259,23 +279,22 @@ TEST(SseScanner, FirstContentAndUsageAcrossArbitrarySplits) {
 
 TEST(ResponseFacts, CarryTheUsagesPromptTokens) {
   ParsedRequest streamed;
-  ASSERT_FALSE(parse_openai_request("/v1/completions",
-                                    R"({"model":"m","prompt":"Once","stream":true})", {}, {},
-                                    streamed));
+  ASSERT_FALSE(parse_openai_request(
+      "/v1/completions", R"({"model":"m","prompt":"Once","stream":true})", {}, {}, streamed));
   SseScanner s;
   s.feed(
       "data: {\"choices\":[{\"text\":\" upon\"}]}\n\n"
       "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1}}\n\n");
   EXPECT_EQ(response_facts(streamed, s, "").prompt_tokens, 5);
   ParsedRequest whole;
-  ASSERT_FALSE(parse_openai_request("/v1/completions", R"({"model":"m","prompt":"Once"})", {}, {},
-                                    whole));
+  ASSERT_FALSE(
+      parse_openai_request("/v1/completions", R"({"model":"m","prompt":"Once"})", {}, {}, whole));
   EXPECT_EQ(response_facts(whole, SseScanner{},
                            R"({"choices":[{"text":" upon"}],"usage":{"prompt_tokens":7}})")
                 .prompt_tokens,
             7);
-  EXPECT_FALSE(response_facts(whole, SseScanner{}, R"({"choices":[{"text":" upon"}]})")
-                   .prompt_tokens);
+  EXPECT_FALSE(
+      response_facts(whole, SseScanner{}, R"({"choices":[{"text":" upon"}]})").prompt_tokens);
 }
 
 // Megabytes of blank lines are read in one pass (the scanner searches only new bytes), and the
@@ -344,8 +363,8 @@ TEST(ContinuationPrompt, ChatAndCompletionsInTheNextTurnsForm) {
   EXPECT_EQ(continuation_prompt(completion, " upon"), "Once upon");
   EXPECT_EQ(continuation_prompt(completion, ""), "");
   ParsedRequest list;
-  ASSERT_FALSE(parse_openai_request("/v1/completions", R"({"model":"m","prompt":["a","b"]})", {},
-                                    {}, list));
+  ASSERT_FALSE(
+      parse_openai_request("/v1/completions", R"({"model":"m","prompt":["a","b"]})", {}, {}, list));
   EXPECT_EQ(continuation_prompt(list, "x"), "");  // several prompts: no single next turn
 }
 
@@ -401,11 +420,13 @@ TEST(VllmMetrics, OddValuesAndLineEndings) {
   EXPECT_EQ(m->waiting, 10);
   EXPECT_EQ(m->running, 3);
   EXPECT_DOUBLE_EQ(m->kv_cache_usage, 0.25);
-  EXPECT_FALSE(parse_vllm_metrics("vllm:num_requests_waiting x\nvllm:num_requests_running 1\n"
-                                  "vllm:kv_cache_usage_perc 0\n"))
+  EXPECT_FALSE(
+      parse_vllm_metrics("vllm:num_requests_waiting x\nvllm:num_requests_running 1\n"
+                         "vllm:kv_cache_usage_perc 0\n"))
       << "an unreadable value is a missing gauge";
-  EXPECT_FALSE(parse_vllm_metrics("vllm:num_requests_waiting_total 1\n"
-                                  "vllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0\n"))
+  EXPECT_FALSE(
+      parse_vllm_metrics("vllm:num_requests_waiting_total 1\n"
+                         "vllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0\n"))
       << "a longer name is another metric";
   EXPECT_FALSE(parse_vllm_metrics(""));
 }

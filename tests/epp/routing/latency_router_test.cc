@@ -34,10 +34,13 @@ LoadBalancingConfig pools(int targets, std::string_view settings = "{}") {
   }
   return parse_ok("type: gateway-load-balancing-config\nsettings: " + std::string(settings) +
                   "\nrules:\n- {id: r, type: latency-based-routing, when: {models: [m]},\n"
-                  "   load_balance_targets: [" + list + "]}\n");
+                  "   load_balance_targets: [" +
+                  list + "]}\n");
 }
 
-RouteQuery query(std::string_view model = "m") { return RouteQuery{model, "", nullptr}; }
+RouteQuery query(std::string_view model = "m") {
+  return RouteQuery{model, "", nullptr};
+}
 
 void record_n(LatencyRouter& router, const std::string& target, int n, double ms,
               Clock::time_point at) {
@@ -314,7 +317,7 @@ rules:
   EXPECT_TRUE(status[3].judged);
 
   router.record("r", "pool:b", 1, true, t0);  // an in-flight request of the old config
-  EXPECT_EQ(snapshot->rules.size(), 1u);     // the old snapshot is unchanged
+  EXPECT_EQ(snapshot->rules.size(), 1u);      // the old snapshot is unchanged
   EXPECT_EQ(router.config()->rules.size(), 2u);
 }
 

@@ -52,8 +52,7 @@ rules:
   - target: http://upstream.local
   - target: pool
 )");
-  ASSERT_TRUE(std::holds_alternative<LoadBalancingConfig>(parsed))
-      << std::get<std::string>(parsed);
+  ASSERT_TRUE(std::holds_alternative<LoadBalancingConfig>(parsed)) << std::get<std::string>(parsed);
   const auto& config = std::get<LoadBalancingConfig>(parsed);
   EXPECT_EQ(config.settings.window, std::chrono::minutes(10));
   EXPECT_EQ(config.settings.window_requests, 50u);
@@ -90,8 +89,7 @@ TEST(LoadBalancingConfigTest, JsonTextAndPartialSettingsKeepDefaults) {
       R"({"type": "gateway-load-balancing-config", "settings": {"fastFactor": 1.1},
           "rules": [{"id": "r", "type": "latency-based-routing", "when": {"models": ["m"]},
                      "load_balance_targets": [{"target": "pool:x"}]}]})");
-  ASSERT_TRUE(std::holds_alternative<LoadBalancingConfig>(parsed))
-      << std::get<std::string>(parsed);
+  ASSERT_TRUE(std::holds_alternative<LoadBalancingConfig>(parsed)) << std::get<std::string>(parsed);
   const auto& s = std::get<LoadBalancingConfig>(parsed).settings;
   EXPECT_DOUBLE_EQ(s.fast_factor, 1.1);
   EXPECT_EQ(s.window, std::chrono::minutes(20));
@@ -169,38 +167,38 @@ TEST(LoadBalancingConfigTest, OverrideParamsMustBeAMapping) {
 }
 
 TEST(LoadBalancingConfigTest, UnknownKeysAreRefusedAtEveryLevel) {
-  EXPECT_TRUE(Contains(parse_error(one_rule("  priority: 3\n")),
-              "rule 'r1': unknown key 'priority'"));
+  EXPECT_TRUE(
+      Contains(parse_error(one_rule("  priority: 3\n")), "rule 'r1': unknown key 'priority'"));
   std::string when = one_rule("");
   when.replace(when.find("{models: [m]}"), 13, "{models: [m], model: x}");
   EXPECT_TRUE(Contains(parse_error(when), "rule 'r1': when: unknown key 'model'"));
   std::string target = one_rule("");
   target.replace(target.find("{target: pool}"), 14, "{target: pool, weight: 2}");
-  EXPECT_TRUE(Contains(parse_error(target),
-              "rule 'r1': load_balance_targets[0]: unknown key 'weight'"));
+  EXPECT_TRUE(
+      Contains(parse_error(target), "rule 'r1': load_balance_targets[0]: unknown key 'weight'"));
   EXPECT_TRUE(Contains(parse_error(one_rule("") + "extra: 1\n"), "unknown key 'extra'"));
   EXPECT_TRUE(Contains(parse_error(one_rule("") + "settings: {window: 5}\n"),
-              "settings: unknown key 'window'"));
+                       "settings: unknown key 'window'"));
 }
 
 TEST(LoadBalancingConfigTest, SettingsMustBeInRange) {
   EXPECT_TRUE(Contains(parse_error(one_rule("") + "settings: {fastFactor: 0.9}\n"),
-              "'fastFactor' must be a number >= 1"));
+                       "'fastFactor' must be a number >= 1"));
   EXPECT_TRUE(Contains(parse_error(one_rule("") + "settings: {minSamples: 0}\n"),
-              "'minSamples' must be an integer >= 1"));
+                       "'minSamples' must be an integer >= 1"));
   EXPECT_TRUE(Contains(parse_error(one_rule("") + "settings: {windowSeconds: 0}\n"),
-              "'windowSeconds' must be a number > 0"));
+                       "'windowSeconds' must be a number > 0"));
   EXPECT_TRUE(Contains(parse_error(one_rule("") + "settings: {failurePenaltyMs: -1}\n"),
-              "'failurePenaltyMs' must be a number > 0"));
+                       "'failurePenaltyMs' must be a number > 0"));
   EXPECT_TRUE(Contains(parse_error(one_rule("") + "settings: {windowRequests: 2}\n"),
-              "'minSamples' (3) must not exceed 'windowRequests' (2)"));
+                       "'minSamples' (3) must not exceed 'windowRequests' (2)"));
 }
 
 TEST(LoadBalancingConfigTest, DocumentLevelErrors) {
   EXPECT_TRUE(Contains(parse_error("type: something-else\nrules: []"),
-              "'type' must be 'gateway-load-balancing-config'"));
+                       "'type' must be 'gateway-load-balancing-config'"));
   EXPECT_TRUE(Contains(parse_error("type: gateway-load-balancing-config\nrules: {}"),
-              "'rules' must be a list"));
+                       "'rules' must be a list"));
   EXPECT_TRUE(Contains(parse_error("rules: [unclosed"), "not valid YAML/JSON"));
   EXPECT_TRUE(Contains(parse_error("- a list"), "must be a mapping"));
 }
@@ -224,9 +222,9 @@ TEST(ParseTargetTest, AcceptedForms) {
 }
 
 TEST(ParseTargetTest, RefusedForms) {
-  for (const char* bad : {"", "pool:", "pools", "http://", "http://:80", "http://h:0",
-                          "http://h:99999", "http://h:x", "http://h:", "http://h/p?q=1",
-                          "http://user@h", "HTTPS://h", "ftp://h"}) {
+  for (const char* bad :
+       {"", "pool:", "pools", "http://", "http://:80", "http://h:0", "http://h:99999", "http://h:x",
+        "http://h:", "http://h/p?q=1", "http://user@h", "HTTPS://h", "ftp://h"}) {
     EXPECT_TRUE(std::holds_alternative<std::string>(parse_target(bad))) << bad;
   }
 }

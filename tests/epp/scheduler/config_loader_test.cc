@@ -72,8 +72,8 @@ TEST_F(ConfigLoaderTest, DefaultAndUpstreamPipelinesHaveTheContractShape) {
   ASSERT_TRUE(d.ok()) << d.error;
   expect_contract_shape(*d.pipeline, 0.70, false, LatencyScorer::Strategy::kLatencyComposite,
                         false);
-  auto producer = std::dynamic_pointer_cast<const PredictedLatencyProducer>(
-      d.pipeline->producers[1].plugin);
+  auto producer =
+      std::dynamic_pointer_cast<const PredictedLatencyProducer>(d.pipeline->producers[1].plugin);
   ASSERT_TRUE(producer);
   EXPECT_TRUE(producer->config().sloBoundCalibration);
   EXPECT_TRUE(producer->config().podResidualCorrection);
@@ -99,8 +99,8 @@ TEST_F(ConfigLoaderTest, DefaultAndUpstreamPipelinesHaveTheContractShape) {
   ASSERT_TRUE(loose);
   EXPECT_DOUBLE_EQ(loose->config().threshold, 0.70);
   EXPECT_TRUE(loose->config().queueEscape);
-  auto scorer = std::dynamic_pointer_cast<const LatencyScorer>(
-      d.pipeline->profiles[0].scorers()[0].plugin);
+  auto scorer =
+      std::dynamic_pointer_cast<const LatencyScorer>(d.pipeline->profiles[0].scorers()[0].plugin);
   EXPECT_EQ(scorer->config().sloMissStrategy, "latency-composite");
   EXPECT_EQ(scorer->config().indistinctPredictions, "prefill-work");
   EXPECT_FALSE(scorer->config().preferIdlePods);
@@ -116,8 +116,8 @@ TEST_F(ConfigLoaderTest, DefaultAndUpstreamPipelinesHaveTheContractShape) {
   ASSERT_TRUE(weighted);
   EXPECT_DOUBLE_EQ(weighted->config().scoreExponent, 1);
   // Our defaults that upstream does not have are switched off in the upstream pipeline.
-  auto up_producer = std::dynamic_pointer_cast<const PredictedLatencyProducer>(
-      u.pipeline->producers[1].plugin);
+  auto up_producer =
+      std::dynamic_pointer_cast<const PredictedLatencyProducer>(u.pipeline->producers[1].plugin);
   ASSERT_TRUE(up_producer);
   EXPECT_FALSE(up_producer->config().podResidualCorrection);
   EXPECT_FALSE(up_producer->config().stepPhaseCorrection);

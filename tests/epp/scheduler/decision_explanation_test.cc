@@ -1,5 +1,5 @@
-// Decisions you can see: the SchedulingCycle's DecisionExplanation (asked for by a request, or sampled
-// by the DecisionLog), its two bounded formats, and the log's sampling and line budget.
+// Decisions you can see: the SchedulingCycle's DecisionExplanation (asked for by a request, or
+// sampled by the DecisionLog), its two bounded formats, and the log's sampling and line budget.
 #include "epp/scheduler/decision_explanation.h"
 
 #include <fmt/format.h>
@@ -172,11 +172,13 @@ TEST_F(DefaultPipelineExplained, EqualPredictionsSayWhatBrokeTheTie) {
   const DecisionExplanation& e = *r.explanation;
   EXPECT_TRUE(e.predictions_used);
   ASSERT_EQ(e.tie_breaks.size(), 2u) << ::testing::PrintToString(e.tie_breaks);
-  EXPECT_EQ(e.tie_breaks[0], e.scorers.at(0).name + ": equal predictions for 3 pods: ranked by "
-                             "prefill work (prompt tokens in flight plus the request's "
-                             "uncached ones)");
-  EXPECT_EQ(e.tie_breaks[1], e.picker + ": equal predictions: rotated over the 3 best-scored "
-                             "pods (least recently picked)");
+  EXPECT_EQ(e.tie_breaks[0], e.scorers.at(0).name +
+                                 ": equal predictions for 3 pods: ranked by "
+                                 "prefill work (prompt tokens in flight plus the request's "
+                                 "uncached ones)");
+  EXPECT_EQ(e.tie_breaks[1], e.picker +
+                                 ": equal predictions: rotated over the 3 best-scored "
+                                 "pods (least recently picked)");
   const std::string header = decision_header_value(e, 10, 2048);
   EXPECT_NE(header.find(" predictions=yes "), std::string::npos) << header;
   EXPECT_NE(header.find(" tiebreak=\"" + e.tie_breaks[0] + "; " + e.tie_breaks[1] + "\""),
@@ -255,10 +257,10 @@ TEST_F(DefaultPipelineExplained, ADenialIsExplained) {
   for (const auto& c : r.explanation->candidates) {
     ASSERT_TRUE(c.ttft_headroom_ms.has_value()) << c.name;
     EXPECT_LT(*c.ttft_headroom_ms, 0) << c.name;
-    EXPECT_NE(header.find(fmt::format("{}:ttft={:.1f},tpot={:.1f},ttft_headroom={:.1f}", c.name,
-                                      *c.predicted_ttft_ms, *c.predicted_tpot_ms,
-                                      *c.ttft_headroom_ms)),
-              std::string::npos)
+    EXPECT_NE(
+        header.find(fmt::format("{}:ttft={:.1f},tpot={:.1f},ttft_headroom={:.1f}", c.name,
+                                *c.predicted_ttft_ms, *c.predicted_tpot_ms, *c.ttft_headroom_ms)),
+        std::string::npos)
         << header;
   }
   for (const auto& c : decision_to_json(*r.explanation, 10)["candidates"]) {
@@ -400,9 +402,9 @@ TEST(DecisionLogTest, TheLineBudgetRefusesABurstAndTheNextLineSaysHowMany) {
   auto now = testing::kNow;
   std::vector<std::string> lines;
   prometheus::Registry registry;
-  DecisionLog log({.sample_rate = 1, .max_lines_per_second = 2},
-                  [&lines](const std::string& l) { lines.push_back(l); }, &registry,
-                  [&now] { return now; });
+  DecisionLog log(
+      {.sample_rate = 1, .max_lines_per_second = 2},
+      [&lines](const std::string& l) { lines.push_back(l); }, &registry, [&now] { return now; });
   DecisionExplanation e = many_pods(3);
   int sampled = 0;
   for (int i = 0; i < 5; ++i) {

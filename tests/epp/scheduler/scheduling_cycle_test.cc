@@ -77,7 +77,8 @@ TEST(ProfileTest, ClampsWeightsAndSumsScores) {
   auto a = std::make_shared<FixedScorer>("a", std::vector<double>{2.0, -1.0, NAN});
   auto b = std::make_shared<FixedScorer>("b", std::vector<double>{0.5, 0.25, 1.0});
   auto rec = std::make_shared<RecordingProducer>("rec");
-  SchedulingCycle d(one_profile({}, {{a, 2.0, nullptr}, {b, 1.0, nullptr}}, max_picker(s), {{rec}}));
+  SchedulingCycle d(
+      one_profile({}, {{a, 2.0, nullptr}, {b, 1.0, nullptr}}, max_picker(s), {{rec}}));
   FixedRng rng;
   auto r = d.schedule(testing::request(), {pod("x"), pod("y"), pod("z")}, rng);
   ASSERT_TRUE(r.ok());
@@ -132,7 +133,7 @@ TEST(DirectorTest, FailedProducerDoesNotFailTheRequest) {
   prometheus::Registry registry;
   SchedulerMetrics metrics(registry);
   SchedulingCycle d(one_profile({}, {}, max_picker(s), {{std::make_shared<ThrowingProducer>()}}),
-             &metrics);
+                    &metrics);
   FixedRng rng;
   EXPECT_TRUE(d.schedule(testing::request(), {pod("x")}, rng).ok());
   EXPECT_EQ(metrics.producer_failures.Value(), 1);
@@ -250,7 +251,7 @@ TEST_F(DefaultPipelineTest, RequestsScheduleWithTheGenerationTheyTook) {
   auto rr = load_pipeline_file(std::string(LLMD_SOURCE_DIR) + "/epp/config/round-robin.yaml",
                                registry_, services_.handle());
   ASSERT_TRUE(rr.ok()) << rr.error;
-  const PipelineConstPtr taken = rr.pipeline;  // the request arrived under round-robin
+  const PipelineConstPtr taken = rr.pipeline;      // the request arrived under round-robin
   director_->set_pipeline(director_->pipeline());  // ...then a reload (another generation)
   FixedRng rng;
   std::vector<std::string> got;
@@ -318,17 +319,18 @@ TEST(DirectorAsyncTest, CycleResumesThroughResumeWhenPredictionsArrive) {
 
 TEST(DirectorAsyncTest, ProducersAnsweringInlineFinishBeforeScheduleAsyncReturns) {
   testing::TestServices s;
-  SchedulingCycle d(one_profile({}, {}, max_picker(s),
-                         {{std::make_shared<RecordingProducer>("rec")}}));
+  SchedulingCycle d(
+      one_profile({}, {}, max_picker(s), {{std::make_shared<RecordingProducer>("rec")}}));
   FixedRng rng;
   std::optional<ScheduleResult> result;
   bool resumed = false;
-  d.schedule_async(d.pipeline(), testing::request(), {pod("x")}, rng,
-                   [&](std::function<void()> f) {
-                     resumed = true;
-                     f();
-                   },
-                   [&](ScheduleResult r) { result = std::move(r); });
+  d.schedule_async(
+      d.pipeline(), testing::request(), {pod("x")}, rng,
+      [&](std::function<void()> f) {
+        resumed = true;
+        f();
+      },
+      [&](ScheduleResult r) { result = std::move(r); });
   ASSERT_TRUE(result);
   EXPECT_TRUE(result->ok());
   EXPECT_FALSE(resumed);  // inline answers continue on the caller's stack

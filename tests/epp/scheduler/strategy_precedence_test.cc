@@ -34,7 +34,8 @@ Loaded load(testing::TestServices& s, const std::string& param) {
   register_builtin_plugins(r);
   LoadResult l = load_pipeline(pipeline_yaml(param), r, s.handle());
   EXPECT_TRUE(l.ok()) << l.error;
-  auto scorer = std::dynamic_pointer_cast<const LatencyScorer>(l.pipeline->plugin("latency-scorer"));
+  auto scorer =
+      std::dynamic_pointer_cast<const LatencyScorer>(l.pipeline->plugin("latency-scorer"));
   return {l.pipeline, scorer->strategy()};
 }
 

@@ -26,8 +26,7 @@ class UpstreamConfig : public ::testing::Test {
   // A small pipeline with `plugins` added to its plugin list and `top` (top-level keys) after.
   static std::string doc(const std::string& plugins, const std::string& top = "") {
     return "plugins:\n- type: latency-scorer\n" + plugins +
-           "schedulingProfiles:\n- name: default\n  plugins: [{pluginRef: latency-scorer}]\n" +
-           top;
+           "schedulingProfiles:\n- name: default\n  plugins: [{pluginRef: latency-scorer}]\n" + top;
   }
   void expect_error(const std::string& yaml, const std::vector<std::string>& fragments) {
     auto r = load(yaml);
@@ -96,9 +95,10 @@ TEST_F(UpstreamConfig, TheLlmdChartConfigLoadsAsItIs) {
 
 TEST_F(UpstreamConfig, TheChartsDefaultEngineParameterPicksTheEnginesGauges) {
   for (const char* engine : {"sglang", "triton-tensorrt-llm", "trtllm-serve"}) {
-    const auto s = scrape(doc("- type: metrics-data-source\n- type: core-metrics-extractor\n"
-                              "  parameters:\n    defaultEngine: \"" +
-                              std::string(engine) + "\"\n"));
+    const auto s =
+        scrape(doc("- type: metrics-data-source\n- type: core-metrics-extractor\n"
+                   "  parameters:\n    defaultEngine: \"" +
+                   std::string(engine) + "\"\n"));
     EXPECT_EQ(s.default_engine, engine);
     EXPECT_EQ(s.mapping_for({})->engine, engine);
   }
@@ -107,7 +107,8 @@ TEST_F(UpstreamConfig, TheChartsDefaultEngineParameterPicksTheEnginesGauges) {
 TEST_F(UpstreamConfig, ApiVersionAndKindAreValidated) {
   EXPECT_TRUE(load("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n" + doc("")).ok());
   EXPECT_TRUE(load("apiVersion: inference.networking.x-k8s.io/v1alpha1\n"
-                   "kind: EndpointPickerConfig\n" + doc(""))
+                   "kind: EndpointPickerConfig\n" +
+                   doc(""))
                   .ok());
   expect_error("apiVersion: inference.networking.k8s.io/v1\nkind: EndpointPickerConfig\n" + doc(""),
                {"apiVersion", "inference.networking.k8s.io/v1", "not supported"});
@@ -140,9 +141,10 @@ TEST_F(UpstreamConfig, FeatureGates) {
 }
 
 TEST_F(UpstreamConfig, TheLegacyMetricsGateScrapesWithTheLegacyDefaults) {
-  const auto s = scrape(doc("- type: core-metrics-extractor\n"
-                            "  parameters: {defaultEngine: sglang}\n",
-                            "featureGates: [enableLegacyMetrics]\n"));
+  const auto s =
+      scrape(doc("- type: core-metrics-extractor\n"
+                 "  parameters: {defaultEngine: sglang}\n",
+                 "featureGates: [enableLegacyMetrics]\n"));
   EXPECT_EQ(s, ScrapeConfig{}) << "vLLM at http /metrics, the legacy flags' defaults";
 }
 
@@ -188,8 +190,9 @@ TEST_F(UpstreamConfig, DataLayerSections) {
   const std::string plugins =
       "- name: src\n  type: metrics-data-source\n  parameters: {path: /prometheus/metrics}\n"
       "- name: x\n  type: core-metrics-extractor\n  parameters: {defaultEngine: trtllm-serve}\n";
-  const auto s = scrape(doc(plugins, "dataLayer:\n  sources:\n  - pluginRef: src\n"
-                                     "    extractors: [{pluginRef: x}]\n"));
+  const auto s = scrape(doc(plugins,
+                            "dataLayer:\n  sources:\n  - pluginRef: src\n"
+                            "    extractors: [{pluginRef: x}]\n"));
   EXPECT_EQ(s.path, "/prometheus/metrics");
   EXPECT_EQ(s.default_engine, "trtllm-serve");
   // Without a section upstream reads the plugins named after their types: these are unused.
@@ -206,8 +209,9 @@ TEST_F(UpstreamConfig, DataLayerSections) {
                {"exactly one core-metrics-extractor"});
   const std::string src = "  - {pluginRef: src, extractors: [{pluginRef: x}]}\n";
   expect_error(doc(plugins, "dataLayer:\n  sources:\n" + src + src), {"one source is supported"});
-  expect_error(doc(plugins, "dataLayer:\n  sources:\n  - {pluginRef: x, extractors: "
-                            "[{pluginRef: x}]}\n"),
+  expect_error(doc(plugins,
+                   "dataLayer:\n  sources:\n  - {pluginRef: x, extractors: "
+                   "[{pluginRef: x}]}\n"),
                {"plugin 'x' is not a metrics-data-source"});
   expect_error(doc("", "dataLayer: {discovery: {pluginRef: file}}\n"),
                {"dataLayer.discovery: not supported"});
@@ -220,10 +224,11 @@ TEST_F(UpstreamConfig, ProfileHandlers) {
   const auto r = load(doc("- type: single-profile-handler\n"));
   ASSERT_TRUE(r.ok()) << r.error;
   EXPECT_EQ(r.pipeline->profiles.size(), 1u);
-  expect_error("plugins:\n- type: single-profile-handler\n- type: latency-scorer\n"
-               "schedulingProfiles:\n- {name: a, plugins: [{pluginRef: latency-scorer}]}\n"
-               "- {name: b, plugins: [{pluginRef: latency-scorer}]}\n",
-               {"single-profile-handler", "cannot serve 2 scheduling profiles"});
+  expect_error(
+      "plugins:\n- type: single-profile-handler\n- type: latency-scorer\n"
+      "schedulingProfiles:\n- {name: a, plugins: [{pluginRef: latency-scorer}]}\n"
+      "- {name: b, plugins: [{pluginRef: latency-scorer}]}\n",
+      {"single-profile-handler", "cannot serve 2 scheduling profiles"});
   expect_error(doc("- type: single-profile-handler\n- name: h2\n  type: single-profile-handler\n"),
                {"only one is allowed"});
   expect_error(doc("- type: pd-profile-handler\n"), {"type pd-profile-handler", "disaggregation"});
@@ -244,15 +249,17 @@ TEST_F(UpstreamConfig, ProducersAndAdmittersMayBeListedInProfiles) {
   EXPECT_EQ(r.pipeline->admitters.size(), 1u);
   EXPECT_TRUE(r.pipeline->profiles[0].filters().empty());
   EXPECT_EQ(r.pipeline->profiles[0].scorers().size(), 1u);
-  expect_error("plugins:\n- type: latency-scorer\n- type: metrics-data-source\n"
-               "schedulingProfiles:\n- name: default\n  plugins:\n"
-               "  - pluginRef: latency-scorer\n  - pluginRef: metrics-data-source\n",
-               {"metrics-data-source", "top-level section, not in a profile"});
+  expect_error(
+      "plugins:\n- type: latency-scorer\n- type: metrics-data-source\n"
+      "schedulingProfiles:\n- name: default\n  plugins:\n"
+      "  - pluginRef: latency-scorer\n  - pluginRef: metrics-data-source\n",
+      {"metrics-data-source", "top-level section, not in a profile"});
 }
 
 TEST_F(UpstreamConfig, TheEndpointRoleLabelIsOneForTheWholeEpp) {
-  const auto r = load(doc("- type: predicted-latency-producer\n"
-                          "  parameters: {endpointRoleLabel: llm-d.ai/role}\n"));
+  const auto r =
+      load(doc("- type: predicted-latency-producer\n"
+               "  parameters: {endpointRoleLabel: llm-d.ai/role}\n"));
   ASSERT_TRUE(r.ok()) << r.error;
   EXPECT_EQ(r.settings.endpoint_role_label, "llm-d.ai/role");
   EXPECT_EQ(load(doc("")).settings.endpoint_role_label, "role");

@@ -33,12 +33,11 @@ std::variant<EngineMapping, std::string> read_engine(const nlohmann::json& entry
       .get("cacheBlockSizeLabelName", m.block_size_label)
       .get("cacheNumBlocksLabelName", m.num_blocks_label);
   std::string error;
-  for (auto [key, slot] : {std::pair{"queuedRequestsSpec", &m.queued},
-                           std::pair{"runningRequestsSpec", &m.running},
-                           std::pair{"kvUsageSpec", &m.kv_usage}, std::pair{"loraSpec", &m.lora},
-                           std::pair{"cacheInfoSpec", &m.cache_info},
-                           std::pair{"cacheBlockSizeSpec", &m.block_size},
-                           std::pair{"cacheNumBlocksSpec", &m.num_blocks}}) {
+  for (auto [key, slot] :
+       {std::pair{"queuedRequestsSpec", &m.queued}, std::pair{"runningRequestsSpec", &m.running},
+        std::pair{"kvUsageSpec", &m.kv_usage}, std::pair{"loraSpec", &m.lora},
+        std::pair{"cacheInfoSpec", &m.cache_info}, std::pair{"cacheBlockSizeSpec", &m.block_size},
+        std::pair{"cacheNumBlocksSpec", &m.num_blocks}}) {
     if (auto e = read_spec(r, key, *slot); error.empty()) {
       error = e;
     }

@@ -13,8 +13,8 @@ std::string MetricsDataSourcePlugin::Config::validate() const {
   return {};
 }
 
-PluginOrError MetricsDataSourcePlugin::create(const std::string& name,
-                                              const nlohmann::json& params, const Handle&) {
+PluginOrError MetricsDataSourcePlugin::create(const std::string& name, const nlohmann::json& params,
+                                              const Handle&) {
   Config c;
   ParamReader r(params);
   r.get("scheme", c.scheme).get("path", c.path).get("insecureSkipVerify", c.insecureSkipVerify);

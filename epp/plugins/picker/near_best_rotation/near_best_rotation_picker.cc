@@ -22,8 +22,7 @@ std::string NearBestRotationPicker::Config::validate() const {
     return param_error("cachedRequestExponent", cachedRequestExponent, ">= 0 and <= 100");
   }
   if (!(uncachedSloRequestExponent >= 0 && uncachedSloRequestExponent <= 100)) {
-    return param_error("uncachedSloRequestExponent", uncachedSloRequestExponent,
-                       ">= 0 and <= 100");
+    return param_error("uncachedSloRequestExponent", uncachedSloRequestExponent, ">= 0 and <= 100");
   }
   if (!rotateSloRequests && !(cachedRequestExponent > 0)) {
     return "parameter 'rotateSloRequests: false' needs cachedRequestExponent > 0 (the exponent "
@@ -32,8 +31,8 @@ std::string NearBestRotationPicker::Config::validate() const {
   return {};
 }
 
-PluginOrError NearBestRotationPicker::create(const std::string& name,
-                                             const nlohmann::json& params, const Handle&) {
+PluginOrError NearBestRotationPicker::create(const std::string& name, const nlohmann::json& params,
+                                             const Handle&) {
   Config c;
   ParamReader r(params);
   r.get("tolerance", c.tolerance)
@@ -67,8 +66,7 @@ std::vector<AttributeKey> NearBestRotationPicker::consumes() const {
 }
 
 bool NearBestRotationPicker::near_by_prediction(std::span<const ScoredEndpoint> scored,
-                                                bool any_positive,
-                                                std::vector<char>& near) const {
+                                                bool any_positive, std::vector<char>& near) const {
   auto eligible = [&](const ScoredEndpoint& s) {
     return s.endpoint->latency.has_value() && (!any_positive || s.score > 0);
   };

@@ -78,7 +78,7 @@ class NearBestRotationPicker final : public PluginBase<Picker> {
 
   Config config_;
   mutable std::mutex mu_;
-  mutable uint64_t picks_ = 0;                                  // guarded by mu_
+  mutable uint64_t picks_ = 0;                                   // guarded by mu_
   mutable std::unordered_map<std::string, uint64_t> last_pick_;  // guarded by mu_; 0 = never
 };
 

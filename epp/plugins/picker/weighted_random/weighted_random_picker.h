@@ -35,7 +35,8 @@ class WeightedRandomPicker final : public PluginBase<Picker> {
                               const Handle& handle);
   WeightedRandomPicker(std::string name, Config config)
       : PluginBase(kType, std::move(name)), config_(config) {}
-  explicit WeightedRandomPicker(std::string name) : WeightedRandomPicker(std::move(name), Config()) {}
+  explicit WeightedRandomPicker(std::string name)
+      : WeightedRandomPicker(std::move(name), Config()) {}
 
   // Picker
   std::size_t pick(CycleContext& ctx, std::span<const ScoredEndpoint> scored) const override;

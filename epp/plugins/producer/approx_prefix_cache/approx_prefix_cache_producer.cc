@@ -51,7 +51,7 @@ ApproxPrefixCacheProducer::ApproxPrefixCacheProducer(std::string name, Config co
 
 int64_t ApproxPrefixCacheProducer::block_size(const Endpoint& e) const {
   return config_.autoTune && e.metrics().block_size > 0 ? e.metrics().block_size
-                                                      : config_.blockSizeTokens;
+                                                        : config_.blockSizeTokens;
 }
 
 double ApproxPrefixCacheProducer::chars_per_token() const {
@@ -105,9 +105,9 @@ void ApproxPrefixCacheProducer::produce(CycleContext& ctx, std::vector<Endpoint>
   for (auto& e : endpoints) {
     const auto& all = by_block_size.at(block_size(e));
     const std::span<const uint64_t> mine(all.data(), std::min(all.size(), depth(e)));
-    e.prefix = PrefixCacheMatchInfo{
-        index_.match(e.name(), mine), mine.size(),
-        static_cast<std::size_t>(block_size(e) * config_.charsPerToken)};
+    e.prefix =
+        PrefixCacheMatchInfo{index_.match(e.name(), mine), mine.size(),
+                             static_cast<std::size_t>(block_size(e) * config_.charsPerToken)};
   }
 }
 

@@ -21,13 +21,13 @@ class ApproxPrefixCacheProducer final : public PluginBase<DataProducer> {
   static constexpr std::string_view kType = "approx-prefix-cache-producer";
 
   struct Config {
-    bool autoTune = true;                 // take block size / capacity from the pod's metrics
-    int64_t blockSizeTokens = 16;         // >= 1; used when autoTune is off or a pod reports <= 0
-    int64_t lruCapacityPerServer = 31250; // >= 1 blocks per pod; same fallback rule
+    bool autoTune = true;                  // take block size / capacity from the pod's metrics
+    int64_t blockSizeTokens = 16;          // >= 1; used when autoTune is off or a pod reports <= 0
+    int64_t lruCapacityPerServer = 31250;  // >= 1 blocks per pod; same fallback rule
     // >= 0 blocks hashed, matched and inserted per prompt; 0 = as many as the pod can hold
     // (capacity() below). measuredCapacity makes 0 the default.
     int64_t maxPrefixBlocksToMatch = 256;
-    int64_t charsPerToken = 4;            // >= 1; a block is blockSize x charsPerToken characters
+    int64_t charsPerToken = 4;  // >= 1; a block is blockSize x charsPerToken characters
     // The index follows the pod: its capacity, in the index's own blocks, counts the characters
     // per token the pods report (usage.prompt_tokens of finished requests; charsPerToken until
     // the first report), and prompts are followed as deep as that capacity. Off (upstream):

@@ -30,8 +30,7 @@ std::string PredictedLatencyProducer::Config::validate() const {
 }
 
 PluginOrError PredictedLatencyProducer::create(const std::string& name,
-                                               const nlohmann::json& params,
-                                               const Handle& handle) {
+                                               const nlohmann::json& params, const Handle& handle) {
   Config c;
   ParamReader r(params);
   r.get("predictionDeadlineMs", c.predictionDeadlineMs)
@@ -60,12 +59,12 @@ PluginOrError PredictedLatencyProducer::create(const std::string& name,
   }
   if (handle.prediction_source == nullptr) {
     // Degraded but legal (no predictor configured): scorers use the composite fallback.
-    spdlog::warn("{} '{}': no prediction source configured; requests use composite scoring",
-                 kType, name);
+    spdlog::warn("{} '{}': no prediction source configured; requests use composite scoring", kType,
+                 name);
   }
-  return {std::make_shared<PredictedLatencyProducer>(name, c, handle.prediction_source,
-                                                     handle.clock()),
-          {}};
+  return {
+      std::make_shared<PredictedLatencyProducer>(name, c, handle.prediction_source, handle.clock()),
+      {}};
 }
 
 PredictedLatencyProducer::PredictedLatencyProducer(std::string name, Config config,
@@ -73,8 +72,7 @@ PredictedLatencyProducer::PredictedLatencyProducer(std::string name, Config conf
     : PluginBase(kType, std::move(name)), config_(config), source_(source), now_(std::move(now)) {}
 
 LatencyPredictionInfo PredictedLatencyProducer::info_for(const SchedulingRequest& request,
-                                                         const Endpoint& e,
-                                                         const Prediction& p,
+                                                         const Endpoint& e, const Prediction& p,
                                                          double ttft_phase_ms) const {
   const bool per_pod = config_.podResidualCorrection;
   const double ttft_factor = per_pod ? e.ttft_residual_factor : 1.0;
@@ -113,9 +111,8 @@ LatencyPredictionInfo PredictedLatencyProducer::info_for(const SchedulingRequest
   return info;
 }
 
-double PredictedLatencyProducer::step_phase_ms(const SchedulingRequest& request,
-                                              const Endpoint& e,
-                                              std::chrono::steady_clock::time_point now) const {
+double PredictedLatencyProducer::step_phase_ms(const SchedulingRequest& request, const Endpoint& e,
+                                               std::chrono::steady_clock::time_point now) const {
   // Queued or prefilling work on the pod starts after the step in progress too, but how many
   // steps it takes is the model's business; the phase is the largest unknown only when the
   // request's own prefill is next. SLO traffic keeps the phase-averaged prediction: its check
@@ -155,8 +152,8 @@ void PredictedLatencyProducer::apply(const CycleContext& ctx, std::vector<Endpoi
     return;
   }
   if (predictions->size() != endpoints.size()) {
-    spdlog::warn("{} '{}': {} predictions for {} rows; ignored", kType, name(),
-                 predictions->size(), endpoints.size());
+    spdlog::warn("{} '{}': {} predictions for {} rows; ignored", kType, name(), predictions->size(),
+                 endpoints.size());
     return;
   }
   // Equal predictions for every pod (the constant of a model not trained yet, or pods in
@@ -172,7 +169,8 @@ void PredictedLatencyProducer::apply(const CycleContext& ctx, std::vector<Endpoi
   for (std::size_t i = 0; i < endpoints.size(); ++i) {
     const Endpoint& e = endpoints[i];
     // A constant model's tie stays a tie: the scorer's fallback ranks those pods.
-    endpoints[i].latency = info_for(ctx.request, e, ps[i], tie ? 0.0 : step_phase_ms(ctx.request, e, now));
+    endpoints[i].latency =
+        info_for(ctx.request, e, ps[i], tie ? 0.0 : step_phase_ms(ctx.request, e, now));
     endpoints[i].latency->prediction_ms = prediction_ms;
     if (tie) {
       endpoints[i].latency->model_ttft_ms = endpoints[i].latency->model_tpot_ms = 0;
@@ -214,12 +212,12 @@ void PredictedLatencyProducer::produce_async(CycleContext& ctx, std::vector<Endp
     return;
   }
   // The cycle keeps ctx and endpoints alive until `done`.
-  source_->predict_async(std::move(rows), deadline(),
-                         [this, &ctx, &endpoints, asked = now_(),
-                          done = std::move(done)](PredictionResult p) {
-                           apply(ctx, endpoints, p, asked);
-                           done();
-                         });
+  source_->predict_async(
+      std::move(rows), deadline(),
+      [this, &ctx, &endpoints, asked = now_(), done = std::move(done)](PredictionResult p) {
+        apply(ctx, endpoints, p, asked);
+        done();
+      });
 }
 
 }  // namespace llmd::epp

@@ -37,7 +37,8 @@ std::optional<LatencyScorer::Strategy> LatencyScorer::parse_strategy(std::string
 }
 
 std::string LatencyScorer::Config::validate() const {
-  for (auto [key, v] : {std::pair{"ttftWeight", ttftWeight}, {"tpotWeight", tpotWeight},
+  for (auto [key, v] : {std::pair{"ttftWeight", ttftWeight},
+                        {"tpotWeight", tpotWeight},
                         {"compositeKvWeight", compositeKvWeight},
                         {"compositeQueueWeight", compositeQueueWeight},
                         {"compositePrefixWeight", compositePrefixWeight}}) {
@@ -59,7 +60,8 @@ std::string LatencyScorer::Config::validate() const {
       sloMissStrategy != "latency-composite" && sloMissStrategy != "latency-cost" &&
       sloMissStrategy != "concentrate") {
     return "parameter 'sloMissStrategy' must be least, composite, latency-composite, "
-           "latency-cost or concentrate, got '" + sloMissStrategy + "'";
+           "latency-cost or concentrate, got '" +
+           sloMissStrategy + "'";
   }
   if (indistinctPredictions != "composite" && indistinctPredictions != "prefill-work") {
     return "parameter 'indistinctPredictions' must be composite or prefill-work, got '" +
@@ -152,8 +154,12 @@ std::vector<double> LatencyScorer::score(CycleContext& ctx,
   // of being "positive with 0 headroom".
   if (!pos.empty()) {
     switch (strategy_) {
-      case Strategy::kCompositeMost: score_composite(endpoints, pos, false, out); break;
-      case Strategy::kCompositeLeast: score_composite(endpoints, pos, true, out); break;
+      case Strategy::kCompositeMost:
+        score_composite(endpoints, pos, false, out);
+        break;
+      case Strategy::kCompositeLeast:
+        score_composite(endpoints, pos, true, out);
+        break;
       case Strategy::kLatencyComposite:
         score_latency_composite(ctx.request, endpoints, pos, out, ctx.notes);
         break;
@@ -245,20 +251,21 @@ void LatencyScorer::score_bucket(const SchedulingRequest& request,
 void LatencyScorer::score_latency_composite(const SchedulingRequest& request,
                                             std::span<const Endpoint> endpoints,
                                             const std::vector<std::size_t>& idx,
-                                            std::vector<double>& out,
-                                            DecisionNotes* notes) const {
+                                            std::vector<double>& out, DecisionNotes* notes) const {
   // The predictions decide between pods they tell apart; within the model's error the pool's
   // cost (prefix hit, queue, KV) does.
   std::vector<double> ratio(endpoints.size(), 0.0);
   const double sum = config_.ttftWeight + config_.tpotWeight;
   score_ratio(endpoints, idx, false, config_.ttftWeight / sum, config_.tpotWeight / sum, ratio);
   score_composite(endpoints, idx, false, out, &request);
-  if (notes != nullptr && idx.size() > 1 &&
-      std::all_of(idx.begin(), idx.end(), [&](std::size_t i) { return ratio[i] == ratio[idx[0]]; })) {
+  if (notes != nullptr && idx.size() > 1 && std::all_of(idx.begin(), idx.end(), [&](std::size_t i) {
+        return ratio[i] == ratio[idx[0]];
+      })) {
     // Equal ratios: the composite factor alone ranked these pods.
     notes->tie_breaks.push_back(fmt::format(
         "equal predictions for {} pods: ranked by the composite load/prefix score (free KV, "
-        "queue, prefix hit)", idx.size()));
+        "queue, prefix hit)",
+        idx.size()));
   }
   for (std::size_t i : idx) {
     out[i] = std::clamp(out[i] * ratio[i], 0.0, 1.0);
@@ -297,8 +304,8 @@ void LatencyScorer::score_latency_cost(const SchedulingRequest& request,
     queue += static_cast<double>(std::max<int64_t>(0, e.metrics().waiting));
     own[i] = static_cast<double>(std::max<int64_t>(0, uncached_prompt_tokens(request, e)));
     const double ahead = static_cast<double>(std::max<int64_t>(0, e.prefill_tokens_in_flight));
-    rate = std::min(rate,
-                    std::max(0.0, e.latency->predicted_ttft_ms) / std::max(1.0, own[i] + ahead));
+    rate =
+        std::min(rate, std::max(0.0, e.latency->predicted_ttft_ms) / std::max(1.0, own[i] + ahead));
   }
   queue /= static_cast<double>(std::max<std::size_t>(1, idx.size()));
   std::vector<double> cost(endpoints.size(), 0.0);
@@ -346,8 +353,8 @@ void LatencyScorer::score_ratio(std::span<const Endpoint> endpoints,
 
 void LatencyScorer::score_indistinct(const SchedulingRequest& request,
                                      std::span<const Endpoint> endpoints,
-                                     const std::vector<std::size_t>& idx,
-                                     std::vector<double>& out, DecisionNotes* notes) const {
+                                     const std::vector<std::size_t>& idx, std::vector<double>& out,
+                                     DecisionNotes* notes) const {
   const bool prefill_work = config_.indistinctPredictions == "prefill-work";
   if (prefill_work) {
     score_prefill_work(request, endpoints, idx, out);
@@ -369,7 +376,8 @@ void LatencyScorer::score_prefill_work(const SchedulingRequest& request,
   // One token of slack keeps an empty prompt on idle pods finite (all score 1).
   auto work = [&](const Endpoint& e) {
     return static_cast<double>(std::max<int64_t>(0, e.prefill_tokens_in_flight) +
-                               uncached_prompt_tokens(request, e)) + 1.0;
+                               uncached_prompt_tokens(request, e)) +
+           1.0;
   };
   double lo = std::numeric_limits<double>::max();
   for (std::size_t i : idx) {
@@ -384,8 +392,8 @@ void LatencyScorer::score_composite(std::span<const Endpoint> endpoints,
                                     const std::vector<std::size_t>& idx, bool invert,
                                     std::vector<double>& out,
                                     const SchedulingRequest* worth_for) const {
-  double sum = config_.compositeKvWeight + config_.compositeQueueWeight +
-               config_.compositePrefixWeight;
+  double sum =
+      config_.compositeKvWeight + config_.compositeQueueWeight + config_.compositePrefixWeight;
   double wkv = config_.compositeKvWeight / sum, wq = config_.compositeQueueWeight / sum,
          wp = config_.compositePrefixWeight / sum;
   // Queue = the larger of the scraped waiting queue and the requests this EPP has in flight on

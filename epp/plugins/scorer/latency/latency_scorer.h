@@ -62,10 +62,10 @@ class LatencyScorer final : public PluginBase<Scorer> {
     // the SLO is missed anyway, and prefill spent on cache misses is capacity every later
     // request loses. "latency-composite": that composite times the latency ratio, as the
     // positive bucket's latency-composite, so a slower pod (a slower GPU class, a longer
-    // queue) costs what the predictions say it does. "concentrate": the busiest pod by that score, so that in overload the
-    // requests that miss anyway queue on one pod and the others keep meeting their SLOs
-    // (attainment and goodput up, the missed requests' latency far worse: opt-in).
-    // Requests without SLO headers are always ranked by their predictions.
+    // queue) costs what the predictions say it does. "concentrate": the busiest pod by that score,
+    // so that in overload the requests that miss anyway queue on one pod and the others keep
+    // meeting their SLOs (attainment and goodput up, the missed requests' latency far worse:
+    // opt-in). Requests without SLO headers are always ranked by their predictions.
     std::string sloMissStrategy = "least";
     // Pods a bucket's predictions do not tell apart (every prediction equal: the constant of a
     // model not trained yet). "composite": the composite load/prefix score. "prefill-work":

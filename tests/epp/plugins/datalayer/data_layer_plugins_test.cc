@@ -43,8 +43,8 @@ TEST_F(DataLayerPlugins, MetricsDataSourceDefaultsAreUpstreams) {
 }
 
 TEST_F(DataLayerPlugins, MetricsDataSourceSchemePathAndTls) {
-  const auto t = source({{"scheme", "https"}, {"path", "/prometheus/metrics"},
-                         {"insecureSkipVerify", false}});
+  const auto t =
+      source({{"scheme", "https"}, {"path", "/prometheus/metrics"}, {"insecureSkipVerify", false}});
   EXPECT_EQ(t.scheme, "https");
   EXPECT_EQ(t.path, "/prometheus/metrics");
   EXPECT_FALSE(t.insecure_skip_verify);
@@ -76,17 +76,17 @@ TEST_F(DataLayerPlugins, DefaultEngineNamesABuiltInOrConfiguredEngine) {
 }
 
 TEST_F(DataLayerPlugins, EngineConfigsReplaceOrAddMappings) {
-  const auto e = extractor(
-      {{"defaultEngine", "my-engine"},
-       {"engineConfigs",
-        {{{"name", "my-engine"},
-          {"queuedRequestsSpec", "my_queue{kind=waiting}"},
-          {"runningRequestsSpec", "my_running"},
-          {"kvUsageSpec", "my_kv"},
-          {"cacheInfoSpec", "my_cache"},
-          {"cacheBlockSizeLabelName", "bs"},
-          {"cacheNumBlocksLabelName", "nb"}},
-         {{"name", "vllm"}, {"queuedRequestsSpec", "vllm:num_requests_waiting"}}}}});
+  const auto e =
+      extractor({{"defaultEngine", "my-engine"},
+                 {"engineConfigs",
+                  {{{"name", "my-engine"},
+                    {"queuedRequestsSpec", "my_queue{kind=waiting}"},
+                    {"runningRequestsSpec", "my_running"},
+                    {"kvUsageSpec", "my_kv"},
+                    {"cacheInfoSpec", "my_cache"},
+                    {"cacheBlockSizeLabelName", "bs"},
+                    {"cacheNumBlocksLabelName", "nb"}},
+                   {{"name", "vllm"}, {"queuedRequestsSpec", "vllm:num_requests_waiting"}}}}});
   ASSERT_EQ(e.engines.size(), 5u);  // the two given, then the built-ins they do not name
   EXPECT_EQ(e.engines[0].engine, "my-engine");
   EXPECT_EQ(to_string(*e.engines[0].queued), R"(my_queue{kind="waiting"})");

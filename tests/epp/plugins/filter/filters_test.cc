@@ -38,8 +38,9 @@ class AffinityFilterTest : public ::testing::Test {
 TEST_F(AffinityFilterTest, KeepsStickyPodsAtOrAboveThreshold) {
   FixedRng rng;
   auto f = make(0.80);
-  EXPECT_EQ(run(f, {with_prefix(pod("a"), 8, 10), with_prefix(pod("b"), 7, 10),
-                    with_prefix(pod("c"), 10, 10), pod("d")},
+  EXPECT_EQ(run(f,
+                {with_prefix(pod("a"), 8, 10), with_prefix(pod("b"), 7, 10),
+                 with_prefix(pod("c"), 10, 10), pod("d")},
                 rng),
             (Names{"a", "c"}));
   auto strict = make(0.99);
@@ -70,7 +71,7 @@ TEST_F(AffinityFilterTest, TtftPenaltyBreaksStickiness) {
   EXPECT_EQ(run(f, {sticky_slow, other_fast}, rng), (Names{"sticky", "other"}));
   auto sticky_ok = with_prefix(predicted("sticky", -5400, 0, 1), 10, 10);
   EXPECT_EQ(run(f, {sticky_ok, other_fast}, rng), (Names{"sticky"}));  // 4900 <= 5000
-  auto zero = make(0.8, 0, 0);  // 0 = always stick
+  auto zero = make(0.8, 0, 0);                                         // 0 = always stick
   EXPECT_EQ(run(zero, {sticky_slow, other_fast}, rng), (Names{"sticky"}));
 }
 
@@ -106,16 +107,17 @@ TEST_F(AffinityFilterTest, FactoryDefaultsAliasAndValidation) {
   const auto& c = std::dynamic_pointer_cast<const PrefixCacheAffinityFilter>(made.plugin)->config();
   EXPECT_DOUBLE_EQ(c.threshold, 0.99);
   EXPECT_DOUBLE_EQ(c.explorationProbability, 0.01);  // partial params keep the defaults
-  EXPECT_DOUBLE_EQ(c.maxTTFTPenaltyMs, 0);  // ours: no predicted break (upstream 5000)
-  EXPECT_TRUE(c.queueEscape);               // ours (upstream has none)
-  auto up = PrefixCacheAffinityFilter::create("x", {{"queueEscape", false}, {"maxTTFTPenaltyMs", 5000}}, h);
+  EXPECT_DOUBLE_EQ(c.maxTTFTPenaltyMs, 0);           // ours: no predicted break (upstream 5000)
+  EXPECT_TRUE(c.queueEscape);                        // ours (upstream has none)
+  auto up = PrefixCacheAffinityFilter::create(
+      "x", {{"queueEscape", false}, {"maxTTFTPenaltyMs", 5000}}, h);
   ASSERT_TRUE(up.plugin) << up.error;
   const auto& uc = std::dynamic_pointer_cast<const PrefixCacheAffinityFilter>(up.plugin)->config();
   EXPECT_FALSE(uc.queueEscape);
   EXPECT_DOUBLE_EQ(uc.maxTTFTPenaltyMs, 5000);
   EXPECT_TRUE(PrefixCacheAffinityFilter::create("x", {{"affinityThreshold", 0.5}}, h).plugin);
-  auto both = PrefixCacheAffinityFilter::create("x", {{"threshold", 0.5},
-                                                      {"affinityThreshold", 0.5}}, h);
+  auto both =
+      PrefixCacheAffinityFilter::create("x", {{"threshold", 0.5}, {"affinityThreshold", 0.5}}, h);
   EXPECT_FALSE(both.plugin);
   auto bad = PrefixCacheAffinityFilter::create("x", {{"threshold", 1.5}}, h);
   EXPECT_EQ(bad.error, "parameter 'threshold' must be in [0, 1], got 1.5");
@@ -144,8 +146,7 @@ TEST_F(TierFilterTest, SingleTierOrNoPredictionsKeepsWhatThereIs) {
   FixedRng rng;
   EXPECT_EQ(run(0.01, {predicted("a", -1, 0, 1), predicted("b", -2, 0, 1)}, rng),
             (Names{"a", "b"}));
-  EXPECT_EQ(run(0.01, {predicted("a", 1, 0, 1), predicted("b", 2, 0, 1)}, rng),
-            (Names{"a", "b"}));
+  EXPECT_EQ(run(0.01, {predicted("a", 1, 0, 1), predicted("b", 2, 0, 1)}, rng), (Names{"a", "b"}));
   EXPECT_EQ(run(0.01, {pod("a"), pod("b")}, rng), (Names{"a", "b"}));
   EXPECT_EQ(rng.draws, 0);  // no draw when there is no choice
 }

@@ -206,8 +206,9 @@ TEST(NearBestRotationPickerTest, PredictedTtftModeIgnoresHowScoresAreNormalised)
   NearBestRotationPicker picker("nb", {.tolerance = 0.1, .nearBestBy = "predictedTTFT"});
   // Predicted 18.0 / 18.5 / 19.5 / 30 ms: min-max scores would put 18.5 far below 18.0, but
   // by prediction the first three are within 10 % (<= 19.8 ms) and rotate; 30 ms never runs.
-  std::vector<Endpoint> eps = {testing::predicted("a", -18.0, 0, 0), testing::predicted("b", -18.5, 0, 0),
-                               testing::predicted("c", -19.5, 0, 0), testing::predicted("d", -30.0, 0, 0)};
+  std::vector<Endpoint> eps = {
+      testing::predicted("a", -18.0, 0, 0), testing::predicted("b", -18.5, 0, 0),
+      testing::predicted("c", -19.5, 0, 0), testing::predicted("d", -30.0, 0, 0)};
   auto s = scored(eps, {1.0, 0.96, 0.86, 0.01});
   Rng rng(2);
   SchedulingRequest req = testing::request();
@@ -233,9 +234,10 @@ TEST(NearBestRotationPickerTest, PredictedTtftModeIgnoresHowScoresAreNormalised)
 TEST(NearBestRotationPickerTest, EqualPredictionsRotateOverTheBestScoresOnly) {
   // An untrained model predicts the same constant for every pod: by prediction every pod would
   // be near the best and the rotation would be round-robin, blind to what the scorer ranks by.
-  NearBestRotationPicker picker("nb", {.tolerance = 0.4, .nearBestBy = "predictedTTFT",
-                                       .cachedRequestExponent = 10});
-  std::vector<Endpoint> eps = {testing::predicted("a", -10.0, 0, 0), testing::predicted("b", -10.0, 0, 0),
+  NearBestRotationPicker picker(
+      "nb", {.tolerance = 0.4, .nearBestBy = "predictedTTFT", .cachedRequestExponent = 10});
+  std::vector<Endpoint> eps = {testing::predicted("a", -10.0, 0, 0),
+                               testing::predicted("b", -10.0, 0, 0),
                                testing::predicted("c", -10.0, 0, 0)};
   SchedulingRequest req = testing::request();
   Rng rng(5);
@@ -256,7 +258,8 @@ TEST(NearBestRotationPickerTest, EqualPredictionsRotateOverTheBestScoresOnly) {
   }
   EXPECT_EQ(cached, (std::vector<int>{15, 15, 0}));
   // SLO traffic with rotateSloRequests: false keeps its score^10 draw on ties (1 : 0.9^10).
-  NearBestRotationPicker slo_picker("nb", {.tolerance = 0.4, .nearBestBy = "predictedTTFT",
+  NearBestRotationPicker slo_picker("nb", {.tolerance = 0.4,
+                                           .nearBestBy = "predictedTTFT",
                                            .cachedRequestExponent = 10,
                                            .rotateSloRequests = false});
   SchedulingRequest slo_req = testing::request();
@@ -305,8 +308,8 @@ TEST(NearBestRotationPickerTest, CachedRequestsAreDrawnByScoreAndOthersRotate) {
 }
 
 TEST(NearBestRotationPickerTest, SloRequestsCanBeDrawnInsteadOfRotated) {
-  NearBestRotationPicker picker("nb", {.tolerance = 1.0, .cachedRequestExponent = 10,
-                                       .rotateSloRequests = false});
+  NearBestRotationPicker picker(
+      "nb", {.tolerance = 1.0, .cachedRequestExponent = 10, .rotateSloRequests = false});
   auto eps = pods(3);
   auto s = scored(eps, {1.0, 0.5, 0.1});
   Rng rng(6);
@@ -326,7 +329,8 @@ TEST(NearBestRotationPickerTest, SloRequestsCanBeDrawnInsteadOfRotated) {
   testing::TestServices services;
   // A softer k for SLO requests no pod has cached: 1 : 0.5^2 : 0.1^2 (~79 %, 20 %, 1 %); a
   // cached SLO request keeps the sharp k.
-  NearBestRotationPicker soft("nb", {.tolerance = 1.0, .cachedRequestExponent = 100,
+  NearBestRotationPicker soft("nb", {.tolerance = 1.0,
+                                     .cachedRequestExponent = 100,
                                      .rotateSloRequests = false,
                                      .uncachedSloRequestExponent = 2});
   std::vector<int> uncached(3, 0), cached(3, 0);
@@ -339,9 +343,11 @@ TEST(NearBestRotationPickerTest, SloRequestsCanBeDrawnInsteadOfRotated) {
   EXPECT_GT(uncached[1], 300);
   EXPECT_GT(uncached[2], 0);
   EXPECT_EQ(cached[0], 2000);  // 0.5^100: never
-  EXPECT_FALSE(NearBestRotationPicker::create("nb", {{"uncachedSloRequestExponent", 101}},
-                                              services.handle()).plugin);
-  auto bad = NearBestRotationPicker::create("nb", {{"rotateSloRequests", false}}, services.handle());
+  EXPECT_FALSE(
+      NearBestRotationPicker::create("nb", {{"uncachedSloRequestExponent", 101}}, services.handle())
+          .plugin);
+  auto bad =
+      NearBestRotationPicker::create("nb", {{"rotateSloRequests", false}}, services.handle());
   EXPECT_FALSE(bad.plugin);
   EXPECT_NE(bad.error.find("cachedRequestExponent"), std::string::npos) << bad.error;
 }
@@ -363,11 +369,18 @@ TEST(NearBestRotationPickerTest, ToleranceIsValidated) {
   auto drawn = NearBestRotationPicker::create(
       "nb", {{"cachedRequestExponent", 100}, {"uncachedSloRequestExponent", 10}}, h);
   ASSERT_TRUE(drawn.plugin) << drawn.error;
-  EXPECT_FALSE(std::dynamic_pointer_cast<const NearBestRotationPicker>(drawn.plugin)->config().rotateSloRequests);
-  auto rotated = NearBestRotationPicker::create(
-      "nb", {{"cachedRequestExponent", 100}, {"uncachedSloRequestExponent", 10}, {"rotateSloRequests", true}}, h);
+  EXPECT_FALSE(std::dynamic_pointer_cast<const NearBestRotationPicker>(drawn.plugin)
+                   ->config()
+                   .rotateSloRequests);
+  auto rotated = NearBestRotationPicker::create("nb",
+                                                {{"cachedRequestExponent", 100},
+                                                 {"uncachedSloRequestExponent", 10},
+                                                 {"rotateSloRequests", true}},
+                                                h);
   ASSERT_TRUE(rotated.plugin) << rotated.error;
-  EXPECT_TRUE(std::dynamic_pointer_cast<const NearBestRotationPicker>(rotated.plugin)->config().rotateSloRequests);
+  EXPECT_TRUE(std::dynamic_pointer_cast<const NearBestRotationPicker>(rotated.plugin)
+                  ->config()
+                  .rotateSloRequests);
 }
 
 TEST(PickerFactoriesTest, RejectUnknownParameters) {

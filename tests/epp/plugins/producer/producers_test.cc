@@ -112,8 +112,10 @@ TEST_F(ApproxPrefixProducerTest, DepthZeroFollowsAPromptAsDeepAsThePodCanHoldIt)
   // 300 blocks of 64 characters: past upstream's 256.
   SchedulingRequest req = testing::request(std::string(64 * 300, 'd'));
   CycleContext ctx{req, rng_};
-  Endpoint big = testing::with_info(pod("big"), [](PodInfo& i) { i.metrics.num_gpu_blocks = 1000; });
-  Endpoint tiny = testing::with_info(pod("tiny"), [](PodInfo& i) { i.metrics.num_gpu_blocks = 100; });
+  Endpoint big =
+      testing::with_info(pod("big"), [](PodInfo& i) { i.metrics.num_gpu_blocks = 1000; });
+  Endpoint tiny =
+      testing::with_info(pod("tiny"), [](PodInfo& i) { i.metrics.num_gpu_blocks = 100; });
   std::vector<Endpoint> upstream = {big};
   make()->produce(ctx, upstream);
   EXPECT_EQ(upstream[0].prefix->total_blocks, 256u);  // the default depth
@@ -336,9 +338,9 @@ TEST_F(PredictedLatencyProducerTest, PodResidualFactorsScalePredictionsAndHeadro
   EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 200);
   EXPECT_DOUBLE_EQ(eps[0].latency->model_ttft_ms, 0);
   EXPECT_DOUBLE_EQ(eps[0].latency->model_tpot_ms, 0);
-  EXPECT_FALSE(PredictedLatencyProducer::create("pl", {{"podResidualCorrection", "yes"}},
-                                                services_.handle())
-                   .plugin);
+  EXPECT_FALSE(
+      PredictedLatencyProducer::create("pl", {{"podResidualCorrection", "yes"}}, services_.handle())
+          .plugin);
 }
 
 TEST_F(PredictedLatencyProducerTest, AnOverdueWaitingRequestDelaysThePodsPredictionsWhenEnabled) {
@@ -347,8 +349,8 @@ TEST_F(PredictedLatencyProducerTest, AnOverdueWaitingRequestDelaysThePodsPredict
   Endpoint late = pod("late");
   late.ttft_late_ms = 70;  // its most overdue request is 70 ms past its bound
   late.ttft_residual_factor = 2.0;
-  auto eps = run(*make({{"lateFirstTokenCorrection", true}, {"podResidualCorrection", true}}),
-                 req, {late, pod("on-time")});
+  auto eps = run(*make({{"lateFirstTokenCorrection", true}, {"podResidualCorrection", true}}), req,
+                 {late, pod("on-time")});
   ASSERT_TRUE(eps[0].latency && eps[1].latency);
   // Added after the per-pod factor: the queue is late in time, not in proportion.
   EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 270);
@@ -399,9 +401,9 @@ TEST_F(PredictedLatencyProducerTest, SloChecksScaleBoundsByThePoolsLiveCoverageW
   SchedulingRequest plain = testing::request();
   eps = run(*make({{"sloBoundCalibration", true}}), plain, {calibrated("a"), calibrated("b")});
   EXPECT_DOUBLE_EQ(eps[0].latency->ttft_headroom_ms, -120);
-  EXPECT_FALSE(PredictedLatencyProducer::create("pl", {{"sloBoundCalibration", 1.5}},
-                                                services_.handle())
-                   .plugin);
+  EXPECT_FALSE(
+      PredictedLatencyProducer::create("pl", {{"sloBoundCalibration", 1.5}}, services_.handle())
+          .plugin);
 }
 
 TEST_F(PredictedLatencyProducerTest, StepPhaseShiftsTtftOfBusyPodsWhoseStepEndsSoonOrLate) {
@@ -413,8 +415,8 @@ TEST_F(PredictedLatencyProducerTest, StepPhaseShiftsTtftOfBusyPodsWhoseStepEndsS
   auto busy = [](const std::string& name, double since_step_ms) {
     Endpoint e = pod(name);
     e.dispatched = 3;
-    e.step = StepTiming{8.0, testing::kNow - std::chrono::microseconds(
-                                               static_cast<int64_t>(since_step_ms * 1000))};
+    e.step = StepTiming{
+        8.0, testing::kNow - std::chrono::microseconds(static_cast<int64_t>(since_step_ms * 1000))};
     return e;
   };
   const std::vector<Endpoint> pods = {busy("just-started", 0.0), busy("ends-now", 7.9),
@@ -484,9 +486,9 @@ TEST_F(PredictedLatencyProducerTest, StepPhaseIsLeftOutWhenTheRequestWouldNotBeN
   eps = run(*make({{"stepPhaseCorrection", true}}), req, {busy("a"), busy("b")});
   EXPECT_DOUBLE_EQ(eps[0].latency->predicted_ttft_ms, 20.0);
   EXPECT_DOUBLE_EQ(eps[0].latency->ttft_phase_ms, 0.0);
-  EXPECT_FALSE(PredictedLatencyProducer::create("pl", {{"stepPhaseCorrection", "yes"}},
-                                                services_.handle())
-                   .plugin);
+  EXPECT_FALSE(
+      PredictedLatencyProducer::create("pl", {{"stepPhaseCorrection", "yes"}}, services_.handle())
+          .plugin);
 }
 
 TEST_F(PredictedLatencyProducerTest, CentralEstimatesAreKeptBesideTheBoundsAndScaledAlike) {

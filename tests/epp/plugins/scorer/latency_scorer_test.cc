@@ -48,8 +48,7 @@ TEST_F(LatencyScorerTest, VectorMost) {
 
 TEST_F(LatencyScorerTest, VectorBothNegativeAndIdle) {
   auto s = make();
-  expect_scores(score(*s, {predicted("a", -10, -5, 0), predicted("b", -100, -30, 0)}),
-                {1.0, 0.01});
+  expect_scores(score(*s, {predicted("a", -10, -5, 0), predicted("b", -100, -30, 0)}), {1.0, 0.01});
 }
 
 TEST_F(LatencyScorerTest, VectorBusyVersusIdle) {
@@ -62,28 +61,31 @@ TEST_F(LatencyScorerTest, VectorIdenticalGoesToTheComposite) {
   // Upstream scores 0.51 each (a coin toss); equal predictions defer to load and prefix.
   auto s = make();
   const std::vector<Endpoint> eps = {predicted("a", 50, 10, 1), predicted("b", 50, 10, 1)};
-  expect_scores(score(*s, eps), score(*make({{"headroomSelectionStrategy", "composite-only"}}), eps));
+  expect_scores(score(*s, eps),
+                score(*make({{"headroomSelectionStrategy", "composite-only"}}), eps));
 }
 
 TEST_F(LatencyScorerTest, RatioNormalizationFollowsRelativeDifferences) {
   auto s = make({{"normalization", "ratio"}});
   // No SLO: headroom = -predicted; 18.0 vs 18.5 ms are near-equals, 36 ms is twice as slow.
-  auto got = score(*s, {predicted("a", -18.0, 0, 1), predicted("b", -18.5, 0, 1),
-                        predicted("c", -36.0, 0, 1)});
+  auto got = score(
+      *s, {predicted("a", -18.0, 0, 1), predicted("b", -18.5, 0, 1), predicted("c", -36.0, 0, 1)});
   EXPECT_NEAR(got[0], 1.0, 1e-9);
   EXPECT_NEAR(got[1], 18.0 / 18.5, 1e-9);
   EXPECT_NEAR(got[2], 0.5, 1e-9);
   auto minmax = score(*make(), {predicted("a", -18.0, 0, 1), predicted("b", -18.5, 0, 1),
                                 predicted("c", -36.0, 0, 1)});
   EXPECT_GT(minmax[0] - minmax[1], 0.02);  // upstream stretches 0.5 ms over the range
-  EXPECT_FALSE(LatencyScorer::create("l", {{"normalization", "zscore"}}, services_.handle()).plugin);
+  EXPECT_FALSE(
+      LatencyScorer::create("l", {{"normalization", "zscore"}}, services_.handle()).plugin);
 }
 
 TEST_F(LatencyScorerTest, SloMissCompositeRanksByLoadAndPrefixWhenNoPodMeetsTheSlo) {
   auto s = make({{"sloMissStrategy", "composite"}});
   // "near" is closest to the SLO but has no cache hit and a queue; "cached" misses by more
   // but holds the whole prompt.
-  Endpoint near = predicted("near", -5, -1, 3), cached = with_prefix(predicted("cached", -40, -1, 3), 4, 4);
+  Endpoint near = predicted("near", -5, -1, 3),
+           cached = with_prefix(predicted("cached", -40, -1, 3), 4, 4);
   near = testing::with_info(near, [](PodInfo& i) { i.metrics.waiting = 4; });
   const std::vector<Endpoint> eps = {near, cached};
   req_.slo_ttft_ms = 100;
@@ -101,7 +103,8 @@ TEST_F(LatencyScorerTest, SloMissCompositeRanksByLoadAndPrefixWhenNoPodMeetsTheS
   EXPECT_EQ(got[0], 0.0);
   EXPECT_EQ(got[1], 0.0);
   EXPECT_GT(got[2], 0.0);
-  EXPECT_FALSE(LatencyScorer::create("l", {{"sloMissStrategy", "most"}}, services_.handle()).plugin);
+  EXPECT_FALSE(
+      LatencyScorer::create("l", {{"sloMissStrategy", "most"}}, services_.handle()).plugin);
 }
 
 TEST_F(LatencyScorerTest, SloMissLatencyCompositeWeighsTheCompositeByThePredictions) {
@@ -166,8 +169,8 @@ TEST_F(LatencyScorerTest, IndistinctPredictionsCanRankByPrefillWork) {
   // 1,000-token prompt; constant predictions. Work = uncached tokens in flight + own uncached.
   req_.input_tokens = 1000;
   auto s = make({{"indistinctPredictions", "prefill-work"}, {"preferIdlePods", false}});
-  Endpoint idle = predicted("idle", -10, 0, 0);                      // 0 + 1000
-  Endpoint busy = predicted("busy", -10, 0, 1);                      // 3000 + 1000
+  Endpoint idle = predicted("idle", -10, 0, 0);  // 0 + 1000
+  Endpoint busy = predicted("busy", -10, 0, 1);  // 3000 + 1000
   busy.prefill_tokens_in_flight = 3000;
   Endpoint cached = with_prefix(predicted("cached", -10, 0, 2), 3, 4);  // 400 + 250
   cached.prefill_tokens_in_flight = 400;
@@ -180,7 +183,8 @@ TEST_F(LatencyScorerTest, IndistinctPredictionsCanRankByPrefillWork) {
   busy.latency->predicted_ttft_ms = 5, busy.latency->ttft_headroom_ms = -5;
   got = score(*s, {idle, busy, cached});
   EXPECT_EQ(got[1], 1.0);
-  EXPECT_FALSE(LatencyScorer::create("l", {{"indistinctPredictions", "work"}}, services_.handle()).plugin);
+  EXPECT_FALSE(
+      LatencyScorer::create("l", {{"indistinctPredictions", "work"}}, services_.handle()).plugin);
 }
 
 TEST_F(LatencyScorerTest, WithoutIdlePreferenceABusyPodWithBetterPredictionWins) {
@@ -242,8 +246,7 @@ TEST_F(LatencyScorerTest, PositiveBucketBeatsNegativeAndIdle) {
 TEST_F(LatencyScorerTest, MostIsNotAppliedToNegativeBuckets) {
   auto s = make({{"headroomSelectionStrategy", "most"}});
   // "most" over deficits would prefer the most overloaded pod; negative buckets use "least".
-  expect_scores(score(*s, {predicted("a", -10, -5, 0), predicted("b", -100, -30, 0)}),
-                {1.0, 0.01});
+  expect_scores(score(*s, {predicted("a", -10, -5, 0), predicted("b", -100, -30, 0)}), {1.0, 0.01});
 }
 
 TEST_F(LatencyScorerTest, PodWithoutPredictionIsNeverPositiveWithZeroHeadroom) {
@@ -374,9 +377,9 @@ TEST_F(LatencyScorerTest, LatencyCostChargesOwnPrefillToTheRequestsQueuedBehind)
       score(*s, {meets(candidate("fast", 50, 2, 0, 0)), meets(candidate("cached", 60, 2, 3, 250))});
   EXPECT_NEAR(with_slo[0], 85.0 / 150.0, 1e-9);
   EXPECT_NEAR(with_slo[1], 1.0, 1e-9);
-  EXPECT_FALSE(LatencyScorer::create("l", {{"sloMissStrategy", "latency-costs"}},
-                                     services_.handle())
-                   .plugin);
+  EXPECT_FALSE(
+      LatencyScorer::create("l", {{"sloMissStrategy", "latency-costs"}}, services_.handle())
+          .plugin);
 }
 
 TEST_F(LatencyScorerTest, StrategyPrecedenceParamThenEnvThenLeast) {
@@ -407,8 +410,10 @@ TEST_F(LatencyScorerTest, LatencyCompositeBringsItsPolicyUnlessSetExplicitly) {
   EXPECT_EQ(s->config().sloMissStrategy, "latency-composite");
   EXPECT_FALSE(s->config().preferIdlePods);
   EXPECT_EQ(s->config().indistinctPredictions, "prefill-work");
-  auto t = make({{"headroomSelectionStrategy", "latency-composite"}, {"sloMissStrategy", "least"},
-                 {"preferIdlePods", true}, {"indistinctPredictions", "composite"}});
+  auto t = make({{"headroomSelectionStrategy", "latency-composite"},
+                 {"sloMissStrategy", "least"},
+                 {"preferIdlePods", true},
+                 {"indistinctPredictions", "composite"}});
   EXPECT_EQ(t->config().sloMissStrategy, "least");
   EXPECT_TRUE(t->config().preferIdlePods);
   EXPECT_EQ(t->config().indistinctPredictions, "composite");
