@@ -11,6 +11,7 @@ PKGS=(
   libcxxopts-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev
   libbenchmark-dev
+  prometheus
   zlib1g-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libnghttp2-dev libssl-dev openssl
 )

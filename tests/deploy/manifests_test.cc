@@ -1564,6 +1564,8 @@ TEST(DeployConfig, PodMonitorScrapesEveryContainerPort) {
   for (const auto& ep : pm["spec"]["podMetricsEndpoints"]) {
     scraped.insert(ep.value("port", ""));
     EXPECT_EQ(ep.value("path", ""), "/metrics");
+    // The EPP's own `pod` label (the vLLM pod) must not become `exported_pod`.
+    EXPECT_TRUE(ep.value("honorLabels", false)) << ep.value("port", "") << ": honorLabels";
   }
   EXPECT_EQ(scraped, names);
 }
