@@ -7,10 +7,24 @@
 
 namespace llmd::epp {
 namespace {
-const prometheus::Histogram::BucketBoundaries kSeconds = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                                                          1,     2.5,  5,     10,   30,  60};
-const prometheus::Histogram::BucketBoundaries kTpotSeconds = {
-    0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28};
+// Our own boundaries (the Gateway API Inference Extension's dashboard reads these families'
+// quantiles and means, not their bucket edges). 1-ms steps up to 20 ms, then steps of at most
+// ~50 %: a pod's TTFT or TPOT near 5 ms falls into a 1-ms bucket, so a quantile interpolated
+// inside it is off by less than 1 ms (5-10 ms buckets read 45-88 % high).
+prometheus::Histogram::BucketBoundaries millisecond_steps_then(std::vector<double> coarser) {
+  prometheus::Histogram::BucketBoundaries b;
+  for (int ms = 1; ms <= 20; ++ms) {
+    b.push_back(ms / 1000.0);
+  }
+  b.insert(b.end(), coarser.begin(), coarser.end());
+  return b;
+}
+// TTFT, its predictions and the end-to-end duration: 1 ms .. 60 s (38 buckets).
+const prometheus::Histogram::BucketBoundaries kSeconds = millisecond_steps_then(
+    {0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2.5, 5, 10, 30, 60});
+// TPOT and its predictions: 1 ms .. 1.28 s (31 buckets).
+const prometheus::Histogram::BucketBoundaries kTpotSeconds =
+    millisecond_steps_then({0.025, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.16, 0.32, 0.64, 1.28});
 const prometheus::Histogram::BucketBoundaries kDelaySeconds = {
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 // The Gateway API Inference Extension's predictionLatencyBuckets (100 us .. 5 s).
@@ -58,6 +72,13 @@ struct RequestMetrics::Families {
                              "(the predicted TTFT is its p90 bound under the quantile "
                              "objective)")
                          .Register(r);
+    expected_tpot = &prometheus::BuildHistogram()
+                         .Name("llmd_epp_request_expected_tpot_seconds")
+                         .Help(
+                             "Expected TPOT of the picked pod: the model's central estimate "
+                             "(the predicted TPOT is its p90 bound under the quantile "
+                             "objective)")
+                         .Register(r);
     tpot = hist("tpot_seconds", "Observed time per output token");
     tpot_gauge = gauge("tpot_seconds_gauge", "Last observed TPOT");
     predicted_tpot = hist("predicted_tpot_seconds", "Predicted TPOT of the picked pod");
@@ -98,7 +119,7 @@ struct RequestMetrics::Families {
                         .Register(r);
   }
   prometheus::Family<prometheus::Histogram>*ttft, *duration, *predicted_ttft, *expected_ttft, *tpot,
-      *predicted_tpot, *dispatch_delay, *ttft_prediction, *tpot_prediction;
+      *predicted_tpot, *expected_tpot, *dispatch_delay, *ttft_prediction, *tpot_prediction;
   prometheus::Family<prometheus::Gauge>*ttft_gauge, *predicted_ttft_gauge, *tpot_gauge,
       *predicted_tpot_gauge, *ttft_violation, *tpot_violation, *ttft_threshold, *tpot_threshold,
       *ttft_prediction_gauge, *tpot_prediction_gauge, *consolidated;
@@ -135,6 +156,7 @@ struct RequestMetrics::Children {
     expected_ttft = &f.expected_ttft->Add(l, kSeconds);
     tpot = &f.tpot->Add(l, kTpotSeconds);
     predicted_tpot = &f.predicted_tpot->Add(l, kTpotSeconds);
+    expected_tpot = &f.expected_tpot->Add(l, kTpotSeconds);
     ttft_prediction = &f.ttft_prediction->Add(l, kPredictionSeconds);
     tpot_prediction = &f.tpot_prediction->Add(l, kPredictionSeconds);
     dispatch_delay = &f.dispatch_delay->Add({{"model_name", model}}, kDelaySeconds);
@@ -154,7 +176,7 @@ struct RequestMetrics::Children {
     model_name = model;
   }
   prometheus::Histogram *ttft, *duration, *predicted_ttft, *expected_ttft, *tpot, *predicted_tpot,
-      *ttft_prediction, *tpot_prediction, *dispatch_delay;
+      *expected_tpot, *ttft_prediction, *tpot_prediction, *dispatch_delay;
   LatestValue ttft_gauge, predicted_ttft_gauge, ttft_prediction_gauge, tpot_gauge,
       predicted_tpot_gauge, tpot_prediction_gauge, ttft_violation, tpot_violation;
   prometheus::Gauge *ttft_threshold, *tpot_threshold;
@@ -244,6 +266,7 @@ void RequestMetrics::on_completed(const CompletedRequest& done) {
     c.predicted_ttft_gauge.set(l.predicted_ttft_ms / 1000.0);
     c.expected_ttft->Observe(l.expected_ttft_ms / 1000.0);
     c.predicted_tpot->Observe(l.predicted_tpot_ms / 1000.0);
+    c.expected_tpot->Observe(l.expected_tpot_ms / 1000.0);
     c.predicted_tpot_gauge.set(l.predicted_tpot_ms / 1000.0);
     if (l.prediction_ms > 0) {
       const double s = l.prediction_ms / 1000.0;

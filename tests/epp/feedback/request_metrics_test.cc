@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
+
 #include <prometheus/registry.h>
 
 #include "common/metrics/exposition.h"
@@ -119,6 +122,73 @@ TEST(RequestMetricsLatency, TtftOnlyForStreamsDurationForAll) {
   EXPECT_EQ(value("inference_objective_request_ttft_slo_violation_total"), 1);
   EXPECT_EQ(value("inference_objective_request_duration_seconds_count"), 11);
   EXPECT_NEAR(value("inference_objective_request_duration_seconds_sum"), 10 * 1.01 + 0.51, 1e-9);
+}
+
+// The buckets resolve the latencies pods produce: a TPOT of 5.1 ms and a TTFT of 5.5 ms land in
+// 1-ms buckets (5-6 ms), so a quantile read off them is off by less than 1 ms; the central
+// estimates (expected TTFT / TPOT) sit beside the p90 bounds with the same buckets.
+TEST(RequestMetricsLatency, BucketsResolveMillisecondsAndExpectedSitsBesideTheBound) {
+  prometheus::Registry registry;
+  ModelLabels labels;
+  RequestMetrics metrics(registry, labels);
+  CompletedRequest r;
+  r.request.model = "m";
+  r.request.streaming = true;
+  r.success = true;
+  r.status = 200;
+  r.first_token = true;
+  r.ttft_ms = 5.5;
+  r.completion_tokens = 11;
+  r.e2e_ms = 5.5 + 10 * 5.1;
+  LatencyPredictionInfo l;
+  l.predicted_ttft_ms = 9.5;
+  l.expected_ttft_ms = 5.5;
+  l.predicted_tpot_ms = 7.5;
+  l.expected_tpot_ms = 5.1;
+  r.pod.latency = l;
+  metrics.on_completed(r);
+  const std::string text = metrics::serialize(registry);
+  // le -> cumulative count of one histogram's buckets.
+  auto buckets = [&](const std::string& name) {
+    std::map<double, double> out;
+    const std::string prefix = name + "_bucket{";
+    for (auto at = text.find(prefix); at != std::string::npos; at = text.find(prefix, at + 1)) {
+      const auto le = text.find("le=\"", at) + 4;
+      const std::string edge = text.substr(le, text.find('"', le) - le);
+      const auto space = text.find("} ", at);
+      out[edge == "+Inf" ? 1e300 : std::stod(edge)] =
+          std::stod(text.substr(space + 2, text.find('\n', space) - space - 2));
+    }
+    return out;
+  };
+  // The count of observations in (lo, hi] of `name`.
+  auto in = [&](const std::string& name, double lo, double hi) {
+    const auto b = buckets(name);
+    auto edge = [&](double v) {
+      for (const auto& [le, n] : b) {
+        if (std::abs(le - v) < 1e-9) {
+          return n;
+        }
+      }
+      ADD_FAILURE() << name << ": no bucket le=" << v;
+      return -1.0;
+    };
+    return edge(hi) - edge(lo);
+  };
+  EXPECT_EQ(in("inference_objective_request_tpot_seconds", 0.005, 0.006), 1);
+  EXPECT_EQ(in("inference_objective_request_ttft_seconds", 0.005, 0.006), 1);
+  EXPECT_EQ(in("llmd_epp_request_expected_tpot_seconds", 0.005, 0.006), 1);
+  EXPECT_EQ(in("llmd_epp_request_expected_ttft_seconds", 0.005, 0.006), 1);
+  EXPECT_EQ(in("inference_objective_request_predicted_tpot_seconds", 0.007, 0.008), 1);
+  EXPECT_EQ(in("inference_objective_request_predicted_ttft_seconds", 0.009, 0.010), 1);
+  for (int ms = 1; ms < 20; ++ms) {  // 1-ms steps up to 20 ms
+    EXPECT_GE(in("inference_objective_request_tpot_seconds", ms / 1000.0, (ms + 1) / 1000.0), 0);
+    EXPECT_GE(in("inference_objective_request_ttft_seconds", ms / 1000.0, (ms + 1) / 1000.0), 0);
+  }
+  // Sane bucket counts (+Inf included): one series per model pair stays small.
+  EXPECT_LE(buckets("inference_objective_request_ttft_seconds").size(), 40u);
+  EXPECT_LE(buckets("inference_objective_request_tpot_seconds").size(), 33u);
+  EXPECT_EQ(buckets("inference_objective_request_ttft_seconds").rbegin()->second, 1);
 }
 
 }  // namespace
