@@ -16,13 +16,16 @@
 #include <thread>
 #include <vector>
 
+#include "tests/deploy/dashboard_queries.h"
 #include "tests/e2e/stack_fixture.h"
 
 namespace llmd::testing {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kDashboards = fs::path(LLMD_SOURCE_DIR) / "deploy" / "dashboards";
+using dashboards::kDashboards;
+using dashboards::Query;
+using dashboards::read_dashboard;
 
 // ---------------------------------------------------------------------------------------------
 // PromQL: the metric names an expression selects
@@ -149,27 +152,9 @@ std::string check_name(const std::string& name, const Exported& e) {
   return "'" + name + "' is not exported";
 }
 
-struct Query {
-  std::string panel;
-  std::string expr;
-};
-
-// Every target expression of a dashboard (rows may nest panels).
-void collect_queries(const Json& panels, std::vector<Query>& out) {
-  for (const auto& p : panels) {
-    for (const auto& t : p.value("targets", Json::array())) {
-      out.push_back({p.value("title", "?"), t.value("expr", "")});
-    }
-    if (p.contains("panels")) {
-      collect_queries(p["panels"], out);
-    }
-  }
-}
-
 std::vector<std::string> check_dashboard(const Json& dashboard, const Exported& e) {
   std::vector<std::string> problems;
-  std::vector<Query> queries;
-  collect_queries(dashboard.value("panels", Json::array()), queries);
+  const std::vector<Query> queries = dashboards::queries_of(dashboard);
   if (queries.empty()) {
     problems.push_back("no queries");
   }
@@ -185,11 +170,6 @@ std::vector<std::string> check_dashboard(const Json& dashboard, const Exported& 
     }
   }
   return problems;
-}
-
-Json read_dashboard(const std::string& name) {
-  std::ifstream in(kDashboards / name);
-  return Json::parse(in, nullptr, false);
 }
 
 std::string join(const std::vector<std::string>& v) {
@@ -259,6 +239,21 @@ TEST(DeployDashboards, EveryDashboardIsValidJsonWithItsDatasourceVariable) {
     EXPECT_TRUE(has_variable) << f << ": no datasource variable";
     for (const auto& p : d["panels"]) {
       EXPECT_EQ(p["datasource"].value("uid", ""), "${datasource}") << f << " " << p["title"];
+    }
+  }
+}
+
+// With two EPPs (overlays/ha), or a trainer and predictor per EPP pod, series of the same panel
+// differ only by `instance` (the pod IP:port the Prometheus Operator sets): every legend names
+// it, so that their lines can be told apart (prometheus_dashboards_test.cc checks that each
+// result series carries the label).
+TEST(DeployDashboards, EveryLegendNamesTheInstance) {
+  for (const char* f : {"epp.json", "trainer.json", "predictor.json"}) {
+    const Json d = read_dashboard(f);
+    ASSERT_TRUE(d.is_object()) << f;
+    for (const auto& q : dashboards::queries_of(d)) {
+      EXPECT_NE(q.legend.find("{{instance}}"), std::string::npos)
+          << f << " panel '" << q.panel << "': legend '" << q.legend << "' (" << q.expr << ")";
     }
   }
 }
