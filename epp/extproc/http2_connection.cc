@@ -91,8 +91,17 @@ struct Http2Callbacks {
     streams(self).on_data(id, std::string_view(reinterpret_cast<const char*>(data), len));
     return 0;
   }
-  static int on_frame_send(nghttp2_session*, const nghttp2_frame* f, void* self) {
+  static int on_frame_send(nghttp2_session* session, const nghttp2_frame* f, void* self) {
     connection(self).touch(f->hd.stream_id);
+    // A response complete while the client is still sending (a call the server ended early:
+    // over budget, a bad message, a deadline): RST_STREAM(NO_ERROR) asks it to stop (RFC 9113
+    // 8.1), so neither side keeps the half-open stream. Sent after the END_STREAM frame, so
+    // the response arrives whole.
+    if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
+        (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0 &&
+        nghttp2_session_get_stream_remote_close(session, f->hd.stream_id) == 0) {
+      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR);
+    }
     return 0;
   }
   static int on_stream_close(nghttp2_session*, int32_t id, uint32_t, void* self) {
