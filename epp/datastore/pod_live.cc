@@ -2,27 +2,16 @@
 
 namespace llmd::epp {
 
-double PoolLearning::observe(Side& side, std::atomic<double>& factor, std::atomic<double>& bias,
-                             double bound_ms, double actual_ms, std::optional<double> log_ratio) {
+void PoolLearning::observe_ttft(double bound_ms, double actual_ms) {
   std::lock_guard lock(mu_);
-  side.coverage.add(bound_ms, actual_ms);
-  factor.store(side.coverage.factor(), std::memory_order_relaxed);
-  if (!log_ratio) {
-    return side.reference.value();
-  }
-  const double reference = side.reference.add(*log_ratio);
-  bias.store(reference, std::memory_order_relaxed);
-  return reference;
+  ttft_.add(bound_ms, actual_ms);
+  ttft_factor_.store(ttft_.factor(), std::memory_order_relaxed);
 }
 
-double PoolLearning::observe_ttft(double bound_ms, double actual_ms,
-                                  std::optional<double> log_ratio) {
-  return observe(ttft_, ttft_factor_, ttft_bias_, bound_ms, actual_ms, log_ratio);
-}
-
-double PoolLearning::observe_tpot(double bound_ms, double actual_ms,
-                                  std::optional<double> log_ratio) {
-  return observe(tpot_, tpot_factor_, tpot_bias_, bound_ms, actual_ms, log_ratio);
+void PoolLearning::observe_tpot(double bound_ms, double actual_ms) {
+  std::lock_guard lock(mu_);
+  tpot_.add(bound_ms, actual_ms);
+  tpot_factor_.store(tpot_.factor(), std::memory_order_relaxed);
 }
 
 void PodLive::on_dispatch(int64_t input_tokens) {
@@ -66,23 +55,21 @@ std::optional<double> PodLive::predicted_ttft(TimePoint now,
 }
 
 void PodLive::observe_ttft(double model_ms, double bound_ms, double actual_ms, TimePoint now) {
-  const std::optional<double> x = PodResidual::log_ratio(model_ms, actual_ms);
-  const double reference = pool_->observe_ttft(bound_ms, actual_ms, x);
-  if (x) {
+  {
     std::lock_guard lock(learn_mu_);
-    ttft_learning_.add(*x, reference, now);
+    ttft_learning_.add(model_ms, actual_ms, now);
     ttft_residual_.store(ttft_learning_);
   }
+  pool_->observe_ttft(bound_ms, actual_ms);
 }
 
 void PodLive::observe_tpot(double model_ms, double bound_ms, double actual_ms, TimePoint now) {
-  const std::optional<double> x = PodResidual::log_ratio(model_ms, actual_ms);
-  const double reference = pool_->observe_tpot(bound_ms, actual_ms, x);
-  if (x) {
+  {
     std::lock_guard lock(learn_mu_);
-    tpot_learning_.add(*x, reference, now);
+    tpot_learning_.add(model_ms, actual_ms, now);
     tpot_residual_.store(tpot_learning_);
   }
+  pool_->observe_tpot(bound_ms, actual_ms);
 }
 
 }  // namespace llmd::epp

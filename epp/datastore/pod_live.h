@@ -6,7 +6,7 @@
 // snapshots and every request dispatched to the pod hold it (shared_ptr), so a request that
 // outlives its pod's removal books its end on the object it booked its start on, and the
 // counters always balance. PoolLearning: one per pool label, what the pool's pods learn
-// together (bound coverage, the residual reference).
+// together (bound coverage).
 //
 // Threading: every method may be called from any thread and no reader ever takes a lock.
 // - In-flight counters: relaxed atomics, written by the request that dispatched (PodAttempt,
@@ -16,9 +16,8 @@
 //   a reader sees a value at least as new as the time it judges its freshness by.
 // - Residuals: observations of one pod serialize on `learn_mu_` (writers only, a few
 //   arithmetic operations); readers copy the whole estimate at once (LatestValue).
-// - Bound coverage and residual reference: the pool's observations serialize on its `mu_`
-//   (writers only; taken before, never inside, a pod's `learn_mu_`); readers read the
-//   published factors (one atomic each).
+// - Bound coverage: the pool's observations serialize on its `mu_` (writers only); readers
+//   read the published factor (one atomic).
 // - Step clock and first-token waits: see PodStepClock and PodFirstTokenWaits (readers take
 //   no lock in either).
 #include <atomic>
@@ -39,27 +38,16 @@ namespace llmd::epp {
 
 class PoolLearning {
  public:
-  // A bound of the pool's and what the pod then took (BoundCoverage::add) and, when the pod's
-  // observation has one, its PodResidual::log_ratio; returns the pool's reference for it.
-  double observe_ttft(double bound_ms, double actual_ms, std::optional<double> log_ratio);
-  double observe_tpot(double bound_ms, double actual_ms, std::optional<double> log_ratio);
+  // A bound of the pool's and what the pod then took (BoundCoverage::add).
+  void observe_ttft(double bound_ms, double actual_ms);
+  void observe_tpot(double bound_ms, double actual_ms);
   double ttft_factor() const { return ttft_factor_.load(std::memory_order_relaxed); }
   double tpot_factor() const { return tpot_factor_.load(std::memory_order_relaxed); }
-  // The pool's current mean log(actual / model): the shared model's bias right now.
-  double ttft_bias() const { return ttft_bias_.load(std::memory_order_relaxed); }
-  double tpot_bias() const { return tpot_bias_.load(std::memory_order_relaxed); }
 
  private:
-  struct Side {
-    BoundCoverage coverage;
-    PoolResidualReference reference;
-  };
-  double observe(Side& side, std::atomic<double>& factor, std::atomic<double>& bias,
-                 double bound_ms, double actual_ms, std::optional<double> log_ratio);
   std::mutex mu_;                                            // writers only
-  Side ttft_, tpot_;                                         // guarded by mu_
-  std::atomic<double> ttft_factor_{1.0}, tpot_factor_{1.0};  // coverage factor() after each add
-  std::atomic<double> ttft_bias_{0.0}, tpot_bias_{0.0};      // reference value() after each add
+  BoundCoverage ttft_, tpot_;                                // guarded by mu_
+  std::atomic<double> ttft_factor_{1.0}, tpot_factor_{1.0};  // their factor() after each add
 };
 
 class PodLive {

@@ -5,28 +5,24 @@
 
 namespace llmd::epp {
 
-std::optional<double> PodResidual::log_ratio(double model_ms, double actual_ms) {
+void PodResidual::add(double model_ms, double actual_ms, TimePoint now) {
   if (!std::isfinite(model_ms) || !std::isfinite(actual_ms) || !(model_ms > 0) ||
       !(actual_ms >= 0)) {
-    return std::nullopt;
+    return;
   }
   // +1 ms keeps sub-millisecond values from dominating; the clamp bounds one outlier's weight.
-  return std::clamp(std::log((actual_ms + 1) / (model_ms + 1)), -3.0, 3.0);
-}
-
-void PodResidual::add(double x, double reference, TimePoint now) {
-  x -= reference;
+  double x = std::clamp(std::log((actual_ms + 1) / (model_ms + 1)), -3.0, 3.0);
   n_ = std::min(kWindow, n_ + 1);
   mean_ += (x - mean_) / n_;
   sq_ += (x * x - sq_) / n_;
   at_ = now;
 }
 
-double PodResidual::factor(TimePoint now) const {
+double PodResidual::factor(double pool_mean, TimePoint now) const {
   if (!counts()) {
     return 1.0;
   }
-  double dev = mean_;
+  double dev = mean_ - pool_mean;
   double se = std::sqrt(std::max(0.0, sq_ - mean_ * mean_) / n_);
   if (!(std::fabs(dev) > kSignificance * se)) {
     return 1.0;
@@ -34,12 +30,6 @@ double PodResidual::factor(TimePoint now) const {
   double age = std::max(0.0, std::chrono::duration<double>(now - at_).count());
   dev *= std::exp(-age / std::chrono::duration<double>(kForget).count());
   return std::exp(std::clamp(dev, -std::log(kMaxFactor), std::log(kMaxFactor)));
-}
-
-double PoolResidualReference::add(double x) {
-  n_ = std::min(kWindow, n_ + 1);
-  mean_ += (x - mean_) / n_;
-  return mean_;
 }
 
 }  // namespace llmd::epp

@@ -4,16 +4,9 @@
 // neighbour, a different engine build). The model is trained on every pod's samples with no
 // pod identity, so it predicts the pool's mixture; a pod that is consistently slower than
 // predicted, compared with its peers, gets its predictions scaled up by that much.
-//
-// Each observation arrives already referenced to its pool at the moment it was made
-// (PoolResidualReference): log(actual / model) minus the pool's running mean of the same. The
-// model's error common to the pool (a stale model during a load ramp) is in both terms and
-// cancels, so a pod the picker avoided keeps "on a par with the pool when last seen" rather
-// than "faster than the pool", which compared with peers observed later it would look.
-// Plain data guarded by its PodLive's writer lock; no clock or thread of its own.
+// Plain data guarded by PodRegistry's mutex; no clock or thread of its own.
 #include <chrono>
 #include <cstdint>
-#include <optional>
 
 namespace llmd::epp {
 
@@ -37,37 +30,19 @@ class PodResidual {
   // The correction never scales a prediction by more than this (or less than its inverse).
   static constexpr double kMaxFactor = 4;
 
-  // The log ratio an observation contributes, log((actual + 1) / (model + 1)) clamped to +-3;
-  // nullopt unless both are finite, the prediction positive and the actual non-negative.
-  static std::optional<double> log_ratio(double model_ms, double actual_ms);
-  // One observation: `x` a log_ratio, `reference` its pool's at the same moment.
-  void add(double x, double reference, TimePoint now);
+  // One observation: the model predicted `model_ms`, the pod took `actual_ms`. Ignored unless
+  // both are finite, the prediction positive and the actual non-negative.
+  void add(double model_ms, double actual_ms, TimePoint now);
   bool counts() const { return n_ >= kMinSamples; }
   double mean() const { return mean_; }
-  // exp(this pod's mean) when significant, faded by age; else 1.
-  double factor(TimePoint now) const;
+  // exp(this pod's mean - `pool_mean`) when significant, faded by age; else 1.
+  double factor(double pool_mean, TimePoint now) const;
 
  private:
-  double mean_ = 0;  // of log_ratio - reference
+  double mean_ = 0;  // of log((actual + 1) / (model + 1))
   double sq_ = 0;    // mean of its square
   double n_ = 0;     // observations, capped at kWindow
   TimePoint at_{};   // of the last observation
-};
-
-// The pool's running mean of log_ratio over about its last kWindow observations, whichever
-// pods made them: what "on a par with the pool" means at one moment. Plain data guarded by
-// its PoolLearning's writer lock.
-class PoolResidualReference {
- public:
-  static constexpr double kWindow = PodResidual::kWindow;
-  // Adds `x` and returns the reference the observation is judged against (including itself,
-  // so the pool's first observation is referenced to itself).
-  double add(double x);
-  double value() const { return mean_; }
-
- private:
-  double mean_ = 0;
-  double n_ = 0;  // observations, capped at kWindow
 };
 
 }  // namespace llmd::epp

@@ -24,6 +24,30 @@ const PoolSnapshot::Pod* PoolSnapshot::find(const std::string& name) const {
 }
 
 std::vector<Endpoint> PoolSnapshot::candidates(TimePoint now) const {
+  // Each pod's residuals, read once: both the pool means and the pod's factor use this copy.
+  struct Residuals {
+    PodResidual ttft, tpot;
+  };
+  std::vector<Residuals> residuals;
+  residuals.reserve(pods.size());
+  // Per pool, the mean residual of its pods with enough observations (sum, count), summed in
+  // name order.
+  struct PoolMeans {
+    double ttft = 0, tpot = 0;
+    int ttft_n = 0, tpot_n = 0;
+  };
+  std::vector<PoolMeans> means(pool_count);
+  for (const Pod& p : pods) {
+    const PodLive& live = *p.info->live;
+    Residuals& r = residuals.emplace_back(Residuals{live.ttft_residual(), live.tpot_residual()});
+    PoolMeans& m = means[p.pool];
+    if (r.ttft.counts()) {
+      m.ttft += r.ttft.mean(), ++m.ttft_n;
+    }
+    if (r.tpot.counts()) {
+      m.tpot += r.tpot.mean(), ++m.tpot_n;
+    }
+  }
   const PoolHealth h = health(now);
   std::vector<const Peer*> live_peers;
   for (const Peer& peer : *peers) {
@@ -54,8 +78,13 @@ std::vector<Endpoint> PoolSnapshot::candidates(TimePoint now) const {
     e.last_predicted_ttft_ms = live.predicted_ttft(now, staleness);
     e.ttft_bound_factor = live.pool().ttft_factor();
     e.tpot_bound_factor = live.pool().tpot_factor();
-    e.ttft_residual_factor = live.ttft_residual().factor(now);
-    e.tpot_residual_factor = live.tpot_residual().factor(now);
+    const PoolMeans& m = means[p.pool];
+    if (m.ttft_n > 0) {
+      e.ttft_residual_factor = residuals[i].ttft.factor(m.ttft / m.ttft_n, now);
+    }
+    if (m.tpot_n > 0) {
+      e.tpot_residual_factor = residuals[i].tpot.factor(m.tpot / m.tpot_n, now);
+    }
   }
   return out;
 }
