@@ -8,9 +8,11 @@
 #include <iostream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "bench/loadclient/latency_chart.h"
 #include "bench/loadclient/load_runner.h"
 #include "bench/loadclient/report.h"
 #include "bench/workload/workload.h"
@@ -53,12 +55,42 @@ void add_options(config::Options& o) {
   o.add("compare", "LOADCLIENT_COMPARE", "",
         "Send nothing: print a side-by-side table of earlier runs, 'label=out-dir,label=out-dir' "
         "(each out-dir's summary.json)");
+  o.add("chart", "LOADCLIENT_CHART", "",
+        "With --compare: also write latency over time per run (each out-dir's requests.jsonl) "
+        "as an SVG to this file");
   o.add("log-level", "LOG_LEVEL", "info", "trace | debug | info | warn | error");
 }
 
-// --compare: the runs' summaries side by side.
-int compare(const std::string& list) {
+// The answered requests of one run's requests.jsonl, scaled as its summary is.
+loadclient::ChartRun chart_run(const std::string& label, const std::filesystem::path& dir,
+                               double time_scale) {
+  const std::filesystem::path file = dir / "requests.jsonl";
+  std::ifstream in(file);
+  if (!in) {
+    throw std::invalid_argument("--chart: cannot read " + file.string());
+  }
+  loadclient::ChartRun run{label, {}};
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const nlohmann::json r = nlohmann::json::parse(line, nullptr, false);
+    if (r.is_discarded() || !r.is_object()) {
+      throw std::invalid_argument(
+          fmt::format("--chart: {} line {} is not a JSON object", file.string(), number));
+    }
+    if (!r.value("ok", false) || !r.contains("ttft_ms") || !r.contains("e2e_ms")) {
+      continue;
+    }
+    run.samples.push_back({r.value("scheduled_ms", 0.0) * time_scale / 1000.0, r.value("stage", 0),
+                           r["ttft_ms"].get<double>() * time_scale,
+                           r["e2e_ms"].get<double>() * time_scale});
+  }
+  return run;
+}
+
+// --compare: the runs' summaries side by side (and with --chart, their latency over time).
+int compare(const std::string& list, const std::string& chart_file) {
   std::vector<std::pair<std::string, nlohmann::json>> runs;
+  std::vector<loadclient::ChartRun> charted;
   std::stringstream ss(list);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -66,15 +98,33 @@ int compare(const std::string& list) {
     if (eq == std::string::npos || eq == 0) {
       throw std::invalid_argument("--compare: '" + item + "' is not 'label=out-dir'");
     }
-    const std::filesystem::path file = std::filesystem::path(item.substr(eq + 1)) / "summary.json";
+    const std::filesystem::path dir(item.substr(eq + 1));
+    const std::filesystem::path file = dir / "summary.json";
     std::ifstream in(file);
     nlohmann::json summary = nlohmann::json::parse(in, nullptr, false);
     if (!in || summary.is_discarded()) {
       throw std::invalid_argument("--compare: cannot read " + file.string());
     }
+    if (!chart_file.empty()) {
+      const double scale =
+          summary.contains("info") ? summary["info"].value("time_scale", 1.0) : 1.0;
+      charted.push_back(chart_run(item.substr(0, eq), dir, scale));
+    }
     runs.emplace_back(item.substr(0, eq), std::move(summary));
   }
   std::fputs(loadclient::comparison_table(runs).c_str(), stdout);
+  if (!chart_file.empty()) {
+    const auto& info = runs.front().second.contains("info") ? runs.front().second["info"]
+                                                            : nlohmann::json::object();
+    const std::string title =
+        fmt::format("The same trace through each strategy: workload {}, seed {}, stages {}",
+                    info.value("workload", "?"), info.value("seed", 0), info.value("stages", "?"));
+    std::ofstream out(chart_file);
+    out << loadclient::latency_chart_svg(charted, title);
+    if (!out) {
+      throw std::invalid_argument("--chart: cannot write " + chart_file);
+    }
+  }
   return 0;
 }
 
@@ -108,7 +158,10 @@ int run(int argc, char** argv) {
   }
   config::init_logging(o.str("log-level"), "loadclient");
   if (!o.str("compare").empty()) {
-    return compare(o.str("compare"));
+    return compare(o.str("compare"), o.str("chart"));
+  }
+  if (!o.str("chart").empty()) {
+    throw std::invalid_argument("--chart draws earlier runs: give it with --compare");
   }
   auto spec = workload::preset(o.str("workload"));
   if (!spec) {

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -231,6 +232,23 @@ std::string comparison_table(const std::vector<std::pair<std::string, Json>>& ru
                  : "-";
     };
   };
+  // The first run is the reference of the relative row (the README's main job puts the default
+  // pipeline first).
+  const Json first = !runs.empty() && runs[0].second.contains("overall") ? runs[0].second["overall"]
+                                                                         : Json::object();
+  auto ttft_p95 = [](const Json& o) -> std::optional<double> {
+    if (o.contains("ttft_ms") && o["ttft_ms"].contains("p95") && o["ttft_ms"]["p95"].is_number()) {
+      return o["ttft_ms"]["p95"].get<double>();
+    }
+    return std::nullopt;
+  };
+  auto vs_first = [&](const Json& o) -> std::string {
+    const auto value = ttft_p95(o), reference = ttft_p95(first);
+    if (runs.size() < 2 || !value || !reference || *reference <= 0) {
+      return "-";
+    }
+    return fmt::format("{:+.1f} %", 100.0 * (*value / *reference - 1.0));
+  };
   const std::vector<Row> rows = {
       {"requests answered",
        [](const Json& o) -> std::string {
@@ -240,6 +258,8 @@ std::string comparison_table(const std::vector<std::pair<std::string, Json>>& ru
                     : "-";
        }},
       {"TTFT p50 (ms)", number("ttft_ms", "p50", 1)},
+      {"TTFT p95 (ms)", number("ttft_ms", "p95", 1)},
+      {"TTFT p95 vs 1st run", vs_first},
       {"TTFT p99 (ms)", number("ttft_ms", "p99", 1)},
       {"TPOT p50 (ms)", number("tpot_ms", "p50", 2)},
       {"TPOT p99 (ms)", number("tpot_ms", "p99", 2)},

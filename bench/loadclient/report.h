@@ -77,9 +77,9 @@ nlohmann::json summarize(const std::vector<RequestRecord>& records,
                          const std::vector<workload::Stage>& stages, const SummaryInfo& info);
 
 // A side-by-side table of runs' overall results, one column per run (label, summary.json as
-// summarize() wrote it): requests answered, TTFT p50/p99, TPOT p50/p99, E2E p50, output tokens
-// per second, prefix cache hits and, when SLOs were sent, SLO attainment. Plain text for a
-// terminal; a value a summary lacks shows as "-".
+// summarize() wrote it): requests answered, TTFT p50/p95/p99 (and p95 relative to the first
+// run's), TPOT p50/p99, E2E p50, output tokens per second, prefix cache hits and, when SLOs were
+// sent, SLO attainment. Plain text for a terminal; a value a summary lacks shows as "-".
 std::string comparison_table(const std::vector<std::pair<std::string, nlohmann::json>>& runs);
 
 }  // namespace llmd::loadclient

@@ -192,7 +192,11 @@ void TrainingFeedback::on_first_token(const CompletedRequest& req) {
   if (options_.trainer_url.empty()) {
     return;
   }
-  if (auto e = first_token_entry(req, streaming_mode())) {
+  const auto mode = streaming_mode();
+  if (!mode) {
+    return;  // no plugin trains this pipeline
+  }
+  if (auto e = first_token_entry(req, *mode)) {
     enqueue(std::move(*e));
   }
 }
@@ -201,7 +205,11 @@ void TrainingFeedback::on_completed(const CompletedRequest& done) {
   if (options_.trainer_url.empty()) {
     return;
   }
-  const bool streaming = streaming_mode();
+  const auto mode = streaming_mode();
+  if (!mode) {
+    return;  // no plugin trains this pipeline
+  }
+  const bool streaming = *mode;
   if (streaming && !done.request.streaming && done.success && !done.client_aborted &&
       !done.upstream_url) {
     not_streamed();

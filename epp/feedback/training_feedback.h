@@ -54,8 +54,9 @@ struct FeedbackOptions {
   std::size_t max_buffer = 50000;
   std::size_t max_per_flush = 10000;
   // The pool's training mode, read for each request (the pipeline's streamingMode; it follows
-  // config reloads). Null: false (e2e mode).
-  std::function<bool()> streaming_mode;
+  // config reloads): true = streams' first tokens, false = end-to-end latency as TTFT. Null or
+  // nullopt: the pipeline trains nothing and no sample is sent.
+  std::function<std::optional<bool>()> streaming_mode;
   std::string admin_token;    // sent as "Authorization: Bearer" when the trainer requires one
   int max_send_attempts = 4;  // 5xx answers per batch before it is dropped (one per interval)
   std::chrono::milliseconds send_timeout{5000};
@@ -111,7 +112,9 @@ class TrainingFeedback : public CompletionSink {
   void drop(uint64_t n, uint64_t FeedbackCounts::*reason);
   int send(const std::string& body, std::string& error);
   void export_metrics();  // mirrors counts_ into the registry; mu_ held
-  bool streaming_mode() const { return options_.streaming_mode && options_.streaming_mode(); }
+  std::optional<bool> streaming_mode() const {
+    return options_.streaming_mode ? options_.streaming_mode() : std::nullopt;
+  }
   // A successful non-streamed request in streaming mode: counted, and warned about.
   void not_streamed();
   FeedbackOptions options_;

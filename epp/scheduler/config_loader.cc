@@ -419,6 +419,11 @@ PipelineConstPtr build(const YAML::Node& root, Document document, const PluginRe
                    label(p->name(), p->type()));
     }
   }
+  if (!pl->streaming_mode) {
+    spdlog::info(
+        "no plugin trains this pipeline (no predicted-latency-producer): completed "
+        "requests are not sent to the trainer");
+  }
   return pl;
 }
 

@@ -5,6 +5,7 @@
 // swaps it in (SchedulingCycle::set_pipeline), requests in flight finish on the one they started
 // with.
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,9 +24,12 @@ struct Pipeline {
   // request runs as with x-prediction-based-scheduling: false, so the predictor is not asked
   // and its absence costs nothing.
   bool predictions_ignored = false;
-  // How the pool is trained (Plugin::training_streaming_mode of its producer): false, the
-  // upstream default, when no plugin says.
-  bool streaming_mode = false;
+  // How the pool is trained (Plugin::training_streaming_mode of its producer: true = TTFT at
+  // the first streamed token, false = TTFT := end-to-end latency). nullopt when no plugin
+  // trains the pool (no predicted-latency producer, e.g. a heuristic pipeline): the trainer is
+  // sent nothing, as upstream, where training is the latency plugin's. Sending whole-request
+  // latencies as TTFT there would poison a model that another pipeline uses.
+  std::optional<bool> streaming_mode;
 
   const Profile* profile(std::string_view name) const;  // null when unknown
   PluginPtr plugin(std::string_view name) const;        // null when unknown

@@ -432,6 +432,49 @@ TEST_F(EppStack, ConfigReloadSwitchesPipelineWithoutDroppingRequests) {
   }
 }
 
+// A heuristic pipeline trains nothing: its requests' whole latencies must not reach the trainer
+// as TTFTs. Ten streams under round-robin, then a reload to the default pipeline and one
+// stream: the EPP has produced the one stream's samples only (waited on, not timed).
+TEST_F(EppStack, AHeuristicPipelineSendsTheTrainerNothing) {
+  stack_->write_pool("round-robin.yaml");
+  bool reloaded = false;
+  for (int i = 0; i < 300 && !reloaded; ++i) {  // hang guard: 30 s (the EPP polls every second)
+    reloaded = stack_->epp->log().find("config reloaded") != std::string::npos;
+    if (!reloaded) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  ASSERT_TRUE(reloaded) << "hang guard (30 s): no config reload was logged";
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_EQ(stack_->complete(words(20, "rr" + std::to_string(i)), 4, true).status, 200);
+  }
+  EXPECT_NE(stack_->epp->log().find("no plugin trains this pipeline"), std::string::npos);
+  stack_->write_pool("default-pipeline.yaml");
+  int reloads = 0;
+  for (int i = 0; i < 300 && reloads < 2; ++i) {  // hang guard: 30 s
+    const std::string log = stack_->epp->log();
+    reloads = 0;
+    for (auto at = log.find("config reloaded"); at != std::string::npos;
+         at = log.find("config reloaded", at + 1)) {
+      ++reloads;
+    }
+    if (reloads < 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  ASSERT_EQ(reloads, 2) << "hang guard (30 s): the second reload was not logged";
+  ASSERT_EQ(stack_->complete(words(20, "trained"), 4, true).status, 200);
+  double produced = 0;
+  for (int i = 0; i < 300 && produced < 1; ++i) {  // hang guard: 30 s
+    produced = metric_sum(stack_->metrics(), "llmd_epp_feedback_samples_produced_total");
+    if (produced < 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  EXPECT_GE(produced, 1) << "the default pipeline's stream is a sample";
+  EXPECT_LE(produced, 2) << "its TTFT and TPOT only: the ten round-robin streams sent nothing";
+}
+
 class EppUntrainedStack : public EppStack {
  protected:
   StackOptions options() override {

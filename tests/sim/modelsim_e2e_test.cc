@@ -3,8 +3,10 @@
 // moving with load, the client-disconnect abort and every injected fault. No timed assertions:
 // waits are bounded polls; the simulated clock runs 20x faster than real time.
 #include <gtest/gtest.h>
+
 #include <unistd.h>
 
+#include <fstream>
 #include <future>
 #include <random>
 #include <memory>
@@ -449,6 +451,36 @@ TEST(ModelsimE2EIdle, LoadClientReconnectsWhenTheServerClosedAnIdleConnection) {
   EXPECT_TRUE(result.records[0].ok) << result.records[0].error;
   EXPECT_TRUE(result.records[1].ok) << result.records[1].error;
   EXPECT_EQ(proc.terminate(), 0);
+}
+
+TEST(ModelsimE2EIdle, LoadClientBinaryComparesTwoRunsAndDrawsTheirLatencyOverTime) {
+  const uint16_t p = free_port();
+  Process pods(binary("bench/modelsim/modelsim"), {"--pods", "1", "--base-port", std::to_string(p),
+                                                   "--time-scale", "20", "--log-level", "warn"});
+  ASSERT_TRUE(pods.wait_http_ok(p, "/health"));
+  TempDir dir;
+  for (const std::string run : {"a", "b"}) {
+    Process client(binary("bench/loadclient/loadclient"),
+                   {"--url", "http://127.0.0.1:" + std::to_string(p), "--workload", "sharegpt",
+                    "--stages", "20:2", "--length-scale", "0.01", "--time-scale", "20", "--out-dir",
+                    dir.file(run), "--log-level", "warn"});
+    ASSERT_EQ(client.wait_exit(std::chrono::seconds(60)), 0) << client.log();
+  }
+  Process compare(binary("bench/loadclient/loadclient"),
+                  {"--compare", "first=" + dir.file("a") + ",second=" + dir.file("b"), "--chart",
+                   dir.file("latency.svg")});
+  ASSERT_EQ(compare.wait_exit(), 0) << compare.log();
+  EXPECT_NE(compare.log().find("TTFT p95 vs 1st run"), std::string::npos) << compare.log();
+  std::ifstream in(dir.file("latency.svg"));
+  const std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(svg.starts_with("<svg")) << svg.substr(0, 200);
+  EXPECT_NE(svg.find(">second</text>"), std::string::npos) << "both runs in the legend";
+  EXPECT_NE(svg.find("workload sharegpt, seed 1, stages 20:2"), std::string::npos);
+  // --chart alone would be silently ignored: it is refused instead.
+  Process alone(binary("bench/loadclient/loadclient"), {"--chart", dir.file("x.svg")});
+  EXPECT_NE(alone.wait_exit(), 0);
+  EXPECT_NE(alone.log().find("--compare"), std::string::npos) << alone.log();
+  EXPECT_EQ(pods.terminate(), 0);
 }
 
 }  // namespace

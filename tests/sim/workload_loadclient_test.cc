@@ -9,6 +9,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "bench/loadclient/latency_chart.h"
 #include "bench/loadclient/openai.h"
 #include "bench/loadclient/report.h"
 #include "bench/loadclient/sse.h"
@@ -341,6 +342,7 @@ TEST(LoadClientReport, ComparisonTableSetsRunsSideBySide) {
   };
   EXPECT_NE(row("requests answered").find("1 / 1        2 / 2"), std::string::npos) << t;
   EXPECT_NE(row("TTFT p50 (ms)").find("20.0         80.0"), std::string::npos) << t;
+  EXPECT_NE(row("TTFT p95 vs 1st run").find("+0.0 %     +300.0 %"), std::string::npos) << t;
   EXPECT_NE(row("TPOT p50 (ms)").find("10.00        10.00"), std::string::npos) << t;
   EXPECT_NE(row("prefix cache hits").find("75.0 %       10.0 %"), std::string::npos) << t;
   EXPECT_EQ(row("SLO attainment"), "") << "no run sent SLOs: no row";
@@ -352,6 +354,40 @@ TEST(LoadClientReport, ComparisonTableSetsRunsSideBySide) {
   EXPECT_NE(
       loadclient::comparison_table({{"a", fast}, {"empty", nlohmann::json::object()}}).find("-"),
       std::string::npos);
+}
+
+TEST(LoadClientChart, DrawsOneLinePerRunWithGapsWhereAWindowHasTooFewRequests) {
+  loadclient::ChartRun fast{"default", {}}, slow{"round-robin & co", {}};
+  for (int i = 0; i < 100; ++i) {
+    const double at = i * 0.1;  // 10 s, stage 2 from 5 s
+    fast.samples.push_back({at, at < 5 ? 0 : 1, 10.0 + i % 5, 100});
+    if (at < 3 || at >= 6) {  // nothing answered between 3 and 6 s
+      slow.samples.push_back({at, at < 5 ? 0 : 1, 40.0 + i % 5, 300});
+    }
+  }
+  const std::string svg = loadclient::latency_chart_svg({fast, slow}, "A <trace>", 1);
+  EXPECT_TRUE(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\"")) << svg;
+  EXPECT_TRUE(svg.ends_with("</svg>\n"));
+  EXPECT_NE(svg.find("A &lt;trace&gt;"), std::string::npos) << "title escaped";
+  EXPECT_NE(svg.find("round-robin &amp; co"), std::string::npos) << "label escaped";
+  EXPECT_NE(svg.find(">stage 2</text>"), std::string::npos) << "stage starts marked";
+  EXPECT_NE(svg.find("TTFT p95 (ms)"), std::string::npos);
+  // Three panels x two runs; the slow run's lines restart after its gap ("M" twice per path).
+  std::size_t paths = 0, restarted = 0;
+  for (auto at = svg.find("<path d=\""); at != std::string::npos;
+       at = svg.find("<path d=\"", at + 1)) {
+    ++paths;
+    const std::string d = svg.substr(at, svg.find('"', at + 9) - at);
+    if (std::count(d.begin(), d.end(), 'M') == 2) {
+      ++restarted;
+    }
+  }
+  EXPECT_EQ(paths, 6u) << svg;
+  EXPECT_EQ(restarted, 3u) << svg;
+  // The y axis reaches the slow run's E2E of 300 ms.
+  EXPECT_NE(svg.find(">300</text>"), std::string::npos) << svg;
+  EXPECT_THROW(loadclient::latency_chart_svg({}, "t"), std::invalid_argument);
+  EXPECT_THROW(loadclient::latency_chart_svg({{"empty", {}}}, "t"), std::invalid_argument);
 }
 
 }  // namespace

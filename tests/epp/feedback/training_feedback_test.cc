@@ -153,5 +153,36 @@ TEST(TrainingFeedback, AnOutageKeepsThePendingBatchAndBoundsTheBuffer) {
   expect_balanced(c);
 }
 
+// A pipeline without a predicted-latency producer (a heuristic) trains nothing: its
+// whole-request latencies must not reach the trainer as TTFTs of the model another pipeline
+// uses. The mode is read per request, so a reload to a trained pipeline sends again.
+TEST(TrainingFeedback, APipelineThatTrainsNothingSendsNoSample) {
+  ScriptedTrainer trainer;
+  std::optional<bool> mode;  // what the current pipeline says
+  FeedbackOptions o = options();
+  o.streaming_mode = [&mode] { return mode; };
+  TrainingFeedback fb(o, nullptr, trainer.sender());
+  CompletedRequest whole = streamed();
+  whole.e2e_ms = 900;
+  fb.on_first_token(streamed());
+  fb.on_completed(whole);
+  fb.flush();
+  EXPECT_TRUE(trainer.bodies.empty());
+  EXPECT_EQ(fb.counts().produced, 0u);
+  mode = false;  // reloaded: a trained pipeline in end-to-end mode
+  fb.on_completed(whole);
+  fb.flush();
+  ASSERT_EQ(trainer.bodies.size(), 1u);
+  EXPECT_EQ(trainer.bodies[0]["entries"][0]["actual_ttft_ms"], 900.0);
+  // No mode source at all is the same as a pipeline that trains nothing.
+  ScriptedTrainer none;
+  FeedbackOptions unset = options();
+  unset.streaming_mode = nullptr;
+  TrainingFeedback quiet(unset, nullptr, none.sender());
+  quiet.on_completed(whole);
+  quiet.flush();
+  EXPECT_TRUE(none.bodies.empty());
+}
+
 }  // namespace
 }  // namespace llmd::epp
