@@ -140,9 +140,9 @@ const std::vector<Row>& rows() {
        100,
        false,
        [](StartupSettings& s, double v) { s.outliers.panic_threshold_percent = v; }},
-      {{"extProc.idleTimeoutMs", "60000",
+      {{"extProc.idleTimeoutMs", "3600000",
         "A gateway connection with no open stream this long gets GOAWAY and is closed (Envoy's "
-        "HTTP/2 idle_timeout); 0 = never"},
+        "HTTP/2 idle_timeout and its default, 1 h); 0 = never"},
        Kind::kNumber,
        0,
        86400000,

@@ -8,7 +8,7 @@
 //   outlierDetection: {consecutiveFailures: 5, baseEjectionMs: 30000, maxEjectionMs: 300000,
 //                      maxEjectionPercent: 10, panicThresholdPercent: 50}
 //   leaderElection: {leaseDurationSeconds: 15, renewDeadlineSeconds: 10, retryPeriodSeconds: 2}
-//   extProc:    {idleTimeoutMs: 60000, streamIdleTimeoutMs: 300000, maxConnectionAgeMs: 0,
+//   extProc:    {idleTimeoutMs: 3600000, streamIdleTimeoutMs: 300000, maxConnectionAgeMs: 0,
 //                maxConnectionAgeGraceMs: 300000, maxHeaderListBytes: 65536,
 //                connectionBudgetShare: 0.25}
 //
@@ -46,7 +46,7 @@ struct StartupSettings {
   OutlierDetectionOptions outliers;  // outlierDetection
   // extProc: what one gateway connection may hold on the ext_proc port, and for how long
   // (epp/extproc/grpc_server.h GrpcLimits; 0 ms = off).
-  std::chrono::milliseconds ext_proc_idle_timeout{60000};
+  std::chrono::milliseconds ext_proc_idle_timeout{3600000};
   std::chrono::milliseconds ext_proc_stream_idle_timeout{300000};
   std::chrono::milliseconds ext_proc_max_connection_age{0};
   std::chrono::milliseconds ext_proc_max_connection_age_grace{300000};

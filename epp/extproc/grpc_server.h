@@ -91,9 +91,9 @@ class GrpcCallHandler {
 // it in GrpcCounters. 0 for a duration = off.
 struct GrpcLimits {
   // A connection whose preface is done and that has no open stream this long gets GOAWAY and is
-  // closed (Envoy's idle_timeout; shorter than its 1 h: an idle gateway reconnects in one round
-  // trip, a preface-only peer costs ~75 KB until then).
-  std::chrono::milliseconds idle_timeout{60000};
+  // closed (Envoy's idle_timeout and its default, 1 h: a gateway's long-lived connection is
+  // left alone, a preface-only peer costs ~75 KB until then and a descriptor of the budget).
+  std::chrono::milliseconds idle_timeout{3600000};
   // A stream with no frame either way this long is reset (CANCEL): Envoy's
   // stream_idle_timeout, 5 min.
   std::chrono::milliseconds stream_idle_timeout{300000};

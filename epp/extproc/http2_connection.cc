@@ -18,6 +18,9 @@ using error_code = boost::system::error_code;
 constexpr std::size_t kWriteBatch = 256 * 1024;     // bytes gathered per socket write at most
 constexpr int32_t kStreamWindow = 4 * 1024 * 1024;  // a 16-MiB body in a few round trips
 constexpr int32_t kConnectionWindow = 16 * 1024 * 1024;
+// Between an idle connection's shutdown notice and its last GOAWAY: a round trip on any network
+// and the client's reaction (it moves new requests to a new connection).
+constexpr std::chrono::milliseconds kDrainNotice{1000};
 
 std::vector<nghttp2_nv> to_nv(const std::vector<http::Header>& headers) {
   // nghttp2 copies names and values on submit (no NO_COPY flags).
@@ -222,14 +225,25 @@ void Http2Connection::arm_idle() {
   if (options_.idle_timeout.count() <= 0 || !heard_ || closed_) {
     return;
   }
-  idle_.expires_after(options_.idle_timeout);
+  // RFC 9113 6.8's graceful close: a GOAWAY naming no stream limit first, so a request the
+  // client sends meanwhile is still served, then after a round trip's grace the last GOAWAY.
+  // Closing at once would fail a request already on its way.
+  idle_.expires_after(draining_ ? std::min(options_.idle_timeout, kDrainNotice)
+                                : options_.idle_timeout);
   idle_.async_wait([weak = weak_from_this()](error_code ec) {
     auto self = weak.lock();
     if (ec || !self || self->closed_ || !self->active_.empty()) {
       return;
     }
-    self->count(&GrpcCounters::idle_closes);
-    // No stream is open: the last GOAWAY, then the connection closes once it is written.
+    if (!self->draining_) {
+      self->draining_ = true;
+      self->count(&GrpcCounters::idle_closes);
+      nghttp2_submit_shutdown_notice(self->session_);
+      self->flush();
+      self->arm_idle();
+      return;
+    }
+    // Still no stream open: the last GOAWAY, then the connection closes once it is written.
     nghttp2_session_terminate_session2(
         self->session_, nghttp2_session_get_last_proc_stream_id(self->session_), NGHTTP2_NO_ERROR);
     self->flush();

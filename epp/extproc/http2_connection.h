@@ -14,6 +14,7 @@
 // receive window; reads of 64 KiB; writes gathered up to 256 KiB; a connection that has not
 // sent its preface and SETTINGS within `handshake_timeout` (or, with `http1`, stalls before its
 // first request is complete) is closed; then one with no open stream for `idle_timeout` gets
+// a shutdown notice (GOAWAY without a stream limit) and, still idle a moment later, the last
 // GOAWAY and is closed, a stream with no frame for `stream_idle_timeout` is reset, and one
 // older than `max_connection_age` gets GOAWAY and is closed after the grace; bytes that are not
 // HTTP/2 close the connection.
@@ -151,6 +152,7 @@ class Http2Connection : public std::enable_shared_from_this<Http2Connection> {
   boost::asio::steady_timer age_;        // max connection age, then its grace
   boost::asio::steady_timer sweep_;      // looks for idle streams
   bool aged_ = false;                    // GOAWAY for age sent: the grace runs
+  bool draining_ = false;                // idle: the shutdown notice is sent, the last GOAWAY next
   // Open request streams and when a frame last went either way on each.
   std::unordered_map<int32_t, std::chrono::steady_clock::time_point> active_;
   std::size_t header_bytes_ = 0;  // of the header block being received
