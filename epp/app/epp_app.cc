@@ -161,6 +161,8 @@ struct EppApp::Impl {
   void add_admin_routes();
   http::Response metrics_route(http::Request& r);
   std::unique_ptr<extproc::GrpcServer> make_health_server();
+  // EppMetricSources::ext_proc_limit_events over the ext_proc server's GrpcCounters.
+  std::function<std::vector<std::pair<std::string, uint64_t>>()> ext_proc_limit_events();
   void update_grpc_health();
   void every(std::chrono::milliseconds period, std::function<void()> fn);
   void start();
@@ -268,19 +270,20 @@ EppApp::Impl::Impl(const EppOptions& o)
                   : nullptr),
       gie_metrics(registry, GieMetricSources{pods, prefix_index, gate, gie_pool_name(o)},
                   BuildInfo::of_this_build()),
-      epp_metrics(registry, EppMetricSources{pods, prefix_index, gate, port,
-                                             [this] { return proxy->idle_upstream_connections(); },
-                                             [this] { return !standby(); },
-                                             [this] { return proxy->active_requests(); },
-                                             o.ext_proc_port > 0 ? std::function<int()>([this] {
-                                               return ext_proc->active_streams();
-                                             })
-                                                                 : nullptr,
-                                             [this] { return body_budget->held(); },
-                                             [this] {
-                                               gie_metrics.refresh();
-                                               gie_requests.refresh();
-                                             }}),
+      epp_metrics(
+          registry,
+          EppMetricSources{
+              pods, prefix_index, gate, port, [this] { return proxy->idle_upstream_connections(); },
+              [this] { return !standby(); }, [this] { return proxy->active_requests(); },
+              o.ext_proc_port > 0
+                  ? std::function<int()>([this] { return ext_proc->active_streams(); })
+                  : nullptr,
+              [this] { return body_budget->held(); },
+              [this] {
+                gie_metrics.refresh();
+                gie_requests.refresh();
+              },
+              o.ext_proc_port > 0 ? ext_proc_limit_events() : nullptr}),
       metrics_auth(o.upstream.metrics_endpoint_auth
                        ? std::make_unique<MetricsAuth>(discovery::KubeApiOptions{
                              o.discovery.api_url, o.discovery.token_file, o.discovery.ca_file})
@@ -336,6 +339,13 @@ EppApp::Impl::Impl(const EppOptions& o)
     eo.workers = &workers;
     eo.body_budget = body_budget;
     eo.max_message_bytes = o.upstream.grpc_max_receive_bytes;
+    const StartupSettings& st = file_cfg.startup;
+    eo.limits.idle_timeout = st.ext_proc_idle_timeout;
+    eo.limits.stream_idle_timeout = st.ext_proc_stream_idle_timeout;
+    eo.limits.max_connection_age = st.ext_proc_max_connection_age;
+    eo.limits.max_connection_age_grace = st.ext_proc_max_connection_age_grace;
+    eo.limits.max_header_list_bytes = st.ext_proc_max_header_list_bytes;
+    eo.limits.connection_budget_share = st.ext_proc_connection_budget_share;
     if (o.upstream.secure_serving) {
       eo.tls_context = extproc::tls_context_source(o.upstream.cert_path, o.upstream.tls_min_version,
                                                    o.upstream.cert_reload);
@@ -453,6 +463,22 @@ void EppApp::Impl::add_admin_routes() {
   admin.add("GET", "/metrics", [this](http::Request&) {
     return http::Response::text(200, epp_metrics.collect(), llmd::metrics::kContentType);
   });
+}
+
+std::function<std::vector<std::pair<std::string, uint64_t>>()>
+EppApp::Impl::ext_proc_limit_events() {
+  return [this]() -> std::vector<std::pair<std::string, uint64_t>> {
+    const extproc::GrpcCounters* c = ext_proc ? ext_proc->counters() : nullptr;
+    if (c == nullptr) {
+      return {};
+    }
+    return {{"handshake_timeout", c->handshake_timeouts.load()},
+            {"idle_timeout", c->idle_closes.load()},
+            {"max_connection_age", c->age_closes.load()},
+            {"stream_idle_timeout", c->stream_idle_resets.load()},
+            {"max_header_list_bytes", c->header_list_resets.load()},
+            {"message_budget", c->messages_over_budget.load()}};
+  };
 }
 
 std::unique_ptr<extproc::GrpcServer> EppApp::Impl::make_health_server() {

@@ -64,6 +64,16 @@ EppMetrics::EppMetrics(prometheus::Registry& registry, EppMetricSources sources)
   if (sources_.ext_proc_streams) {
     ext_proc_in_progress_ = &in_progress.Add({{"ingress", "ext_proc"}});
   }
+  if (sources_.ext_proc_limit_events) {
+    ext_proc_limits_ = &BuildCounter()
+                            .Name("llmd_epp_ext_proc_limit_events_total")
+                            .Help(
+                                "What the ext_proc port's per-peer limits ended: connections "
+                                "closed (handshake_timeout, idle_timeout, max_connection_age), "
+                                "streams reset (stream_idle_timeout, max_header_list_bytes), "
+                                "messages refused (message_budget)")
+                            .Register(registry);
+  }
   auto& ejections = BuildCounter()
                         .Name("llmd_epp_pod_ejections_total")
                         .Help("Outlier ejections of a pod after consecutive failed requests")
@@ -126,6 +136,15 @@ std::string EppMetrics::collect() {
   proxy_in_progress_->Set(sources_.proxy_requests ? sources_.proxy_requests() : 0);
   if (ext_proc_in_progress_ != nullptr) {
     ext_proc_in_progress_->Set(sources_.ext_proc_streams());
+  }
+  if (ext_proc_limits_ != nullptr) {
+    // The server counts in atomics; the counter follows them by the difference since the last
+    // scrape.
+    for (const auto& [limit, total] : sources_.ext_proc_limit_events()) {
+      uint64_t& seen = ext_proc_limits_seen_[limit];
+      ext_proc_limits_->Add({{"limit", limit}}).Increment(static_cast<double>(total - seen));
+      seen = total;
+    }
   }
   for (const auto& p : pods.pod_health(now)) {
     pod_ejected_->Add({{"pod", p.name}}).Set(p.ejected ? 1 : 0);

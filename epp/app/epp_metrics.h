@@ -8,8 +8,12 @@
 // Threading: collect() runs on the metrics server's thread; the ejection counter is bumped on
 // whichever thread ejects a pod. Both are safe: prometheus-cpp metrics are thread-safe.
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace prometheus {
 class Counter;
@@ -43,6 +47,9 @@ struct EppMetricSources {
   // Other scrape-time gauges (GIE's families), set before the registry is serialised; null:
   // none.
   std::function<void()> before_collect;
+  // What the ext_proc port's limits have ended since start, per limit (GrpcCounters: e.g.
+  // "idle_timeout" -> connections closed); null: the port is off.
+  std::function<std::vector<std::pair<std::string, uint64_t>>()> ext_proc_limit_events;
 };
 
 class EppMetrics {
@@ -82,6 +89,8 @@ class EppMetrics {
   prometheus::Family<prometheus::Gauge>* bound_;
   prometheus::Family<prometheus::Gauge>* step_;
   prometheus::Family<prometheus::Gauge>* routing_;
+  prometheus::Family<prometheus::Counter>* ext_proc_limits_ = nullptr;
+  std::map<std::string, uint64_t> ext_proc_limits_seen_;  // collect()'s thread only
 };
 
 }  // namespace llmd::epp

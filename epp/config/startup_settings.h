@@ -8,6 +8,9 @@
 //   outlierDetection: {consecutiveFailures: 5, baseEjectionMs: 30000, maxEjectionMs: 300000,
 //                      maxEjectionPercent: 10, panicThresholdPercent: 50}
 //   leaderElection: {leaseDurationSeconds: 15, renewDeadlineSeconds: 10, retryPeriodSeconds: 2}
+//   extProc:    {idleTimeoutMs: 3600000, streamIdleTimeoutMs: 300000, maxConnectionAgeMs: 0,
+//                maxConnectionAgeGraceMs: 300000, maxHeaderListBytes: 65536,
+//                connectionBudgetShare: 0.25}
 //
 // They were flags once; flags are for deployment (ports, addresses, credentials, pool, sidecar
 // URLs, budgets), and a setting lives in one place. The components they configure are built
@@ -18,6 +21,7 @@
 //
 // Pure data and parsing; no thread of its own.
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -40,6 +44,14 @@ struct StartupSettings {
   std::chrono::milliseconds idle_timeout{60000};
   std::chrono::milliseconds upstream_first_byte_timeout{30000};
   OutlierDetectionOptions outliers;  // outlierDetection
+  // extProc: what one gateway connection may hold on the ext_proc port, and for how long
+  // (epp/extproc/grpc_server.h GrpcLimits; 0 ms = off).
+  std::chrono::milliseconds ext_proc_idle_timeout{3600000};
+  std::chrono::milliseconds ext_proc_stream_idle_timeout{300000};
+  std::chrono::milliseconds ext_proc_max_connection_age{0};
+  std::chrono::milliseconds ext_proc_max_connection_age_grace{300000};
+  uint32_t ext_proc_max_header_list_bytes = 64 * 1024;
+  double ext_proc_connection_budget_share = 0.25;
   // leaderElection: client-go's durations.
   std::chrono::seconds lease_duration{15};
   std::chrono::milliseconds renew_deadline{10000};

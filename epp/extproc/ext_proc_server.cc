@@ -107,6 +107,7 @@ void ExtProcServer::start() {
                                                         : s.options.stream.body_limit + 65536;
   o.tls_context = s.options.tls_context;
   o.message_budget = s.options.body_budget;
+  o.limits = s.options.limits;
   auto server = std::make_unique<GrpcServer>(o, s.workers());
   server->add_method(kProcessPath, [&s](std::shared_ptr<GrpcCall> call) {
     return std::make_unique<ProcessCall>(s.options.stream, s.services, s.active, std::move(call));
@@ -140,6 +141,11 @@ void ExtProcServer::shutdown(std::chrono::milliseconds timeout) {
   if (server != nullptr) {
     server->shutdown(timeout);  // blocks: not under the lock, port() and readiness go on
   }
+}
+
+const GrpcCounters* ExtProcServer::counters() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->server ? &impl_->server->counters() : nullptr;
 }
 
 int ExtProcServer::active_streams() const {

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "epp/extproc/ext_proc_stream.h"
+#include "epp/extproc/grpc_server.h"
 
 namespace boost::asio::ssl {
 class context;
@@ -40,6 +41,8 @@ struct ExtProcServerOptions {
   std::shared_ptr<http::BodyBudget> body_budget;
   // Largest message; 0 = the body limit + 64 KiB (a BUFFERED body travels in one message).
   std::size_t max_message_bytes = 0;
+  // Timeouts, header-list size and per-connection budget share (grpc_server.h).
+  GrpcLimits limits;
   // Set: TLS with h2 by ALPN (GrpcServerOptions::tls_context).
   std::function<std::shared_ptr<boost::asio::ssl::context>()> tls_context;
 };
@@ -58,6 +61,8 @@ class ExtProcServer {
   // Stops accepting streams; streams in flight finish for up to `timeout`, then are cancelled.
   void shutdown(std::chrono::milliseconds timeout);
   int active_streams() const;
+  // What the limits ended (GrpcLimits); null before start().
+  const GrpcCounters* counters() const;
 
  private:
   struct Impl;

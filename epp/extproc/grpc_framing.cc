@@ -90,7 +90,9 @@ std::optional<std::string> MessageDecoder::take() {
       in_.erase(0, pos_);
       pos_ = 0;
     }
-    in_.reserve(whole);  // a large message grows the buffer once
+    // Grown by what has arrived (doubling, never past the message), not by what the prefix
+    // announces: a 16-MiB announcement with nothing after allocates nothing.
+    in_.reserve(std::min(whole, 2 * in_.size()));
     return std::nullopt;
   }
   if (pos_ == 0 && in_.size() == whole) {

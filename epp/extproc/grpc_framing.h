@@ -4,7 +4,8 @@
 // grpc-timeout value and the status a call ends with (trailers, or trailers-only).
 //
 // Bounds: a message's bytes are buffered only after its 5-byte prefix has been checked (flag,
-// length against the configured maximum), so a prefix announcing 4 GiB costs nothing; a
+// length against the configured maximum), and grow with the bytes that arrive, so a prefix
+// announcing 4 GiB costs nothing; a
 // grpc-timeout is at most 8 digits and its value is clamped to kMaxGrpcTimeout.
 // Threads: plain values and functions; a MessageDecoder is used by one thread at a time (its
 // stream's worker).
@@ -52,8 +53,8 @@ class MessageDecoder {
   // A compressed flag (this server negotiates no compression) and any flag other than 0 or 1
   // give INTERNAL, as gRPC's own servers answer; a length over the maximum RESOURCE_EXHAUSTED.
   Next next();
-  // After kPrefix: the whole message, or nullopt while its bytes are arriving (the buffer is
-  // then grown once, to hold exactly it).
+  // After kPrefix: the whole message, or nullopt while its bytes are arriving (the buffer
+  // then grows with them, doubling, to hold exactly it at most).
   std::optional<std::string> take();
   // After kPrefix: drops that message, what is here of it and the rest as it arrives.
   void skip();
@@ -62,6 +63,9 @@ class MessageDecoder {
   // Bytes of a message (or of its prefix) have arrived without the rest: at the end of the
   // stream that is a truncated message, which gRPC ends with INTERNAL.
   bool holds_partial() const { return !stopped_ && (available() > 0 || skip_ > 0); }
+  // Bytes fed and not yet taken or skipped (the next message's prefix and what is here of it,
+  // and any bytes after it).
+  std::size_t buffered() const { return available(); }
   // The buffer's allocation now.
   std::size_t capacity() const { return in_.capacity(); }
 

@@ -1,5 +1,6 @@
 #include "epp/extproc/grpc_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -70,6 +71,7 @@ struct GrpcServer::Impl : std::enable_shared_from_this<GrpcServer::Impl> {
   std::map<std::string, Method, std::less<>> methods;  // fixed once started
   std::unique_ptr<http::Listener> listener;            // from start()
   std::atomic<int> calls{0};
+  GrpcCounters counters;
 
   std::mutex mu;
   std::condition_variable cv;
@@ -155,7 +157,7 @@ class GrpcConnection final : public Http2Streams {
     RequestHead head;
     MessageDecoder decoder;
     bool dead = false;         // ended by the server (bad message, deadline): input is dropped
-    std::size_t budgeted = 0;  // the message being received took this from the budget
+    std::size_t budgeted = 0;  // the message being received holds this of the budget (arrived)
   };
   enum class EventKind { kOpen, kMessage, kOverBudget, kHalfClose, kReject, kClosed };
   struct Event {
@@ -171,9 +173,11 @@ class GrpcConnection final : public Http2Streams {
   }
   void record(int32_t id, EventKind kind);
   void frame_messages(int32_t id, Stream& s);
-  // The message budget's share of a message of `length` (once per message); false when it
-  // does not fit.
-  bool take_budget(Stream& s, std::size_t length);
+  // Grows what the message being received holds of the message budget to the `arrived` bytes
+  // of it (prefix included); false when the budget or this connection's share of it is used.
+  bool take_budget(Stream& s, std::size_t arrived);
+  // The bytes of the budget one connection may hold (GrpcServerOptions::connection_budget_share).
+  static std::size_t share_of(const GrpcServerOptions& o);
   void run(Event& e, Stream& s);
   void open(int32_t id, Stream& s);
   void arm_deadline(int32_t id, Stream& s);
@@ -189,6 +193,8 @@ class GrpcConnection final : public Http2Streams {
   http::ConnectionSlot slot_;
   std::unordered_map<int32_t, Stream> streams_;
   std::vector<Event> events_;
+  const std::size_t connection_share_ = share_of(server_->options);
+  std::size_t held_ = 0;  // of the budget, by this connection's streams and events
 };
 
 void CallImpl::send(std::string message) {
@@ -283,8 +289,11 @@ void GrpcConnection::frame_messages(int32_t id, Stream& s) {
       events_.push_back({id, EventKind::kReject, next.error.message, next.error.code});
       return;
     }
-    if (!take_budget(s, next.length)) {
-      // Dropped unread: what is here of it now, and the rest as it arrives.
+    const std::size_t whole = kMessagePrefixBytes + next.length;
+    if (!take_budget(s, std::min(s.decoder.buffered(), whole))) {
+      // Dropped: what is here of it now (its bytes go back), and the rest as it arrives.
+      give_back(std::exchange(s.budgeted, 0));
+      server_->counters.messages_over_budget.fetch_add(1);
       events_.push_back({id, EventKind::kOverBudget, {}, GrpcCode::kOk, next.length});
       s.decoder.skip();
       continue;
@@ -298,15 +307,17 @@ void GrpcConnection::frame_messages(int32_t id, Stream& s) {
   }
 }
 
-bool GrpcConnection::take_budget(Stream& s, std::size_t length) {
+bool GrpcConnection::take_budget(Stream& s, std::size_t arrived) {
   const auto& budget = server_->options.message_budget;
-  if (!budget || s.budgeted != 0) {
+  if (!budget || arrived <= s.budgeted) {
     return true;
   }
-  if (!budget->try_take(kMessagePrefixBytes + length)) {
+  const std::size_t more = arrived - s.budgeted;
+  if (more > connection_share_ - held_ || !budget->try_take(more)) {
     return false;
   }
-  s.budgeted = kMessagePrefixBytes + length;
+  held_ += more;
+  s.budgeted += more;
   return true;
 }
 
@@ -400,8 +411,20 @@ void GrpcConnection::arm_deadline(int32_t id, Stream& s) {
 
 void GrpcConnection::give_back(std::size_t bytes) {
   if (bytes > 0 && server_->options.message_budget) {
+    held_ -= bytes;
     server_->options.message_budget->give_back(bytes);
   }
+}
+
+std::size_t GrpcConnection::share_of(const GrpcServerOptions& o) {
+  if (!o.message_budget) {
+    return 0;
+  }
+  const std::size_t capacity = o.message_budget->capacity();
+  const double share = std::clamp(o.limits.connection_budget_share, 0.0, 1.0);
+  const auto part = static_cast<std::size_t>(static_cast<double>(capacity) * share);
+  const std::size_t one_message = std::min(capacity, kMessagePrefixBytes + o.max_message_bytes);
+  return share >= 1.0 ? capacity : std::max(part, one_message);
 }
 
 void GrpcConnection::release(Stream& s) {
@@ -464,6 +487,12 @@ void GrpcServer::Impl::adopt(std::unique_ptr<ByteStream> stream, http::Connectio
   Http2Options ho;
   ho.max_concurrent_streams = options.max_concurrent_streams;
   ho.handshake_timeout = options.handshake_timeout;
+  ho.idle_timeout = options.limits.idle_timeout;
+  ho.stream_idle_timeout = options.limits.stream_idle_timeout;
+  ho.max_connection_age = options.limits.max_connection_age;
+  ho.max_connection_age_grace = options.limits.max_connection_age_grace;
+  ho.max_header_list_bytes = options.limits.max_header_list_bytes;
+  ho.counters = &counters;
   ho.http1 = options.http1;
   auto connection =
       std::make_shared<Http2Connection>(std::move(stream), std::move(ho), workers.at(worker));
@@ -541,6 +570,10 @@ uint16_t GrpcServer::port() const {
 
 int GrpcServer::open_calls() const {
   return impl_->calls.load();
+}
+
+const GrpcCounters& GrpcServer::counters() const {
+  return impl_->counters;
 }
 
 void GrpcServer::shutdown(std::chrono::milliseconds timeout) {

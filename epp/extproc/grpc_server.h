@@ -25,7 +25,8 @@
 // buffered, one that does not fit the message budget goes to the handler's
 // on_message_over_budget() unread; a connection silent from the start is closed after
 // `handshake_timeout`; `max_concurrent_streams` per connection (SETTINGS); connections take
-// their descriptor from the process's DescriptorBudget and a place under `max_connections`
+// their descriptor from the process's DescriptorBudget; the timeouts, header-list size and
+// per-connection budget share of GrpcLimits and a place under `max_connections`
 // (at either limit the listener waits, as the HTTP server's does); a new connection goes to the
 // worker with the fewest; unknown methods end with UNIMPLEMENTED; bytes that are not HTTP/2
 // close the connection.
@@ -33,6 +34,7 @@
 // Threads: a call's handler and the GrpcCall it is given are used on the call's worker only
 // (GrpcCall::post gets there from any thread). start(), shutdown() and the destructor are the
 // owner's (not a worker thread); the workers must run until the destructor returns.
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -84,16 +86,53 @@ class GrpcCallHandler {
   }
 };
 
+// What one peer may hold and for how long (the ext_proc port's extProc.* config keys; the
+// defaults are Envoy's HTTP/2 codec's where it has one). Each limit that ends something counts
+// it in GrpcCounters. 0 for a duration = off.
+struct GrpcLimits {
+  // A connection whose preface is done and that has no open stream this long gets GOAWAY and is
+  // closed (Envoy's idle_timeout and its default, 1 h: a gateway's long-lived connection is
+  // left alone, a preface-only peer costs ~75 KB until then and a descriptor of the budget).
+  std::chrono::milliseconds idle_timeout{3600000};
+  // A stream with no frame either way this long is reset (CANCEL): Envoy's
+  // stream_idle_timeout, 5 min.
+  std::chrono::milliseconds stream_idle_timeout{300000};
+  // A connection this old gets GOAWAY (its streams finish) and is closed `max_connection_age_grace`
+  // later (Envoy's max_connection_duration and drain; off by default, as there).
+  std::chrono::milliseconds max_connection_age{0};
+  std::chrono::milliseconds max_connection_age_grace{300000};
+  // SETTINGS_MAX_HEADER_LIST_SIZE, advertised and enforced (name + value + 32 per field, per
+  // header block): a stream over it is reset. Envoy's max_request_headers_kb is 60 KiB.
+  uint32_t max_header_list_bytes = 64 * 1024;
+  // The share of the message budget one connection may hold at once (its streams' messages
+  // being received together), but never less than one message of `max_message_bytes`: one
+  // peer cannot take the whole budget. 1 = no per-connection share.
+  double connection_budget_share = 0.25;
+};
+
+// What the limits ended, since the server started (read from any thread).
+struct GrpcCounters {
+  std::atomic<uint64_t> handshake_timeouts{0};    // no complete preface + SETTINGS in time
+  std::atomic<uint64_t> idle_closes{0};           // idle_timeout
+  std::atomic<uint64_t> age_closes{0};            // max_connection_age (GOAWAY sent)
+  std::atomic<uint64_t> stream_idle_resets{0};    // stream_idle_timeout
+  std::atomic<uint64_t> header_list_resets{0};    // max_header_list_bytes
+  std::atomic<uint64_t> messages_over_budget{0};  // the budget or the connection's share used
+};
+
 struct GrpcServerOptions {
   std::string host = "0.0.0.0";
   uint16_t port = 0;  // 0 = any free port (see port())
   std::size_t max_message_bytes = 4 * 1024 * 1024;
   uint32_t max_concurrent_streams = 10000;  // per connection
-  // A new connection that sends no byte within this is closed (its descriptor is the budget's).
+  // A new connection that has not sent the preface and its SETTINGS within this is closed (its
+  // descriptor is the budget's).
   std::chrono::milliseconds handshake_timeout{10000};
-  // Set: each message takes its bytes from it when its length arrives, before it is buffered,
-  // and gives them back as its handler gets it (null: no budget).
+  // Set: a message takes its bytes from it as they arrive (an announced length reserves
+  // nothing), before they are buffered, and gives them back as its handler gets it or its
+  // stream ends (null: no budget).
   std::shared_ptr<http::BodyBudget> message_budget;
+  GrpcLimits limits;
   // Set: a connection that does not open with the HTTP/2 preface is one HTTP/1.1 request,
   // answered by it and closed (http1_probe.h): the health port's HTTP probes.
   Http1Handler http1;
@@ -128,6 +167,7 @@ class GrpcServer {
   void shutdown(std::chrono::milliseconds timeout);
   // Calls open now (all methods).
   int open_calls() const;
+  const GrpcCounters& counters() const;
 
   struct Impl;  // grpc_server.cc's; the connections and calls hold it
 

@@ -18,6 +18,9 @@ using error_code = boost::system::error_code;
 constexpr std::size_t kWriteBatch = 256 * 1024;     // bytes gathered per socket write at most
 constexpr int32_t kStreamWindow = 4 * 1024 * 1024;  // a 16-MiB body in a few round trips
 constexpr int32_t kConnectionWindow = 16 * 1024 * 1024;
+// Between an idle connection's shutdown notice and its last GOAWAY: a round trip on any network
+// and the client's reaction (it moves new requests to a new connection).
+constexpr std::chrono::milliseconds kDrainNotice{1000};
 
 std::vector<nghttp2_nv> to_nv(const std::vector<http::Header>& headers) {
   // nghttp2 copies names and values on submit (no NO_COPY flags).
@@ -42,9 +45,14 @@ struct Http2Callbacks {
   static Http2Streams& streams(void* self) {
     return *static_cast<Http2Connection*>(self)->streams_;
   }
+  static Http2Connection& connection(void* self) { return *static_cast<Http2Connection*>(self); }
 
   static int on_begin_headers(nghttp2_session*, const nghttp2_frame* f, void* self) {
+    Http2Connection& c = connection(self);
+    c.header_bytes_ = 0;
     if (is_request_headers(f)) {
+      c.active_[f->hd.stream_id] = std::chrono::steady_clock::now();
+      c.idle_.cancel();
       streams(self).on_request_begin(f->hd.stream_id);
     }
     return 0;
@@ -52,6 +60,13 @@ struct Http2Callbacks {
   static int on_header(nghttp2_session*, const nghttp2_frame* f, const uint8_t* name,
                        std::size_t namelen, const uint8_t* value, std::size_t valuelen, uint8_t,
                        void* self) {
+    // RFC 9113 6.5.2's size: what the HPACK decoder expanded, however small its encoding.
+    Http2Connection& c = connection(self);
+    c.header_bytes_ += namelen + valuelen + 32;
+    if (c.header_bytes_ > c.options_.max_header_list_bytes) {
+      c.count(&GrpcCounters::header_list_resets);
+      return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // the stream is reset, the rest ignored
+    }
     if (is_request_headers(f)) {  // trailers from a client carry nothing a stream uses
       streams(self).on_request_header(
           f->hd.stream_id, std::string_view(reinterpret_cast<const char*>(name), namelen),
@@ -60,6 +75,10 @@ struct Http2Callbacks {
     return 0;
   }
   static int on_frame_recv(nghttp2_session*, const nghttp2_frame* f, void* self) {
+    if (f->hd.type == NGHTTP2_SETTINGS && (f->hd.flags & NGHTTP2_FLAG_ACK) == 0) {
+      connection(self).heard();  // the preface and its SETTINGS: the handshake is done
+    }
+    connection(self).touch(f->hd.stream_id);
     if (is_request_headers(f)) {
       streams(self).on_request_headers_end(f->hd.stream_id);
     }
@@ -71,10 +90,28 @@ struct Http2Callbacks {
   }
   static int on_data_chunk(nghttp2_session*, uint8_t, int32_t id, const uint8_t* data,
                            std::size_t len, void* self) {
+    connection(self).touch(id);
     streams(self).on_data(id, std::string_view(reinterpret_cast<const char*>(data), len));
     return 0;
   }
+  static int on_frame_send(nghttp2_session* session, const nghttp2_frame* f, void* self) {
+    connection(self).touch(f->hd.stream_id);
+    // A response complete while the client is still sending (a call the server ended early:
+    // over budget, a bad message, a deadline): RST_STREAM(NO_ERROR) asks it to stop (RFC 9113
+    // 8.1), so neither side keeps the half-open stream. Sent after the END_STREAM frame, so
+    // the response arrives whole.
+    if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
+        (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0 &&
+        nghttp2_session_get_stream_remote_close(session, f->hd.stream_id) == 0) {
+      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR);
+    }
+    return 0;
+  }
   static int on_stream_close(nghttp2_session*, int32_t id, uint32_t, void* self) {
+    Http2Connection& c = connection(self);
+    if (c.active_.erase(id) > 0 && c.active_.empty()) {
+      c.arm_idle();
+    }
     streams(self).on_stream_close(id);
     return 0;
   }
@@ -104,6 +141,7 @@ struct Http2Callbacks {
       nghttp2_session_callbacks_set_on_frame_recv_callback(c, &on_frame_recv);
       nghttp2_session_callbacks_set_on_data_chunk_recv_callback(c, &on_data_chunk);
       nghttp2_session_callbacks_set_on_stream_close_callback(c, &on_stream_close);
+      nghttp2_session_callbacks_set_on_frame_send_callback(c, &on_frame_send);
       return c;
     }();
     return cbs;
@@ -115,6 +153,9 @@ Http2Connection::Http2Connection(std::unique_ptr<ByteStream> stream, Http2Option
     : options_(std::move(options)),
       stream_(std::move(stream)),
       handshake_(loop),
+      idle_(loop),
+      age_(loop),
+      sweep_(loop),
       protocol_(options_.http1 ? Protocol::kUndecided : Protocol::kHttp2) {}
 
 Http2Connection::~Http2Connection() {
@@ -130,7 +171,8 @@ void Http2Connection::set_streams(std::unique_ptr<Http2Streams> streams) {
 void Http2Connection::start() {
   handshake_.expires_after(options_.handshake_timeout);
   handshake_.async_wait([weak = weak_from_this()](error_code ec) {
-    if (auto self = weak.lock(); self && !ec && !self->heard_) {
+    if (auto self = weak.lock(); self && !ec && !self->heard_ && !self->closed_) {
+      self->count(&GrpcCounters::handshake_timeouts);
       self->close();
     }
   });
@@ -146,6 +188,7 @@ void Http2Connection::start_http2() {
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, options_.max_concurrent_streams},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(kStreamWindow)},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, options_.max_header_list_bytes},
   };
   nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
   nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
@@ -155,6 +198,112 @@ void Http2Connection::heard() {
   if (!heard_) {
     heard_ = true;
     handshake_.cancel();
+    if (active_.empty()) {
+      arm_idle();
+    }
+    arm_age();
+    arm_sweep();
+  }
+}
+
+template <typename F>
+void Http2Connection::count(F field) {
+  if (options_.counters != nullptr) {
+    (options_.counters->*field).fetch_add(1);
+  }
+}
+
+void Http2Connection::touch(int32_t stream) {
+  if (options_.stream_idle_timeout.count() > 0 && stream != 0) {
+    if (auto it = active_.find(stream); it != active_.end()) {
+      it->second = std::chrono::steady_clock::now();
+    }
+  }
+}
+
+void Http2Connection::arm_idle() {
+  if (options_.idle_timeout.count() <= 0 || !heard_ || closed_) {
+    return;
+  }
+  // RFC 9113 6.8's graceful close: a GOAWAY naming no stream limit first, so a request the
+  // client sends meanwhile is still served, then after a round trip's grace the last GOAWAY.
+  // Closing at once would fail a request already on its way.
+  idle_.expires_after(draining_ ? std::min(options_.idle_timeout, kDrainNotice)
+                                : options_.idle_timeout);
+  idle_.async_wait([weak = weak_from_this()](error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->closed_ || !self->active_.empty()) {
+      return;
+    }
+    if (!self->draining_) {
+      self->draining_ = true;
+      self->count(&GrpcCounters::idle_closes);
+      nghttp2_submit_shutdown_notice(self->session_);
+      self->flush();
+      self->arm_idle();
+      return;
+    }
+    // Still no stream open: the last GOAWAY, then the connection closes once it is written.
+    nghttp2_session_terminate_session2(
+        self->session_, nghttp2_session_get_last_proc_stream_id(self->session_), NGHTTP2_NO_ERROR);
+    self->flush();
+  });
+}
+
+void Http2Connection::arm_age() {
+  if (options_.max_connection_age.count() <= 0) {
+    return;
+  }
+  age_.expires_after(options_.max_connection_age);
+  age_.async_wait([weak = weak_from_this()](error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->closed_) {
+      return;
+    }
+    if (self->aged_) {
+      self->close();  // the grace is over
+      return;
+    }
+    self->aged_ = true;
+    self->count(&GrpcCounters::age_closes);
+    self->go_away();  // its streams finish; it closes once they have, or after the grace
+    if (!self->closed_) {
+      self->age_.expires_after(self->options_.max_connection_age_grace);
+      self->age_.async_wait([weak = self->weak_from_this()](error_code ec) {
+        if (auto again = weak.lock(); again && !ec) {
+          again->close();
+        }
+      });
+    }
+  });
+}
+
+void Http2Connection::arm_sweep() {
+  if (options_.stream_idle_timeout.count() <= 0 || closed_) {
+    return;
+  }
+  // Every half timeout: a stream is reset between one and one and a half timeouts idle.
+  sweep_.expires_after(std::max(options_.stream_idle_timeout / 2, std::chrono::milliseconds(1)));
+  sweep_.async_wait([weak = weak_from_this()](error_code ec) {
+    if (auto self = weak.lock(); self && !ec && !self->closed_) {
+      self->sweep_idle_streams();
+      self->arm_sweep();
+    }
+  });
+}
+
+void Http2Connection::sweep_idle_streams() {
+  const auto stale = std::chrono::steady_clock::now() - options_.stream_idle_timeout;
+  bool reset = false;
+  for (const auto& [id, last] : active_) {
+    if (last <= stale) {
+      count(&GrpcCounters::stream_idle_resets);
+      nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+      reset = true;
+    }
+  }
+  if (reset) {
+    flush();  // the resets close the streams (on_stream_close) as they are sent
   }
 }
 
@@ -166,7 +315,6 @@ bool Http2Connection::sniff(const uint8_t* data, std::size_t n) {
       return true;  // a prefix of the preface: more bytes tell
     }
     if (protocol_ == Protocol::kHttp2) {
-      heard();
       start_http2();
       const std::string first = std::exchange(sniffed_, std::string());
       return receive(reinterpret_cast<const uint8_t*>(first.data()), first.size());
@@ -210,7 +358,6 @@ void Http2Connection::read() {
                          // handshake timeout still runs: a peer that stalls there is closed by it.
                          more = self->sniff(self->read_buffer_.data(), n);
                        } else {
-                         self->heard();
                          more = self->receive(self->read_buffer_.data(), n);
                        }
                        if (more && !self->closed_) {
@@ -326,6 +473,9 @@ void Http2Connection::close() {
   running_ = true;  // the streams' reactions below write nothing
   streams_->on_close();
   handshake_.cancel();
+  idle_.cancel();
+  age_.cancel();
+  sweep_.cancel();
   stream_->close();
 }
 

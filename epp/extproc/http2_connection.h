@@ -9,10 +9,15 @@
 // act in run_pending(), which the connection calls outside nghttp2 after each read and while
 // sending (the last frame of a stream closes it), so handlers never run re-entrantly.
 //
-// Bounds: SETTINGS_MAX_CONCURRENT_STREAMS from the options; a 4-MiB stream and 16-MiB
-// connection receive window; reads of 64 KiB; writes gathered up to 256 KiB; a connection that
-// sends no byte within `handshake_timeout` (or, with `http1`, stalls before its first request
-// is complete) is closed; bytes that are not HTTP/2 close the connection.
+// Bounds: SETTINGS_MAX_CONCURRENT_STREAMS and SETTINGS_MAX_HEADER_LIST_SIZE from the options
+// (a header block over the latter resets its stream); a 4-MiB stream and 16-MiB connection
+// receive window; reads of 64 KiB; writes gathered up to 256 KiB; a connection that has not
+// sent its preface and SETTINGS within `handshake_timeout` (or, with `http1`, stalls before its
+// first request is complete) is closed; then one with no open stream for `idle_timeout` gets
+// a shutdown notice (GOAWAY without a stream limit) and, still idle a moment later, the last
+// GOAWAY and is closed, a stream with no frame for `stream_idle_timeout` is reset, and one
+// older than `max_connection_age` gets GOAWAY and is closed after the grace; bytes that are not
+// HTTP/2 close the connection.
 //
 // Threads: created anywhere, then used on its worker only (start() posted there).
 #include <chrono>
@@ -21,12 +26,14 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <boost/asio/steady_timer.hpp>
 
 #include "common/http/message.h"
 #include "epp/extproc/byte_stream.h"
+#include "epp/extproc/grpc_server.h"
 #include "epp/extproc/http1_probe.h"
 
 struct nghttp2_session;
@@ -35,7 +42,15 @@ namespace llmd::epp::extproc {
 
 struct Http2Options {
   uint32_t max_concurrent_streams = 10000;
+  // Until the client's preface and first SETTINGS (or, with `http1`, its whole request).
   std::chrono::milliseconds handshake_timeout{10000};
+  // GrpcLimits' (grpc_server.h); 0 = off.
+  std::chrono::milliseconds idle_timeout{0};
+  std::chrono::milliseconds stream_idle_timeout{0};
+  std::chrono::milliseconds max_connection_age{0};
+  std::chrono::milliseconds max_connection_age_grace{0};
+  uint32_t max_header_list_bytes = 64 * 1024;
+  GrpcCounters* counters = nullptr;  // outlives the connection; null: not counted
   // Set: a connection that does not open with the HTTP/2 preface is one HTTP/1.1 request,
   // answered by it and closed (http1_probe.h).
   Http1Handler http1;
@@ -110,6 +125,14 @@ class Http2Connection : public std::enable_shared_from_this<Http2Connection> {
   // when the connection is done with (answered or closed).
   bool sniff(const uint8_t* data, std::size_t n);
   void heard();
+  // The limits' timers (GrpcLimits): armed once the handshake is done.
+  void arm_idle();
+  void arm_age();
+  void arm_sweep();
+  void sweep_idle_streams();
+  void touch(int32_t stream);
+  template <typename F>
+  void count(F field);
 
   // nghttp2's callbacks (http2_connection.cc) reach the members through `friend`.
   friend struct Http2Callbacks;
@@ -123,10 +146,18 @@ class Http2Connection : public std::enable_shared_from_this<Http2Connection> {
   bool writing_ = false;
   bool running_ = false;  // the streams are acting: flush once they are done
   bool closed_ = false;
-  boost::asio::steady_timer handshake_;  // closes a connection that never sends a byte
-  bool heard_ = false;                   // the peer has sent something
-  Protocol protocol_;                    // kUndecided until the first bytes tell (http1 only)
-  std::string sniffed_;                  // those first bytes, or the HTTP/1.1 request head
+  boost::asio::steady_timer handshake_;  // closes a connection that sends no preface+SETTINGS
+  bool heard_ = false;                   // the peer's preface and SETTINGS have arrived
+  boost::asio::steady_timer idle_;       // no open stream since
+  boost::asio::steady_timer age_;        // max connection age, then its grace
+  boost::asio::steady_timer sweep_;      // looks for idle streams
+  bool aged_ = false;                    // GOAWAY for age sent: the grace runs
+  bool draining_ = false;                // idle: the shutdown notice is sent, the last GOAWAY next
+  // Open request streams and when a frame last went either way on each.
+  std::unordered_map<int32_t, std::chrono::steady_clock::time_point> active_;
+  std::size_t header_bytes_ = 0;  // of the header block being received
+  Protocol protocol_;             // kUndecided until the first bytes tell (http1 only)
+  std::string sniffed_;           // those first bytes, or the HTTP/1.1 request head
 };
 
 }  // namespace llmd::epp::extproc

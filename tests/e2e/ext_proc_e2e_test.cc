@@ -500,5 +500,42 @@ TEST_F(ExtProcStack, IdleConnectionsBeyondTheDescriptorLimitLeaveTheGatewayServi
   EXPECT_EQ(res.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
+// The extProc.* start-up keys reach the gRPC port: a peer that did the HTTP/2 handshake and
+// opens no stream is closed after extProc.idleTimeoutMs (a shutdown notice, then the last
+// GOAWAY), and the EPP counts it in llmd_epp_ext_proc_limit_events_total.
+TEST_F(ExtProcStack, TheExtProcIdleTimeoutFromTheConfigClosesAnIdlePeerAndIsCounted) {
+  StackOptions o;
+  o.pods = 2;
+  o.startup["extProc.idleTimeoutMs"] = "300";
+  o.startup["extProc.maxHeaderListBytes"] = "32768";
+  start_gateway_mode(o);
+  http::testing::RawSocket idle(ext_proc_port_, 20);  // receive timeout 20 s: a hang guard
+  ASSERT_TRUE(idle.connected());
+  // The client preface and an empty SETTINGS frame (length 0, type 4, no flags, stream 0).
+  ASSERT_TRUE(idle.send_all(std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") +
+                            std::string("\0\0\0\x04\0\0\0\0\0", 9)));
+  EXPECT_TRUE(idle.wait_for_close()) << "the idle peer was not closed";
+  double closes = 0;
+  for (int i = 0; i < 100 && closes < 1; ++i) {  // hang guard: 10 s
+    closes = metric_sum(stack_->metrics(),
+                        "llmd_epp_ext_proc_limit_events_total{limit=\"idle_timeout\"}");
+    if (closes < 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  EXPECT_GE(closes, 1) << stack_->metrics();
+  // The gateway's own channel, idle as long, was closed the same way. grpc-core 1.51's client
+  // then fails its first call with UNAVAILABLE ("Broken pipe") before reconnecting
+  // (docs/discussion/gateway-hardening.md), which is why the idle timeout's default is Envoy's
+  // hour; a new channel serves.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // its own connection, not the closed one's
+  auto fresh = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(ext_proc_port_),
+                                         grpc::InsecureChannelCredentials(), args);
+  ASSERT_TRUE(fresh->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
+  stub_ = pb::ExternalProcessor::NewStub(fresh);
+  EXPECT_FALSE(streamed_chat("a new connection after the idle close").empty());
+}
+
 }  // namespace
 }  // namespace llmd::testing

@@ -3,6 +3,7 @@
 // (the chart's config as it is).
 #include "epp/config/pool_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -80,7 +81,9 @@ TEST_F(StartupConfigFile, EverySectionIsRead) {
           "outlierDetection: {consecutiveFailures: 2, baseEjectionMs: 100, maxEjectionMs: 400,\n"
           "  maxEjectionPercent: 33.5, panicThresholdPercent: 0}\n"
           "leaderElection: {leaseDurationSeconds: 4, renewDeadlineSeconds: 2.5,\n"
-          "  retryPeriodSeconds: 0.5}\n")
+          "  retryPeriodSeconds: 0.5}\n"
+          "extProc: {idleTimeoutMs: 0, streamIdleTimeoutMs: 1000, maxConnectionAgeMs: 5000,\n"
+          "  maxConnectionAgeGraceMs: 200, maxHeaderListBytes: 8192, connectionBudgetShare: 0.5}\n")
           .startup;
   EXPECT_EQ(s.scrape_interval, std::chrono::milliseconds(25));
   EXPECT_EQ(s.staleness, std::chrono::milliseconds(900));
@@ -97,6 +100,18 @@ TEST_F(StartupConfigFile, EverySectionIsRead) {
   EXPECT_EQ(s.lease_duration, std::chrono::seconds(4));
   EXPECT_EQ(s.renew_deadline, std::chrono::milliseconds(2500));
   EXPECT_EQ(s.retry_period, std::chrono::milliseconds(500));
+  EXPECT_EQ(s.ext_proc_idle_timeout, std::chrono::milliseconds(0));
+  EXPECT_EQ(s.ext_proc_stream_idle_timeout, std::chrono::milliseconds(1000));
+  EXPECT_EQ(s.ext_proc_max_connection_age, std::chrono::milliseconds(5000));
+  EXPECT_EQ(s.ext_proc_max_connection_age_grace, std::chrono::milliseconds(200));
+  EXPECT_EQ(s.ext_proc_max_header_list_bytes, 8192u);
+  EXPECT_DOUBLE_EQ(s.ext_proc_connection_budget_share, 0.5);
+  // Every section of the table is a key the EPP config file accepts.
+  for (const StartupKey& k : startup_keys()) {
+    const std::string_view top = k.path.substr(0, k.path.find('.'));
+    EXPECT_NE(std::find(kEppFileKeys.begin(), kEppFileKeys.end(), top), kEppFileKeys.end())
+        << top << " (of " << k.path << ") is not in kEppFileKeys";
+  }
 }
 
 TEST_F(StartupConfigFile, BadValuesNameTheKeyItsLineAndTheRange) {

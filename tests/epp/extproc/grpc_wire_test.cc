@@ -10,13 +10,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/http/body_budget.h"
 #include "common/http/io_workers.h"
 #include "epp/extproc/grpc_framing.h"
 #include "epp/extproc/grpc_server.h"
@@ -234,6 +237,309 @@ TEST_F(GrpcWireTest, APrefixOf4GiBEndsTheCallWithResourceExhausted) {
   EXPECT_EQ(call.fields["grpc-status"], "8");
   EXPECT_EQ(call.fields["grpc-message"],
             "message of 4294967295 bytes is over the limit of 4194304");
+}
+
+// A hostile HTTP/2 peer on one connection: streams that send what the test says and no more
+// (a body without END_STREAM stays open), and what the server does to them and to the
+// connection. `Open::kNothing` sends no byte, `kPrefaceOnly` the 24-byte preface without
+// SETTINGS; `kHandshake` the preface and SETTINGS, as every real client does.
+class RawPeer {
+ public:
+  enum class Open { kNothing, kPrefaceOnly, kHandshake };
+  explicit RawPeer(uint16_t port, Open open = Open::kHandshake) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    timeval tick{0, 20000};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tick, sizeof(tick));
+    if (open == Open::kPrefaceOnly) {
+      const std::string preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+      ::send(fd_, preface.data(), preface.size(), MSG_NOSIGNAL);
+    }
+    if (open != Open::kHandshake) {
+      return;
+    }
+    nghttp2_session_callbacks* cbs = nullptr;
+    nghttp2_session_callbacks_new(&cbs);
+    nghttp2_session_callbacks_set_send_callback(cbs, &on_send);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, &on_frame);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, &on_header);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, &on_close);
+    nghttp2_session_client_new(&session_, cbs, this);
+    nghttp2_session_callbacks_del(cbs);
+    nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, nullptr, 0);
+  }
+  ~RawPeer() {
+    if (session_ != nullptr) {
+      nghttp2_session_del(session_);
+    }
+    ::close(fd_);
+  }
+
+  // A stream on `path` carrying `body`; END_STREAM only with `end`.
+  int32_t open(const std::string& path, std::string body, bool end,
+               const std::vector<std::pair<std::string, std::string>>& extra = {}) {
+    std::vector<std::pair<std::string, std::string>> h{{":method", "POST"},
+                                                       {":scheme", "http"},
+                                                       {":path", path},
+                                                       {":authority", "localhost"},
+                                                       {"content-type", "application/grpc"},
+                                                       {"te", "trailers"}};
+    h.insert(h.end(), extra.begin(), extra.end());
+    std::vector<nghttp2_nv> nv;
+    for (auto& [n, v] : h) {
+      nv.push_back({reinterpret_cast<uint8_t*>(n.data()), reinterpret_cast<uint8_t*>(v.data()),
+                    n.size(), v.size(), NGHTTP2_NV_FLAG_NONE});
+    }
+    auto body_source = std::make_unique<Body>(Body{std::move(body), 0, end});
+    nghttp2_data_provider provider{};
+    provider.source.ptr = body_source.get();
+    provider.read_callback = &read_body;
+    const int32_t id =
+        nghttp2_submit_request(session_, nullptr, nv.data(), nv.size(), &provider, nullptr);
+    bodies_.push_back(std::move(body_source));
+    nghttp2_session_send(session_);
+    return id;
+  }
+
+  // Sends what is pending and reads until `done()` holds, the server closes the connection or
+  // `bound` passes (a hang guard, not a timing assertion); done()'s value.
+  bool pump(const std::function<bool()>& done,
+            std::chrono::milliseconds bound = std::chrono::seconds(20)) {
+    const auto end = std::chrono::steady_clock::now() + bound;
+    while (!done() && !eof && std::chrono::steady_clock::now() < end) {
+      if (session_ != nullptr) {
+        nghttp2_session_send(session_);
+      }
+      uint8_t buffer[16384];
+      const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        eof = true;
+      } else if (n > 0 && session_ != nullptr) {
+        nghttp2_session_mem_recv(session_, buffer, static_cast<std::size_t>(n));
+      }
+    }
+    return done();
+  }
+  bool wait_closed() {
+    return pump([] { return false; }), eof;
+  }
+
+  bool connected() const { return connected_; }
+  bool eof = false;                    // the server closed the connection
+  bool goaway = false;                 // a GOAWAY arrived
+  std::map<int32_t, uint32_t> closed;  // stream -> RST_STREAM code (0: closed normally)
+  std::map<int32_t, std::map<std::string, std::string>> fields;
+
+ private:
+  struct Body {
+    std::string bytes;
+    std::size_t pos;
+    bool end;
+  };
+  static ssize_t on_send(nghttp2_session*, const uint8_t* data, std::size_t n, int, void* self) {
+    return ::send(static_cast<RawPeer*>(self)->fd_, data, n, MSG_NOSIGNAL);
+  }
+  static int on_frame(nghttp2_session*, const nghttp2_frame* f, void* self) {
+    if (f->hd.type == NGHTTP2_GOAWAY) {
+      static_cast<RawPeer*>(self)->goaway = true;
+    }
+    return 0;
+  }
+  static int on_header(nghttp2_session*, const nghttp2_frame* f, const uint8_t* name,
+                       std::size_t namelen, const uint8_t* value, std::size_t valuelen, uint8_t,
+                       void* self) {
+    static_cast<RawPeer*>(self)
+        ->fields[f->hd.stream_id][std::string(reinterpret_cast<const char*>(name), namelen)] =
+        std::string(reinterpret_cast<const char*>(value), valuelen);
+    return 0;
+  }
+  static int on_close(nghttp2_session*, int32_t id, uint32_t code, void* self) {
+    static_cast<RawPeer*>(self)->closed[id] = code;
+    return 0;
+  }
+  static ssize_t read_body(nghttp2_session*, int32_t, uint8_t* buf, std::size_t length,
+                           uint32_t* flags, nghttp2_data_source* source, void*) {
+    auto& b = *static_cast<Body*>(source->ptr);
+    const std::size_t n = std::min(length, b.bytes.size() - b.pos);
+    std::copy_n(b.bytes.data() + b.pos, n, buf);
+    b.pos += n;
+    if (b.pos == b.bytes.size()) {
+      if (!b.end) {
+        return n > 0 ? static_cast<ssize_t>(n) : NGHTTP2_ERR_DEFERRED;  // the stream stays open
+      }
+      *flags |= NGHTTP2_DATA_FLAG_EOF;
+    }
+    return static_cast<ssize_t>(n);
+  }
+
+  int fd_ = -1;
+  bool connected_ = false;
+  nghttp2_session* session_ = nullptr;
+  std::vector<std::unique_ptr<Body>> bodies_;
+};
+
+// The limits of GrpcLimits, each made short or small so the test reaches it; what is not under
+// test stays off.
+class GrpcLimitsTest : public ::testing::Test {
+ protected:
+  void start(GrpcLimits limits, std::size_t budget_bytes = 0,
+             std::size_t max_message = 4 * 1024 * 1024,
+             std::chrono::milliseconds handshake = std::chrono::seconds(10)) {
+    GrpcServerOptions o;
+    o.host = "127.0.0.1";
+    o.limits = limits;
+    o.max_message_bytes = max_message;
+    o.handshake_timeout = handshake;
+    if (budget_bytes > 0) {
+      budget_ = std::make_shared<http::BodyBudget>(budget_bytes);
+      o.message_budget = budget_;
+    }
+    server_ = std::make_unique<GrpcServer>(o, workers_);
+    server_->add_method("/test.Echo/Echo", [](std::shared_ptr<GrpcCall> call) {
+      return std::make_unique<Echo>(std::move(call));
+    });
+    server_->add_method("/test.Hold/Hold",
+                        [](std::shared_ptr<GrpcCall>) { return std::make_unique<Hold>(); });
+    server_->start();
+  }
+  static GrpcLimits off() {
+    GrpcLimits l;
+    l.idle_timeout = l.stream_idle_timeout = l.max_connection_age = {};
+    l.connection_budget_share = 1;
+    return l;
+  }
+  void TearDown() override {
+    server_.reset();
+    workers_.stop();
+  }
+  // An echo of `bytes` on a connection of its own: its grpc-status.
+  std::string echo(std::size_t bytes) {
+    RawCall call(server_->port());
+    std::string body;
+    append_message(body, std::string(bytes, 'e'));
+    if (!call.run("", body)) {
+      return "transport failed";
+    }
+    return call.fields["grpc-status"];
+  }
+
+  http::IoWorkers workers_{2, "grpc-limits"};
+  std::shared_ptr<http::BodyBudget> budget_;
+  std::unique_ptr<GrpcServer> server_;
+};
+
+// Issue 49's first attack: prefixes announcing large messages with nothing after them held the
+// whole budget. Now a message holds what has arrived of it.
+TEST_F(GrpcLimitsTest, AnnouncedLengthsReserveNothingOfTheBudget) {
+  start(off(), 1024 * 1024);
+  RawPeer hostile(server_->port());
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 16; ++i) {
+    ids.push_back(hostile.open("/test.Hold/Hold", prefix(0, 1000 * 1000), false));
+  }
+  ASSERT_TRUE(hostile.pump([&] { return server_->open_calls() == 16; }));
+  EXPECT_LE(budget_->held(), 16u * 5) << "16 announcements of 1 MB hold their prefixes only";
+  EXPECT_EQ(echo(200 * 1024), "0") << "another client's message still fits";
+  EXPECT_EQ(server_->counters().messages_over_budget.load(), 0u);
+}
+
+// One connection's streams, each sending most of a message, stop at its share of the budget;
+// another connection's message still fits.
+TEST_F(GrpcLimitsTest, OneConnectionHoldsAtMostItsShareOfTheBudget) {
+  GrpcLimits l = off();
+  l.connection_budget_share = 0.25;
+  start(l, 1024 * 1024, 64 * 1024);
+  RawPeer hostile(server_->port());
+  for (int i = 0; i < 8; ++i) {  // 8 x 60 KiB of 64-KiB messages: 480 KiB against a 256-KiB share
+    hostile.open("/test.Hold/Hold", prefix(0, 64 * 1024) + std::string(60 * 1024, 'h'), false);
+  }
+  ASSERT_TRUE(hostile.pump([&] { return server_->counters().messages_over_budget.load() >= 4; }))
+      << "over its share: " << server_->counters().messages_over_budget.load();
+  EXPECT_LE(budget_->held(), 256u * 1024);
+  EXPECT_EQ(echo(60 * 1024), "0");
+  // The refused streams ended with RESOURCE_EXHAUSTED.
+  ASSERT_TRUE(hostile.pump([&] { return hostile.closed.size() >= 4; }));
+  int exhausted = 0;
+  for (const auto& [id, f] : hostile.fields) {
+    exhausted += f.count("grpc-status") > 0 && f.at("grpc-status") == "8" ? 1 : 0;
+  }
+  EXPECT_GE(exhausted, 4);
+}
+
+TEST_F(GrpcLimitsTest, APeerThatSendsNothingOrOnlyThePrefaceIsClosedAfterTheHandshakeTimeout) {
+  start(off(), 0, 4 * 1024 * 1024, std::chrono::milliseconds(200));
+  RawPeer silent(server_->port(), RawPeer::Open::kNothing);
+  RawPeer preface_only(server_->port(), RawPeer::Open::kPrefaceOnly);
+  ASSERT_TRUE(silent.connected() && preface_only.connected());
+  EXPECT_TRUE(silent.wait_closed());
+  EXPECT_TRUE(preface_only.wait_closed()) << "the preface without SETTINGS is no handshake";
+  EXPECT_EQ(server_->counters().handshake_timeouts.load(), 2u);
+}
+
+TEST_F(GrpcLimitsTest, AConnectionWithNoStreamGetsGoawayAfterTheIdleTimeout) {
+  GrpcLimits l = off();
+  l.idle_timeout = std::chrono::milliseconds(200);
+  start(l);
+  RawPeer idle(server_->port());
+  EXPECT_TRUE(idle.wait_closed());
+  EXPECT_TRUE(idle.goaway);
+  EXPECT_EQ(server_->counters().idle_closes.load(), 1u);
+  // A connection with a stream open is not idle; once the stream ends it is.
+  RawPeer busy(server_->port());
+  const int32_t id = busy.open("/test.Hold/Hold", "", false);
+  ASSERT_TRUE(busy.pump([&] { return server_->open_calls() == 1; }));
+  busy.pump([] { return false; }, std::chrono::milliseconds(600));
+  EXPECT_FALSE(busy.eof) << "closed with a stream open";
+  EXPECT_EQ(busy.closed.count(id), 0u);
+}
+
+TEST_F(GrpcLimitsTest, AStreamWithNoFrameForTheStreamIdleTimeoutIsCancelled) {
+  GrpcLimits l = off();
+  l.stream_idle_timeout = std::chrono::milliseconds(200);
+  start(l);
+  RawPeer peer(server_->port());
+  const int32_t id = peer.open("/test.Hold/Hold", prefix(0, 100), false);
+  ASSERT_TRUE(peer.pump([&] { return peer.closed.count(id) > 0; }));
+  EXPECT_EQ(peer.closed[id], static_cast<uint32_t>(NGHTTP2_CANCEL));
+  EXPECT_FALSE(peer.eof) << "the connection stays";
+  EXPECT_EQ(server_->counters().stream_idle_resets.load(), 1u);
+  ASSERT_TRUE(peer.pump([&] { return server_->open_calls() == 0; })) << "the call ended";
+}
+
+TEST_F(GrpcLimitsTest, AHeaderBlockOverTheAdvertisedListSizeResetsItsStreamOnly) {
+  GrpcLimits l = off();
+  l.max_header_list_bytes = 4096;
+  start(l);
+  RawPeer peer(server_->port());
+  const int32_t big =
+      peer.open("/test.Echo/Echo", "", true, {{"x-padding", std::string(8000, 'p')}});
+  ASSERT_TRUE(peer.pump([&] { return peer.closed.count(big) > 0; }));
+  EXPECT_NE(peer.closed[big], 0u) << "reset, not answered";
+  EXPECT_EQ(server_->counters().header_list_resets.load(), 1u);
+  std::string body;
+  append_message(body, "fine");
+  const int32_t small = peer.open("/test.Echo/Echo", body, true);
+  ASSERT_TRUE(peer.pump([&] { return peer.closed.count(small) > 0; }));
+  EXPECT_EQ(peer.fields[small]["grpc-status"], "0") << "the connection serves on";
+}
+
+TEST_F(GrpcLimitsTest, AConnectionPastItsMaxAgeGetsGoawayItsStreamsFinishThenItCloses) {
+  GrpcLimits l = off();
+  l.max_connection_age = std::chrono::milliseconds(200);
+  l.max_connection_age_grace = std::chrono::milliseconds(300);
+  start(l);
+  RawPeer peer(server_->port());
+  const int32_t held = peer.open("/test.Hold/Hold", "", false);
+  ASSERT_TRUE(peer.pump([&] { return peer.goaway; }));
+  EXPECT_FALSE(peer.eof) << "the grace lets its stream finish";
+  EXPECT_EQ(server_->counters().age_closes.load(), 1u);
+  EXPECT_TRUE(peer.wait_closed()) << "closed after the grace";
+  (void)held;
+  ASSERT_TRUE(peer.pump([&] { return server_->open_calls() == 0; }) || server_->open_calls() == 0);
 }
 
 }  // namespace
