@@ -345,6 +345,8 @@ EppApp::Impl::Impl(const EppOptions& o)
     eo.limits.max_connection_age = st.ext_proc_max_connection_age;
     eo.limits.max_connection_age_grace = st.ext_proc_max_connection_age_grace;
     eo.limits.max_header_list_bytes = st.ext_proc_max_header_list_bytes;
+    eo.limits.keepalive_interval = st.ext_proc_keepalive_interval;
+    eo.limits.keepalive_timeout = st.ext_proc_keepalive_timeout;
     eo.limits.connection_budget_share = st.ext_proc_connection_budget_share;
     if (o.upstream.secure_serving) {
       eo.tls_context = extproc::tls_context_source(o.upstream.cert_path, o.upstream.tls_min_version,
@@ -475,6 +477,7 @@ EppApp::Impl::ext_proc_limit_events() {
     return {{"handshake_timeout", c->handshake_timeouts.load()},
             {"idle_timeout", c->idle_closes.load()},
             {"max_connection_age", c->age_closes.load()},
+            {"keepalive_timeout", c->keepalive_timeouts.load()},
             {"stream_idle_timeout", c->stream_idle_resets.load()},
             {"max_header_list_bytes", c->header_list_resets.load()},
             {"message_budget", c->messages_over_budget.load()}};

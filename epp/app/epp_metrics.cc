@@ -69,7 +69,8 @@ EppMetrics::EppMetrics(prometheus::Registry& registry, EppMetricSources sources)
                             .Name("llmd_epp_ext_proc_limit_events_total")
                             .Help(
                                 "What the ext_proc port's per-peer limits ended: connections "
-                                "closed (handshake_timeout, idle_timeout, max_connection_age), "
+                                "closed (handshake_timeout, idle_timeout, max_connection_age, "
+                                "keepalive_timeout), "
                                 "streams reset (stream_idle_timeout, max_header_list_bytes), "
                                 "messages refused (message_budget)")
                             .Register(registry);

@@ -171,6 +171,22 @@ const std::vector<Row>& rows() {
        kNoMax,
        true,
        ms_into(&StartupSettings::ext_proc_max_connection_age_grace)},
+      {{"extProc.keepaliveIntervalMs", "7200000",
+        "A gateway connection silent this long gets a PING (grpc-go's server default, "
+        "upstream's: 2 h); 0 = never"},
+       Kind::kNumber,
+       0,
+       kNoMax,
+       true,
+       ms_into(&StartupSettings::ext_proc_keepalive_interval)},
+      {{"extProc.keepaliveTimeoutMs", "20000",
+        "No byte back within this after that PING closes the connection (a gateway gone without "
+        "closing it)"},
+       Kind::kNumber,
+       1,
+       kNoMax,
+       true,
+       ms_into(&StartupSettings::ext_proc_keepalive_timeout)},
       {{"extProc.maxHeaderListBytes", "65536",
         "SETTINGS_MAX_HEADER_LIST_SIZE advertised on the ext_proc port and enforced per header "
         "block (name + value + 32 per field): a larger block resets its stream"},

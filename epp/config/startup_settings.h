@@ -9,7 +9,8 @@
 //                      maxEjectionPercent: 10, panicThresholdPercent: 50}
 //   leaderElection: {leaseDurationSeconds: 15, renewDeadlineSeconds: 10, retryPeriodSeconds: 2}
 //   extProc:    {idleTimeoutMs: 3600000, streamIdleTimeoutMs: 300000, maxConnectionAgeMs: 0,
-//                maxConnectionAgeGraceMs: 300000, maxHeaderListBytes: 65536,
+//                maxConnectionAgeGraceMs: 300000, keepaliveIntervalMs: 7200000,
+//                keepaliveTimeoutMs: 20000, maxHeaderListBytes: 65536,
 //                connectionBudgetShare: 0.25}
 //
 // They were flags once; flags are for deployment (ports, addresses, credentials, pool, sidecar
@@ -50,6 +51,8 @@ struct StartupSettings {
   std::chrono::milliseconds ext_proc_stream_idle_timeout{300000};
   std::chrono::milliseconds ext_proc_max_connection_age{0};
   std::chrono::milliseconds ext_proc_max_connection_age_grace{300000};
+  std::chrono::milliseconds ext_proc_keepalive_interval{7200000};
+  std::chrono::milliseconds ext_proc_keepalive_timeout{20000};
   uint32_t ext_proc_max_header_list_bytes = 64 * 1024;
   double ext_proc_connection_budget_share = 0.25;
   // leaderElection: client-go's durations.

@@ -492,6 +492,8 @@ void GrpcServer::Impl::adopt(std::unique_ptr<ByteStream> stream, http::Connectio
   ho.max_connection_age = options.limits.max_connection_age;
   ho.max_connection_age_grace = options.limits.max_connection_age_grace;
   ho.max_header_list_bytes = options.limits.max_header_list_bytes;
+  ho.keepalive_interval = options.limits.keepalive_interval;
+  ho.keepalive_timeout = options.limits.keepalive_timeout;
   ho.counters = &counters;
   ho.http1 = options.http1;
   auto connection =

@@ -101,6 +101,11 @@ struct GrpcLimits {
   // later (Envoy's max_connection_duration and drain; off by default, as there).
   std::chrono::milliseconds max_connection_age{0};
   std::chrono::milliseconds max_connection_age_grace{300000};
+  // A connection the peer has sent nothing on this long gets a PING; no byte back within the
+  // timeout closes it (a gateway gone without a FIN). grpc-go's server defaults, upstream's: 2 h
+  // and 20 s.
+  std::chrono::milliseconds keepalive_interval{7200000};
+  std::chrono::milliseconds keepalive_timeout{20000};
   // SETTINGS_MAX_HEADER_LIST_SIZE, advertised and enforced (name + value + 32 per field, per
   // header block): a stream over it is reset. Envoy's max_request_headers_kb is 60 KiB.
   uint32_t max_header_list_bytes = 64 * 1024;
@@ -115,6 +120,7 @@ struct GrpcCounters {
   std::atomic<uint64_t> handshake_timeouts{0};    // no complete preface + SETTINGS in time
   std::atomic<uint64_t> idle_closes{0};           // idle_timeout
   std::atomic<uint64_t> age_closes{0};            // max_connection_age (GOAWAY sent)
+  std::atomic<uint64_t> keepalive_timeouts{0};    // a PING unanswered
   std::atomic<uint64_t> stream_idle_resets{0};    // stream_idle_timeout
   std::atomic<uint64_t> header_list_resets{0};    // max_header_list_bytes
   std::atomic<uint64_t> messages_over_budget{0};  // the budget or the connection's share used

@@ -156,6 +156,7 @@ Http2Connection::Http2Connection(std::unique_ptr<ByteStream> stream, Http2Option
       idle_(loop),
       age_(loop),
       sweep_(loop),
+      keepalive_(loop),
       protocol_(options_.http1 ? Protocol::kUndecided : Protocol::kHttp2) {}
 
 Http2Connection::~Http2Connection() {
@@ -203,7 +204,35 @@ void Http2Connection::heard() {
     }
     arm_age();
     arm_sweep();
+    arm_keepalive();
   }
+}
+
+void Http2Connection::arm_keepalive() {
+  if (options_.keepalive_interval.count() <= 0 || closed_) {
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  keepalive_.expires_at(ping_outstanding_ ? now + options_.keepalive_timeout
+                                          : last_heard_from_ + options_.keepalive_interval);
+  keepalive_.async_wait([weak = weak_from_this()](error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->closed_) {
+      return;
+    }
+    const auto silent = std::chrono::steady_clock::now() - self->last_heard_from_;
+    if (self->ping_outstanding_) {
+      self->count(&GrpcCounters::keepalive_timeouts);
+      self->close();
+      return;
+    }
+    if (silent >= self->options_.keepalive_interval) {
+      self->ping_outstanding_ = true;
+      nghttp2_submit_ping(self->session_, NGHTTP2_FLAG_NONE, nullptr);
+      self->flush();
+    }
+    self->arm_keepalive();
+  });
 }
 
 template <typename F>
@@ -331,6 +360,8 @@ bool Http2Connection::sniff(const uint8_t* data, std::size_t n) {
 }
 
 bool Http2Connection::receive(const uint8_t* data, std::size_t n) {
+  last_heard_from_ = std::chrono::steady_clock::now();
+  ping_outstanding_ = false;  // any byte shows the peer is there, not only the PING's ACK
   const ssize_t rv = nghttp2_session_mem_recv(session_, data, n);
   run_streams();
   if (rv < 0) {
@@ -476,6 +507,7 @@ void Http2Connection::close() {
   idle_.cancel();
   age_.cancel();
   sweep_.cancel();
+  keepalive_.cancel();
   stream_->close();
 }
 

@@ -16,7 +16,9 @@
 // first request is complete) is closed; then one with no open stream for `idle_timeout` gets
 // a shutdown notice (GOAWAY without a stream limit) and, still idle a moment later, the last
 // GOAWAY and is closed, a stream with no frame for `stream_idle_timeout` is reset, and one
-// older than `max_connection_age` gets GOAWAY and is closed after the grace; bytes that are not
+// older than `max_connection_age` gets GOAWAY and is closed after the grace; a peer silent for
+// `keepalive_interval` gets a PING and is closed when no byte comes back within
+// `keepalive_timeout`; bytes that are not
 // HTTP/2 close the connection.
 //
 // Threads: created anywhere, then used on its worker only (start() posted there).
@@ -50,6 +52,8 @@ struct Http2Options {
   std::chrono::milliseconds max_connection_age{0};
   std::chrono::milliseconds max_connection_age_grace{0};
   uint32_t max_header_list_bytes = 64 * 1024;
+  std::chrono::milliseconds keepalive_interval{0};
+  std::chrono::milliseconds keepalive_timeout{0};
   GrpcCounters* counters = nullptr;  // outlives the connection; null: not counted
   // Set: a connection that does not open with the HTTP/2 preface is one HTTP/1.1 request,
   // answered by it and closed (http1_probe.h).
@@ -129,6 +133,7 @@ class Http2Connection : public std::enable_shared_from_this<Http2Connection> {
   void arm_idle();
   void arm_age();
   void arm_sweep();
+  void arm_keepalive();
   void sweep_idle_streams();
   void touch(int32_t stream);
   template <typename F>
@@ -152,7 +157,10 @@ class Http2Connection : public std::enable_shared_from_this<Http2Connection> {
   boost::asio::steady_timer age_;        // max connection age, then its grace
   boost::asio::steady_timer sweep_;      // looks for idle streams
   bool aged_ = false;                    // GOAWAY for age sent: the grace runs
-  bool draining_ = false;                // idle: the shutdown notice is sent, the last GOAWAY next
+  boost::asio::steady_timer keepalive_;  // a PING after a silence, then its deadline
+  std::chrono::steady_clock::time_point last_heard_from_{};  // the peer's last bytes
+  bool ping_outstanding_ = false;
+  bool draining_ = false;  // idle: the shutdown notice is sent, the last GOAWAY next
   // Open request streams and when a frame last went either way on each.
   std::unordered_map<int32_t, std::chrono::steady_clock::time_point> active_;
   std::size_t header_bytes_ = 0;  // of the header block being received

@@ -369,7 +369,7 @@ class RawPeer {
     b.pos += n;
     if (b.pos == b.bytes.size()) {
       if (!b.end) {
-        return n > 0 ? static_cast<ssize_t>(n) : NGHTTP2_ERR_DEFERRED;  // the stream stays open
+        return n > 0 ? static_cast<ssize_t>(n) : ssize_t{NGHTTP2_ERR_DEFERRED};  // stays open
       }
       *flags |= NGHTTP2_DATA_FLAG_EOF;
     }
@@ -408,7 +408,7 @@ class GrpcLimitsTest : public ::testing::Test {
   }
   static GrpcLimits off() {
     GrpcLimits l;
-    l.idle_timeout = l.stream_idle_timeout = l.max_connection_age = {};
+    l.idle_timeout = l.stream_idle_timeout = l.max_connection_age = l.keepalive_interval = {};
     l.connection_budget_share = 1;
     return l;
   }
@@ -540,6 +540,25 @@ TEST_F(GrpcLimitsTest, AConnectionPastItsMaxAgeGetsGoawayItsStreamsFinishThenItC
   EXPECT_TRUE(peer.wait_closed()) << "closed after the grace";
   (void)held;
   ASSERT_TRUE(peer.pump([&] { return server_->open_calls() == 0; }) || server_->open_calls() == 0);
+}
+
+// A peer that stops reading (gone without a FIN) gets a PING after the keepalive interval and is
+// closed when nothing comes back; one that answers stays.
+TEST_F(GrpcLimitsTest, APeerThatAnswersNoPingIsClosedAndOneThatAnswersStays) {
+  GrpcLimits l = off();
+  l.keepalive_interval = std::chrono::milliseconds(200);
+  l.keepalive_timeout = std::chrono::milliseconds(200);
+  start(l);
+  RawPeer gone(server_->port());
+  RawPeer alive(server_->port());
+  gone.pump([] { return false; }, std::chrono::milliseconds(50));  // the handshake, then silence
+  ASSERT_FALSE(gone.eof);
+  // `alive` reads and answers PINGs (nghttp2 acknowledges them) for five intervals and more.
+  alive.pump([] { return false; }, std::chrono::milliseconds(1200));
+  EXPECT_FALSE(alive.eof) << "an answering peer was closed";
+  // `gone` read nothing meanwhile: the server has given up on it.
+  EXPECT_TRUE(gone.wait_closed());
+  EXPECT_EQ(server_->counters().keepalive_timeouts.load(), 1u);
 }
 
 }  // namespace
