@@ -487,13 +487,7 @@ void GrpcServer::Impl::adopt(std::unique_ptr<ByteStream> stream, http::Connectio
   Http2Options ho;
   ho.max_concurrent_streams = options.max_concurrent_streams;
   ho.handshake_timeout = options.handshake_timeout;
-  ho.idle_timeout = options.limits.idle_timeout;
-  ho.stream_idle_timeout = options.limits.stream_idle_timeout;
-  ho.max_connection_age = options.limits.max_connection_age;
-  ho.max_connection_age_grace = options.limits.max_connection_age_grace;
-  ho.max_header_list_bytes = options.limits.max_header_list_bytes;
-  ho.keepalive_interval = options.limits.keepalive_interval;
-  ho.keepalive_timeout = options.limits.keepalive_timeout;
+  ho.limits = options.limits;
   ho.counters = &counters;
   ho.http1 = options.http1;
   auto connection =

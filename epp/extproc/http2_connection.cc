@@ -63,7 +63,7 @@ struct Http2Callbacks {
     // RFC 9113 6.5.2's size: what the HPACK decoder expanded, however small its encoding.
     Http2Connection& c = connection(self);
     c.header_bytes_ += namelen + valuelen + 32;
-    if (c.header_bytes_ > c.options_.max_header_list_bytes) {
+    if (c.header_bytes_ > c.options_.limits.max_header_list_bytes) {
       c.count(&GrpcCounters::header_list_resets);
       return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // the stream is reset, the rest ignored
     }
@@ -189,7 +189,7 @@ void Http2Connection::start_http2() {
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, options_.max_concurrent_streams},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(kStreamWindow)},
-      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, options_.max_header_list_bytes},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, options_.limits.max_header_list_bytes},
   };
   nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
   nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
@@ -209,12 +209,12 @@ void Http2Connection::heard() {
 }
 
 void Http2Connection::arm_keepalive() {
-  if (options_.keepalive_interval.count() <= 0 || closed_) {
+  if (options_.limits.keepalive_interval.count() <= 0 || closed_) {
     return;
   }
   const auto now = std::chrono::steady_clock::now();
-  keepalive_.expires_at(ping_outstanding_ ? now + options_.keepalive_timeout
-                                          : last_heard_from_ + options_.keepalive_interval);
+  keepalive_.expires_at(ping_outstanding_ ? now + options_.limits.keepalive_timeout
+                                          : last_heard_from_ + options_.limits.keepalive_interval);
   keepalive_.async_wait([weak = weak_from_this()](error_code ec) {
     auto self = weak.lock();
     if (ec || !self || self->closed_) {
@@ -226,7 +226,7 @@ void Http2Connection::arm_keepalive() {
       self->close();
       return;
     }
-    if (silent >= self->options_.keepalive_interval) {
+    if (silent >= self->options_.limits.keepalive_interval) {
       self->ping_outstanding_ = true;
       nghttp2_submit_ping(self->session_, NGHTTP2_FLAG_NONE, nullptr);
       self->flush();
@@ -243,7 +243,7 @@ void Http2Connection::count(F field) {
 }
 
 void Http2Connection::touch(int32_t stream) {
-  if (options_.stream_idle_timeout.count() > 0 && stream != 0) {
+  if (options_.limits.stream_idle_timeout.count() > 0 && stream != 0) {
     if (auto it = active_.find(stream); it != active_.end()) {
       it->second = std::chrono::steady_clock::now();
     }
@@ -251,14 +251,14 @@ void Http2Connection::touch(int32_t stream) {
 }
 
 void Http2Connection::arm_idle() {
-  if (options_.idle_timeout.count() <= 0 || !heard_ || closed_) {
+  if (options_.limits.idle_timeout.count() <= 0 || !heard_ || closed_) {
     return;
   }
   // RFC 9113 6.8's graceful close: a GOAWAY naming no stream limit first, so a request the
   // client sends meanwhile is still served, then after a round trip's grace the last GOAWAY.
   // Closing at once would fail a request already on its way.
-  idle_.expires_after(draining_ ? std::min(options_.idle_timeout, kDrainNotice)
-                                : options_.idle_timeout);
+  idle_.expires_after(draining_ ? std::min(options_.limits.idle_timeout, kDrainNotice)
+                                : options_.limits.idle_timeout);
   idle_.async_wait([weak = weak_from_this()](error_code ec) {
     auto self = weak.lock();
     if (ec || !self || self->closed_ || !self->active_.empty()) {
@@ -280,10 +280,10 @@ void Http2Connection::arm_idle() {
 }
 
 void Http2Connection::arm_age() {
-  if (options_.max_connection_age.count() <= 0) {
+  if (options_.limits.max_connection_age.count() <= 0) {
     return;
   }
-  age_.expires_after(options_.max_connection_age);
+  age_.expires_after(options_.limits.max_connection_age);
   age_.async_wait([weak = weak_from_this()](error_code ec) {
     auto self = weak.lock();
     if (ec || !self || self->closed_) {
@@ -297,7 +297,7 @@ void Http2Connection::arm_age() {
     self->count(&GrpcCounters::age_closes);
     self->go_away();  // its streams finish; it closes once they have, or after the grace
     if (!self->closed_) {
-      self->age_.expires_after(self->options_.max_connection_age_grace);
+      self->age_.expires_after(self->options_.limits.max_connection_age_grace);
       self->age_.async_wait([weak = self->weak_from_this()](error_code ec) {
         if (auto again = weak.lock(); again && !ec) {
           again->close();
@@ -308,11 +308,12 @@ void Http2Connection::arm_age() {
 }
 
 void Http2Connection::arm_sweep() {
-  if (options_.stream_idle_timeout.count() <= 0 || closed_) {
+  if (options_.limits.stream_idle_timeout.count() <= 0 || closed_) {
     return;
   }
   // Every half timeout: a stream is reset between one and one and a half timeouts idle.
-  sweep_.expires_after(std::max(options_.stream_idle_timeout / 2, std::chrono::milliseconds(1)));
+  sweep_.expires_after(
+      std::max(options_.limits.stream_idle_timeout / 2, std::chrono::milliseconds(1)));
   sweep_.async_wait([weak = weak_from_this()](error_code ec) {
     if (auto self = weak.lock(); self && !ec && !self->closed_) {
       self->sweep_idle_streams();
@@ -322,7 +323,7 @@ void Http2Connection::arm_sweep() {
 }
 
 void Http2Connection::sweep_idle_streams() {
-  const auto stale = std::chrono::steady_clock::now() - options_.stream_idle_timeout;
+  const auto stale = std::chrono::steady_clock::now() - options_.limits.stream_idle_timeout;
   bool reset = false;
   for (const auto& [id, last] : active_) {
     if (last <= stale) {

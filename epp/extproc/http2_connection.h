@@ -46,14 +46,9 @@ struct Http2Options {
   uint32_t max_concurrent_streams = 10000;
   // Until the client's preface and first SETTINGS (or, with `http1`, its whole request).
   std::chrono::milliseconds handshake_timeout{10000};
-  // GrpcLimits' (grpc_server.h); 0 = off.
-  std::chrono::milliseconds idle_timeout{0};
-  std::chrono::milliseconds stream_idle_timeout{0};
-  std::chrono::milliseconds max_connection_age{0};
-  std::chrono::milliseconds max_connection_age_grace{0};
-  uint32_t max_header_list_bytes = 64 * 1024;
-  std::chrono::milliseconds keepalive_interval{0};
-  std::chrono::milliseconds keepalive_timeout{0};
+  // The timeouts and the header-list size (grpc_server.h; its connection_budget_share is the
+  // streams' business, not the connection's).
+  GrpcLimits limits;
   GrpcCounters* counters = nullptr;  // outlives the connection; null: not counted
   // Set: a connection that does not open with the HTTP/2 preface is one HTTP/1.1 request,
   // answered by it and closed (http1_probe.h).

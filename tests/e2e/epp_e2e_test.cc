@@ -30,6 +30,23 @@ class EppStack : public ::testing::Test {
     }
   }
   virtual StackOptions options() { return {}; }
+  // Waits until the EPP has logged `n` config reloads (the EPP polls its file every second);
+  // false after the 30-s hang guard.
+  bool wait_for_reloads(int n) {
+    for (int i = 0; i < 300; ++i) {
+      const std::string log = stack_->epp->log();
+      int seen = 0;
+      for (auto at = log.find("config reloaded"); at != std::string::npos;
+           at = log.find("config reloaded", at + 1)) {
+        ++seen;
+      }
+      if (seen >= n) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
   std::unique_ptr<Stack> stack_;
 };
 
@@ -405,13 +422,7 @@ TEST_F(EppStack, ConfigReloadSwitchesPipelineWithoutDroppingRequests) {
   };
   wait_ok(10);
   stack_->write_pool("round-robin.yaml");
-  bool reloaded = false;
-  for (int i = 0; i < 300 && !reloaded; ++i) {  // hang guard: 30 s (the EPP polls every second)
-    reloaded = stack_->epp->log().find("config reloaded") != std::string::npos;
-    if (!reloaded) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  }
+  const bool reloaded = wait_for_reloads(1);
   const int at_reload = ok.load() + failed.load();
   wait_ok(at_reload + 10);
   stop = true;
@@ -437,32 +448,13 @@ TEST_F(EppStack, ConfigReloadSwitchesPipelineWithoutDroppingRequests) {
 // stream: the EPP has produced the one stream's samples only (waited on, not timed).
 TEST_F(EppStack, AHeuristicPipelineSendsTheTrainerNothing) {
   stack_->write_pool("round-robin.yaml");
-  bool reloaded = false;
-  for (int i = 0; i < 300 && !reloaded; ++i) {  // hang guard: 30 s (the EPP polls every second)
-    reloaded = stack_->epp->log().find("config reloaded") != std::string::npos;
-    if (!reloaded) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  }
-  ASSERT_TRUE(reloaded) << "hang guard (30 s): no config reload was logged";
+  ASSERT_TRUE(wait_for_reloads(1)) << "hang guard (30 s): no config reload was logged";
   for (int i = 0; i < 10; ++i) {
     ASSERT_EQ(stack_->complete(words(20, "rr" + std::to_string(i)), 4, true).status, 200);
   }
   EXPECT_NE(stack_->epp->log().find("no plugin trains this pipeline"), std::string::npos);
   stack_->write_pool("default-pipeline.yaml");
-  int reloads = 0;
-  for (int i = 0; i < 300 && reloads < 2; ++i) {  // hang guard: 30 s
-    const std::string log = stack_->epp->log();
-    reloads = 0;
-    for (auto at = log.find("config reloaded"); at != std::string::npos;
-         at = log.find("config reloaded", at + 1)) {
-      ++reloads;
-    }
-    if (reloads < 2) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  }
-  ASSERT_EQ(reloads, 2) << "hang guard (30 s): the second reload was not logged";
+  ASSERT_TRUE(wait_for_reloads(2)) << "hang guard (30 s): the second reload was not logged";
   ASSERT_EQ(stack_->complete(words(20, "trained"), 4, true).status, 200);
   double produced = 0;
   for (int i = 0; i < 300 && produced < 1; ++i) {  // hang guard: 30 s

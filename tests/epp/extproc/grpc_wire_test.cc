@@ -47,18 +47,23 @@ class Hold final : public GrpcCallHandler {
   void on_cancel() override {}
 };
 
+// A TCP connection to 127.0.0.1:`port` whose reads give up after `receive_timeout`.
+int connect_loopback(uint16_t port, timeval receive_timeout, bool& connected) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  connected = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &receive_timeout, sizeof(receive_timeout));
+  return fd;
+}
+
 // One blocking HTTP/2 client connection doing one call; what came back.
 class RawCall {
  public:
   explicit RawCall(uint16_t port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-    timeval hang_guard{10, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &hang_guard, sizeof(hang_guard));
+    fd_ = connect_loopback(port, {10, 0}, connected_);  // receive timeout: a hang guard
     nghttp2_session_callbacks* cbs = nullptr;
     nghttp2_session_callbacks_new(&cbs);
     nghttp2_session_callbacks_set_send_callback(cbs, &on_send);
@@ -247,14 +252,7 @@ class RawPeer {
  public:
   enum class Open { kNothing, kPrefaceOnly, kHandshake };
   explicit RawPeer(uint16_t port, Open open = Open::kHandshake) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-    timeval tick{0, 20000};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tick, sizeof(tick));
+    fd_ = connect_loopback(port, {0, 20000}, connected_);  // reads return every 20 ms
     if (open == Open::kPrefaceOnly) {
       const std::string preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
       ::send(fd_, preface.data(), preface.size(), MSG_NOSIGNAL);
