@@ -483,6 +483,10 @@ TEST_F(ExtProcStack, IdleConnectionsBeyondTheDescriptorLimitLeaveTheGatewayServi
       << stack_->epp->log();
   EXPECT_FALSE(streamed_chat("while the idle connections hold the budget").empty());
   EXPECT_TRUE(stack_->epp->running()) << stack_->epp->log();
+  // The probes' ports keep answering while the gRPC port's connections hold the budget: a
+  // kubelet would not restart the pod.
+  EXPECT_TRUE(stack_->epp->wait_http_ok(stack_->health_port, "/readyz", std::chrono::seconds(5)));
+  EXPECT_TRUE(stack_->epp->wait_http_ok(stack_->metrics_port, "/metrics", std::chrono::seconds(5)));
   idle.clear();
   // A channel with a subchannel of its own: a new connection, not the gateway's.
   grpc::ChannelArguments args;
