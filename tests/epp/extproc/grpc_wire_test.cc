@@ -1,6 +1,7 @@
 // The gRPC server against a raw HTTP/2 client (nghttp2), for what the gRPC library's client
 // never sends: a compressed flag without grpc-encoding, a 4 GiB length prefix, and a
-// grpc-timeout of 99999999H. The framing's rules (grpc_framing_test.cc) as the peer sees them.
+// grpc-timeout of 99999999H. The framing's rules (grpc_framing_test.cc) as the peer sees them,
+// and every per-peer limit of GrpcLimits played by the hostile peer it guards against.
 #include <nghttp2/nghttp2.h>
 #include <gtest/gtest.h>
 
@@ -59,14 +60,26 @@ int connect_loopback(uint16_t port, timeval receive_timeout, bool& connected) {
   return fd;
 }
 
-// One blocking HTTP/2 client connection doing one call; what came back.
-class RawCall {
+// A hostile HTTP/2 peer on one connection: streams that send what the test says and no more
+// (a body without END_STREAM stays open), and what the server does to them and to the
+// connection. `Open::kNothing` sends no byte, `kPrefaceOnly` the 24-byte preface without
+// SETTINGS; `kHandshake` the preface and SETTINGS, as every real client does.
+class RawPeer {
  public:
-  explicit RawCall(uint16_t port) {
-    fd_ = connect_loopback(port, {10, 0}, connected_);  // receive timeout: a hang guard
+  enum class Open { kNothing, kPrefaceOnly, kHandshake };
+  explicit RawPeer(uint16_t port, Open open = Open::kHandshake) {
+    fd_ = connect_loopback(port, {0, 20000}, connected_);  // reads return every 20 ms
+    if (open == Open::kPrefaceOnly) {
+      const std::string preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+      ::send(fd_, preface.data(), preface.size(), MSG_NOSIGNAL);
+    }
+    if (open != Open::kHandshake) {
+      return;
+    }
     nghttp2_session_callbacks* cbs = nullptr;
     nghttp2_session_callbacks_new(&cbs);
     nghttp2_session_callbacks_set_send_callback(cbs, &on_send);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, &on_frame);
     nghttp2_session_callbacks_set_on_header_callback(cbs, &on_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, &on_data);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, &on_close);
@@ -74,83 +87,111 @@ class RawCall {
     nghttp2_session_callbacks_del(cbs);
     nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, nullptr, 0);
   }
-  ~RawCall() {
-    nghttp2_session_del(session_);
+  ~RawPeer() {
+    if (session_ != nullptr) {
+      nghttp2_session_del(session_);
+    }
     ::close(fd_);
   }
 
-  // Sends the request (`body` as DATA, ending the stream) to `path` and, with `wait`, reads
-  // until the stream closes.
-  bool run(const std::string& timeout, std::string body,
-           const std::string& path = "/test.Echo/Echo", bool wait = true) {
-    body_ = std::move(body);
+  // A stream on `path` carrying `body`; END_STREAM only with `end`.
+  int32_t open(const std::string& path, std::string body, bool end,
+               const std::vector<std::pair<std::string, std::string>>& extra = {}) {
     std::vector<std::pair<std::string, std::string>> h{{":method", "POST"},
                                                        {":scheme", "http"},
                                                        {":path", path},
                                                        {":authority", "localhost"},
                                                        {"content-type", "application/grpc"},
                                                        {"te", "trailers"}};
-    if (!timeout.empty()) {
-      h.emplace_back("grpc-timeout", timeout);
-    }
+    h.insert(h.end(), extra.begin(), extra.end());
     std::vector<nghttp2_nv> nv;
     for (auto& [n, v] : h) {
       nv.push_back({reinterpret_cast<uint8_t*>(n.data()), reinterpret_cast<uint8_t*>(v.data()),
                     n.size(), v.size(), NGHTTP2_NV_FLAG_NONE});
     }
+    auto body_source = std::make_unique<Body>(Body{std::move(body), 0, end});
     nghttp2_data_provider provider{};
-    provider.source.ptr = this;
+    provider.source.ptr = body_source.get();
     provider.read_callback = &read_body;
-    if (!connected_ ||
-        nghttp2_submit_request(session_, nullptr, nv.data(), nv.size(), &provider, this) < 0) {
-      return false;
-    }
-    while (!closed_) {
-      if (nghttp2_session_send(session_) != 0) {
-        return false;
-      }
-      if (!wait) {
-        return true;
+    const int32_t id =
+        nghttp2_submit_request(session_, nullptr, nv.data(), nv.size(), &provider, nullptr);
+    bodies_.push_back(std::move(body_source));
+    nghttp2_session_send(session_);
+    return id;
+  }
+
+  // Sends what is pending and reads until `done()` holds, the server closes the connection or
+  // `bound` passes (a hang guard, not a timing assertion); done()'s value.
+  bool pump(const std::function<bool()>& done,
+            std::chrono::milliseconds bound = std::chrono::seconds(20)) {
+    const auto end = std::chrono::steady_clock::now() + bound;
+    while (!done() && !eof && std::chrono::steady_clock::now() < end) {
+      if (session_ != nullptr) {
+        nghttp2_session_send(session_);
       }
       uint8_t buffer[16384];
       const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
-      if (n <= 0 || nghttp2_session_mem_recv(session_, buffer, static_cast<std::size_t>(n)) < 0) {
-        return false;
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        eof = true;
+      } else if (n > 0 && session_ != nullptr) {
+        nghttp2_session_mem_recv(session_, buffer, static_cast<std::size_t>(n));
       }
     }
-    return true;
+    return done();
+  }
+  bool wait_closed() {
+    return pump([] { return false; }), eof;
   }
 
-  std::map<std::string, std::string> fields;  // response headers and trailers
-  std::string data;                           // response DATA
+  bool connected() const { return connected_; }
+  bool eof = false;                    // the server closed the connection
+  bool goaway = false;                 // a GOAWAY arrived
+  std::map<int32_t, uint32_t> closed;  // stream -> RST_STREAM code (0: closed normally)
+  std::map<int32_t, std::map<std::string, std::string>> fields;
+  std::map<int32_t, std::string> data;  // per stream, the response DATA
 
  private:
+  struct Body {
+    std::string bytes;
+    std::size_t pos;
+    bool end;
+  };
   static ssize_t on_send(nghttp2_session*, const uint8_t* data, std::size_t n, int, void* self) {
-    return ::send(static_cast<RawCall*>(self)->fd_, data, n, MSG_NOSIGNAL);
+    return ::send(static_cast<RawPeer*>(self)->fd_, data, n, MSG_NOSIGNAL);
   }
-  static int on_header(nghttp2_session*, const nghttp2_frame*, const uint8_t* name,
+  static int on_frame(nghttp2_session*, const nghttp2_frame* f, void* self) {
+    if (f->hd.type == NGHTTP2_GOAWAY) {
+      static_cast<RawPeer*>(self)->goaway = true;
+    }
+    return 0;
+  }
+  static int on_header(nghttp2_session*, const nghttp2_frame* f, const uint8_t* name,
                        std::size_t namelen, const uint8_t* value, std::size_t valuelen, uint8_t,
                        void* self) {
-    static_cast<RawCall*>(self)->fields[std::string(reinterpret_cast<const char*>(name), namelen)] =
+    static_cast<RawPeer*>(self)
+        ->fields[f->hd.stream_id][std::string(reinterpret_cast<const char*>(name), namelen)] =
         std::string(reinterpret_cast<const char*>(value), valuelen);
     return 0;
   }
-  static int on_data(nghttp2_session*, uint8_t, int32_t, const uint8_t* data, std::size_t n,
+  static int on_data(nghttp2_session*, uint8_t, int32_t id, const uint8_t* data, std::size_t n,
                      void* self) {
-    static_cast<RawCall*>(self)->data.append(reinterpret_cast<const char*>(data), n);
+    static_cast<RawPeer*>(self)->data[id].append(reinterpret_cast<const char*>(data), n);
     return 0;
   }
-  static int on_close(nghttp2_session*, int32_t, uint32_t, void* self) {
-    static_cast<RawCall*>(self)->closed_ = true;
+  static int on_close(nghttp2_session*, int32_t id, uint32_t code, void* self) {
+    static_cast<RawPeer*>(self)->closed[id] = code;
     return 0;
   }
   static ssize_t read_body(nghttp2_session*, int32_t, uint8_t* buf, std::size_t length,
                            uint32_t* flags, nghttp2_data_source* source, void*) {
-    auto& self = *static_cast<RawCall*>(source->ptr);
-    const std::size_t n = std::min(length, self.body_.size() - self.body_pos_);
-    std::copy_n(self.body_.data() + self.body_pos_, n, buf);
-    self.body_pos_ += n;
-    if (self.body_pos_ == self.body_.size()) {
+    auto& b = *static_cast<Body*>(source->ptr);
+    const std::size_t n = std::min(length, b.bytes.size() - b.pos);
+    std::copy_n(b.bytes.data() + b.pos, n, buf);
+    b.pos += n;
+    if (b.pos == b.bytes.size()) {
+      if (!b.end) {
+        return n > 0 ? static_cast<ssize_t>(n) : ssize_t{NGHTTP2_ERR_DEFERRED};  // stays open
+      }
       *flags |= NGHTTP2_DATA_FLAG_EOF;
     }
     return static_cast<ssize_t>(n);
@@ -159,9 +200,44 @@ class RawCall {
   int fd_ = -1;
   bool connected_ = false;
   nghttp2_session* session_ = nullptr;
-  std::string body_;
-  std::size_t body_pos_ = 0;
-  bool closed_ = false;
+  std::vector<std::unique_ptr<Body>> bodies_;
+};
+
+// One call on a RawPeer of its own: what came back.
+class RawCall {
+ public:
+  explicit RawCall(uint16_t port) : peer_(port) {}
+
+  // Sends the request (`body` as DATA, ending the stream) to `path` and, with `wait`, reads
+  // until the stream closes (a 10-s hang guard).
+  bool run(const std::string& timeout, std::string body,
+           const std::string& path = "/test.Echo/Echo", bool wait = true) {
+    std::vector<std::pair<std::string, std::string>> extra;
+    if (!timeout.empty()) {
+      extra.emplace_back("grpc-timeout", timeout);
+    }
+    if (!peer_.connected()) {
+      return false;
+    }
+    const int32_t id = peer_.open(path, std::move(body), true, extra);
+    if (id < 0) {
+      return false;
+    }
+    if (!wait) {
+      return true;
+    }
+    const bool closed =
+        peer_.pump([&] { return peer_.closed.count(id) > 0; }, std::chrono::seconds(10));
+    fields = peer_.fields[id];
+    data = peer_.data[id];
+    return closed;
+  }
+
+  std::map<std::string, std::string> fields;  // response headers and trailers
+  std::string data;                           // response DATA
+
+ private:
+  RawPeer peer_;
 };
 
 std::string prefix(unsigned char flag, uint32_t length) {
@@ -243,142 +319,6 @@ TEST_F(GrpcWireTest, APrefixOf4GiBEndsTheCallWithResourceExhausted) {
   EXPECT_EQ(call.fields["grpc-message"],
             "message of 4294967295 bytes is over the limit of 4194304");
 }
-
-// A hostile HTTP/2 peer on one connection: streams that send what the test says and no more
-// (a body without END_STREAM stays open), and what the server does to them and to the
-// connection. `Open::kNothing` sends no byte, `kPrefaceOnly` the 24-byte preface without
-// SETTINGS; `kHandshake` the preface and SETTINGS, as every real client does.
-class RawPeer {
- public:
-  enum class Open { kNothing, kPrefaceOnly, kHandshake };
-  explicit RawPeer(uint16_t port, Open open = Open::kHandshake) {
-    fd_ = connect_loopback(port, {0, 20000}, connected_);  // reads return every 20 ms
-    if (open == Open::kPrefaceOnly) {
-      const std::string preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-      ::send(fd_, preface.data(), preface.size(), MSG_NOSIGNAL);
-    }
-    if (open != Open::kHandshake) {
-      return;
-    }
-    nghttp2_session_callbacks* cbs = nullptr;
-    nghttp2_session_callbacks_new(&cbs);
-    nghttp2_session_callbacks_set_send_callback(cbs, &on_send);
-    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, &on_frame);
-    nghttp2_session_callbacks_set_on_header_callback(cbs, &on_header);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, &on_close);
-    nghttp2_session_client_new(&session_, cbs, this);
-    nghttp2_session_callbacks_del(cbs);
-    nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, nullptr, 0);
-  }
-  ~RawPeer() {
-    if (session_ != nullptr) {
-      nghttp2_session_del(session_);
-    }
-    ::close(fd_);
-  }
-
-  // A stream on `path` carrying `body`; END_STREAM only with `end`.
-  int32_t open(const std::string& path, std::string body, bool end,
-               const std::vector<std::pair<std::string, std::string>>& extra = {}) {
-    std::vector<std::pair<std::string, std::string>> h{{":method", "POST"},
-                                                       {":scheme", "http"},
-                                                       {":path", path},
-                                                       {":authority", "localhost"},
-                                                       {"content-type", "application/grpc"},
-                                                       {"te", "trailers"}};
-    h.insert(h.end(), extra.begin(), extra.end());
-    std::vector<nghttp2_nv> nv;
-    for (auto& [n, v] : h) {
-      nv.push_back({reinterpret_cast<uint8_t*>(n.data()), reinterpret_cast<uint8_t*>(v.data()),
-                    n.size(), v.size(), NGHTTP2_NV_FLAG_NONE});
-    }
-    auto body_source = std::make_unique<Body>(Body{std::move(body), 0, end});
-    nghttp2_data_provider provider{};
-    provider.source.ptr = body_source.get();
-    provider.read_callback = &read_body;
-    const int32_t id =
-        nghttp2_submit_request(session_, nullptr, nv.data(), nv.size(), &provider, nullptr);
-    bodies_.push_back(std::move(body_source));
-    nghttp2_session_send(session_);
-    return id;
-  }
-
-  // Sends what is pending and reads until `done()` holds, the server closes the connection or
-  // `bound` passes (a hang guard, not a timing assertion); done()'s value.
-  bool pump(const std::function<bool()>& done,
-            std::chrono::milliseconds bound = std::chrono::seconds(20)) {
-    const auto end = std::chrono::steady_clock::now() + bound;
-    while (!done() && !eof && std::chrono::steady_clock::now() < end) {
-      if (session_ != nullptr) {
-        nghttp2_session_send(session_);
-      }
-      uint8_t buffer[16384];
-      const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-        eof = true;
-      } else if (n > 0 && session_ != nullptr) {
-        nghttp2_session_mem_recv(session_, buffer, static_cast<std::size_t>(n));
-      }
-    }
-    return done();
-  }
-  bool wait_closed() {
-    return pump([] { return false; }), eof;
-  }
-
-  bool connected() const { return connected_; }
-  bool eof = false;                    // the server closed the connection
-  bool goaway = false;                 // a GOAWAY arrived
-  std::map<int32_t, uint32_t> closed;  // stream -> RST_STREAM code (0: closed normally)
-  std::map<int32_t, std::map<std::string, std::string>> fields;
-
- private:
-  struct Body {
-    std::string bytes;
-    std::size_t pos;
-    bool end;
-  };
-  static ssize_t on_send(nghttp2_session*, const uint8_t* data, std::size_t n, int, void* self) {
-    return ::send(static_cast<RawPeer*>(self)->fd_, data, n, MSG_NOSIGNAL);
-  }
-  static int on_frame(nghttp2_session*, const nghttp2_frame* f, void* self) {
-    if (f->hd.type == NGHTTP2_GOAWAY) {
-      static_cast<RawPeer*>(self)->goaway = true;
-    }
-    return 0;
-  }
-  static int on_header(nghttp2_session*, const nghttp2_frame* f, const uint8_t* name,
-                       std::size_t namelen, const uint8_t* value, std::size_t valuelen, uint8_t,
-                       void* self) {
-    static_cast<RawPeer*>(self)
-        ->fields[f->hd.stream_id][std::string(reinterpret_cast<const char*>(name), namelen)] =
-        std::string(reinterpret_cast<const char*>(value), valuelen);
-    return 0;
-  }
-  static int on_close(nghttp2_session*, int32_t id, uint32_t code, void* self) {
-    static_cast<RawPeer*>(self)->closed[id] = code;
-    return 0;
-  }
-  static ssize_t read_body(nghttp2_session*, int32_t, uint8_t* buf, std::size_t length,
-                           uint32_t* flags, nghttp2_data_source* source, void*) {
-    auto& b = *static_cast<Body*>(source->ptr);
-    const std::size_t n = std::min(length, b.bytes.size() - b.pos);
-    std::copy_n(b.bytes.data() + b.pos, n, buf);
-    b.pos += n;
-    if (b.pos == b.bytes.size()) {
-      if (!b.end) {
-        return n > 0 ? static_cast<ssize_t>(n) : ssize_t{NGHTTP2_ERR_DEFERRED};  // stays open
-      }
-      *flags |= NGHTTP2_DATA_FLAG_EOF;
-    }
-    return static_cast<ssize_t>(n);
-  }
-
-  int fd_ = -1;
-  bool connected_ = false;
-  nghttp2_session* session_ = nullptr;
-  std::vector<std::unique_ptr<Body>> bodies_;
-};
 
 // The limits of GrpcLimits, each made short or small so the test reaches it; what is not under
 // test stays off.
