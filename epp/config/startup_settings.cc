@@ -197,9 +197,11 @@ const std::vector<Row>& rows() {
        [](StartupSettings& s, double v) {
          s.ext_proc_max_header_list_bytes = static_cast<uint32_t>(v);
        }},
-      {{"extProc.connectionBudgetShare", "0.25",
+      {{"extProc.connectionBudgetShare", "1",
         "The share of the body budget one gateway connection may hold in messages being "
-        "received (never less than one message): one peer cannot take it all; 1 = no share"},
+        "received (never less than one message); below 1 when several gateways share the EPP "
+        "and one must not starve the others (a gateway multiplexes its requests on a few "
+        "connections, so a share also caps its own large prompts)"},
        Kind::kNumber,
        0.01,
        1,

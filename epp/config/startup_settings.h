@@ -11,7 +11,7 @@
 //   extProc:    {idleTimeoutMs: 3600000, streamIdleTimeoutMs: 300000, maxConnectionAgeMs: 0,
 //                maxConnectionAgeGraceMs: 300000, keepaliveIntervalMs: 7200000,
 //                keepaliveTimeoutMs: 20000, maxHeaderListBytes: 65536,
-//                connectionBudgetShare: 0.25}
+//                connectionBudgetShare: 1}
 //
 // They were flags once; flags are for deployment (ports, addresses, credentials, pool, sidecar
 // URLs, budgets), and a setting lives in one place. The components they configure are built
@@ -54,7 +54,7 @@ struct StartupSettings {
   std::chrono::milliseconds ext_proc_keepalive_interval{7200000};
   std::chrono::milliseconds ext_proc_keepalive_timeout{20000};
   uint32_t ext_proc_max_header_list_bytes = 64 * 1024;
-  double ext_proc_connection_budget_share = 0.25;
+  double ext_proc_connection_budget_share = 1;
   // leaderElection: client-go's durations.
   std::chrono::seconds lease_duration{15};
   std::chrono::milliseconds renew_deadline{10000};
