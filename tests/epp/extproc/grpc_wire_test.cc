@@ -245,18 +245,25 @@ std::string prefix(unsigned char flag, uint32_t length) {
           static_cast<char>(length >> 8), static_cast<char>(length)};
 }
 
+// A started server with two methods: /test.Echo/Echo and /test.Hold/Hold.
+std::unique_ptr<GrpcServer> echo_and_hold_server(const GrpcServerOptions& o,
+                                                 http::IoWorkers& workers) {
+  auto server = std::make_unique<GrpcServer>(o, workers);
+  server->add_method("/test.Echo/Echo", [](std::shared_ptr<GrpcCall> call) {
+    return std::make_unique<Echo>(std::move(call));
+  });
+  server->add_method("/test.Hold/Hold",
+                     [](std::shared_ptr<GrpcCall>) { return std::make_unique<Hold>(); });
+  server->start();
+  return server;
+}
+
 class GrpcWireTest : public ::testing::Test {
  protected:
   void SetUp() override {
     GrpcServerOptions o;
     o.host = "127.0.0.1";
-    server_ = std::make_unique<GrpcServer>(o, workers_);
-    server_->add_method("/test.Echo/Echo", [](std::shared_ptr<GrpcCall> call) {
-      return std::make_unique<Echo>(std::move(call));
-    });
-    server_->add_method("/test.Hold/Hold",
-                        [](std::shared_ptr<GrpcCall>) { return std::make_unique<Hold>(); });
-    server_->start();
+    server_ = echo_and_hold_server(o, workers_);
   }
   void TearDown() override {
     server_.reset();
@@ -336,13 +343,7 @@ class GrpcLimitsTest : public ::testing::Test {
       budget_ = std::make_shared<http::BodyBudget>(budget_bytes);
       o.message_budget = budget_;
     }
-    server_ = std::make_unique<GrpcServer>(o, workers_);
-    server_->add_method("/test.Echo/Echo", [](std::shared_ptr<GrpcCall> call) {
-      return std::make_unique<Echo>(std::move(call));
-    });
-    server_->add_method("/test.Hold/Hold",
-                        [](std::shared_ptr<GrpcCall>) { return std::make_unique<Hold>(); });
-    server_->start();
+    server_ = echo_and_hold_server(o, workers_);
   }
   static GrpcLimits off() {
     GrpcLimits l;
