@@ -90,7 +90,7 @@ struct Http2Callbacks {
   }
   static int on_data_chunk(nghttp2_session*, uint8_t, int32_t id, const uint8_t* data,
                            std::size_t len, void* self) {
-    connection(self).touch(id);
+    // No touch() here: on_frame_recv touches the stream once per DATA frame, after its chunks.
     streams(self).on_data(id, std::string_view(reinterpret_cast<const char*>(data), len));
     return 0;
   }
