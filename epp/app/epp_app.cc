@@ -348,6 +348,8 @@ EppApp::Impl::Impl(const EppOptions& o)
     eo.limits.keepalive_interval = st.ext_proc_keepalive_interval;
     eo.limits.keepalive_timeout = st.ext_proc_keepalive_timeout;
     eo.limits.connection_budget_share = st.ext_proc_connection_budget_share;
+    eo.limits.stream_buffer_bytes = st.ext_proc_stream_buffer_bytes;
+    eo.limits.connection_buffer_bytes = st.ext_proc_connection_buffer_bytes;
     if (o.upstream.secure_serving) {
       eo.tls_context = extproc::tls_context_source(o.upstream.cert_path, o.upstream.tls_min_version,
                                                    o.upstream.cert_reload);
@@ -480,7 +482,9 @@ EppApp::Impl::ext_proc_limit_events() {
             {"keepalive_timeout", c->keepalive_timeouts.load()},
             {"stream_idle_timeout", c->stream_idle_resets.load()},
             {"max_header_list_bytes", c->header_list_resets.load()},
-            {"message_budget", c->messages_over_budget.load()}};
+            {"message_budget", c->messages_over_budget.load()},
+            {"stream_buffer_bytes", c->stream_input_pauses.load()},
+            {"connection_buffer_bytes", c->connection_input_pauses.load()}};
   };
 }
 

@@ -207,6 +207,26 @@ const std::vector<Row>& rows() {
        1,
        false,
        [](StartupSettings& s, double v) { s.ext_proc_connection_budget_share = v; }},
+      {{"extProc.streamBufferBytes", "4194304",
+        "A gateway stream whose responses have more than this waiting unread gets no more of "
+        "its request (its HTTP/2 window stays shut) until half has gone (Envoy's watermark)"},
+       Kind::kNumber,
+       65536,
+       1073741824,
+       true,
+       [](StartupSettings& s, double v) {
+         s.ext_proc_stream_buffer_bytes = static_cast<std::size_t>(v);
+       }},
+      {{"extProc.connectionBufferBytes", "16777216",
+        "The same for all the streams of one gateway connection together: over it, no stream "
+        "of the connection gets more request bytes until half has gone"},
+       Kind::kNumber,
+       65536,
+       4294967296,
+       true,
+       [](StartupSettings& s, double v) {
+         s.ext_proc_connection_buffer_bytes = static_cast<std::size_t>(v);
+       }},
       {{"leaderElection.leaseDurationSeconds", "15",
         "With --leader-elect: whole seconds a Lease stays valid without renewal (a standby takes "
         "over after this long)"},

@@ -11,7 +11,8 @@
 //   extProc:    {idleTimeoutMs: 3600000, streamIdleTimeoutMs: 300000, maxConnectionAgeMs: 0,
 //                maxConnectionAgeGraceMs: 300000, keepaliveIntervalMs: 7200000,
 //                keepaliveTimeoutMs: 20000, maxHeaderListBytes: 65536,
-//                connectionBudgetShare: 1}
+//                connectionBudgetShare: 1, streamBufferBytes: 4194304,
+//                connectionBufferBytes: 16777216}
 //
 // They were flags once; flags are for deployment (ports, addresses, credentials, pool, sidecar
 // URLs, budgets), and a setting lives in one place. The components they configure are built
@@ -22,6 +23,7 @@
 //
 // Pure data and parsing; no thread of its own.
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -55,6 +57,8 @@ struct StartupSettings {
   std::chrono::milliseconds ext_proc_keepalive_timeout{20000};
   uint32_t ext_proc_max_header_list_bytes = 64 * 1024;
   double ext_proc_connection_budget_share = 1;
+  std::size_t ext_proc_stream_buffer_bytes = 4 * 1024 * 1024;
+  std::size_t ext_proc_connection_buffer_bytes = 16 * 1024 * 1024;
   // leaderElection: client-go's durations.
   std::chrono::seconds lease_duration{15};
   std::chrono::milliseconds renew_deadline{10000};

@@ -105,9 +105,11 @@ class CallImpl final : public GrpcCall, public Http2Body {
   std::vector<http::Header> trailers() const override { return status_trailers(status_); }
 
   // The connection's side.
+  std::size_t queued() const { return out_.size() - out_pos_; }
   const int32_t id_;
   std::string out_;  // framed messages not yet taken by nghttp2
   std::size_t out_pos_ = 0;
+  bool input_paused_ = false;      // queued() went over the stream buffer limit, not yet under half
   bool response_started_ = false;  // response headers submitted
   bool finished_ = false;          // the status is decided: trailers follow the output
   bool ended_ = false;             // nothing more from the handler
@@ -137,6 +139,10 @@ class GrpcConnection final : public Http2Streams {
 
   // A call has output (messages or its end) for the peer.
   void output(CallImpl& call);
+  // The call's response has `bytes` more waiting for the peer / nghttp2 took `bytes` of it: the
+  // watermarks of GrpcLimits::stream_buffer_bytes and connection_buffer_bytes.
+  void queued(CallImpl& call, std::size_t bytes);
+  void taken(CallImpl& call, std::size_t bytes);
 
   // Http2Streams
   void on_request_begin(int32_t id) override;
@@ -146,6 +152,7 @@ class GrpcConnection final : public Http2Streams {
   void on_end_stream(int32_t id) override { record(id, EventKind::kHalfClose); }
   void on_stream_close(int32_t id) override { record(id, EventKind::kClosed); }
   bool has_pending() const override { return !events_.empty(); }
+  bool wants_input(int32_t id) const override;
   void run_pending() override;
   void on_close() override;
 
@@ -194,16 +201,22 @@ class GrpcConnection final : public Http2Streams {
   std::unordered_map<int32_t, Stream> streams_;
   std::vector<Event> events_;
   const std::size_t connection_share_ = share_of(server_->options);
-  std::size_t held_ = 0;  // of the budget, by this connection's streams and events
+  std::size_t held_ = 0;       // of the budget, by this connection's streams and events
+  std::size_t queued_ = 0;     // response bytes of all its calls waiting for the peer
+  bool input_paused_ = false;  // queued_ went over the connection buffer limit, not yet under half
 };
 
 void CallImpl::send(std::string message) {
   if (ended_) {
     return;
   }
+  const std::size_t before = out_.size();
   if (!append_message(out_, message)) {
     finish({GrpcCode::kInternal, "a message of over 4 GiB cannot be framed"});
     return;
+  }
+  if (auto c = connection_.lock()) {
+    c->queued(*this, out_.size() - before);
   }
   output();
 }
@@ -234,7 +247,52 @@ std::size_t CallImpl::read(uint8_t* out, std::size_t max) {
     out_.clear();
     out_pos_ = 0;
   }
+  if (n > 0) {
+    if (auto c = connection_.lock()) {
+      c->taken(*this, n);
+    }
+  }
   return n;
+}
+
+void GrpcConnection::queued(CallImpl& call, std::size_t bytes) {
+  queued_ += bytes;
+  const GrpcLimits& limits = server_->options.limits;
+  if (!call.input_paused_ && call.queued() > limits.stream_buffer_bytes) {
+    call.input_paused_ = true;
+    server_->counters.stream_input_pauses.fetch_add(1);
+  }
+  if (!input_paused_ && queued_ > limits.connection_buffer_bytes) {
+    input_paused_ = true;
+    server_->counters.connection_input_pauses.fetch_add(1);
+  }
+}
+
+void GrpcConnection::taken(CallImpl& call, std::size_t bytes) {
+  queued_ -= std::min(bytes, queued_);
+  // Resumed at half the limit (Envoy's low watermark), so a peer reading slowly does not
+  // toggle the window with every frame.
+  const GrpcLimits& limits = server_->options.limits;
+  bool resumed = false;
+  if (call.input_paused_ && call.queued() <= limits.stream_buffer_bytes / 2) {
+    call.input_paused_ = false;
+    resumed = true;
+  }
+  if (input_paused_ && queued_ <= limits.connection_buffer_bytes / 2) {
+    input_paused_ = false;
+    resumed = true;
+  }
+  if (resumed) {
+    http2_.input_wanted();
+  }
+}
+
+bool GrpcConnection::wants_input(int32_t id) const {
+  if (id == 0) {
+    return !input_paused_;
+  }
+  const auto it = streams_.find(id);
+  return it == streams_.end() || !it->second.call || !it->second.call->input_paused_;
 }
 
 void GrpcConnection::output(CallImpl& call) {
@@ -429,6 +487,16 @@ std::size_t GrpcConnection::share_of(const GrpcServerOptions& o) {
 
 void GrpcConnection::release(Stream& s) {
   give_back(std::exchange(s.budgeted, 0));  // a message that will not arrive whole now
+  if (s.call && s.call->queued() > 0) {     // a response the peer reset unread
+    const std::size_t unread = s.call->queued();
+    s.call->out_.clear();
+    s.call->out_pos_ = 0;
+    queued_ -= std::min(unread, queued_);
+    if (input_paused_ && queued_ <= server_->options.limits.connection_buffer_bytes / 2) {
+      input_paused_ = false;
+      http2_.input_wanted();
+    }
+  }
   if (s.handler) {
     server_->calls.fetch_sub(1);
     if (!s.call->ended_) {

@@ -115,17 +115,28 @@ struct GrpcLimits {
   // connections, so a share of 0.25 refused 12 of 16 concurrent 16-MiB prompts (epp_memory,
   // gateway mode). Below 1 only where several gateways share one EPP.
   double connection_budget_share = 1;
+  // Envoy's watermarks on what the EPP has queued for a peer that does not read it: a stream
+  // whose response has more than `stream_buffer_bytes` waiting gets no more of its request
+  // (its flow-control window stays shut) until half of it has gone, and a connection whose
+  // streams together have more than `connection_buffer_bytes` waiting gets nothing more on any
+  // of them. Reading is never paused (the peer's WINDOW_UPDATEs must arrive), so what such a
+  // peer can make the EPP hold is the limit plus one receive window (4 MiB per stream, 16 MiB
+  // per connection) and what the handlers answer to it.
+  std::size_t stream_buffer_bytes = 4 * 1024 * 1024;
+  std::size_t connection_buffer_bytes = 16 * 1024 * 1024;
 };
 
 // What the limits ended, since the server started (read from any thread).
 struct GrpcCounters {
-  std::atomic<uint64_t> handshake_timeouts{0};    // no complete preface + SETTINGS in time
-  std::atomic<uint64_t> idle_closes{0};           // idle_timeout
-  std::atomic<uint64_t> age_closes{0};            // max_connection_age (GOAWAY sent)
-  std::atomic<uint64_t> keepalive_timeouts{0};    // a PING unanswered
-  std::atomic<uint64_t> stream_idle_resets{0};    // stream_idle_timeout
-  std::atomic<uint64_t> header_list_resets{0};    // max_header_list_bytes
-  std::atomic<uint64_t> messages_over_budget{0};  // the budget or the connection's share used
+  std::atomic<uint64_t> handshake_timeouts{0};       // no complete preface + SETTINGS in time
+  std::atomic<uint64_t> idle_closes{0};              // idle_timeout
+  std::atomic<uint64_t> age_closes{0};               // max_connection_age (GOAWAY sent)
+  std::atomic<uint64_t> keepalive_timeouts{0};       // a PING unanswered
+  std::atomic<uint64_t> stream_idle_resets{0};       // stream_idle_timeout
+  std::atomic<uint64_t> header_list_resets{0};       // max_header_list_bytes
+  std::atomic<uint64_t> messages_over_budget{0};     // the budget or the connection's share used
+  std::atomic<uint64_t> stream_input_pauses{0};      // stream_buffer_bytes reached
+  std::atomic<uint64_t> connection_input_pauses{0};  // connection_buffer_bytes reached
 };
 
 struct GrpcServerOptions {

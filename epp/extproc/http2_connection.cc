@@ -91,6 +91,9 @@ struct Http2Callbacks {
   static int on_data_chunk(nghttp2_session*, uint8_t, int32_t id, const uint8_t* data,
                            std::size_t len, void* self) {
     // No touch() here: on_frame_recv touches the stream once per DATA frame, after its chunks.
+    Http2Connection& c = connection(self);
+    c.unconsumed_[id] += len;
+    c.unconsumed_connection_ += len;
     streams(self).on_data(id, std::string_view(reinterpret_cast<const char*>(data), len));
     return 0;
   }
@@ -112,6 +115,7 @@ struct Http2Callbacks {
     if (c.active_.erase(id) > 0 && c.active_.empty()) {
       c.arm_idle();
     }
+    c.unconsumed_.erase(id);  // its window is gone; the connection's is given back as usual
     streams(self).on_stream_close(id);
     return 0;
   }
@@ -185,7 +189,12 @@ void Http2Connection::start() {
 }
 
 void Http2Connection::start_http2() {
-  nghttp2_session_server_new(&session_, Http2Callbacks::get(), this);
+  // The windows open as the streams take what arrived (give_window), not as it arrives.
+  nghttp2_option* option = nullptr;
+  nghttp2_option_new(&option);
+  nghttp2_option_set_no_auto_window_update(option, 1);
+  nghttp2_session_server_new2(&session_, Http2Callbacks::get(), this, option);
+  nghttp2_option_del(option);
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, options_.max_concurrent_streams},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(kStreamWindow)},
@@ -370,6 +379,7 @@ bool Http2Connection::receive(const uint8_t* data, std::size_t n) {
     close();
     return false;
   }
+  give_window();
   flush();
   return !closed_;
 }
@@ -428,6 +438,10 @@ void Http2Connection::flush(bool may_run_streams) {
       close();
       return;
     }
+    if (recheck_input_) {  // the output just taken brought a stream under its buffer limit
+      give_window();
+      continue;  // its WINDOW_UPDATE goes with this write
+    }
     // Sending the last frame of a stream closes it (on_stream_close): its handler goes now
     // (or, after a submit, when the write returns), not at the connection's next read.
     if (!may_run_streams || running_ || !streams_->has_pending()) {
@@ -452,6 +466,27 @@ void Http2Connection::flush(bool may_run_streams) {
                    }
                    self->flush();
                  });
+}
+
+void Http2Connection::give_window() {
+  recheck_input_ = false;
+  if (closed_ || session_ == nullptr) {
+    return;
+  }
+  // The connection's window and each stream's are given back separately: a stream whose
+  // response is not read holds its own window shut, not its neighbours' (no head-of-line
+  // blocking); the connection's shuts when all its responses together are over their limit.
+  if (unconsumed_connection_ > 0 && streams_->wants_input(0)) {
+    nghttp2_session_consume_connection(session_, std::exchange(unconsumed_connection_, 0));
+  }
+  for (auto it = unconsumed_.begin(); it != unconsumed_.end();) {
+    if (streams_->wants_input(it->first)) {
+      nghttp2_session_consume_stream(session_, it->first, it->second);
+      it = unconsumed_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void Http2Connection::flush_unless_running() {

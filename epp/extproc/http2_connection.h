@@ -11,7 +11,9 @@
 //
 // Bounds: SETTINGS_MAX_CONCURRENT_STREAMS and SETTINGS_MAX_HEADER_LIST_SIZE from the options
 // (a header block over the latter resets its stream); a 4-MiB stream and 16-MiB connection
-// receive window; reads of 64 KiB; writes gathered up to 256 KiB; a connection that has not
+// receive window, given back to the peer as the streams want more input (wants_input), not as
+// bytes arrive, so a peer that does not read its responses can send at most a window more;
+// reads of 64 KiB; writes gathered up to 256 KiB; a connection that has not
 // sent its preface and SETTINGS within `handshake_timeout` (or, with `http1`, stalls before its
 // first request is complete) is closed; then one with no open stream for `idle_timeout` gets
 // a shutdown notice (GOAWAY without a stream limit) and, still idle a moment later, the last
@@ -70,6 +72,11 @@ class Http2Streams {
   virtual void on_stream_close(int32_t stream) = 0;
   // Outside nghttp2: whether anything was recorded, and acting on it (may respond()).
   virtual bool has_pending() const = 0;
+  // Whether the bytes received on `stream` (0: on the connection) may go back to the peer's
+  // flow-control window now; false while the responses queued for the peer are over their
+  // buffer limit (Envoy's high watermark). When that changes back the streams call
+  // Http2Connection::input_wanted().
+  virtual bool wants_input(int32_t stream) const = 0;
   virtual void run_pending() = 0;
   // The connection closes: every stream is gone; what is submitted now is not sent.
   virtual void on_close() = 0;
@@ -103,6 +110,9 @@ class Http2Connection : public std::enable_shared_from_this<Http2Connection> {
   void respond(int32_t stream, const std::vector<http::Header>& headers, Http2Body* body);
   // The body of `stream` has more for read() (or is now complete).
   void resume(int32_t stream);
+  // A stream (or the connection) wants input again (Http2Streams::wants_input): the windows
+  // held back open with the next write. May be called from inside nghttp2 (a body's read).
+  void input_wanted() { recheck_input_ = true; }
   // No new streams (GOAWAY); the connection closes once its streams have.
   void go_away();
   // Closes at once: every stream is gone (Http2Streams::on_close).
@@ -119,6 +129,8 @@ class Http2Connection : public std::enable_shared_from_this<Http2Connection> {
   // Gathers what nghttp2 has to send into the write buffer; false on a session error.
   bool gather_output();
   void flush_unless_running();
+  // Gives the peer back the window for the bytes the streams want more of (wants_input).
+  void give_window();
   void run_streams();
   // Bytes of a connection whose protocol is not known yet, or of an HTTP/1.1 request; false
   // when the connection is done with (answered or closed).
@@ -158,6 +170,10 @@ class Http2Connection : public std::enable_shared_from_this<Http2Connection> {
   bool draining_ = false;  // idle: the shutdown notice is sent, the last GOAWAY next
   // Open request streams and when a frame last went either way on each.
   std::unordered_map<int32_t, std::chrono::steady_clock::time_point> active_;
+  // Received bytes not yet given back to the peer's window: per stream, and on the connection.
+  std::unordered_map<int32_t, std::size_t> unconsumed_;
+  std::size_t unconsumed_connection_ = 0;
+  bool recheck_input_ = false;    // input_wanted() since the last give_window()
   std::size_t header_bytes_ = 0;  // of the header block being received
   Protocol protocol_;             // kUndecided until the first bytes tell (http1 only)
   std::string sniffed_;           // those first bytes, or the HTTP/1.1 request head

@@ -67,7 +67,9 @@ int connect_loopback(uint16_t port, timeval receive_timeout, bool& connected) {
 class RawPeer {
  public:
   enum class Open { kNothing, kPrefaceOnly, kHandshake };
-  explicit RawPeer(uint16_t port, Open open = Open::kHandshake) {
+  // `window`: the SETTINGS_INITIAL_WINDOW_SIZE it announces (0: the server can send it no DATA
+  // until it opens its windows with open_windows()).
+  explicit RawPeer(uint16_t port, Open open = Open::kHandshake, uint32_t window = 65535) {
     fd_ = connect_loopback(port, {0, 20000}, connected_);  // reads return every 20 ms
     if (open == Open::kPrefaceOnly) {
       const std::string preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -85,7 +87,8 @@ class RawPeer {
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, &on_close);
     nghttp2_session_client_new(&session_, cbs, this);
     nghttp2_session_callbacks_del(cbs);
-    nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, nullptr, 0);
+    const nghttp2_settings_entry settings[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, window}};
+    nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, 1);
   }
   ~RawPeer() {
     if (session_ != nullptr) {
@@ -143,7 +146,44 @@ class RawPeer {
     return pump([] { return false; }), eof;
   }
 
+  // A reader at last: 1 GiB more of window for every stream and the connection.
+  void open_windows() {
+    const nghttp2_settings_entry settings[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1u << 30}};
+    nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, 1);
+    nghttp2_submit_window_update(session_, NGHTTP2_FLAG_NONE, 0, 1 << 30);
+  }
+  // Of the request body of the stream opened `n`-th (from 0): the bytes nghttp2 has sent.
+  std::size_t sent(std::size_t n) const { return bodies_.at(n)->pos; }
+  // The window the server has given this peer for `stream` (what it may send before more).
+  int32_t send_window(int32_t stream) const {
+    return std::min(nghttp2_session_get_stream_remote_window_size(session_, stream),
+                    nghttp2_session_get_remote_window_size(session_));
+  }
+
+  // Sends until the server's window stops it for good, or `all_sent()`: a window of 0 that is
+  // still 0 after two PING round trips (by the second ACK every WINDOW_UPDATE the server wrote
+  // for the bytes sent before the first has arrived). False on a close or the hang guard.
+  bool send_until_stuck(int32_t stream, const std::function<bool()>& all_sent) {
+    while (pump([&] { return all_sent() || send_window(stream) == 0; })) {
+      if (all_sent()) {
+        return true;
+      }
+      for (int round = 0; round < 2; ++round) {
+        const int acks = ping_acks;
+        nghttp2_submit_ping(session_, NGHTTP2_FLAG_NONE, nullptr);
+        if (!pump([&] { return ping_acks > acks; })) {
+          return false;
+        }
+      }
+      if (send_window(stream) == 0) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   bool connected() const { return connected_; }
+  int ping_acks = 0;
   bool eof = false;                    // the server closed the connection
   bool goaway = false;                 // a GOAWAY arrived
   std::map<int32_t, uint32_t> closed;  // stream -> RST_STREAM code (0: closed normally)
@@ -162,6 +202,9 @@ class RawPeer {
   static int on_frame(nghttp2_session*, const nghttp2_frame* f, void* self) {
     if (f->hd.type == NGHTTP2_GOAWAY) {
       static_cast<RawPeer*>(self)->goaway = true;
+    }
+    if (f->hd.type == NGHTTP2_PING && (f->hd.flags & NGHTTP2_FLAG_ACK) != 0) {
+      ++static_cast<RawPeer*>(self)->ping_acks;
     }
     return 0;
   }
@@ -498,6 +541,77 @@ TEST_F(GrpcLimitsTest, APeerThatAnswersNoPingIsClosedAndOneThatAnswersStays) {
   // `gone` read nothing meanwhile: the server has given up on it.
   EXPECT_TRUE(gone.wait_closed());
   EXPECT_EQ(server_->counters().keepalive_timeouts.load(), 1u);
+}
+
+// Issue 49's fourth attack: a peer that reads none of its responses kept sending, and every
+// echoed byte stayed in the EPP. Now its window stays shut once a stream has more than its
+// buffer limit queued: it sends at most that and one window (4 MiB) more; the connection serves
+// other streams meanwhile, and once the peer reads, every byte arrives.
+TEST_F(GrpcLimitsTest, APeerThatReadsNothingSendsAtMostItsBufferAndOneWindow) {
+  GrpcLimits l = off();
+  l.stream_buffer_bytes = 256 * 1024;
+  l.connection_buffer_bytes = 1u << 30;
+  start(l);
+  RawPeer deaf(server_->port(), RawPeer::Open::kHandshake, 0);
+  std::string body;
+  const std::string chunk(64 * 1024, 'd');
+  for (int i = 0; i < 256; ++i) {  // 16 MiB of echoes
+    append_message(body, chunk);
+  }
+  const std::size_t total = body.size();
+  const int32_t id = deaf.open("/test.Echo/Echo", body, true);
+  ASSERT_TRUE(deaf.send_until_stuck(id, [&] { return deaf.sent(0) == total; }));
+  const std::size_t window = 4 * 1024 * 1024;
+  EXPECT_LE(deaf.sent(0), l.stream_buffer_bytes + window + 2 * 65 * 1024)
+      << "sent " << deaf.sent(0) << " of " << total << " with no byte read";
+  EXPECT_GE(server_->counters().stream_input_pauses.load(), 1u);
+  // The shut window is this stream's only: another on the same connection is served.
+  std::string hello;
+  append_message(hello, "hello");
+  const int32_t other = deaf.open("/test.Echo/Echo", hello, true);
+  ASSERT_TRUE(deaf.pump([&] { return deaf.fields[other].count(":status") > 0; }));
+  EXPECT_EQ(echo(1000), "0") << "another connection is served";
+  deaf.open_windows();
+  ASSERT_TRUE(deaf.pump([&] { return deaf.closed.count(id) > 0; }, std::chrono::seconds(60)));
+  EXPECT_EQ(deaf.fields[id]["grpc-status"], "0");
+  EXPECT_EQ(deaf.data[id].size(), total) << "every echo arrives once the peer reads";
+}
+
+// The same for a connection's streams together: over the connection's limit none gets more.
+TEST_F(GrpcLimitsTest, AConnectionOverItsBufferLimitGetsNoMoreOnAnyStream) {
+  GrpcLimits l = off();
+  l.stream_buffer_bytes = 1u << 30;
+  l.connection_buffer_bytes = 512 * 1024;
+  start(l);
+  RawPeer deaf(server_->port(), RawPeer::Open::kHandshake, 0);
+  std::string body;
+  const std::string chunk(64 * 1024, 'd');
+  for (int i = 0; i < 128; ++i) {  // 8 MiB per stream
+    append_message(body, chunk);
+  }
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 8; ++i) {
+    ids.push_back(deaf.open("/test.Echo/Echo", body, true));
+  }
+  const auto sent_now = [&] {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      n += deaf.sent(i);
+    }
+    return n;
+  };
+  ASSERT_TRUE(deaf.send_until_stuck(ids[0], [&] { return sent_now() == 8 * body.size(); }));
+  const std::size_t sent = sent_now();
+  const std::size_t connection_window = 16 * 1024 * 1024;
+  EXPECT_LE(sent, l.connection_buffer_bytes + connection_window + 8 * 65 * 1024)
+      << "sent " << sent << " of " << 8 * body.size();
+  EXPECT_GE(server_->counters().connection_input_pauses.load(), 1u);
+  deaf.open_windows();
+  ASSERT_TRUE(
+      deaf.pump([&] { return deaf.closed.size() == ids.size(); }, std::chrono::seconds(60)));
+  for (const int32_t id : ids) {
+    EXPECT_EQ(deaf.data[id].size(), body.size()) << "stream " << id;
+  }
 }
 
 }  // namespace
