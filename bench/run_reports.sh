@@ -11,6 +11,7 @@
 #   realstack    bench/results/realstack/                                           ~12 min
 #   overhead     bench/results/epp_overhead{,_in_process}.{md,json}                 ~10 min
 #   memory       bench/results/{trainer_bulk_memory,epp_memory}.{md,json}           ~4 min
+#   attacks      bench/results/gateway_attacks.{md,json} (issue 49's attacks)       ~4 min
 #   trainer      bench/results/trainer_bench.{md,json}                              ~2 min
 #   predictor    bench/results/predictor_load.{md,json}                             ~2 min
 # Measurements hold /tmp/llmd-bench.lock so they never overlap another benchmark.
@@ -20,7 +21,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
 label="${LABEL:-current}"
-all=(routing holdout suite ablation replicas scalability realstack overhead memory trainer predictor)
+all=(routing holdout suite ablation replicas scalability realstack overhead memory attacks trainer predictor)
 if [ "${1:-}" = --list ] || [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then
   sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   exit 0
@@ -74,6 +75,9 @@ for step in "${steps[@]}"; do
       measure "$build/bench/epp_memory" --label "$label"
       measure "$build/bench/epp_memory" --slow-readers 100 --label "$label-slow"
       measure "$build/bench/epp_memory" --ext-proc true --label "$label-gateway" ;;
+    attacks)
+      build_targets gateway_attacks epp modelsim
+      measure "$build/bench/gateway_attacks" --seconds 10 ;;
     trainer)
       build_targets trainer_bench trainer
       measure "$build/bench/trainer_bench" ;;

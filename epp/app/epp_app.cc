@@ -350,6 +350,7 @@ EppApp::Impl::Impl(const EppOptions& o)
     eo.limits.connection_budget_share = st.ext_proc_connection_budget_share;
     eo.limits.stream_buffer_bytes = st.ext_proc_stream_buffer_bytes;
     eo.limits.connection_buffer_bytes = st.ext_proc_connection_buffer_bytes;
+    eo.max_connections = st.ext_proc_max_connections;
     if (o.upstream.secure_serving) {
       eo.tls_context = extproc::tls_context_source(o.upstream.cert_path, o.upstream.tls_min_version,
                                                    o.upstream.cert_reload);

@@ -227,6 +227,17 @@ const std::vector<Row>& rows() {
        [](StartupSettings& s, double v) {
          s.ext_proc_connection_buffer_bytes = static_cast<std::size_t>(v);
        }},
+      {{"extProc.maxConnections", "0",
+        "Gateway connections open at once (at the cap new ones wait in the backlog); 0 = half "
+        "the descriptors the EPP may give to connections, so the gateway port cannot starve "
+        "the proxy port"},
+       Kind::kNumber,
+       0,
+       1048576,
+       true,
+       [](StartupSettings& s, double v) {
+         s.ext_proc_max_connections = static_cast<std::size_t>(v);
+       }},
       {{"leaderElection.leaseDurationSeconds", "15",
         "With --leader-elect: whole seconds a Lease stays valid without renewal (a standby takes "
         "over after this long)"},

@@ -12,7 +12,7 @@
 //                maxConnectionAgeGraceMs: 300000, keepaliveIntervalMs: 7200000,
 //                keepaliveTimeoutMs: 20000, maxHeaderListBytes: 65536,
 //                connectionBudgetShare: 1, streamBufferBytes: 4194304,
-//                connectionBufferBytes: 16777216}
+//                connectionBufferBytes: 16777216, maxConnections: 0}
 //
 // They were flags once; flags are for deployment (ports, addresses, credentials, pool, sidecar
 // URLs, budgets), and a setting lives in one place. The components they configure are built
@@ -59,6 +59,7 @@ struct StartupSettings {
   double ext_proc_connection_budget_share = 1;
   std::size_t ext_proc_stream_buffer_bytes = 4 * 1024 * 1024;
   std::size_t ext_proc_connection_buffer_bytes = 16 * 1024 * 1024;
+  std::size_t ext_proc_max_connections = 0;
   // leaderElection: client-go's durations.
   std::chrono::seconds lease_duration{15};
   std::chrono::milliseconds renew_deadline{10000};

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/http/descriptor_budget.h"
 #include "common/http/io_workers.h"
 #include "epp/extproc/grpc_server.h"
 #include "epp/extproc/health_service.h"
@@ -108,6 +109,10 @@ void ExtProcServer::start() {
   o.tls_context = s.options.tls_context;
   o.message_budget = s.options.body_budget;
   o.limits = s.options.limits;
+  o.max_connections =
+      s.options.max_connections > 0
+          ? s.options.max_connections
+          : std::max<std::size_t>(1, http::DescriptorBudget::process().capacity() / 2);
   auto server = std::make_unique<GrpcServer>(o, s.workers());
   server->add_method(kProcessPath, [&s](std::shared_ptr<GrpcCall> call) {
     return std::make_unique<ProcessCall>(s.options.stream, s.services, s.active, std::move(call));

@@ -43,6 +43,10 @@ struct ExtProcServerOptions {
   std::size_t max_message_bytes = 0;
   // Timeouts, header-list size and per-connection budget share (grpc_server.h).
   GrpcLimits limits;
+  // Gateway connections open at once; at the cap the listener waits (connections stay in the
+  // kernel's backlog). 0 = half the process's descriptor budget, so peers on this port (a
+  // gateway needs a few connections) cannot take the descriptors the proxy port needs.
+  std::size_t max_connections = 0;
   // Set: TLS with h2 by ALPN (GrpcServerOptions::tls_context).
   std::function<std::shared_ptr<boost::asio::ssl::context>()> tls_context;
 };

@@ -15,7 +15,8 @@ namespace {
 namespace net = boost::asio;
 using error_code = boost::system::error_code;
 
-constexpr std::size_t kWriteBatch = 256 * 1024;     // bytes gathered per socket write at most
+constexpr std::size_t kWriteBatch = 256 * 1024;  // bytes gathered per socket write at most
+constexpr std::size_t kMaxReadBuffer = 64 * 1024;
 constexpr int32_t kStreamWindow = 4 * 1024 * 1024;  // a 16-MiB body in a few round trips
 constexpr int32_t kConnectionWindow = 16 * 1024 * 1024;
 // Between an idle connection's shutdown notice and its last GOAWAY: a round trip on any network
@@ -401,6 +402,9 @@ void Http2Connection::read() {
                          more = self->sniff(self->read_buffer_.data(), n);
                        } else {
                          more = self->receive(self->read_buffer_.data(), n);
+                       }
+                       if (n == self->read_buffer_.size() && n < kMaxReadBuffer) {
+                         self->read_buffer_.resize(n * 2);  // the peer sends more than fits
                        }
                        if (more && !self->closed_) {
                          self->read();

@@ -13,13 +13,13 @@
 // (a header block over the latter resets its stream); a 4-MiB stream and 16-MiB connection
 // receive window, given back to the peer as the streams want more input (wants_input), not as
 // bytes arrive, so a peer that does not read its responses can send at most a window more;
-// reads of 64 KiB; writes gathered up to 256 KiB; a connection that has not
-// sent its preface and SETTINGS within `handshake_timeout` (or, with `http1`, stalls before its
-// first request is complete) is closed; then one with no open stream for `idle_timeout` gets
-// a shutdown notice (GOAWAY without a stream limit) and, still idle a moment later, the last
-// GOAWAY and is closed, a stream with no frame for `stream_idle_timeout` is reset, and one
-// older than `max_connection_age` gets GOAWAY and is closed after the grace; a peer silent for
-// `keepalive_interval` gets a PING and is closed when no byte comes back within
+// reads of 4 KiB growing to 64 KiB while the peer fills them; writes gathered up to 256 KiB; a
+// connection that has not sent its preface and SETTINGS within `handshake_timeout` (or, with
+// `http1`, stalls before its first request is complete) is closed; then one with no open stream for
+// `idle_timeout` gets a shutdown notice (GOAWAY without a stream limit) and, still idle a moment
+// later, the last GOAWAY and is closed, a stream with no frame for `stream_idle_timeout` is reset,
+// and one older than `max_connection_age` gets GOAWAY and is closed after the grace; a peer silent
+// for `keepalive_interval` gets a PING and is closed when no byte comes back within
 // `keepalive_timeout`; bytes that are not
 // HTTP/2 close the connection.
 //
@@ -153,7 +153,9 @@ class Http2Connection : public std::enable_shared_from_this<Http2Connection> {
   const Http2Options options_;
   std::unique_ptr<ByteStream> stream_;
   nghttp2_session* session_ = nullptr;
-  std::vector<uint8_t> read_buffer_ = std::vector<uint8_t>(64 * 1024);
+  // 4 KiB, doubled (to 64 KiB) each time a read fills it: a connection that sends little (a
+  // probe, a preface-only peer) costs 4 KiB here, not 64.
+  std::vector<uint8_t> read_buffer_ = std::vector<uint8_t>(4 * 1024);
   std::string write_buffer_;
   bool writing_ = false;
   bool running_ = false;  // the streams are acting: flush once they are done

@@ -296,9 +296,10 @@ TEST(AsyncHttpClient, PostAtRunsTasksWhenDueAndTheDestructorDropsTheRest) {
 
 TEST(DescriptorBudget, KeepsAReserveAndNeverGivesMoreThanItHas) {
   EXPECT_EQ(DescriptorBudget::capacity_for(1024), 896u);
-  EXPECT_EQ(DescriptorBudget::capacity_for(64), 32u);
+  EXPECT_EQ(DescriptorBudget::capacity_for(64), 48u);
   EXPECT_EQ(DescriptorBudget::capacity_for(1 << 20), (1u << 20) - 1024u);
   EXPECT_EQ(DescriptorBudget::capacity_for(10), 1u);
+  EXPECT_EQ(DescriptorBudget::capacity_for(256, 36), 256u - 36u - 32u) << "what is open is kept";
   DescriptorBudget budget(5);
   EXPECT_TRUE(budget.try_take(2));
   EXPECT_TRUE(budget.try_take(2));

@@ -461,9 +461,9 @@ TEST_F(ExtProcStack, TheProxyAndTheGatewayTakeFromOneBodyBudget) {
 }
 
 // A 1,024-descriptor limit and 1,100 idle connections to the ext_proc port: the EPP's gRPC
-// server stops accepting at the process's descriptor budget instead of running out, the
-// gateway's open connection keeps serving, and new connections are accepted once the idle ones
-// are gone.
+// server stops accepting at its connection cap (half the process's descriptor budget) instead
+// of running out, the gateway's open connection keeps serving, the proxy and probe ports
+// answer, and new connections are accepted once the idle ones are gone.
 TEST_F(ExtProcStack, IdleConnectionsBeyondTheDescriptorLimitLeaveTheGatewayServing) {
   StackOptions o;
   o.pods = 2;
@@ -473,15 +473,17 @@ TEST_F(ExtProcStack, IdleConnectionsBeyondTheDescriptorLimitLeaveTheGatewayServi
   for (int i = 0; i < 1100; ++i) {
     idle.push_back(std::make_unique<http::testing::RawSocket>(ext_proc_port_, 1));
   }
-  // Hang guard: the listener reaches the budget within a few hundred connections.
-  for (int i = 0; i < 200 && stack_->epp->log().find("grpc: connections hold the descriptors") ==
-                                 std::string::npos;
-       ++i) {
+  // Hang guard: the listener reaches its cap within a few hundred connections.
+  const std::string at_cap = "grpc: the port's";
+  for (int i = 0; i < 200 && stack_->epp->log().find(at_cap) == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_NE(stack_->epp->log().find("grpc: connections hold the descriptors"), std::string::npos)
-      << stack_->epp->log();
+  EXPECT_NE(stack_->epp->log().find(at_cap), std::string::npos) << stack_->epp->log();
+  EXPECT_EQ(stack_->epp->log().find("connections hold the descriptors"), std::string::npos)
+      << "the gateway port stopped at its cap, before the process budget";
   EXPECT_FALSE(streamed_chat("while the idle connections hold the budget").empty());
+  EXPECT_EQ(stack_->complete(words(10, "proxy"), 2).status, 200)
+      << "the proxy port still has descriptors";
   EXPECT_TRUE(stack_->epp->running()) << stack_->epp->log();
   // The probes' ports keep answering while the gRPC port's connections hold the budget: a
   // kubelet would not restart the pod.

@@ -24,9 +24,13 @@
 #include "common/http/io_workers.h"
 #include "epp/extproc/grpc_framing.h"
 #include "epp/extproc/grpc_server.h"
+#include "tests/support/raw_h2_peer.h"
 
 namespace llmd::epp::extproc {
 namespace {
+
+using llmd::testing::grpc_prefix;
+using llmd::testing::RawPeer;
 
 // Echoes each message and ends OK when the client half-closes.
 class Echo final : public GrpcCallHandler {
@@ -46,204 +50,6 @@ class Hold final : public GrpcCallHandler {
   void on_message(std::string) override {}
   void on_half_close() override {}
   void on_cancel() override {}
-};
-
-// A TCP connection to 127.0.0.1:`port` whose reads give up after `receive_timeout`.
-int connect_loopback(uint16_t port, timeval receive_timeout, bool& connected) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  connected = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &receive_timeout, sizeof(receive_timeout));
-  return fd;
-}
-
-// A hostile HTTP/2 peer on one connection: streams that send what the test says and no more
-// (a body without END_STREAM stays open), and what the server does to them and to the
-// connection. `Open::kNothing` sends no byte, `kPrefaceOnly` the 24-byte preface without
-// SETTINGS; `kHandshake` the preface and SETTINGS, as every real client does.
-class RawPeer {
- public:
-  enum class Open { kNothing, kPrefaceOnly, kHandshake };
-  // `window`: the SETTINGS_INITIAL_WINDOW_SIZE it announces (0: the server can send it no DATA
-  // until it opens its windows with open_windows()).
-  explicit RawPeer(uint16_t port, Open open = Open::kHandshake, uint32_t window = 65535) {
-    fd_ = connect_loopback(port, {0, 20000}, connected_);  // reads return every 20 ms
-    if (open == Open::kPrefaceOnly) {
-      const std::string preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-      ::send(fd_, preface.data(), preface.size(), MSG_NOSIGNAL);
-    }
-    if (open != Open::kHandshake) {
-      return;
-    }
-    nghttp2_session_callbacks* cbs = nullptr;
-    nghttp2_session_callbacks_new(&cbs);
-    nghttp2_session_callbacks_set_send_callback(cbs, &on_send);
-    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, &on_frame);
-    nghttp2_session_callbacks_set_on_header_callback(cbs, &on_header);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, &on_data);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, &on_close);
-    nghttp2_session_client_new(&session_, cbs, this);
-    nghttp2_session_callbacks_del(cbs);
-    const nghttp2_settings_entry settings[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, window}};
-    nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, 1);
-  }
-  ~RawPeer() {
-    if (session_ != nullptr) {
-      nghttp2_session_del(session_);
-    }
-    ::close(fd_);
-  }
-
-  // A stream on `path` carrying `body`; END_STREAM only with `end`.
-  int32_t open(const std::string& path, std::string body, bool end,
-               const std::vector<std::pair<std::string, std::string>>& extra = {}) {
-    std::vector<std::pair<std::string, std::string>> h{{":method", "POST"},
-                                                       {":scheme", "http"},
-                                                       {":path", path},
-                                                       {":authority", "localhost"},
-                                                       {"content-type", "application/grpc"},
-                                                       {"te", "trailers"}};
-    h.insert(h.end(), extra.begin(), extra.end());
-    std::vector<nghttp2_nv> nv;
-    for (auto& [n, v] : h) {
-      nv.push_back({reinterpret_cast<uint8_t*>(n.data()), reinterpret_cast<uint8_t*>(v.data()),
-                    n.size(), v.size(), NGHTTP2_NV_FLAG_NONE});
-    }
-    auto body_source = std::make_unique<Body>(Body{std::move(body), 0, end});
-    nghttp2_data_provider provider{};
-    provider.source.ptr = body_source.get();
-    provider.read_callback = &read_body;
-    const int32_t id =
-        nghttp2_submit_request(session_, nullptr, nv.data(), nv.size(), &provider, nullptr);
-    bodies_.push_back(std::move(body_source));
-    nghttp2_session_send(session_);
-    return id;
-  }
-
-  // Sends what is pending and reads until `done()` holds, the server closes the connection or
-  // `bound` passes (a hang guard, not a timing assertion); done()'s value.
-  bool pump(const std::function<bool()>& done,
-            std::chrono::milliseconds bound = std::chrono::seconds(20)) {
-    const auto end = std::chrono::steady_clock::now() + bound;
-    while (!done() && !eof && std::chrono::steady_clock::now() < end) {
-      if (session_ != nullptr) {
-        nghttp2_session_send(session_);
-      }
-      uint8_t buffer[16384];
-      const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-        eof = true;
-      } else if (n > 0 && session_ != nullptr) {
-        nghttp2_session_mem_recv(session_, buffer, static_cast<std::size_t>(n));
-      }
-    }
-    return done();
-  }
-  bool wait_closed() {
-    return pump([] { return false; }), eof;
-  }
-
-  // A reader at last: 1 GiB more of window for every stream and the connection.
-  void open_windows() {
-    const nghttp2_settings_entry settings[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1u << 30}};
-    nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, 1);
-    nghttp2_submit_window_update(session_, NGHTTP2_FLAG_NONE, 0, 1 << 30);
-  }
-  // Of the request body of the stream opened `n`-th (from 0): the bytes nghttp2 has sent.
-  std::size_t sent(std::size_t n) const { return bodies_.at(n)->pos; }
-  // The window the server has given this peer for `stream` (what it may send before more).
-  int32_t send_window(int32_t stream) const {
-    return std::min(nghttp2_session_get_stream_remote_window_size(session_, stream),
-                    nghttp2_session_get_remote_window_size(session_));
-  }
-
-  // Sends until the server's window stops it for good, or `all_sent()`: a window of 0 that is
-  // still 0 after two PING round trips (by the second ACK every WINDOW_UPDATE the server wrote
-  // for the bytes sent before the first has arrived). False on a close or the hang guard.
-  bool send_until_stuck(int32_t stream, const std::function<bool()>& all_sent) {
-    while (pump([&] { return all_sent() || send_window(stream) == 0; })) {
-      if (all_sent()) {
-        return true;
-      }
-      for (int round = 0; round < 2; ++round) {
-        const int acks = ping_acks;
-        nghttp2_submit_ping(session_, NGHTTP2_FLAG_NONE, nullptr);
-        if (!pump([&] { return ping_acks > acks; })) {
-          return false;
-        }
-      }
-      if (send_window(stream) == 0) {
-        return true;
-      }
-    }
-    return false;
-  }
-
-  bool connected() const { return connected_; }
-  int ping_acks = 0;
-  bool eof = false;                    // the server closed the connection
-  bool goaway = false;                 // a GOAWAY arrived
-  std::map<int32_t, uint32_t> closed;  // stream -> RST_STREAM code (0: closed normally)
-  std::map<int32_t, std::map<std::string, std::string>> fields;
-  std::map<int32_t, std::string> data;  // per stream, the response DATA
-
- private:
-  struct Body {
-    std::string bytes;
-    std::size_t pos;
-    bool end;
-  };
-  static ssize_t on_send(nghttp2_session*, const uint8_t* data, std::size_t n, int, void* self) {
-    return ::send(static_cast<RawPeer*>(self)->fd_, data, n, MSG_NOSIGNAL);
-  }
-  static int on_frame(nghttp2_session*, const nghttp2_frame* f, void* self) {
-    if (f->hd.type == NGHTTP2_GOAWAY) {
-      static_cast<RawPeer*>(self)->goaway = true;
-    }
-    if (f->hd.type == NGHTTP2_PING && (f->hd.flags & NGHTTP2_FLAG_ACK) != 0) {
-      ++static_cast<RawPeer*>(self)->ping_acks;
-    }
-    return 0;
-  }
-  static int on_header(nghttp2_session*, const nghttp2_frame* f, const uint8_t* name,
-                       std::size_t namelen, const uint8_t* value, std::size_t valuelen, uint8_t,
-                       void* self) {
-    static_cast<RawPeer*>(self)
-        ->fields[f->hd.stream_id][std::string(reinterpret_cast<const char*>(name), namelen)] =
-        std::string(reinterpret_cast<const char*>(value), valuelen);
-    return 0;
-  }
-  static int on_data(nghttp2_session*, uint8_t, int32_t id, const uint8_t* data, std::size_t n,
-                     void* self) {
-    static_cast<RawPeer*>(self)->data[id].append(reinterpret_cast<const char*>(data), n);
-    return 0;
-  }
-  static int on_close(nghttp2_session*, int32_t id, uint32_t code, void* self) {
-    static_cast<RawPeer*>(self)->closed[id] = code;
-    return 0;
-  }
-  static ssize_t read_body(nghttp2_session*, int32_t, uint8_t* buf, std::size_t length,
-                           uint32_t* flags, nghttp2_data_source* source, void*) {
-    auto& b = *static_cast<Body*>(source->ptr);
-    const std::size_t n = std::min(length, b.bytes.size() - b.pos);
-    std::copy_n(b.bytes.data() + b.pos, n, buf);
-    b.pos += n;
-    if (b.pos == b.bytes.size()) {
-      if (!b.end) {
-        return n > 0 ? static_cast<ssize_t>(n) : ssize_t{NGHTTP2_ERR_DEFERRED};  // stays open
-      }
-      *flags |= NGHTTP2_DATA_FLAG_EOF;
-    }
-    return static_cast<ssize_t>(n);
-  }
-
-  int fd_ = -1;
-  bool connected_ = false;
-  nghttp2_session* session_ = nullptr;
-  std::vector<std::unique_ptr<Body>> bodies_;
 };
 
 // One call on a RawPeer of its own: what came back.
@@ -282,11 +88,6 @@ class RawCall {
  private:
   RawPeer peer_;
 };
-
-std::string prefix(unsigned char flag, uint32_t length) {
-  return {static_cast<char>(flag), static_cast<char>(length >> 24), static_cast<char>(length >> 16),
-          static_cast<char>(length >> 8), static_cast<char>(length)};
-}
 
 // A started server with two methods: /test.Echo/Echo and /test.Hold/Hold.
 std::unique_ptr<GrpcServer> echo_and_hold_server(const GrpcServerOptions& o,
@@ -345,18 +146,18 @@ TEST_F(GrpcWireTest, ATimeoutOf99999999HoursIsNoDeadlineAndAShortOneEndsTheCall)
 // not an OK for the message that never came; nothing is echoed.
 TEST_F(GrpcWireTest, AStreamThatEndsInsideAMessageEndsWithInternal) {
   RawCall call(server_->port());
-  ASSERT_TRUE(call.run("", prefix(0, 100) + std::string(10, 'a')));
+  ASSERT_TRUE(call.run("", grpc_prefix(0, 100) + std::string(10, 'a')));
   EXPECT_EQ(call.fields[":status"], "200");
   EXPECT_EQ(call.fields["grpc-status"], "13") << call.fields["grpc-message"];
   EXPECT_EQ(call.data, "");
   RawCall prefix_only(server_->port());
-  ASSERT_TRUE(prefix_only.run("", prefix(0, 100).substr(0, 3)));
+  ASSERT_TRUE(prefix_only.run("", grpc_prefix(0, 100).substr(0, 3)));
   EXPECT_EQ(prefix_only.fields["grpc-status"], "13") << prefix_only.fields["grpc-message"];
 }
 
 TEST_F(GrpcWireTest, ACompressedFlagWithoutGrpcEncodingEndsTheCallWithInternal) {
   RawCall call(server_->port());
-  ASSERT_TRUE(call.run("", prefix(1, 3) + "abc"));
+  ASSERT_TRUE(call.run("", grpc_prefix(1, 3) + "abc"));
   EXPECT_EQ(call.fields[":status"], "200");
   EXPECT_EQ(call.fields["grpc-status"], "13");
   EXPECT_EQ(call.data, "");
@@ -364,7 +165,7 @@ TEST_F(GrpcWireTest, ACompressedFlagWithoutGrpcEncodingEndsTheCallWithInternal) 
 
 TEST_F(GrpcWireTest, APrefixOf4GiBEndsTheCallWithResourceExhausted) {
   RawCall call(server_->port());
-  ASSERT_TRUE(call.run("", prefix(0, 0xFFFFFFFFu) + "abc"));
+  ASSERT_TRUE(call.run("", grpc_prefix(0, 0xFFFFFFFFu) + "abc"));
   EXPECT_EQ(call.fields["grpc-status"], "8");
   EXPECT_EQ(call.fields["grpc-message"],
             "message of 4294967295 bytes is over the limit of 4194304");
@@ -421,7 +222,7 @@ TEST_F(GrpcLimitsTest, AnnouncedLengthsReserveNothingOfTheBudget) {
   RawPeer hostile(server_->port());
   std::vector<int32_t> ids;
   for (int i = 0; i < 16; ++i) {
-    ids.push_back(hostile.open("/test.Hold/Hold", prefix(0, 1000 * 1000), false));
+    ids.push_back(hostile.open("/test.Hold/Hold", grpc_prefix(0, 1000 * 1000), false));
   }
   ASSERT_TRUE(hostile.pump([&] { return server_->open_calls() == 16; }));
   EXPECT_LE(budget_->held(), 16u * 5) << "16 announcements of 1 MB hold their prefixes only";
@@ -437,7 +238,7 @@ TEST_F(GrpcLimitsTest, OneConnectionHoldsAtMostItsShareOfTheBudget) {
   start(l, 1024 * 1024, 64 * 1024);
   RawPeer hostile(server_->port());
   for (int i = 0; i < 8; ++i) {  // 8 x 60 KiB of 64-KiB messages: 480 KiB against a 256-KiB share
-    hostile.open("/test.Hold/Hold", prefix(0, 64 * 1024) + std::string(60 * 1024, 'h'), false);
+    hostile.open("/test.Hold/Hold", grpc_prefix(0, 64 * 1024) + std::string(60 * 1024, 'h'), false);
   }
   ASSERT_TRUE(hostile.pump([&] { return server_->counters().messages_over_budget.load() >= 4; }))
       << "over its share: " << server_->counters().messages_over_budget.load();
@@ -484,7 +285,7 @@ TEST_F(GrpcLimitsTest, AStreamWithNoFrameForTheStreamIdleTimeoutIsCancelled) {
   l.stream_idle_timeout = std::chrono::milliseconds(200);
   start(l);
   RawPeer peer(server_->port());
-  const int32_t id = peer.open("/test.Hold/Hold", prefix(0, 100), false);
+  const int32_t id = peer.open("/test.Hold/Hold", grpc_prefix(0, 100), false);
   ASSERT_TRUE(peer.pump([&] { return peer.closed.count(id) > 0; }));
   EXPECT_EQ(peer.closed[id], static_cast<uint32_t>(NGHTTP2_CANCEL));
   EXPECT_FALSE(peer.eof) << "the connection stays";
