@@ -361,8 +361,10 @@ EppApp::Impl::Impl(const EppOptions& o)
   add_admin_routes();
   health = make_health_server();
   if (o.discover()) {
+    discovery::DiscoveryOptions d = o.discovery;
+    d.watch_timeout = file_cfg.startup.watch_timeout;
     pod_discovery = std::make_unique<discovery::PodDiscovery>(
-        o.discovery, [this](const std::vector<PodConfig>& endpoints) {
+        std::move(d), [this](const std::vector<PodConfig>& endpoints) {
           pods.set_pods(endpoints);
           pool_synced = true;
         });
@@ -382,7 +384,7 @@ void EppApp::Impl::watch_objectives() {
                           : options.discovery.pool_namespace;
   oo.pool_name = options.discovery.pool_name;
   oo.pool_group = [this] { return pod_discovery->pool_group(); };
-  oo.watch_timeout = options.discovery.watch_timeout;
+  oo.watch_timeout = file_cfg.startup.watch_timeout;
   // A new set is swapped in on the timer thread, where config reloads swap theirs.
   objective_discovery = std::make_unique<discovery::ObjectiveDiscovery>(
       std::move(oo), [this](const std::vector<ClusterObjective>& cluster) {

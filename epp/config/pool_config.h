@@ -8,8 +8,8 @@
 //       address: 127.0.0.1:9100
 //       labels: {role: decode, class: h100}
 //   pipeline: default-pipeline.yaml   # plugin config, relative to this file
-//   scrapeIntervalMs, stalenessMs, requests, proxy, outlierDetection, leaderElection:
-//                              # tuning read at start (startup_settings.h)
+//   scrapeIntervalMs, stalenessMs, requests, proxy, outlierDetection, leaderElection,
+//   extProc, discovery:        # tuning read at start (startup_settings.h)
 //
 // When `pipeline` is absent the same document must hold `plugins` and `schedulingProfiles`: one
 // schema, upstream's EndpointPickerConfig (apiVersion/kind, featureGates, parser, dataLayer, ...:

@@ -264,6 +264,18 @@ const std::vector<Row>& rows() {
        3600,
        false,
        seconds_into(&StartupSettings::retry_period)},
+      {{"discovery.watchTimeoutSeconds", "300",
+        "With --pool-name or --pool-selector: timeoutSeconds of each watch of the API server "
+        "(pods, InferencePool, InferenceObjectives); one that sends nothing, not even a "
+        "bookmark, for 5 s longer is abandoned and listed again, so an edit behind a dead "
+        "connection is followed within this + 5 s"},
+       Kind::kNumber,
+       1,
+       3600,
+       true,
+       [](StartupSettings& s, double v) {
+         s.watch_timeout = std::chrono::seconds(static_cast<int64_t>(v));
+       }},
   };
   return table;
 }

@@ -8,6 +8,7 @@
 //   outlierDetection: {consecutiveFailures: 5, baseEjectionMs: 30000, maxEjectionMs: 300000,
 //                      maxEjectionPercent: 10, panicThresholdPercent: 50}
 //   leaderElection: {leaseDurationSeconds: 15, renewDeadlineSeconds: 10, retryPeriodSeconds: 2}
+//   discovery:  {watchTimeoutSeconds: 300}
 //   extProc:    {idleTimeoutMs: 3600000, streamIdleTimeoutMs: 300000, maxConnectionAgeMs: 0,
 //                maxConnectionAgeGraceMs: 300000, keepaliveIntervalMs: 7200000,
 //                keepaliveTimeoutMs: 20000, maxHeaderListBytes: 65536,
@@ -64,6 +65,8 @@ struct StartupSettings {
   std::chrono::seconds lease_duration{15};
   std::chrono::milliseconds renew_deadline{10000};
   std::chrono::milliseconds retry_period{2000};
+  // discovery: the Kubernetes watches' timeoutSeconds (DiscoveryOptions::watch_timeout).
+  std::chrono::seconds watch_timeout{300};
   // Every key's value as read (or its default), for changed_startup_keys.
   std::map<std::string, double> as_read;
 

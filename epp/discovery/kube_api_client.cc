@@ -103,7 +103,11 @@ struct KubeApiClient::Impl {
   bool cancelled() const { return interrupted || (interrupted_by && interrupted_by()); }
 
   int request(KubeMethod method, const std::string& target, const std::string& body,
-              const KubeTimeouts& timeouts, const OnBody& on_body, std::string& error) {
+              const KubeTimeouts& timeouts, const OnBody& on_body, std::string& error,
+              bool* timed_out) {
+    if (timed_out != nullptr) {
+      *timed_out = false;
+    }
     if (cancelled()) {
       error = "interrupted";
       return 0;
@@ -123,6 +127,9 @@ struct KubeApiClient::Impl {
     if (!r.error.empty()) {
       error = cancelled() ? "interrupted" : r.error;
     }
+    if (timed_out != nullptr) {
+      *timed_out = r.timed_out && !cancelled();
+    }
     return r.status;
   }
 
@@ -138,9 +145,9 @@ KubeApiClient::KubeApiClient(const KubeApiOptions& options, std::function<bool()
 KubeApiClient::~KubeApiClient() = default;
 
 int KubeApiClient::request(KubeMethod method, const std::string& target, const std::string& body,
-                           const KubeTimeouts& timeouts, const OnBody& on_body,
-                           std::string& error) {
-  return impl_->request(method, target, body, timeouts, on_body, error);
+                           const KubeTimeouts& timeouts, const OnBody& on_body, std::string& error,
+                           bool* timed_out) {
+  return impl_->request(method, target, body, timeouts, on_body, error, timed_out);
 }
 
 KubeJsonAnswer KubeApiClient::request_json(KubeMethod method, const std::string& target,

@@ -61,9 +61,11 @@ class KubeApiClient {
 
   // One request with an optional JSON `body` ("" = none). Returns the HTTP status, or 0 when no
   // answer came (`error` says why; "interrupted" when cancelled). The body goes to `on_body` as
-  // it arrives.
+  // it arrives. `timed_out` (optional) is set to whether one of `timeouts` ended the request (a
+  // status with `error` set and `timed_out`: the body stopped coming for `body_read`).
   int request(KubeMethod method, const std::string& target, const std::string& body,
-              const KubeTimeouts& timeouts, const OnBody& on_body, std::string& error);
+              const KubeTimeouts& timeouts, const OnBody& on_body, std::string& error,
+              bool* timed_out = nullptr);
   // A request whose answer (at most `max_body` bytes) is read whole and parsed.
   KubeJsonAnswer request_json(KubeMethod method, const std::string& target, const std::string& body,
                               const KubeTimeouts& timeouts,

@@ -47,11 +47,18 @@ std::optional<Json> KubeReader::get_json(const std::string& target, int& status,
   }
 }
 
-int KubeReader::watch(const std::string& target, std::chrono::seconds read_timeout,
-                      const std::function<bool(const Json& event)>& on_event, std::string& error) {
+KubeReader::WatchEnd KubeReader::watch(const std::string& target, std::chrono::seconds timeout,
+                                       const std::function<bool(const Json& event)>& on_event,
+                                       std::string& error) {
+  const auto silence_bound = timeout + kWatchSilenceGrace;
   std::string pending;
-  return get(
-      target, read_timeout,
+  KubeTimeouts timeouts;
+  timeouts.io = kIoTimeout;
+  timeouts.body_read = silence_bound;
+  WatchEnd end;
+  bool timed_out = false;
+  end.status = client_.request(
+      KubeMethod::kGet, target + "&timeoutSeconds=" + std::to_string(timeout.count()), "", timeouts,
       [&](std::string_view bytes) {
         pending.append(bytes);
         for (auto nl = pending.find('\n'); nl != std::string::npos; nl = pending.find('\n')) {
@@ -75,7 +82,16 @@ int KubeReader::watch(const std::string& target, std::chrono::seconds read_timeo
         }
         return !interrupted_();
       },
-      error);
+      error, &timed_out);
+  // A timeout after the stream's header can only be the silence bound (the others end there).
+  if (end.status == 200 && timed_out) {
+    end.silent = true;
+    error = "the watch sent nothing for " + std::to_string(silence_bound.count()) +
+            " s (its timeoutSeconds " + std::to_string(timeout.count()) + " + " +
+            std::to_string(kWatchSilenceGrace.count()) +
+            " s), not even a bookmark, and was not closed";
+  }
+  return end;
 }
 
 std::string url_encode(const std::string& s) {

@@ -34,11 +34,25 @@ class KubeReader {
   // GET `target` as one JSON document (at most kMaxBody bytes); nullopt unless 200 and JSON.
   std::optional<nlohmann::json> get_json(const std::string& target, int& status,
                                          std::string& error);
-  // GET a watch stream: `on_event` gets each event (a JSON object per line) and returns false
-  // to stop. A line that is not a JSON object or longer than kMaxLine ends the watch with
-  // `error` set. Returns the status.
-  int watch(const std::string& target, std::chrono::seconds read_timeout,
-            const std::function<bool(const nlohmann::json& event)>& on_event, std::string& error);
+  // A watch that sends nothing at all (no event, no BOOKMARK, no chunk) for its timeoutSeconds
+  // plus this is abandoned as silent. The bound is on silence, the time since the last byte,
+  // not on the watch's age: a watch streaming events is never cut, and one that sends nothing
+  // is already past the time the API server closes it at (timeoutSeconds counts from its
+  // start), so it can only be a connection that died without a close (an API server or a
+  // load balancer gone, a NAT entry dropped). 5 s covers the server's own lateness in closing.
+  static constexpr std::chrono::seconds kWatchSilenceGrace{5};
+
+  struct WatchEnd {
+    int status = 0;       // the HTTP status (0: no answer)
+    bool silent = false;  // abandoned: nothing came for timeoutSeconds + kWatchSilenceGrace
+  };
+  // GET a watch stream: `target` (with its query, watch=1 and the rest) gets
+  // &timeoutSeconds=`timeout`. `on_event` gets each event (a JSON object per line) and returns
+  // false to stop. A line that is not a JSON object or longer than kMaxLine ends the watch with
+  // `error` set, as does silence (`silent` too).
+  WatchEnd watch(const std::string& target, std::chrono::seconds timeout,
+                 const std::function<bool(const nlohmann::json& event)>& on_event,
+                 std::string& error);
 
  private:
   KubeApiClient client_;

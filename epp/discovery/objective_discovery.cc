@@ -162,12 +162,12 @@ struct ObjectiveDiscovery::Impl {
     return true;
   }
 
-  void watch(Source& s, ObjectiveTracker& tracker, bool& relist, std::string& error) {
+  // Returns true when the watch was abandoned as silent (KubeReader::kWatchSilenceGrace).
+  bool watch(Source& s, ObjectiveTracker& tracker, bool& relist, std::string& error) {
     const std::string target = collection(s) + "?watch=1&allowWatchBookmarks=true" +
-                               "&resourceVersion=" + url_encode(tracker.resource_version()) +
-                               "&timeoutSeconds=" + std::to_string(options.watch_timeout.count());
-    const int status = s.reader->watch(
-        target, options.watch_timeout + std::chrono::seconds(30),
+                               "&resourceVersion=" + url_encode(tracker.resource_version());
+    const auto [status, silent] = s.reader->watch(
+        target, options.watch_timeout,
         [&](const Json& event) {
           std::vector<std::string> warnings;
           const auto outcome = tracker.apply(event, warnings);
@@ -185,11 +185,14 @@ struct ObjectiveDiscovery::Impl {
           return true;
         },
         error);
-    if (status == 410) {
+    if (silent) {
+      error = s.group_version + " InferenceObjective watch: " + error;
+    } else if (status == 410) {
       relist = true;
     } else if (status != 200 && error.empty()) {
       error = s.group_version + " InferenceObjective watch: HTTP " + std::to_string(status);
     }
+    return silent;
   }
 
   // The group is not served (404) or not readable (403): said once, its objectives dropped.
@@ -238,12 +241,21 @@ struct ObjectiveDiscovery::Impl {
       }
       relist = relist && !ok;
       const auto watch_start = std::chrono::steady_clock::now();
+      bool silent = false;
       if (ok) {
-        watch(s, tracker, relist, error);
+        silent = watch(s, tracker, relist, error);
         ok = error.empty();
       }
       if (stopping) {
         break;
+      }
+      if (silent) {
+        // A broken stream: list again at once; the watch lasted its whole timeout, so there is
+        // no tight loop for the back-off to slow.
+        spdlog::warn("discovery: {}; listing them again", error);
+        relist = true;
+        backoff = kFirstBackoff;
+        continue;
       }
       if (ok && std::chrono::steady_clock::now() - watch_start > kShortestWatch) {
         backoff = kFirstBackoff;

@@ -14,7 +14,9 @@
 //   read (403: RBAC) is logged once and checked again every minute; its objectives are dropped.
 // - The pool's API group (for poolRef.group) is the one PodDiscovery read the pool from; the
 //   watch starts once that is known. A watch resumes from the last resourceVersion (bookmarks
-//   keep it fresh); 410 Gone or a broken stream re-lists; errors back off from 1 s to 10 s.
+//   keep it fresh); 410 Gone or a broken stream re-lists; errors back off from 1 s to 10 s. A
+//   watch silent for watch_timeout + 5 s and not closed is a broken stream too, listed again
+//   at once (kube_reader.h).
 //
 // Threading: one thread per group from start() to stop(); `publish` runs on those threads, one
 // at a time, with the merged list (by name).
@@ -35,7 +37,7 @@ struct ObjectiveDiscoveryOptions {
   std::string pool_name;
   // The InferencePool's API group, "" while unknown (PodDiscovery::pool_group). Thread-safe.
   std::function<std::string()> pool_group;
-  std::chrono::seconds watch_timeout{300};
+  std::chrono::seconds watch_timeout{300};    // timeoutSeconds of each watch
   std::chrono::seconds unserved_recheck{60};  // after a 404 or 403
 };
 

@@ -177,14 +177,14 @@ struct PodDiscovery::Impl {
 
   // Watches the pool (a watch on its collection, narrowed to its name) from `resource_version`,
   // which follows the events, until the watch ends. On failure `error` says why and
-  // `resource_version` is cleared: the pool is read again.
-  void watch_pool(std::string& resource_version, std::string& error) {
+  // `resource_version` is cleared: the pool is read again. Returns true when the watch was
+  // abandoned as silent (KubeReader::kWatchSilenceGrace).
+  bool watch_pool(std::string& resource_version, std::string& error) {
     const std::string target =
         watched_collection + "?fieldSelector=" + url_encode("metadata.name=" + options.pool_name) +
-        "&watch=1&allowWatchBookmarks=true&resourceVersion=" + url_encode(resource_version) +
-        "&timeoutSeconds=" + std::to_string(options.watch_timeout.count());
-    const int status = pool_api->watch(
-        target, options.watch_timeout + std::chrono::seconds(30),
+        "&watch=1&allowWatchBookmarks=true&resourceVersion=" + url_encode(resource_version);
+    const auto [status, silent] = pool_api->watch(
+        target, options.watch_timeout,
         [&](const Json& event) {
           const std::string type = string_at(event, "type");
           const Json object = event.value("object", Json::object());
@@ -211,12 +211,15 @@ struct PodDiscovery::Impl {
           return true;
         },
         error);
-    if (status != 200 && error.empty()) {
+    if (silent) {
+      error = "InferencePool watch: " + error;
+    } else if (status != 200 && error.empty()) {
       error = "InferencePool watch: HTTP " + std::to_string(status);
     }
     if (!error.empty()) {
       resource_version.clear();
     }
+    return silent;
   }
 
   void pool_loop() {
@@ -226,12 +229,20 @@ struct PodDiscovery::Impl {
       std::string error;
       bool ok = !resource_version.empty() || read_pool(resource_version, error);
       const auto watch_start = std::chrono::steady_clock::now();
+      bool silent = false;
       if (ok) {
-        watch_pool(resource_version, error);
+        silent = watch_pool(resource_version, error);
         ok = error.empty();
       }
       if (stopping) {
         break;
+      }
+      if (silent) {
+        // Read again at once, without the back-off: the watch lasted its whole timeout, so
+        // there is no tight loop to slow, and waiting would only delay an edit further.
+        spdlog::warn("discovery: {}; reading the InferencePool again", error);
+        backoff = kFirstBackoff;
+        continue;
       }
       if (ok && std::chrono::steady_clock::now() - watch_start > kShortestWatch) {
         backoff = kFirstBackoff;
@@ -317,15 +328,15 @@ struct PodDiscovery::Impl {
   }
 
   // Watches from the tracker's resourceVersion until the watch ends, breaks (`error`) or asks
-  // for a new list (`relist`).
-  void watch(PodTracker& tracker, bool& relist, std::string& error) {
+  // for a new list (`relist`). Returns true when it was abandoned as silent
+  // (KubeReader::kWatchSilenceGrace; `error` says so).
+  bool watch(PodTracker& tracker, bool& relist, std::string& error) {
     const std::string target = "/api/v1/namespaces/" + namespace_ +
                                "/pods?labelSelector=" + selector_query(selector) +
                                "&watch=1&allowWatchBookmarks=true" +
-                               "&resourceVersion=" + url_encode(tracker.resource_version()) +
-                               "&timeoutSeconds=" + std::to_string(options.watch_timeout.count());
-    const int status = pods_api->watch(
-        target, options.watch_timeout + std::chrono::seconds(30),
+                               "&resourceVersion=" + url_encode(tracker.resource_version());
+    const auto [status, silent] = pods_api->watch(
+        target, options.watch_timeout,
         [&](const Json& event) {
           switch (tracker.apply(event)) {
             case PodTracker::Outcome::kChanged:
@@ -342,11 +353,14 @@ struct PodDiscovery::Impl {
           return true;
         },
         error);
-    if (status == 410) {
+    if (silent) {
+      error = "pod watch: " + error;
+    } else if (status == 410) {
       relist = true;
     } else if (status != 200 && error.empty()) {
       error = "pod watch: HTTP " + std::to_string(status);
     }
+    return silent;
   }
 
   void pod_loop() {
@@ -372,8 +386,9 @@ struct PodDiscovery::Impl {
       bool ok = !relist || list(tracker, error);
       relist = relist && !ok;
       const auto watch_start = std::chrono::steady_clock::now();
+      bool silent = false;
       if (ok) {
-        watch(tracker, relist, error);
+        silent = watch(tracker, relist, error);
         ok = error.empty();
       }
       if (stopping) {
@@ -381,6 +396,15 @@ struct PodDiscovery::Impl {
       }
       if (pool_generation != listed_generation) {
         continue;  // interrupted by a pool edit: list what the pool selects now
+      }
+      if (silent) {
+        // A broken stream: list again, at once rather than after the back-off (the watch
+        // lasted its whole timeout, so there is no tight loop to slow), which bounds how late
+        // an edit behind a silent watch is followed by the watch timeout + 5 s.
+        spdlog::warn("discovery: {}; listing the pods again", error);
+        relist = true;
+        backoff = kFirstBackoff;
+        continue;
       }
       if (ok && std::chrono::steady_clock::now() - watch_start > kShortestWatch) {
         backoff = kFirstBackoff;

@@ -13,8 +13,9 @@
 //   "changed: selector a -> b; ports x -> y"). A deleted pool keeps its last pods as endpoints
 //   until it is created again.
 // - A watch resumes from the last resourceVersion (bookmarks keep it fresh); 410 Gone or a
-//   broken stream re-lists; errors back off from 1 s to 10 s. Everything read is bounded
-//   (line length, pods per list).
+//   broken stream re-lists; errors back off from 1 s to 10 s. A watch that sends nothing for
+//   watch_timeout + 5 s (not even a bookmark) and is not closed is a broken stream too, read
+//   again at once (kube_reader.h). Everything read is bounded (line length, pods per list).
 //
 // Threading: two threads of its own from start() to stop(), one watching the pool (only with
 // --pool-name) and one the pods; publish runs on the pods' thread. The HTTP/TLS client is
@@ -49,6 +50,8 @@ struct DiscoveryOptions {
   // The InferencePool's API group: inference.networking.k8s.io (v1) or
   // inference.networking.x-k8s.io (v1alpha2); "" = v1, else v1alpha2 if v1 has no such pool.
   std::string pool_group;
+  // timeoutSeconds of each watch (the config file's discovery.watchTimeoutSeconds); a watch
+  // silent for 5 s longer is abandoned.
   std::chrono::seconds watch_timeout{300};
   std::size_t max_pods = 10000;
 };

@@ -41,12 +41,12 @@ struct SchedulerMetrics;
 inline constexpr std::array<std::string_view, 10> kPipelineKeys = {
     "apiVersion", "kind",           "plugins",   "schedulingProfiles", "featureGates",
     "parser",     "requestHandler", "dataLayer", "saturationDetector", "flowControl"};
-inline constexpr std::array<std::string_view, 13> kEppFileKeys = {
+inline constexpr std::array<std::string_view, 14> kEppFileKeys = {
     "pool",        "scrapeIntervalMs", "stalenessMs",
     "pipeline",    "objectives",       "loadBalancing",
     "routerQueue", "decisionLog",      "requests",
     "proxy",       "outlierDetection", "leaderElection",
-    "extProc"};
+    "extProc",     "discovery"};
 enum class Document {
   kPipeline,  // a pipeline file: only kPipelineKeys
   kEppFile,   // the EPP config file with its pipeline inline: kEppFileKeys too (read elsewhere)

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <fstream>
+#include <functional>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -129,7 +131,8 @@ class FakeApiServer {
   }
   // An operator's edit of the InferencePool: its selector (matchLabels) and targetPorts change
   // and the EPP's pool watch gets a MODIFIED event (this waits for the watch to be open).
-  bool edit_pool(Json match_labels, std::vector<uint16_t> ports) {
+  // `announce` false: the watch is told nothing (a silent watch); only a fresh GET shows it.
+  bool edit_pool(Json match_labels, std::vector<uint16_t> ports, bool announce = true) {
     Json pool;
     {
       std::lock_guard lock(mu_);
@@ -138,7 +141,7 @@ class FakeApiServer {
       ++pool_version_;
       pool = pool_object();
     }
-    return when_open(pool_watch_, Json{{"type", "MODIFIED"}, {"object", pool}});
+    return !announce || when_open(pool_watch_, Json{{"type", "MODIFIED"}, {"object", pool}});
   }
   // The InferencePool is deleted: its watch gets a DELETED event.
   bool delete_pool() {
@@ -325,12 +328,11 @@ double ready_pods(uint16_t metrics_port) {
   return metric_sum(c.get("/metrics").body, "llmd_epp_pool{stat=\"ready_pods\"}");
 }
 
-// Polls until the EPP's ready pods equal `n`; returns the seconds it took, or -1 after 30 s
-// (a hang guard: following a watch event takes well under a second).
-double until_ready_pods(uint16_t metrics_port, double n) {
+// Polls until `done()`; returns the seconds it took, or -1 once `bound` has passed.
+double seconds_until(const std::function<bool()>& done, std::chrono::seconds bound) {
   const auto t0 = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
-    if (ready_pods(metrics_port) == n) {
+  while (std::chrono::steady_clock::now() - t0 < bound) {
+    if (done()) {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -338,14 +340,22 @@ double until_ready_pods(uint16_t metrics_port, double n) {
   return -1;
 }
 
+// Polls until the EPP's ready pods equal `n`; returns the seconds it took, or -1 after 30 s
+// (a hang guard: following a watch event takes well under a second).
+double until_ready_pods(uint16_t metrics_port, double n) {
+  return seconds_until([&] { return ready_pods(metrics_port) == n; }, std::chrono::seconds(30));
+}
+
 // The EPP discovering pool "p" in namespace "llm" through `api`, with `pipeline` (a file of
-// epp/config) and a service account token.
+// epp/config), `extra_config` (more lines of its config file) and a service account token.
 struct DiscoveringEpp {
   DiscoveringEpp(FakeApiServer& api, const std::string& pipeline,
-                 const std::vector<std::string>& extra_args = {}) {
+                 const std::vector<std::string>& extra_args = {},
+                 const std::string& extra_config = "") {
     std::ofstream(dir.file("epp.yaml"))
         << "scrapeIntervalMs: 50\nstalenessMs: 1000\npipeline: " << LLMD_SOURCE_DIR
-        << "/epp/config/" << pipeline << "\n";
+        << "/epp/config/" << pipeline << "\n"
+        << extra_config;
     std::ofstream(dir.file("token")) << "test-token\n";
     std::vector<std::string> args = {
         "--config",         dir.file("epp.yaml"),
@@ -572,6 +582,84 @@ TEST(Discovery, AnInferencePoolEditMovesTrafficToWhatThePoolNowSelects) {
   RecordProperty("requests_refused_during_edits", std::to_string(refused));
   std::cout << "selector edit followed in " << selector_seconds << " s, targetPorts edit in "
             << port_seconds << " s; " << refused << " requests refused meanwhile\n";
+}
+
+// A watch the API server keeps open without sending a byte, not even a BOOKMARK (a connection
+// that died without a close: an API server or load balancer gone, a NAT entry dropped), is
+// abandoned once it has been silent for its timeoutSeconds + 5 s, and what it watched is read
+// again at once: a pod added behind a silent pod watch, and an InferencePool edit behind a
+// silent pool watch, are followed within that. A watch that keeps streaming is not cut, however
+// long the server keeps it open: the bound is on silence, not on age. The fake server never
+// closes a watch, and the config file sets 2 s watches.
+TEST(Discovery, AnEditBehindASilentWatchIsFollowedWithinTheWatchTimeoutPlus5s) {
+  constexpr auto kWatchTimeout = std::chrono::seconds(2);
+  // Abandoned after 2 + 5 s of silence, then one list; the margin is for a loaded machine
+  // (the bound before was 2 + 30 s).
+  constexpr auto kBound = kWatchTimeout + std::chrono::seconds(5) + std::chrono::seconds(10);
+  const uint16_t pod_port = free_port();
+  std::vector<std::unique_ptr<Process>> pods;
+  for (const char* ip : {"127.0.0.2", "127.0.0.3", "127.0.0.4"}) {
+    pods.push_back(std::make_unique<Process>(
+        binary("bench/modelsim/modelsim"),
+        std::vector<std::string>{"--pods", "1", "--base-port", std::to_string(pod_port), "--host",
+                                 ip}));
+  }
+  FakeApiServer api(pod_port);
+  const Json c = pod_object("c", "127.0.0.4", true, "7", "vllm-next");
+  api.set_list(Json::array({pod_object("a", "127.0.0.2", true, "5"), c}), "10");
+  DiscoveringEpp d(
+      api, "round-robin.yaml", {},
+      "discovery: {watchTimeoutSeconds: " + std::to_string(kWatchTimeout.count()) + "}\n");
+  Process& epp = *d.epp;
+  ASSERT_TRUE(epp.wait_http_ok(d.health_port, "/readyz")) << epp.log();
+  ASSERT_GE(until_ready_pods(d.metrics_port, 1), 0) << epp.log();
+  EXPECT_EQ(api.lists(), 1);
+
+  // A watch that streams (a bookmark a second) for longer than 2 + 5 s keeps going.
+  for (int rv = 11; rv < 21; ++rv) {
+    ASSERT_TRUE(api.event(
+        "BOOKMARK", Json{{"kind", "Pod"}, {"metadata", {{"resourceVersion", std::to_string(rv)}}}}))
+        << epp.log();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  EXPECT_EQ(api.lists(), 1) << "the streaming pod watch was cut\n" << epp.log();
+
+  // From now on the pod watch says nothing. Pod b is added: only a fresh list shows it.
+  api.set_list(Json::array({pod_object("a", "127.0.0.2", true, "5"),
+                            pod_object("b", "127.0.0.3", true, "21"), c}),
+               "22");
+  const double pod_seconds = seconds_until([&] { return ready_pods(d.metrics_port) == 2; }, kBound);
+  EXPECT_GE(pod_seconds, 0) << "pod b not followed within " << kBound.count()
+                            << " s of a silent pod watch\n"
+                            << epp.log();
+  EXPECT_EQ(api.lists(), 2) << epp.log();
+  EXPECT_NE(epp.log().find("pod watch: the watch sent nothing for 7 s (its timeoutSeconds 2 + "
+                           "5 s), not even a bookmark, and was not closed; listing the pods "
+                           "again"),
+            std::string::npos)
+      << epp.log();
+
+  // The pool watch is silent too: an edit of the pool's selector that it does not announce is
+  // read when the pool is read again.
+  ASSERT_TRUE(api.edit_pool(Json{{"app", "vllm-next"}}, {pod_port}, /*announce=*/false));
+  const double pool_seconds = seconds_until(
+      [&] {
+        return api.pod_watch_selector() == "app=vllm-next" && ready_pods(d.metrics_port) == 1;
+      },
+      kBound);
+  EXPECT_GE(pool_seconds, 0) << "the pool edit not followed within " << kBound.count()
+                             << " s of a silent pool watch\n"
+                             << epp.log();
+  EXPECT_NE(epp.log().find("InferencePool watch: the watch sent nothing for 7 s"),
+            std::string::npos)
+      << epp.log();
+  EXPECT_NE(epp.log().find("InferencePool llm/p changed: selector app=vllm -> app=vllm-next"),
+            std::string::npos)
+      << epp.log();
+  RecordProperty("seconds_to_follow_pod_added_behind_silent_watch", std::to_string(pod_seconds));
+  RecordProperty("seconds_to_follow_pool_edit_behind_silent_watch", std::to_string(pool_seconds));
+  std::cout << "behind a silent watch (timeout " << kWatchTimeout.count() << " s): pod added "
+            << "followed in " << pod_seconds << " s, pool edit in " << pool_seconds << " s\n";
 }
 
 // The pool's InferenceObjectives (GIE v1.5.0's inference.networking.x-k8s.io/v1alpha2 and

@@ -83,7 +83,8 @@ TEST_F(StartupConfigFile, EverySectionIsRead) {
           "leaderElection: {leaseDurationSeconds: 4, renewDeadlineSeconds: 2.5,\n"
           "  retryPeriodSeconds: 0.5}\n"
           "extProc: {idleTimeoutMs: 0, streamIdleTimeoutMs: 1000, maxConnectionAgeMs: 5000,\n"
-          "  maxConnectionAgeGraceMs: 200, maxHeaderListBytes: 8192, connectionBudgetShare: 0.5}\n")
+          "  maxConnectionAgeGraceMs: 200, maxHeaderListBytes: 8192, connectionBudgetShare: 0.5}\n"
+          "discovery: {watchTimeoutSeconds: 30}\n")
           .startup;
   EXPECT_EQ(s.scrape_interval, std::chrono::milliseconds(25));
   EXPECT_EQ(s.staleness, std::chrono::milliseconds(900));
@@ -106,6 +107,7 @@ TEST_F(StartupConfigFile, EverySectionIsRead) {
   EXPECT_EQ(s.ext_proc_max_connection_age_grace, std::chrono::milliseconds(200));
   EXPECT_EQ(s.ext_proc_max_header_list_bytes, 8192u);
   EXPECT_DOUBLE_EQ(s.ext_proc_connection_budget_share, 0.5);
+  EXPECT_EQ(s.watch_timeout, std::chrono::seconds(30));
   // Every section of the table is a key the EPP config file accepts.
   for (const StartupKey& k : startup_keys()) {
     const std::string_view top = k.path.substr(0, k.path.find('.'));
@@ -140,6 +142,12 @@ TEST_F(StartupConfigFile, BadValuesNameTheKeyItsLineAndTheRange) {
                       "idleTimeoutMs, upstreamFirstByteTimeoutMs)"),
             std::string::npos);
   EXPECT_NE(error("proxy: 10\n").find("proxy must be a mapping"), std::string::npos);
+  EXPECT_NE(error("discovery: {watchTimeoutSeconds: 0}\n")
+                .find("line 6: discovery.watchTimeoutSeconds: 0 is out of range [1, 3600]"),
+            std::string::npos);
+  EXPECT_NE(error("discovery: {watchTimeoutSeconds: 2.5}\n")
+                .find("discovery.watchTimeoutSeconds: expected a whole number"),
+            std::string::npos);
   EXPECT_NE(error("outlierDetection: {baseEjectionMs: 1000, maxEjectionMs: 10}\n")
                 .find("outlier max ejection time must be >= the base ejection time"),
             std::string::npos);
