@@ -376,15 +376,21 @@ struct DiscoveringEpp {
   std::unique_ptr<Process> epp;
 };
 
-TEST(Discovery, EppFollowsPodsAddedRemovedAndUnreadiedThroughListAndWatch) {
-  const uint16_t pod_port = free_port();
+// One modelsim pod on each of 127.0.0.2-4, all on `port` (pods told apart by address).
+std::vector<std::unique_ptr<Process>> three_loopback_pods(uint16_t port) {
   std::vector<std::unique_ptr<Process>> pods;
   for (const char* ip : {"127.0.0.2", "127.0.0.3", "127.0.0.4"}) {
-    pods.push_back(std::make_unique<Process>(
-        binary("bench/modelsim/modelsim"),
-        std::vector<std::string>{"--pods", "1", "--base-port", std::to_string(pod_port), "--host",
-                                 ip}));
+    pods.push_back(
+        std::make_unique<Process>(binary("bench/modelsim/modelsim"),
+                                  std::vector<std::string>{"--pods", "1", "--base-port",
+                                                           std::to_string(port), "--host", ip}));
   }
+  return pods;
+}
+
+TEST(Discovery, EppFollowsPodsAddedRemovedAndUnreadiedThroughListAndWatch) {
+  const uint16_t pod_port = free_port();
+  const auto pods = three_loopback_pods(pod_port);
   FakeApiServer api(pod_port);
   api.set_list(Json::array({pod_object("a", "127.0.0.2", true, "5"),
                             pod_object("b", "127.0.0.3", true, "6")}),
@@ -597,13 +603,7 @@ TEST(Discovery, AnEditBehindASilentWatchIsFollowedWithinTheWatchTimeoutPlus5s) {
   // (the bound before was 2 + 30 s).
   constexpr auto kBound = kWatchTimeout + std::chrono::seconds(5) + std::chrono::seconds(10);
   const uint16_t pod_port = free_port();
-  std::vector<std::unique_ptr<Process>> pods;
-  for (const char* ip : {"127.0.0.2", "127.0.0.3", "127.0.0.4"}) {
-    pods.push_back(std::make_unique<Process>(
-        binary("bench/modelsim/modelsim"),
-        std::vector<std::string>{"--pods", "1", "--base-port", std::to_string(pod_port), "--host",
-                                 ip}));
-  }
+  const auto pods = three_loopback_pods(pod_port);
   FakeApiServer api(pod_port);
   const Json c = pod_object("c", "127.0.0.4", true, "7", "vllm-next");
   api.set_list(Json::array({pod_object("a", "127.0.0.2", true, "5"), c}), "10");
