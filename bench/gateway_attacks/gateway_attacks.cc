@@ -210,6 +210,7 @@ struct Row {
   int proxy_failed = 0, picks_ok = 0, picks_failed = 0;
   double peak_rss = 0, rss_after = 0;
   int peak_fds = 0, fds_before = 0;
+  double epp_cpu_s = 0, idle_cpu_s = 0;  // the EPP's CPU during the attack / the idle 5 s
   std::string released;
 };
 
@@ -277,16 +278,33 @@ int32_t picked_stream(RawPeer& peer, bool stream_response) {
   return id;
 }
 
+// The victim alone for 5 s: its proxy p99, and the EPP's CPU seconds per second meanwhile.
+struct Idle {
+  double p99 = 0, cpu_per_s = 0;
+};
+Idle measure_idle(const Stack& stack, Victim& victim) {
+  const std::string stat = fmt::format("/proc/{}/stat", stack.epp->pid());
+  victim.take();
+  const double cpu0 = llmd::bench::process_cpu_seconds(stat);
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  return {llmd::bench::percentile(victim.take().proxy_ms, 0.99),
+          (llmd::bench::process_cpu_seconds(stat) - cpu0) / 5};
+}
+
 // Runs `attack` for `seconds` beside the victim, then waits (bounded) for `released`.
 template <typename Attack, typename Released>
-Row run(Stack& stack, Victim& victim, double idle_p99, const std::string& name,
+Row run(Stack& stack, Victim& victim, const Idle& idle, const std::string& name,
         std::chrono::seconds seconds, Attack attack, Released released) {
   Row row;
   row.attack = name;
-  row.idle_p99 = idle_p99;
+  row.idle_p99 = idle.p99;
+  row.idle_cpu_s = idle.cpu_per_s * static_cast<double>(seconds.count());
   row.fds_before = stack.fds();
   victim.take();
+  const std::string stat = fmt::format("/proc/{}/stat", stack.epp->pid());
+  const double cpu0 = llmd::bench::process_cpu_seconds(stat);
   row.attacker = attack(Clock::now() + seconds);
+  row.epp_cpu_s = llmd::bench::process_cpu_seconds(stat) - cpu0;
   const Victim::Window w = victim.take();
   row.p50 = llmd::bench::percentile(w.proxy_ms, 0.5);
   row.p99 = llmd::bench::percentile(w.proxy_ms, 0.99);
@@ -307,17 +325,11 @@ Row run(Stack& stack, Victim& victim, double idle_p99, const std::string& name,
   return row;
 }
 
-double idle_p99(Victim& victim) {
-  victim.take();
-  std::this_thread::sleep_for(std::chrono::seconds(5));
-  return llmd::bench::percentile(victim.take().proxy_ms, 0.99);
-}
-
 std::vector<Row> attacks(std::chrono::seconds seconds) {
   std::vector<Row> rows;
   Stack stack;
   Victim victim(stack);
-  const double idle = idle_p99(victim);
+  const Idle idle = measure_idle(stack, victim);
   const int base_fds = stack.fds();
   const auto fds_back = [&] { return stack.fds() <= base_fds + 4; };
   const auto pump_until = [](RawPeer& p, Clock::time_point end) {
@@ -492,7 +504,7 @@ std::vector<Row> attacks(std::chrono::seconds seconds) {
 Row descriptor_attack(std::chrono::seconds seconds) {
   Stack stack(256);
   Victim victim(stack);
-  const double idle = idle_p99(victim);
+  const Idle idle = measure_idle(stack, victim);
   const int base_fds = stack.fds();
   std::atomic<int> probes_ok{0}, probes{0};
   Row row = run(
@@ -527,6 +539,8 @@ Json to_json(const Row& r) {
               {"rss_after_mib", r.rss_after},
               {"peak_fds", r.peak_fds},
               {"fds_before", r.fds_before},
+              {"epp_cpu_s", r.epp_cpu_s},
+              {"idle_cpu_s", r.idle_cpu_s},
               {"released", r.released}};
 }
 
@@ -534,13 +548,14 @@ std::string table(const std::vector<Row>& rows) {
   std::string out =
       "| attack | what the attacker got | victim proxy p50 / p99 ms (idle p99) | proxy failed | "
       "gateway picks ok / failed | EPP peak RSS MiB (after) | EPP fds peak (before) | "
-      "released after |\n|---|---|---|---:|---:|---:|---:|---|\n";
+      "EPP CPU s during (idle, same length) | released after |\n"
+      "|---|---|---|---:|---:|---:|---:|---:|---|\n";
   for (const Row& r : rows) {
     out += fmt::format(
         "| {} | {} | {:.1f} / {:.1f} ({:.1f}) | {} | {} / {} | {:.0f} ({:.0f}) | "
-        "{} ({}) | {} |\n",
+        "{} ({}) | {:.1f} ({:.1f}) | {} |\n",
         r.attack, r.attacker, r.p50, r.p99, r.idle_p99, r.proxy_failed, r.picks_ok, r.picks_failed,
-        r.peak_rss, r.rss_after, r.peak_fds, r.fds_before, r.released);
+        r.peak_rss, r.rss_after, r.peak_fds, r.fds_before, r.epp_cpu_s, r.idle_cpu_s, r.released);
   }
   return out;
 }
