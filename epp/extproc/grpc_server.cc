@@ -491,11 +491,7 @@ void GrpcConnection::release(Stream& s) {
     const std::size_t unread = s.call->queued();
     s.call->out_.clear();
     s.call->out_pos_ = 0;
-    queued_ -= std::min(unread, queued_);
-    if (input_paused_ && queued_ <= server_->options.limits.connection_buffer_bytes / 2) {
-      input_paused_ = false;
-      http2_.input_wanted();
-    }
+    taken(*s.call, unread);  // gone unsent: the connection's watermark counts it no more
   }
   if (s.handler) {
     server_->calls.fetch_sub(1);
